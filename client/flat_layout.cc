@@ -1,0 +1,85 @@
+#include "strata/flat_layout.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace strata {
+namespace {
+
+uint64_t RoundUp(uint64_t n, uint64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+}  // namespace
+
+absl::StatusOr<FlatLayout> FlatLayout::Create(std::vector<TensorSpec> tensors,
+                                              uint64_t chunk_num_params) {
+  if (tensors.empty()) return absl::InvalidArgumentError("a model needs at least one tensor");
+  if (chunk_num_params == 0 || chunk_num_params % kTensorAlignmentParams != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk_num_params ", chunk_num_params,
+                                                   " must be a positive multiple of ",
+                                                   kTensorAlignmentParams));
+  }
+  FlatLayout layout;
+  std::set<std::string> names;
+  uint64_t offset = 0;
+  for (const TensorSpec& t : tensors) {
+    if (t.name.empty()) return absl::InvalidArgumentError("a tensor has an empty name");
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor name '", t.name, "' is used twice"));
+    }
+    if (t.shape.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has no dimensions"));
+    }
+    uint64_t count = 1;
+    for (int64_t d : t.shape) {
+      if (d <= 0 || d > (int64_t{1} << 40)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", t.name, "' has a dimension of ", d));
+      }
+      count *= static_cast<uint64_t>(d);
+      if (count > (uint64_t{1} << 40)) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' is too large"));
+      }
+    }
+    offset = RoundUp(offset, kTensorAlignmentParams);
+    layout.tensor_ranges_.push_back({offset, offset + count});
+    offset += count;
+  }
+  layout.tensors_ = std::move(tensors);
+  layout.num_params_ = offset;
+  layout.chunk_num_params_ = chunk_num_params;
+  return layout;
+}
+
+uint32_t FlatLayout::num_chunks() const {
+  return static_cast<uint32_t>((num_params_ + chunk_num_params_ - 1) / chunk_num_params_);
+}
+
+FlatRange FlatLayout::chunk_range(uint32_t chunk_id) const {
+  uint64_t begin = uint64_t{chunk_id} * chunk_num_params_;
+  return {begin, std::min(num_params_, begin + chunk_num_params_)};
+}
+
+std::vector<std::string> FlatLayout::TensorsIn(FlatRange range) const {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensor_ranges_[i].begin < range.end && range.begin < tensor_ranges_[i].end) {
+      names.push_back(tensors_[i].name);
+    }
+  }
+  return names;
+}
+
+uint64_t FlatLayout::PaddedNumParams(uint32_t world_size) const {
+  return RoundUp(num_params_, uint64_t{world_size} * kTensorAlignmentParams);
+}
+
+FlatRange FlatLayout::WorkerSlice(uint32_t rank, uint32_t world_size) const {
+  uint64_t slice = PaddedNumParams(world_size) / world_size;
+  uint64_t begin = std::min(num_params_, rank * slice);
+  return {begin, std::min(num_params_, begin + slice)};
+}
+
+}  // namespace strata

@@ -1,0 +1,48 @@
+// Plain value types shared by the strata client API and the services:
+// element types, tensor specs and optimizer hyper-parameters.
+// Values only; no thread-safety concerns.
+#ifndef STRATA_TYPES_H_
+#define STRATA_TYPES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+// Element type of gradients on the wire and of the parameters workers hold.
+enum class DType : int { kFp16 = 1, kBf16 = 2, kFp32 = 3 };
+
+inline size_t DTypeSize(DType dtype) { return dtype == DType::kFp32 ? 4 : 2; }
+
+inline const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFp16:
+      return "fp16";
+    case DType::kBf16:
+      return "bf16";
+    case DType::kFp32:
+      return "fp32";
+  }
+  return "unknown";
+}
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// AdamW when `adamw` (decoupled weight decay), else Adam with L2 in the gradient.
+struct AdamConfig {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  bool adamw = true;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_TYPES_H_

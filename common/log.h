@@ -1,0 +1,21 @@
+// One-line event log to stderr: "2026-11-22T08:00:00.123Z component: message".
+// Thread-safe: each line is written with a single write().
+#ifndef STRATA_COMMON_LOG_H_
+#define STRATA_COMMON_LOG_H_
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace strata {
+
+void LogEvent(absl::string_view component, absl::string_view message);
+
+// LogEventCat("server", "job ", id, " created") concatenates its arguments.
+template <typename... Args>
+void LogEventCat(absl::string_view component, const Args&... args) {
+  LogEvent(component, absl::StrCat(args...));
+}
+
+}  // namespace strata
+
+#endif  // STRATA_COMMON_LOG_H_

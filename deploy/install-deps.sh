@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages that strata needs to build, test and run its
+# demo. Idempotent: installs only what is missing. Run as root (or via sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config ccache git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  librocksdb-dev liburing-dev libabsl-dev libgloo-dev
+  libgtest-dev libgmock-dev nlohmann-json3-dev
+  clang-format iperf3 procps
+)
+# Installed without recommends: docker-compose would otherwise pull in a whole
+# container runtime, and only `docker-compose config` is needed to validate.
+packages_no_recommends=(docker-compose)
+
+missing=()
+for p in "${packages[@]}" "${packages_no_recommends[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO=sudo
+else
+  SUDO=
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# iperf3 asks whether to start a daemon; answer no.
+echo "iperf3 iperf3/start_daemon boolean false" | $SUDO debconf-set-selections
+$SUDO apt-get install -y -qq "${packages[@]}" >/dev/null
+$SUDO apt-get install -y -qq --no-install-recommends "${packages_no_recommends[@]}" >/dev/null

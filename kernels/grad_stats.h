@@ -1,0 +1,21 @@
+// Gradient statistics in one pass: the sum of squares (accumulated in double)
+// and whether every element is finite. Pure function; thread-safe.
+#ifndef STRATA_KERNELS_GRAD_STATS_H_
+#define STRATA_KERNELS_GRAD_STATS_H_
+
+#include <cstddef>
+
+#include "strata/types.h"
+
+namespace strata {
+
+struct GradStats {
+  double sum_squares = 0.0;  // over the finite elements
+  bool all_finite = true;
+};
+
+GradStats ComputeGradStats(DType dtype, const void* grads, size_t n);
+
+}  // namespace strata
+
+#endif  // STRATA_KERNELS_GRAD_STATS_H_

@@ -1,0 +1,164 @@
+#include "server/chunk.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/adam.h"
+#include "kernels/elementwise.h"
+
+namespace strata {
+
+uint64_t Chunk::NumBytes(uint64_t num_params, DType dtype) {
+  return num_params * (3 * sizeof(float) + 2 * DTypeSize(dtype));
+}
+
+Chunk::Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype, AdamConfig adam,
+             Tier* tier, Extent extent)
+    : job_id_(std::move(job_id)),
+      chunk_id_(chunk_id),
+      range_(range),
+      dtype_(dtype),
+      adam_(adam),
+      tier_(tier),
+      extent_(extent),
+      base_(tier->Map(extent)) {}
+
+Chunk::~Chunk() { tier_->Free(extent_); }
+
+float* Chunk::p() const { return reinterpret_cast<float*>(base_); }
+float* Chunk::m() const { return p() + range_.size(); }
+float* Chunk::v() const { return m() + range_.size(); }
+std::byte* Chunk::copy() const { return reinterpret_cast<std::byte*>(v() + range_.size()); }
+std::byte* Chunk::staging() const { return copy() + range_.size() * DTypeSize(dtype_); }
+
+absl::string_view Chunk::CopyBytes(uint64_t begin, uint64_t n) const {
+  size_t esize = DTypeSize(dtype_);
+  return absl::string_view(reinterpret_cast<const char*>(copy()) + (begin - range_.begin) * esize,
+                           n * esize);
+}
+
+int64_t Chunk::applied_step() const {
+  absl::MutexLock lock(&mu_);
+  return applied_step_;
+}
+
+absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t begin, uint64_t n,
+                                  absl::string_view grads, float coef) {
+  absl::MutexLock lock(&mu_);
+  if (step == applied_step_ || (applying_ && step == applied_step_ + 1)) {
+    return false;  // a retry: the step is applied, or all of it is staged
+  }
+  if (step != applied_step_ + 1) {
+    return absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
+                                           " is at step ", applied_step_, "; a push for step ",
+                                           step, " is ", step < applied_step_ ? "old" : "future"));
+  }
+  uint64_t end = begin + n;
+  auto next = staged_.lower_bound(begin);
+  if (next != staged_.end() && next->first == begin && next->second == end) {
+    return false;  // a retried push of a range already staged
+  }
+  bool overlaps_next = next != staged_.end() && next->first < end;
+  bool overlaps_prev = next != staged_.begin() && std::prev(next)->second > begin;
+  if (overlaps_next || overlaps_prev) {
+    return absl::InvalidArgumentError(absl::StrCat("push of [", begin, ", ", end, ") for step ",
+                                                   step, " overlaps a range already pushed to chunk ",
+                                                   chunk_id_, " of job ", job_id_));
+  }
+  if (!staged_.empty() && coef != staged_coef_) {
+    return absl::InvalidArgumentError(absl::StrCat("coef ", coef, " differs from the coef ",
+                                                   staged_coef_, " of other pushes of step ", step,
+                                                   " to chunk ", chunk_id_, " of job ", job_id_));
+  }
+  std::memcpy(staging() + (begin - range_.begin) * DTypeSize(dtype_), grads.data(), grads.size());
+  staged_.emplace(begin, end);
+  staged_params_ += n;
+  staged_coef_ = coef;
+  if (staged_params_ < range_.size()) return false;
+  applying_ = true;
+  return true;
+}
+
+void Chunk::Apply() {
+  int64_t step;
+  float coef;
+  {
+    absl::MutexLock lock(&mu_);
+    step = applied_step_ + 1;
+    coef = staged_coef_;
+  }
+  AdamUpdate(MakeAdamConstants(adam_, step, coef), dtype_, staging(), p(), m(), v(), dtype_,
+             copy(), range_.size());
+  std::vector<Waiter> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    applied_step_ = step;
+    applying_ = false;
+    staged_.clear();
+    staged_params_ = 0;
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (it->step == step) {
+        ready.push_back(std::move(*it));
+        it = waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // The copy stays unchanged until every worker has pulled this step (the
+  // next step needs all of them), so it is read without the lock.
+  for (Waiter& w : ready) std::move(w.done)(absl::OkStatus(), step, CopyBytes(w.begin, w.n));
+}
+
+void Chunk::Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done) {
+  absl::MutexLock lock(&mu_);
+  if (step == applied_step_ && !applying_) {
+    std::move(done)(absl::OkStatus(), step, CopyBytes(begin, n));
+    return;
+  }
+  if (step == applied_step_ + 1) {
+    waiters_.push_back(Waiter{step, begin, n, std::move(done)});
+    return;
+  }
+  std::move(done)(absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
+                                                  " is at step ", applied_step_,
+                                                  applying_ ? " and applying the next" : "",
+                                                  "; cannot pull step ", step)),
+                  applied_step_, {});
+}
+
+absl::Status Chunk::WriteParams(uint64_t begin, const float* params, uint64_t n) {
+  absl::MutexLock lock(&mu_);
+  if (applied_step_ != 0 || applying_ || !staged_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
+                     "; parameters can be written only before the first step"));
+  }
+  uint64_t offset = begin - range_.begin;
+  std::memcpy(p() + offset, params, n * sizeof(float));
+  CastFromFloat(params, dtype_, copy() + offset * DTypeSize(dtype_), n);
+  return absl::OkStatus();
+}
+
+int64_t Chunk::ReadState(uint64_t begin, uint64_t n, float* p_out, float* m_out,
+                         float* v_out) const {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(this, &Chunk::NotApplying));
+  uint64_t offset = begin - range_.begin;
+  std::memcpy(p_out, p() + offset, n * sizeof(float));
+  std::memcpy(m_out, m() + offset, n * sizeof(float));
+  std::memcpy(v_out, v() + offset, n * sizeof(float));
+  return applied_step_;
+}
+
+void Chunk::FailWaiters(const absl::Status& status) {
+  std::vector<Waiter> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    failed.swap(waiters_);
+  }
+  for (Waiter& w : failed) std::move(w.done)(status, w.step, {});
+}
+
+}  // namespace strata

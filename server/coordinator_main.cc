@@ -1,0 +1,46 @@
+// strata-coordinator: the coordinator. See --help.
+#include <signal.h>
+
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "common/command_line.h"
+#include "common/log.h"
+#include "server/daemons.h"
+#include "server/signals.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7700",
+          "host:port to serve on; port 0 picks a free port");
+ABSL_FLAG(std::string, data_dir, "/var/lib/strata/coordinator",
+          "directory for the coordinator's RocksDB state");
+ABSL_FLAG(std::string, ready_file, "",
+          "when set, the bound host:port is written to this file once serving");
+
+int main(int argc, char** argv) {
+  strata::InitCommandLine(
+      argc, argv,
+      "strata-coordinator: the coordinator of a strata cluster. Registers shard\n"
+      "servers, creates jobs and assigns their chunks to servers, keeps each job's\n"
+      "workers and serves the rendezvous store the collectives use. State is kept in\n"
+      "RocksDB under --data_dir; stops cleanly on SIGINT/SIGTERM.\n\n"
+      "  strata-coordinator --listen=HOST:PORT --data_dir=DIR");
+  strata::BlockShutdownSignals();
+  strata::CoordinatorOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  auto coordinator = strata::Coordinator::Start(options);
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "strata-coordinator: %s\n", coordinator.status().ToString().c_str());
+    return 1;
+  }
+  absl::Status ready =
+      strata::WriteReadyFile(absl::GetFlag(FLAGS_ready_file), (*coordinator)->address());
+  if (!ready.ok()) {
+    std::fprintf(stderr, "strata-coordinator: %s\n", ready.ToString().c_str());
+    return 1;
+  }
+  int signal = strata::WaitForShutdownSignal();
+  strata::LogEventCat("coordinator", "received ", strsignal(signal), "; shutting down");
+  (*coordinator)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,411 @@
+#include "server/coordinator_service.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "common/grpc_util.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "server/chunk.h"
+#include "server/fan_out.h"
+#include "server/job_spec.h"
+
+namespace strata {
+namespace {
+
+constexpr char kServerPrefix[] = "server/";
+constexpr char kJobPrefix[] = "job/";
+constexpr char kMemberPrefix[] = "member/";
+constexpr char kKvPrefix[] = "kv/";
+constexpr absl::Duration kServerCallTimeout = absl::Seconds(30);
+constexpr size_t kMaxKvKeyBytes = 1024;
+constexpr size_t kMaxKvValueBytes = 1 << 20;
+
+std::string MemberKey(const std::string& job_id, uint32_t rank) {
+  return absl::StrFormat("%s%s/%08d", kMemberPrefix, job_id, rank);
+}
+
+template <typename Message>
+absl::Status ParseInto(const std::string& key, const std::string& bytes, Message* message) {
+  if (!message->ParseFromString(bytes)) {
+    return absl::DataLossError(absl::StrCat("coordinator metadata: cannot parse record ", key));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t JobBytes(const v1::ChunkSpec& chunk, v1::DType dtype) {
+  return Chunk::NumBytes(chunk.num_params(), DTypeFromProto(dtype).value_or(DType::kFp32));
+}
+
+std::vector<std::string> ServersOf(const v1::JobInfo& job) {
+  std::vector<std::string> addresses;
+  for (const auto& c : job.chunks()) addresses.push_back(c.server_address());
+  std::sort(addresses.begin(), addresses.end());
+  addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
+  return addresses;
+}
+
+}  // namespace
+
+CoordinatorService::CoordinatorService(MetadataStore* metadata) : metadata_(metadata) {}
+
+absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
+    MetadataStore* metadata) {
+  std::unique_ptr<CoordinatorService> service(new CoordinatorService(metadata));
+  RETURN_IF_ERROR(service->Load());
+  return service;
+}
+
+absl::Status CoordinatorService::Load() {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(auto servers, metadata_->Scan(kServerPrefix));
+  for (const auto& [key, value] : servers) {
+    v1::ServerRecord record;
+    RETURN_IF_ERROR(ParseInto(key, value, &record));
+    servers_[record.address()] = record;
+  }
+  ASSIGN_OR_RETURN(auto jobs, metadata_->Scan(kJobPrefix));
+  for (const auto& [key, value] : jobs) {
+    v1::JobInfo job;
+    RETURN_IF_ERROR(ParseInto(key, value, &job));
+    jobs_[job.spec().job_id()] = job;
+  }
+  ASSIGN_OR_RETURN(auto members, metadata_->Scan(kMemberPrefix));
+  for (const auto& [key, value] : members) {
+    std::string job_id = key.substr(strlen(kMemberPrefix), key.rfind('/') - strlen(kMemberPrefix));
+    v1::Member member;
+    RETURN_IF_ERROR(ParseInto(key, value, &member));
+    members_[job_id].push_back(member);
+  }
+  LogEventCat("coordinator", "loaded ", servers_.size(), " server(s), ", jobs_.size(),
+              " job(s) from metadata");
+  return absl::OkStatus();
+}
+
+v1::ShardServer::Stub* CoordinatorService::StubFor(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto& stub = stubs_[address];
+  if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(address));
+  return stub.get();
+}
+
+absl::Status CoordinatorService::DoRegister(const v1::RegisterServerRequest& request) {
+  const v1::ServerRecord& server = request.server();
+  if (server.address().empty()) return absl::InvalidArgumentError("server address is empty");
+  RETURN_IF_ERROR(metadata_->Put(absl::StrCat(kServerPrefix, server.address()),
+                                 server.SerializeAsString()));
+  absl::MutexLock lock(&mu_);
+  servers_[server.address()] = server;
+  LogEventCat("coordinator", "shard server ", server.address(), " registered with ",
+              server.host_budget_bytes(), " host budget bytes");
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::RegisterServer(
+    grpc::CallbackServerContext* ctx, const v1::RegisterServerRequest* request,
+    v1::RegisterServerResponse*) {
+  return FinishUnary(ctx, DoRegister(*request));
+}
+
+absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, v1::JobInfo* job,
+                                         bool* existing) {
+  ASSIGN_OR_RETURN(FlatLayout layout, ValidateJobSpec(spec));
+  absl::MutexLock lock(&mu_);
+  if (auto it = jobs_.find(spec.job_id()); it != jobs_.end()) {
+    if (it->second.spec().SerializeAsString() != spec.SerializeAsString()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", spec.job_id(), "' exists with a different spec"));
+    }
+    *job = it->second;
+    *existing = true;
+    return absl::OkStatus();
+  }
+  if (creating_.contains(spec.job_id())) {
+    return absl::UnavailableError(
+        absl::StrCat("job '", spec.job_id(), "' is being created; retry"));
+  }
+  if (servers_.empty()) return absl::FailedPreconditionError("no shard servers are registered");
+  // Bytes already assigned to each server by other jobs.
+  std::map<std::string, uint64_t> used;
+  for (const auto& [address, server] : servers_) used[address] = 0;
+  for (const auto& [id, other] : jobs_) {
+    for (const auto& c : other.chunks()) {
+      used[c.server_address()] += JobBytes(c.chunk(), other.spec().dtype());
+    }
+  }
+  uint64_t job_bytes = 0;
+  *job->mutable_spec() = spec;
+  job->set_flat_num_params(layout.num_params());
+  for (uint32_t id = 0; id < layout.num_chunks(); ++id) {
+    v1::ChunkAssignment* a = job->add_chunks();
+    a->mutable_chunk()->set_chunk_id(id);
+    a->mutable_chunk()->set_flat_begin(layout.chunk_range(id).begin);
+    a->mutable_chunk()->set_num_params(layout.chunk_range(id).size());
+    uint64_t bytes = JobBytes(a->chunk(), spec.dtype());
+    job_bytes += bytes;
+    // Balance by bytes: the server with the most free bytes takes the chunk.
+    std::string best;
+    uint64_t best_free = 0;
+    for (const auto& [address, server] : servers_) {
+      uint64_t budget = server.host_budget_bytes();
+      uint64_t free = budget > used[address] ? budget - used[address] : 0;
+      if (best.empty() || free > best_free) {
+        best = address;
+        best_free = free;
+      }
+    }
+    if (best_free < bytes) {
+      uint64_t total_free = 0;
+      for (const auto& [address, server] : servers_) {
+        total_free += server.host_budget_bytes() > used[address]
+                          ? server.host_budget_bytes() - used[address]
+                          : 0;
+      }
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "job '", spec.job_id(), "' does not fit: it needs ", layout.num_params(),
+          " params, at least ", job_bytes, " bytes so far of chunks of ", bytes,
+          " bytes; the ", servers_.size(), " shard server(s) have ", total_free,
+          " bytes free in all"));
+    }
+    used[best] += bytes;
+    a->set_server_address(best);
+  }
+  creating_.insert(spec.job_id());
+  *existing = false;
+  return absl::OkStatus();
+}
+
+void CoordinatorService::FinishCreate(const v1::JobInfo& job, absl::Status status) {
+  if (status.ok()) {
+    status = metadata_->Put(absl::StrCat(kJobPrefix, job.spec().job_id()), job.SerializeAsString());
+  }
+  absl::MutexLock lock(&mu_);
+  creating_.erase(job.spec().job_id());
+  if (status.ok()) {
+    jobs_[job.spec().job_id()] = job;
+    LogEventCat("coordinator", "job ", job.spec().job_id(), " created: ", job.flat_num_params(),
+                " params in ", job.chunks_size(), " chunks, world size ",
+                job.spec().world_size());
+  } else {
+    LogEventCat("coordinator", "job ", job.spec().job_id(), " refused: ", status.ToString());
+  }
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerContext* ctx,
+                                                        const v1::CreateJobRequest* request,
+                                                        v1::JobInfo* response) {
+  bool existing = false;
+  absl::Status planned = PlanJob(request->spec(), response, &existing);
+  if (!planned.ok() || existing) return FinishUnary(ctx, planned);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  std::vector<std::string> addresses = ServersOf(*response);
+  FanOut<v1::AllocateChunksResponse>(
+      addresses, kServerCallTimeout,
+      [this, response](const std::string& address, grpc::ClientContext* context,
+                       v1::AllocateChunksResponse* out, std::function<void(grpc::Status)> done) {
+        auto allocate = std::make_shared<v1::AllocateChunksRequest>();
+        *allocate->mutable_spec() = response->spec();
+        for (const auto& c : response->chunks()) {
+          if (c.server_address() == address) *allocate->add_chunks() = c.chunk();
+        }
+        StubFor(address)->async()->AllocateChunks(
+            context, allocate.get(), out,
+            [allocate, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
+      },
+      [this, reactor, response](auto& results) {
+        absl::Status status;
+        for (auto& r : results) status.Update(r->status);
+        if (!status.ok()) {
+          // Undo the allocations that succeeded; a server that missed the
+          // DropJob keeps reserved bytes until the job id is reused.
+          for (auto& r : results) {
+            if (!r->status.ok()) continue;
+            struct DropCall {
+              grpc::ClientContext context;
+              v1::DropJobRequest request;
+              v1::DropJobResponse response;
+            };
+            auto call = std::make_shared<DropCall>();
+            call->request.set_job_id(response->spec().job_id());
+            StubFor(r->address)
+                ->async()
+                ->DropJob(&call->context, &call->request, &call->response,
+                          [call](grpc::Status) {});
+          }
+        }
+        FinishCreate(*response, status);
+        reactor->Finish(ToGrpcStatus(status));
+      });
+  return reactor;
+}
+
+absl::StatusOr<v1::JobInfo> CoordinatorService::FindJob(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "'"));
+  return it->second;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* ctx,
+                                                     const v1::GetJobRequest* request,
+                                                     v1::JobInfo* response) {
+  absl::StatusOr<v1::JobInfo> job = FindJob(request->job_id());
+  if (job.ok()) *response = *std::move(job);
+  return FinishUnary(ctx, job.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* ctx,
+                                                       const v1::ListJobsRequest*,
+                                                       v1::ListJobsResponse* response) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, job] : jobs_) {
+    v1::JobSummary* summary = response->add_jobs();
+    *summary->mutable_job() = job;
+    auto it = members_.find(id);
+    summary->set_num_members(it == members_.end() ? 0 : it->second.size());
+  }
+  return FinishUnary(ctx, absl::OkStatus());
+}
+
+absl::Status CoordinatorService::DoJoin(const v1::JoinJobRequest& request,
+                                        v1::JoinJobResponse* response) {
+  if (request.worker_id().empty()) return absl::InvalidArgumentError("worker id is empty");
+  ASSIGN_OR_RETURN(v1::JobInfo job, FindJob(request.job_id()));
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::Member>& members = members_[request.job_id()];
+  response->set_world_size(job.spec().world_size());
+  for (const v1::Member& m : members) {
+    if (m.worker_id() == request.worker_id()) {
+      response->set_rank(m.rank());
+      return absl::OkStatus();
+    }
+  }
+  if (members.size() >= job.spec().world_size()) {
+    return absl::FailedPreconditionError(absl::StrCat("job '", request.job_id(),
+                                                      "' already has its ", members.size(),
+                                                      " workers"));
+  }
+  v1::Member member;
+  member.set_rank(members.size());
+  member.set_worker_id(request.worker_id());
+  member.set_joined_unix_ms(absl::ToUnixMillis(absl::Now()));
+  RETURN_IF_ERROR(
+      metadata_->Put(MemberKey(request.job_id(), member.rank()), member.SerializeAsString()));
+  members.push_back(member);
+  response->set_rank(member.rank());
+  LogEventCat("coordinator", "job ", request.job_id(), ": worker ", request.worker_id(),
+              " joined as rank ", member.rank(), " of ", job.spec().world_size());
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::JoinJob(grpc::CallbackServerContext* ctx,
+                                                      const v1::JoinJobRequest* request,
+                                                      v1::JoinJobResponse* response) {
+  return FinishUnary(ctx, DoJoin(*request, response));
+}
+
+absl::Status CoordinatorService::DoListMembers(const v1::ListMembersRequest& request,
+                                               v1::ListMembersResponse* response) {
+  ASSIGN_OR_RETURN(v1::JobInfo job, FindJob(request.job_id()));
+  absl::MutexLock lock(&mu_);
+  response->set_world_size(job.spec().world_size());
+  auto it = members_.find(request.job_id());
+  if (it != members_.end()) {
+    for (const v1::Member& m : it->second) *response->add_members() = m;
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ListMembers(grpc::CallbackServerContext* ctx,
+                                                          const v1::ListMembersRequest* request,
+                                                          v1::ListMembersResponse* response) {
+  return FinishUnary(ctx, DoListMembers(*request, response));
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetPlacement(grpc::CallbackServerContext* ctx,
+                                                           const v1::GetPlacementRequest* request,
+                                                           v1::GetPlacementResponse* response) {
+  absl::StatusOr<v1::JobInfo> found = FindJob(request->job_id());
+  if (!found.ok()) return FinishUnary(ctx, found.status());
+  auto job = std::make_shared<v1::JobInfo>(*std::move(found));
+  absl::StatusOr<FlatLayout> layout =
+      FlatLayout::Create(TensorsFromProto(job->spec()), job->spec().chunk_num_params());
+  if (!layout.ok()) return FinishUnary(ctx, layout.status());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  FanOut<v1::ListChunksResponse>(
+      ServersOf(*job), kServerCallTimeout,
+      [this, job](const std::string& address, grpc::ClientContext* context,
+                  v1::ListChunksResponse* out, std::function<void(grpc::Status)> done) {
+        auto list = std::make_shared<v1::ListChunksRequest>();
+        list->set_job_id(job->spec().job_id());
+        StubFor(address)->async()->ListChunks(
+            context, list.get(), out,
+            [list, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
+      },
+      [reactor, response, job, layout = *std::move(layout)](auto& results) {
+        // (address, chunk id) -> what that server reports.
+        std::map<std::pair<std::string, uint32_t>, const v1::ChunkStatus*> reported;
+        for (auto& r : results) {
+          for (const auto& c : r->response.chunks()) {
+            reported[{r->address, c.chunk().chunk_id()}] = &c;
+          }
+        }
+        for (const auto& a : job->chunks()) {
+          v1::PlacementRow* row = response->add_rows();
+          row->set_job_id(job->spec().job_id());
+          row->set_chunk_id(a.chunk().chunk_id());
+          row->set_flat_begin(a.chunk().flat_begin());
+          row->set_num_params(a.chunk().num_params());
+          for (const std::string& name : layout.TensorsIn(
+                   {a.chunk().flat_begin(), a.chunk().flat_begin() + a.chunk().num_params()})) {
+            row->add_tensors(name);
+          }
+          row->set_server_address(a.server_address());
+          auto it = reported.find({a.server_address(), a.chunk().chunk_id()});
+          if (it == reported.end()) {
+            row->set_tier("missing");
+            row->set_applied_step(-1);
+          } else {
+            row->set_tier(it->second->tier());
+            row->set_num_bytes(it->second->num_bytes());
+            row->set_applied_step(it->second->applied_step());
+          }
+        }
+        reactor->Finish(grpc::Status::OK);
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::KvSet(grpc::CallbackServerContext* ctx,
+                                                    const v1::KvSetRequest* request,
+                                                    v1::KvSetResponse*) {
+  if (request->key().empty() || request->key().size() > kMaxKvKeyBytes) {
+    return FinishUnary(ctx, absl::InvalidArgumentError(absl::StrCat(
+                                "key must have 1 to ", kMaxKvKeyBytes, " bytes")));
+  }
+  if (request->value().size() > kMaxKvValueBytes) {
+    return FinishUnary(ctx, absl::InvalidArgumentError(absl::StrCat(
+                                "value of ", request->value().size(),
+                                " bytes exceeds the maximum of ", kMaxKvValueBytes)));
+  }
+  return FinishUnary(ctx, metadata_->Put(absl::StrCat(kKvPrefix, request->key()), request->value()));
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::KvGet(grpc::CallbackServerContext* ctx,
+                                                    const v1::KvGetRequest* request,
+                                                    v1::KvGetResponse* response) {
+  absl::StatusOr<std::optional<std::string>> value =
+      metadata_->Get(absl::StrCat(kKvPrefix, request->key()));
+  if (!value.ok()) return FinishUnary(ctx, value.status());
+  if (!value->has_value()) {
+    return FinishUnary(ctx, absl::NotFoundError(absl::StrCat("no key '", request->key(), "'")));
+  }
+  response->set_value(**value);
+  return FinishUnary(ctx, absl::OkStatus());
+}
+
+}  // namespace strata

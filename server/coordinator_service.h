@@ -1,0 +1,83 @@
+// CoordinatorService: the gRPC Coordinator service
+// (proto/strata/v1/coordinator.proto). It registers shard servers, creates
+// jobs and assigns their chunks to servers balanced by bytes, keeps each
+// job's workers, and serves the rendezvous key-value store. All state is
+// written to RocksDB before a request is answered, and reloaded at start.
+// Thread-safe; calls to shard servers are asynchronous (FanOut).
+#ifndef STRATA_SERVER_COORDINATOR_SERVICE_H_
+#define STRATA_SERVER_COORDINATOR_SERVICE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "storage/metadata_store.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+#include "strata/v1/shard.grpc.pb.h"
+
+namespace strata {
+
+class CoordinatorService final : public v1::Coordinator::CallbackService {
+ public:
+  static absl::StatusOr<std::unique_ptr<CoordinatorService>> Create(MetadataStore* metadata);
+
+  grpc::ServerUnaryReactor* RegisterServer(grpc::CallbackServerContext* ctx,
+                                           const v1::RegisterServerRequest* request,
+                                           v1::RegisterServerResponse* response) override;
+  grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
+                                      const v1::CreateJobRequest* request,
+                                      v1::JobInfo* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
+                                   const v1::GetJobRequest* request,
+                                   v1::JobInfo* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* JoinJob(grpc::CallbackServerContext* ctx,
+                                    const v1::JoinJobRequest* request,
+                                    v1::JoinJobResponse* response) override;
+  grpc::ServerUnaryReactor* ListMembers(grpc::CallbackServerContext* ctx,
+                                        const v1::ListMembersRequest* request,
+                                        v1::ListMembersResponse* response) override;
+  grpc::ServerUnaryReactor* GetPlacement(grpc::CallbackServerContext* ctx,
+                                         const v1::GetPlacementRequest* request,
+                                         v1::GetPlacementResponse* response) override;
+  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx,
+                                  const v1::KvSetRequest* request,
+                                  v1::KvSetResponse* response) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx,
+                                  const v1::KvGetRequest* request,
+                                  v1::KvGetResponse* response) override;
+
+ private:
+  explicit CoordinatorService(MetadataStore* metadata);
+  absl::Status Load();
+  absl::Status DoRegister(const v1::RegisterServerRequest& request);
+  // Validates the spec and assigns chunks; fills `job`. Marks the job as
+  // being created. OK with `*existing` set when the same job exists.
+  absl::Status PlanJob(const v1::JobSpec& spec, v1::JobInfo* job, bool* existing);
+  void FinishCreate(const v1::JobInfo& job, absl::Status status);
+  absl::Status DoJoin(const v1::JoinJobRequest& request, v1::JoinJobResponse* response);
+  absl::Status DoListMembers(const v1::ListMembersRequest& request,
+                             v1::ListMembersResponse* response);
+  absl::StatusOr<v1::JobInfo> FindJob(const std::string& job_id) const;
+  v1::ShardServer::Stub* StubFor(const std::string& address);
+
+  MetadataStore* const metadata_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, v1::ServerRecord> servers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, v1::JobInfo> jobs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::vector<v1::Member>> members_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<v1::ShardServer::Stub>> stubs_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_COORDINATOR_SERVICE_H_

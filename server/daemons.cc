@@ -1,0 +1,129 @@
+#include "server/daemons.h"
+
+#include <grpcpp/server_builder.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/grpc_util.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+
+namespace strata {
+namespace {
+
+constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
+
+absl::StatusOr<std::unique_ptr<MetadataStore>> OpenMetadata(const std::string& data_dir) {
+  if (data_dir.empty()) return absl::InvalidArgumentError("a data directory is required");
+  std::error_code error;
+  std::filesystem::create_directories(data_dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create data directory ", data_dir, ": ", error.message()));
+  }
+  return MetadataStore::Open(absl::StrCat(data_dir, "/metadata"));
+}
+
+// Builds and starts a gRPC server on `listen_address`; sets `*address` to the
+// host of `listen_address` with the bound port.
+absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& listen_address,
+                                                    grpc::Service* service,
+                                                    std::string* address) {
+  grpc::ServerBuilder builder;
+  ConfigureServerBuilder(builder);
+  int port = 0;
+  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen_address,
+                                               " (address in use or not valid?)"));
+  }
+  std::string host = listen_address.substr(0, listen_address.rfind(':'));
+  *address = absl::StrCat(host, ":", port);
+  return server;
+}
+
+absl::Status RegisterWithCoordinator(const ShardServerOptions& options,
+                                     const std::string& address) {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(options.coordinator_address));
+  v1::RegisterServerRequest request;
+  request.mutable_server()->set_address(address);
+  request.mutable_server()->set_host_budget_bytes(options.host_budget_bytes);
+  grpc::ClientContext context;
+  context.set_wait_for_ready(true);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options.register_timeout));
+  v1::RegisterServerResponse response;
+  absl::Status s = FromGrpcStatus(stub->RegisterServer(&context, request, &response));
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("registering with coordinator ",
+                                               options.coordinator_address, ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServerOptions& options) {
+  if (options.coordinator_address.empty()) {
+    return absl::InvalidArgumentError("a coordinator address is required");
+  }
+  if (options.executor_threads < 1) {
+    return absl::InvalidArgumentError("executor threads must be >= 1");
+  }
+  std::unique_ptr<ShardServer> server(new ShardServer());
+  ASSIGN_OR_RETURN(server->metadata_, OpenMetadata(options.data_dir));
+  server->tier_ = std::make_unique<HostTier>(options.host_budget_bytes);
+  server->executor_ = std::make_unique<ThreadPool>(options.executor_threads);
+  ASSIGN_OR_RETURN(server->service_, ShardService::Create(server->tier_.get(),
+                                                          server->metadata_.get(),
+                                                          server->executor_.get()));
+  std::string bound;
+  ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, server->service_.get(), &bound));
+  server->address_ = options.advertise_address.empty() ? bound : options.advertise_address;
+  RETURN_IF_ERROR(RegisterWithCoordinator(options, server->address_));
+  LogEventCat("server", "serving on ", server->address_, " with a host tier of ",
+              options.host_budget_bytes, " bytes and ", options.executor_threads,
+              " executor thread(s)");
+  return server;
+}
+
+ShardServer::~ShardServer() { Shutdown(); }
+
+void ShardServer::Shutdown() {
+  if (server_ == nullptr) return;
+  service_->BeginShutdown();  // refuses new work, answers waiting pulls
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
+  server_.reset();
+  executor_.reset();  // in-flight steps finish
+  service_.reset();
+  metadata_.reset();  // closes RocksDB
+  LogEventCat("server", "shut down ", address_);
+}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
+  std::unique_ptr<Coordinator> coordinator(new Coordinator());
+  ASSIGN_OR_RETURN(coordinator->metadata_, OpenMetadata(options.data_dir));
+  ASSIGN_OR_RETURN(coordinator->service_, CoordinatorService::Create(coordinator->metadata_.get()));
+  ASSIGN_OR_RETURN(coordinator->server_, Serve(options.listen_address,
+                                               coordinator->service_.get(),
+                                               &coordinator->address_));
+  LogEventCat("coordinator", "serving on ", coordinator->address_);
+  return coordinator;
+}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+void Coordinator::Shutdown() {
+  if (server_ == nullptr) return;
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
+  server_.reset();
+  service_.reset();
+  metadata_.reset();
+  LogEventCat("coordinator", "shut down ", address_);
+}
+
+}  // namespace strata

@@ -1,0 +1,76 @@
+// In-process daemons: a shard server and a coordinator, each with its
+// RocksDB metadata, its gRPC server and (for the shard server) its host tier
+// and step executor. The main()s run them; tests and strata-bench start
+// several in one process. Start() returns once serving; Shutdown() (also run
+// by the destructor) answers waiting pulls, lets in-flight steps finish,
+// stops gRPC and closes RocksDB. Not thread-safe: one owner calls Shutdown.
+#ifndef STRATA_SERVER_DAEMONS_H_
+#define STRATA_SERVER_DAEMONS_H_
+
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/thread_pool.h"
+#include "server/coordinator_service.h"
+#include "server/shard_service.h"
+#include "storage/host_tier.h"
+#include "storage/metadata_store.h"
+
+namespace strata {
+
+struct ShardServerOptions {
+  std::string listen_address = "127.0.0.1:0";  // port 0 picks a free port
+  // Address announced to the coordinator; default: the listen host and bound port.
+  std::string advertise_address;
+  std::string coordinator_address;
+  std::string data_dir;  // RocksDB metadata lives in data_dir/metadata
+  uint64_t host_budget_bytes = uint64_t{1} << 30;
+  int executor_threads = 2;
+  absl::Duration register_timeout = absl::Seconds(30);
+};
+
+class ShardServer {
+ public:
+  // UNAVAILABLE when the coordinator cannot be reached within register_timeout.
+  static absl::StatusOr<std::unique_ptr<ShardServer>> Start(const ShardServerOptions& options);
+  ~ShardServer();
+  const std::string& address() const { return address_; }
+  void Shutdown();
+
+ private:
+  ShardServer() = default;
+  std::string address_;
+  std::unique_ptr<MetadataStore> metadata_;
+  std::unique_ptr<HostTier> tier_;
+  std::unique_ptr<ThreadPool> executor_;
+  std::unique_ptr<ShardService> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+struct CoordinatorOptions {
+  std::string listen_address = "127.0.0.1:0";
+  std::string data_dir;
+};
+
+class Coordinator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
+  ~Coordinator();
+  const std::string& address() const { return address_; }
+  void Shutdown();
+
+ private:
+  Coordinator() = default;
+  std::string address_;
+  std::unique_ptr<MetadataStore> metadata_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_DAEMONS_H_

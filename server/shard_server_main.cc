@@ -1,0 +1,57 @@
+// strata-server: a shard server. See --help.
+#include <signal.h>
+
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "common/command_line.h"
+#include "common/log.h"
+#include "server/daemons.h"
+#include "server/signals.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7701",
+          "host:port to serve on; port 0 picks a free port");
+ABSL_FLAG(std::string, advertise, "",
+          "host:port announced to the coordinator (default: the listen host and bound port)");
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "host:port of strata-coordinator");
+ABSL_FLAG(std::string, data_dir, "/var/lib/strata/server",
+          "directory for this server's RocksDB metadata");
+ABSL_FLAG(uint64_t, host_budget_mib, 1024,
+          "host-tier budget in MiB; a job that does not fit is refused");
+ABSL_FLAG(int, executor_threads, 2, "threads that apply the optimizer to chunks");
+ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at start-up");
+ABSL_FLAG(std::string, ready_file, "",
+          "when set, the bound host:port is written to this file once serving");
+
+int main(int argc, char** argv) {
+  strata::InitCommandLine(
+      argc, argv,
+      "strata-server: a shard server. Holds chunks of the FP32 master weights and Adam\n"
+      "moments of jobs in its host tier, applies AdamW as workers push gradients, and\n"
+      "serves the updated low-precision parameters. Registers with the coordinator at\n"
+      "start-up; stops cleanly on SIGINT/SIGTERM.\n\n"
+      "  strata-server --coordinator=HOST:PORT --listen=HOST:PORT --data_dir=DIR");
+  strata::BlockShutdownSignals();
+  strata::ShardServerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.advertise_address = absl::GetFlag(FLAGS_advertise);
+  options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.host_budget_bytes = absl::GetFlag(FLAGS_host_budget_mib) << 20;
+  options.executor_threads = absl::GetFlag(FLAGS_executor_threads);
+  options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
+  auto server = strata::ShardServer::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "strata-server: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  absl::Status ready = strata::WriteReadyFile(absl::GetFlag(FLAGS_ready_file), (*server)->address());
+  if (!ready.ok()) {
+    std::fprintf(stderr, "strata-server: %s\n", ready.ToString().c_str());
+    return 1;
+  }
+  int signal = strata::WaitForShutdownSignal();
+  strata::LogEventCat("server", "received ", strsignal(signal), "; shutting down");
+  (*server)->Shutdown();
+  return 0;
+}

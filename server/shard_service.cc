@@ -1,0 +1,291 @@
+#include "server/shard_service.h"
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "server/job_spec.h"
+
+namespace strata {
+namespace {
+
+constexpr char kJobPrefix[] = "job/";
+constexpr char kStepPrefix[] = "step/";
+
+std::string StepKey(const std::string& job_id, uint32_t chunk_id) {
+  return absl::StrCat(kStepPrefix, job_id, "/", chunk_id);
+}
+
+}  // namespace
+
+ShardService::ShardService(Tier* tier, MetadataStore* metadata, ThreadPool* executor)
+    : tier_(tier), metadata_(metadata), executor_(executor) {}
+
+absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(Tier* tier,
+                                                                   MetadataStore* metadata,
+                                                                   ThreadPool* executor) {
+  ASSIGN_OR_RETURN(auto old_jobs, metadata->Scan(kJobPrefix));
+  if (!old_jobs.empty()) {
+    LogEventCat("server", "discarding ", old_jobs.size(),
+                " job(s) of a previous run: the host tier does not survive a restart");
+    RETURN_IF_ERROR(metadata->DeletePrefix(kJobPrefix));
+    RETURN_IF_ERROR(metadata->DeletePrefix(kStepPrefix));
+  }
+  return std::unique_ptr<ShardService>(new ShardService(tier, metadata, executor));
+}
+
+void ShardService::BeginShutdown() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+    for (auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  absl::Status status = absl::UnavailableError("shard server is shutting down");
+  for (auto& job : jobs) {
+    for (auto& [begin, chunk] : job->chunks_by_begin) chunk->FailWaiters(status);
+  }
+}
+
+absl::Status ShardService::CheckServing() const {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("shard server is shutting down");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Chunk>> ShardService::FindChunk(const std::string& job_id,
+                                                               uint64_t begin, uint64_t n,
+                                                               DType* dtype) {
+  if (n == 0) return absl::InvalidArgumentError("the range is empty (num_params is 0)");
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("shard server is shutting down");
+  auto job_it = jobs_.find(job_id);
+  if (job_it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "' on this shard server"));
+  }
+  const auto& chunks = job_it->second->chunks_by_begin;
+  auto it = chunks.upper_bound(begin);
+  if (it == chunks.begin() || std::prev(it)->second->range().end <= begin) {
+    return absl::NotFoundError(absl::StrCat("no chunk of job '", job_id,
+                                            "' on this shard server holds flat index ", begin));
+  }
+  std::shared_ptr<Chunk> chunk = std::prev(it)->second;
+  if (n > chunk->range().end - begin) {
+    return absl::InvalidArgumentError(absl::StrCat("range [", begin, ", ", begin + n,
+                                                   ") crosses the end of chunk ",
+                                                   chunk->chunk_id(), " at ", chunk->range().end));
+  }
+  if (dtype != nullptr) *dtype = job_it->second->dtype;
+  return chunk;
+}
+
+absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) {
+  ASSIGN_OR_RETURN(FlatLayout layout, ValidateJobSpec(request.spec()));
+  ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request.spec().dtype()));
+  const std::string& job_id = request.spec().job_id();
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("shard server is shutting down");
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) {
+    if (it->second->record.SerializeAsString() == request.SerializeAsString()) {
+      return absl::OkStatus();  // a retry
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", job_id, "' already has other chunks on this shard server"));
+  }
+  uint64_t total_bytes = 0;
+  for (const v1::ChunkSpec& c : request.chunks()) {
+    FlatRange range = c.chunk_id() < layout.num_chunks() ? layout.chunk_range(c.chunk_id())
+                                                         : FlatRange{};
+    if (range.empty() || range.begin != c.flat_begin() || range.size() != c.num_params()) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk ", c.chunk_id(), " [", c.flat_begin(),
+                                                     ", +", c.num_params(),
+                                                     ") is not a chunk of job '", job_id, "'"));
+    }
+    total_bytes += Chunk::NumBytes(c.num_params(), dtype);
+  }
+  if (total_bytes > tier_->budget_bytes() - tier_->used_bytes()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job '", job_id, "' needs ", total_bytes, " bytes on this shard server; the ",
+        TierKindName(tier_->kind()), " tier has ", tier_->budget_bytes() - tier_->used_bytes(),
+        " of ", tier_->budget_bytes(), " budget bytes free"));
+  }
+  auto job = std::make_shared<Job>();
+  job->record = request;
+  job->dtype = dtype;
+  AdamConfig adam = AdamFromProto(request.spec().adam());
+  for (const v1::ChunkSpec& c : request.chunks()) {
+    // Fits: checked above, and allocation happens under mu_.
+    ASSIGN_OR_RETURN(Extent extent, tier_->Allocate(Chunk::NumBytes(c.num_params(), dtype)));
+    job->chunks_by_begin[c.flat_begin()] = std::make_shared<Chunk>(
+        job_id, c.chunk_id(), FlatRange{c.flat_begin(), c.flat_begin() + c.num_params()}, dtype,
+        adam, tier_, extent);
+  }
+  RETURN_IF_ERROR(metadata_->Put(absl::StrCat(kJobPrefix, job_id), request.SerializeAsString()));
+  jobs_[job_id] = std::move(job);
+  LogEventCat("server", "job ", job_id, ": allocated ", request.chunks_size(), " chunks, ",
+              total_bytes, " bytes in the ", TierKindName(tier_->kind()), " tier");
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ShardService::AllocateChunks(grpc::CallbackServerContext* ctx,
+                                                       const v1::AllocateChunksRequest* request,
+                                                       v1::AllocateChunksResponse*) {
+  return FinishUnary(ctx, DoAllocate(*request));
+}
+
+grpc::ServerUnaryReactor* ShardService::DropJob(grpc::CallbackServerContext* ctx,
+                                                const v1::DropJobRequest* request,
+                                                v1::DropJobResponse*) {
+  std::shared_ptr<Job> job;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(request->job_id());
+    if (it != jobs_.end()) {
+      job = std::move(it->second);
+      jobs_.erase(it);
+    }
+  }
+  if (job == nullptr) {
+    return FinishUnary(ctx, absl::NotFoundError(absl::StrCat("unknown job '", request->job_id(),
+                                                             "' on this shard server")));
+  }
+  absl::Status status = absl::AbortedError(absl::StrCat("job '", request->job_id(), "' dropped"));
+  for (auto& [begin, chunk] : job->chunks_by_begin) chunk->FailWaiters(status);
+  absl::Status s = metadata_->Delete(absl::StrCat(kJobPrefix, request->job_id()));
+  if (s.ok()) s = metadata_->DeletePrefix(absl::StrCat(kStepPrefix, request->job_id(), "/"));
+  LogEventCat("server", "job ", request->job_id(), ": dropped");
+  return FinishUnary(ctx, s);
+}
+
+absl::Status ShardService::DoWriteParams(const v1::WriteParamsRequest& request) {
+  for (float x : request.params()) {
+    if (!std::isfinite(x)) return absl::InvalidArgumentError("parameters must be finite");
+  }
+  ASSIGN_OR_RETURN(auto chunk,
+                   FindChunk(request.job_id(), request.flat_begin(), request.params_size()));
+  return chunk->WriteParams(request.flat_begin(), request.params().data(), request.params_size());
+}
+
+grpc::ServerUnaryReactor* ShardService::WriteParams(grpc::CallbackServerContext* ctx,
+                                                    const v1::WriteParamsRequest* request,
+                                                    v1::WriteParamsResponse*) {
+  return FinishUnary(ctx, DoWriteParams(*request));
+}
+
+void ShardService::ScheduleApply(std::shared_ptr<Chunk> chunk) {
+  executor_->Schedule([this, chunk = std::move(chunk)] {
+    chunk->Apply();
+    int64_t step = chunk->applied_step();
+    absl::Status s = metadata_->Put(StepKey(chunk->job_id(), chunk->chunk_id()),
+                                    absl::StrCat(step));
+    if (!s.ok()) LogEventCat("server", "recording the applied step failed: ", s.ToString());
+  });
+}
+
+absl::Status ShardService::DoPush(const v1::PushRequest& request, v1::PushResponse* response) {
+  if (request.step() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 1"));
+  }
+  if (!std::isfinite(request.coef())) {
+    return absl::InvalidArgumentError(absl::StrCat("coef ", request.coef(), " is not finite"));
+  }
+  ASSIGN_OR_RETURN(DType grad_dtype, DTypeFromProto(request.dtype()));
+  DType job_dtype;
+  ASSIGN_OR_RETURN(auto chunk, FindChunk(request.job_id(), request.flat_begin(),
+                                         request.num_params(), &job_dtype));
+  if (grad_dtype != job_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("gradients are ", DTypeName(grad_dtype),
+                                                   "; job '", request.job_id(), "' uses ",
+                                                   DTypeName(job_dtype)));
+  }
+  uint64_t want_bytes = request.num_params() * DTypeSize(job_dtype);
+  if (request.grads().size() != want_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grads has ", request.grads().size(), " bytes; ", request.num_params(), " ",
+        DTypeName(job_dtype), " gradients need ", want_bytes));
+  }
+  ASSIGN_OR_RETURN(bool complete, chunk->Stage(request.step(), request.flat_begin(),
+                                               request.num_params(), request.grads(),
+                                               request.coef()));
+  response->set_applied_step(chunk->applied_step());
+  if (complete) ScheduleApply(std::move(chunk));
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
+                                             const v1::PushRequest* request,
+                                             v1::PushResponse* response) {
+  return FinishUnary(ctx, DoPush(*request, response));
+}
+
+grpc::ServerUnaryReactor* ShardService::Pull(grpc::CallbackServerContext* ctx,
+                                             const v1::PullRequest* request,
+                                             v1::PullResponse* response) {
+  DType dtype;
+  absl::StatusOr<std::shared_ptr<Chunk>> chunk =
+      FindChunk(request->job_id(), request->flat_begin(), request->num_params(), &dtype);
+  if (!chunk.ok()) return FinishUnary(ctx, chunk.status());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  (*chunk)->Pull(request->step(), request->flat_begin(), request->num_params(),
+                 [reactor, response, dtype](absl::Status s, int64_t step, absl::string_view bytes) {
+                   if (s.ok()) {
+                     response->set_step(step);
+                     response->set_dtype(DTypeToProto(dtype));
+                     response->set_params(bytes.data(), bytes.size());
+                   }
+                   reactor->Finish(ToGrpcStatus(s));
+                 });
+  return reactor;
+}
+
+absl::Status ShardService::DoReadState(const v1::ReadStateRequest& request,
+                                       v1::ReadStateResponse* response) {
+  constexpr uint64_t kMaxReadParams = uint64_t{1} << 20;
+  if (request.num_params() > kMaxReadParams) {
+    return absl::InvalidArgumentError(absl::StrCat("read of ", request.num_params(),
+                                                   " params exceeds the maximum of ",
+                                                   kMaxReadParams, " per request"));
+  }
+  ASSIGN_OR_RETURN(auto chunk,
+                   FindChunk(request.job_id(), request.flat_begin(), request.num_params()));
+  int n = static_cast<int>(request.num_params());
+  response->mutable_params()->Resize(n, 0.0f);
+  response->mutable_exp_avg()->Resize(n, 0.0f);
+  response->mutable_exp_avg_sq()->Resize(n, 0.0f);
+  response->set_applied_step(chunk->ReadState(
+      request.flat_begin(), n, response->mutable_params()->mutable_data(),
+      response->mutable_exp_avg()->mutable_data(), response->mutable_exp_avg_sq()->mutable_data()));
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ShardService::ReadState(grpc::CallbackServerContext* ctx,
+                                                  const v1::ReadStateRequest* request,
+                                                  v1::ReadStateResponse* response) {
+  return FinishUnary(ctx, DoReadState(*request, response));
+}
+
+grpc::ServerUnaryReactor* ShardService::ListChunks(grpc::CallbackServerContext* ctx,
+                                                   const v1::ListChunksRequest* request,
+                                                   v1::ListChunksResponse* response) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [job_id, job] : jobs_) {
+    if (!request->job_id().empty() && request->job_id() != job_id) continue;
+    for (const auto& [begin, chunk] : job->chunks_by_begin) {
+      v1::ChunkStatus* row = response->add_chunks();
+      row->set_job_id(job_id);
+      row->mutable_chunk()->set_chunk_id(chunk->chunk_id());
+      row->mutable_chunk()->set_flat_begin(chunk->range().begin);
+      row->mutable_chunk()->set_num_params(chunk->range().size());
+      row->set_tier(TierKindName(chunk->tier()->kind()));
+      row->set_num_bytes(chunk->num_bytes());
+      row->set_applied_step(chunk->applied_step());
+    }
+  }
+  return FinishUnary(ctx, absl::OkStatus());
+}
+
+}  // namespace strata

@@ -1,0 +1,84 @@
+// ShardService: the gRPC ShardServer service (proto/strata/v1/shard.proto).
+// Reactors parse, validate and stage; the optimizer runs on the step
+// executor, one task per chunk and step. Every request is validated before
+// it touches state: bad input gets a status naming the problem and changes
+// nothing. Thread-safe; BeginShutdown() refuses new work and answers every
+// waiting pull with UNAVAILABLE.
+#ifndef STRATA_SERVER_SHARD_SERVICE_H_
+#define STRATA_SERVER_SHARD_SERVICE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "common/thread_pool.h"
+#include "server/chunk.h"
+#include "storage/metadata_store.h"
+#include "storage/tier.h"
+#include "strata/v1/shard.grpc.pb.h"
+
+namespace strata {
+
+class ShardService final : public v1::ShardServer::CallbackService {
+ public:
+  // Discards the chunks a previous run recorded in `metadata` (the host tier
+  // does not survive a restart) and logs how many.
+  static absl::StatusOr<std::unique_ptr<ShardService>> Create(Tier* tier, MetadataStore* metadata,
+                                                              ThreadPool* executor);
+
+  void BeginShutdown();
+
+  grpc::ServerUnaryReactor* AllocateChunks(grpc::CallbackServerContext* ctx,
+                                           const v1::AllocateChunksRequest* request,
+                                           v1::AllocateChunksResponse* response) override;
+  grpc::ServerUnaryReactor* DropJob(grpc::CallbackServerContext* ctx,
+                                    const v1::DropJobRequest* request,
+                                    v1::DropJobResponse* response) override;
+  grpc::ServerUnaryReactor* WriteParams(grpc::CallbackServerContext* ctx,
+                                        const v1::WriteParamsRequest* request,
+                                        v1::WriteParamsResponse* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const v1::PushRequest* request,
+                                 v1::PushResponse* response) override;
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const v1::PullRequest* request,
+                                 v1::PullResponse* response) override;
+  grpc::ServerUnaryReactor* ReadState(grpc::CallbackServerContext* ctx,
+                                      const v1::ReadStateRequest* request,
+                                      v1::ReadStateResponse* response) override;
+  grpc::ServerUnaryReactor* ListChunks(grpc::CallbackServerContext* ctx,
+                                       const v1::ListChunksRequest* request,
+                                       v1::ListChunksResponse* response) override;
+
+ private:
+  struct Job {
+    v1::AllocateChunksRequest record;
+    DType dtype;
+    std::map<uint64_t, std::shared_ptr<Chunk>> chunks_by_begin;
+  };
+
+  ShardService(Tier* tier, MetadataStore* metadata, ThreadPool* executor);
+  absl::Status DoAllocate(const v1::AllocateChunksRequest& request);
+  absl::Status DoWriteParams(const v1::WriteParamsRequest& request);
+  absl::Status DoPush(const v1::PushRequest& request, v1::PushResponse* response);
+  absl::Status DoReadState(const v1::ReadStateRequest& request, v1::ReadStateResponse* response);
+  // The chunk of `job_id` that holds all of [begin, begin + n): NOT_FOUND for
+  // an unknown job or a range no chunk here holds, INVALID_ARGUMENT for an
+  // empty range or one that crosses a chunk boundary.
+  absl::StatusOr<std::shared_ptr<Chunk>> FindChunk(const std::string& job_id, uint64_t begin,
+                                                   uint64_t n, DType* dtype = nullptr);
+  absl::Status CheckServing() const;
+  void ScheduleApply(std::shared_ptr<Chunk> chunk);
+
+  Tier* const tier_;
+  MetadataStore* const metadata_;
+  ThreadPool* const executor_;
+  mutable absl::Mutex mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_SHARD_SERVICE_H_

@@ -1,0 +1,95 @@
+#include "storage/host_tier.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata {
+
+const char* TierKindName(TierKind kind) {
+  switch (kind) {
+    case TierKind::kGpu:
+      return "gpu";
+    case TierKind::kHost:
+      return "host";
+    case TierKind::kNvme:
+      return "nvme";
+  }
+  return "unknown";
+}
+
+void HostTier::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
+
+HostTier::HostTier(uint64_t budget_bytes) : budget_bytes_(budget_bytes) {}
+
+HostTier::~HostTier() = default;
+
+uint64_t HostTier::used_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return used_bytes_;
+}
+
+absl::StatusOr<Extent> HostTier::Allocate(uint64_t num_bytes) {
+  constexpr uint64_t kAlignment = 64;
+  uint64_t rounded = (num_bytes + kAlignment - 1) / kAlignment * kAlignment;
+  absl::MutexLock lock(&mu_);
+  if (rounded > budget_bytes_ - used_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat("host tier: ", num_bytes, " bytes do not fit: ",
+                                                     used_bytes_, " of ", budget_bytes_,
+                                                     " budget bytes in use"));
+  }
+  void* block = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  if (block == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("host tier: the system refused ", rounded, " bytes"));
+  }
+  std::memset(block, 0, rounded);
+  Extent extent{next_id_++, 0, num_bytes};
+  blocks_.emplace(extent.id, static_cast<std::byte*>(block));
+  used_bytes_ += rounded;
+  return extent;
+}
+
+void HostTier::Free(const Extent& extent) {
+  absl::MutexLock lock(&mu_);
+  if (blocks_.erase(extent.id) > 0) {
+    used_bytes_ -= (extent.num_bytes + 63) / 64 * 64;
+  }
+}
+
+absl::StatusOr<std::byte*> HostTier::Locate(const Extent& extent, uint64_t offset,
+                                            uint64_t num_bytes) {
+  if (offset > extent.num_bytes || num_bytes > extent.num_bytes - offset) {
+    return absl::OutOfRangeError(absl::StrCat("host tier: range [", offset, ", ",
+                                              offset + num_bytes, ") is outside extent ",
+                                              extent.id, " of ", extent.num_bytes, " bytes"));
+  }
+  std::byte* base = Map(extent);
+  if (base == nullptr) {
+    return absl::NotFoundError(absl::StrCat("host tier: no extent ", extent.id));
+  }
+  return base + offset;
+}
+
+void HostTier::Read(const Extent& from, uint64_t offset, absl::Span<std::byte> to, IoDone done) {
+  absl::StatusOr<std::byte*> src = Locate(from, offset, to.size());
+  if (src.ok()) std::memcpy(to.data(), *src, to.size());
+  std::move(done)(src.status());
+}
+
+void HostTier::Write(const Extent& to, uint64_t offset, absl::Span<const std::byte> from,
+                     IoDone done) {
+  absl::StatusOr<std::byte*> dst = Locate(to, offset, from.size());
+  if (dst.ok()) std::memcpy(*dst, from.data(), from.size());
+  std::move(done)(dst.status());
+}
+
+std::byte* HostTier::Map(const Extent& extent) {
+  absl::MutexLock lock(&mu_);
+  auto it = blocks_.find(extent.id);
+  return it == blocks_.end() ? nullptr : it->second.get();
+}
+
+}  // namespace strata

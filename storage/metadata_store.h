@@ -1,0 +1,46 @@
+// MetadataStore: a small key-value store on RocksDB for the metadata of the
+// coordinator and the shard servers. Keys are strings; values are serialized
+// protobufs or plain bytes. Thread-safe (RocksDB is). Every error is a
+// absl::Status naming the path and the operation.
+#ifndef STRATA_STORAGE_METADATA_STORE_H_
+#define STRATA_STORAGE_METADATA_STORE_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace strata {
+
+class MetadataStore {
+ public:
+  // Opens (creating if missing) the database in directory `path`.
+  static absl::StatusOr<std::unique_ptr<MetadataStore>> Open(const std::string& path);
+  ~MetadataStore();
+
+  absl::Status Put(absl::string_view key, absl::string_view value);
+  // std::nullopt when the key is absent.
+  absl::StatusOr<std::optional<std::string>> Get(absl::string_view key);
+  absl::Status Delete(absl::string_view key);
+  // Deletes every key that starts with `prefix`, atomically.
+  absl::Status DeletePrefix(absl::string_view prefix);
+  // Every (key, value) whose key starts with `prefix`, in key order.
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Scan(absl::string_view prefix);
+
+ private:
+  MetadataStore(std::string path, std::unique_ptr<rocksdb::DB> db);
+  const std::string path_;
+  std::unique_ptr<rocksdb::DB> db_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_STORAGE_METADATA_STORE_H_

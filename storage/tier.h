@@ -1,0 +1,52 @@
+// A Tier stores chunk extents in one class of memory (GPU, pinned host, NVMe)
+// within a byte budget that it never exceeds. All methods are thread-safe.
+// Reads and writes complete through `done`, on an I/O thread of the tier or
+// inline; `done` must not block.
+#ifndef STRATA_STORAGE_TIER_H_
+#define STRATA_STORAGE_TIER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace strata {
+
+enum class TierKind { kGpu, kHost, kNvme };
+
+const char* TierKindName(TierKind kind);
+
+// A reserved region of a tier. `id` is unique within the tier.
+struct Extent {
+  uint64_t id = 0;
+  uint64_t offset = 0;
+  uint64_t num_bytes = 0;
+};
+
+using IoDone = absl::AnyInvocable<void(absl::Status) &&>;
+
+class Tier {
+ public:
+  virtual ~Tier() = default;
+  virtual TierKind kind() const = 0;
+  virtual uint64_t budget_bytes() const = 0;
+  virtual uint64_t used_bytes() const = 0;
+  // Reserves `num_bytes` within the budget; RESOURCE_EXHAUSTED when it does not fit.
+  virtual absl::StatusOr<Extent> Allocate(uint64_t num_bytes) = 0;
+  // Returns an extent's bytes to the budget.
+  virtual void Free(const Extent& extent) = 0;
+  virtual void Read(const Extent& from, uint64_t offset, absl::Span<std::byte> to, IoDone done) = 0;
+  virtual void Write(const Extent& to, uint64_t offset, absl::Span<const std::byte> from,
+                     IoDone done) = 0;
+  // The extent's bytes in this process's address space, for tiers that are
+  // memory the CPU can address; nullptr for tiers that are not (NVMe, GPU).
+  virtual std::byte* Map(const Extent& extent) = 0;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_STORAGE_TIER_H_
