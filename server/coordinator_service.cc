@@ -12,7 +12,7 @@
 #include "common/status_macros.h"
 #include "server/chunk.h"
 #include "server/fan_out.h"
-#include "server/job_spec.h"
+#include "common/job_spec.h"
 
 namespace strata {
 namespace {

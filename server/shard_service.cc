@@ -8,7 +8,7 @@
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "server/job_spec.h"
+#include "common/job_spec.h"
 
 namespace strata {
 namespace {

@@ -1,7 +1,7 @@
 // Validation of job specs and conversions between the wire types of
 // proto/strata/v1 and the value types of strata/types.h. Stateless.
-#ifndef STRATA_SERVER_JOB_SPEC_H_
-#define STRATA_SERVER_JOB_SPEC_H_
+#ifndef STRATA_COMMON_JOB_SPEC_H_
+#define STRATA_COMMON_JOB_SPEC_H_
 
 #include "absl/status/statusor.h"
 #include "strata/flat_layout.h"
@@ -23,4 +23,4 @@ std::vector<TensorSpec> TensorsFromProto(const v1::JobSpec& spec);
 
 }  // namespace strata
 
-#endif  // STRATA_SERVER_JOB_SPEC_H_
+#endif  // STRATA_COMMON_JOB_SPEC_H_

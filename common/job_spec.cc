@@ -1,4 +1,4 @@
-#include "server/job_spec.h"
+#include "common/job_spec.h"
 
 #include <cmath>
 

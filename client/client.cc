@@ -1,0 +1,425 @@
+#include "strata/client.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "client/collective.h"
+#include "common/grpc_status.h"
+#include "common/grpc_util.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
+#include "kernels/elementwise.h"
+#include "kernels/grad_stats.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+#include "strata/v1/shard.grpc.pb.h"
+
+namespace strata {
+namespace {
+
+constexpr absl::Duration kControlRpcTimeout = absl::Seconds(30);
+constexpr uint64_t kMaxStateReadParams = uint64_t{256} << 10;
+
+// A range of the flat space that lies within one chunk, and its server.
+struct Piece {
+  uint64_t begin;
+  uint64_t n;
+  v1::ShardServer::Stub* stub;
+  std::string address;
+};
+
+std::string DefaultWorkerId() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, "-", getpid());
+}
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+absl::Status WithAddress(const absl::Status& s, const std::string& address) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat("shard server ", address, ": ", s.message()));
+}
+
+v1::JobSpec SpecFromOptions(const ClientOptions& o) {
+  v1::JobSpec spec;
+  spec.set_job_id(o.job_id);
+  for (const TensorSpec& t : o.tensors) {
+    v1::TensorSpec* out = spec.add_tensors();
+    out->set_name(t.name);
+    for (int64_t d : t.shape) out->add_shape(d);
+  }
+  spec.set_world_size(o.world_size);
+  spec.set_chunk_num_params(o.chunk_num_params);
+  *spec.mutable_adam() = AdamToProto(o.adam);
+  spec.set_dtype(DTypeToProto(o.dtype));
+  return spec;
+}
+
+class ClientImpl : public Client {
+ public:
+  ClientImpl(ClientOptions options, FlatLayout layout)
+      : options_(std::move(options)),
+        layout_(std::move(layout)),
+        esize_(DTypeSize(options_.dtype)),
+        scaler_(options_.loss_scale),
+        coordinator_(v1::Coordinator::NewStub(MakeChannel(options_.coordinator_address))) {}
+
+  absl::Status Init();
+
+  int rank() const override { return static_cast<int>(rank_); }
+  int world_size() const override { return static_cast<int>(options_.world_size); }
+  const FlatLayout& layout() const override { return layout_; }
+  int64_t step() const override { return step_; }
+  float loss_scale() const override { return scaler_.scale(); }
+
+  absl::Status CopyParams(absl::Span<float> out) const override {
+    if (out.size() != layout_.num_params()) {
+      return absl::InvalidArgumentError(absl::StrCat("CopyParams needs ", layout_.num_params(),
+                                                     " floats, got ", out.size()));
+    }
+    CastToFloat(options_.dtype, params_.data(), out.data(), out.size());
+    return absl::OkStatus();
+  }
+
+  absl::Status AccumulateGradients(absl::Span<const float> grads) override {
+    if (grads.size() != layout_.num_params()) {
+      return absl::InvalidArgumentError(absl::StrCat("gradients have ", grads.size(),
+                                                     " elements; the model has ",
+                                                     layout_.num_params()));
+    }
+    AccumulateScaled(options_.dtype, grads.data(), scaler_.scale(), grads_.data(), grads.size());
+    ++micro_batches_;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<StepResult> Step() override;
+
+  absl::Status AllReduceSum(absl::Span<double> values) override {
+    return collective_->AllReduceSum(values);
+  }
+
+  absl::StatusOr<MasterState> ReadMasterState() const override;
+
+ private:
+  absl::Status CreateAndJoin();
+  absl::StatusOr<int64_t> CurrentStep();
+  absl::Status WriteInitialParams();
+  // Pieces of `range`, each within one chunk and at most `max_params` long.
+  std::vector<Piece> PiecesOf(FlatRange range, uint64_t max_params) const;
+  // Pushes this worker's slice of the gradients for `step` (when `push`) and
+  // pulls the slice's parameters after it, concurrently, into params_.
+  absl::Status PushPull(int64_t step, float coef, bool push);
+
+  const ClientOptions options_;
+  const FlatLayout layout_;
+  const size_t esize_;
+  LossScaler scaler_;
+  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  v1::JobInfo job_;
+  uint32_t rank_ = 0;
+  uint64_t padded_num_params_ = 0;
+  std::map<std::string, std::unique_ptr<v1::ShardServer::Stub>> shards_;
+  std::vector<Piece> slice_pieces_;
+  std::unique_ptr<Collective> collective_;
+  std::vector<uint8_t> params_;
+  std::vector<uint8_t> grads_;
+  int64_t step_ = 0;
+  int micro_batches_ = 0;
+};
+
+absl::Status ClientImpl::CreateAndJoin() {
+  absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
+  v1::CreateJobRequest create;
+  *create.mutable_spec() = SpecFromOptions(options_);
+  while (true) {
+    grpc::ClientContext context;
+    context.set_wait_for_ready(true);
+    SetDeadline(&context, kControlRpcTimeout);
+    job_.Clear();
+    absl::Status s = FromGrpcStatus(coordinator_->CreateJob(&context, create, &job_));
+    if (s.ok()) break;
+    // UNAVAILABLE: another worker is creating the job right now.
+    if (!absl::IsUnavailable(s) || absl::Now() > deadline) {
+      return absl::Status(s.code(), absl::StrCat("creating job '", options_.job_id,
+                                                 "' at coordinator ",
+                                                 options_.coordinator_address, ": ", s.message()));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  if (static_cast<uint32_t>(job_.chunks_size()) != layout_.num_chunks()) {
+    return absl::InternalError("the coordinator's job has a different number of chunks");
+  }
+  v1::JoinJobRequest join;
+  join.set_job_id(options_.job_id);
+  join.set_worker_id(options_.worker_id.empty() ? DefaultWorkerId() : options_.worker_id);
+  v1::JoinJobResponse joined;
+  grpc::ClientContext join_context;
+  SetDeadline(&join_context, kControlRpcTimeout);
+  RETURN_IF_ERROR(FromGrpcStatus(coordinator_->JoinJob(&join_context, join, &joined)));
+  rank_ = joined.rank();
+  // A fixed world: wait until every worker has joined.
+  absl::Duration backoff = absl::Milliseconds(5);
+  while (true) {
+    v1::ListMembersRequest list;
+    list.set_job_id(options_.job_id);
+    v1::ListMembersResponse members;
+    grpc::ClientContext context;
+    SetDeadline(&context, kControlRpcTimeout);
+    RETURN_IF_ERROR(FromGrpcStatus(coordinator_->ListMembers(&context, list, &members)));
+    if (static_cast<uint32_t>(members.members_size()) >= options_.world_size) break;
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "job '", options_.job_id, "': ", members.members_size(), " of ", options_.world_size,
+          " workers joined within ", absl::FormatDuration(options_.rendezvous_timeout)));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(100));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ClientImpl::CurrentStep() {
+  v1::GetPlacementRequest request;
+  request.set_job_id(options_.job_id);
+  v1::GetPlacementResponse placement;
+  grpc::ClientContext context;
+  SetDeadline(&context, kControlRpcTimeout);
+  RETURN_IF_ERROR(FromGrpcStatus(coordinator_->GetPlacement(&context, request, &placement)));
+  int64_t step = -1;
+  for (const v1::PlacementRow& row : placement.rows()) {
+    if (row.applied_step() < 0) {
+      return absl::UnavailableError(absl::StrCat("chunk ", row.chunk_id(), " on shard server ",
+                                                 row.server_address(), " is ", row.tier()));
+    }
+    step = step < 0 ? row.applied_step() : std::min(step, row.applied_step());
+  }
+  return std::max<int64_t>(step, 0);
+}
+
+std::vector<Piece> ClientImpl::PiecesOf(FlatRange range, uint64_t max_params) const {
+  std::vector<Piece> pieces;
+  uint64_t chunk = layout_.chunk_num_params();
+  for (uint64_t begin = range.begin; begin < range.end;) {
+    uint64_t chunk_end = std::min(range.end, (begin / chunk + 1) * chunk);
+    uint64_t end = std::min(chunk_end, begin + max_params);
+    const std::string& address = job_.chunks(static_cast<int>(begin / chunk)).server_address();
+    pieces.push_back(Piece{begin, end - begin, shards_.at(address).get(), address});
+    begin = end;
+  }
+  return pieces;
+}
+
+absl::Status ClientImpl::WriteInitialParams() {
+  for (const Piece& piece : PiecesOf({0, layout_.num_params()}, kMaxPayloadBytes / 4)) {
+    v1::WriteParamsRequest request;
+    request.set_job_id(options_.job_id);
+    request.set_flat_begin(piece.begin);
+    request.mutable_params()->Add(options_.initial_params.begin() + piece.begin,
+                                  options_.initial_params.begin() + piece.begin + piece.n);
+    v1::WriteParamsResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context, kControlRpcTimeout);
+    RETURN_IF_ERROR(
+        WithAddress(FromGrpcStatus(piece.stub->WriteParams(&context, request, &response)),
+                    piece.address));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ClientImpl::Init() {
+  RETURN_IF_ERROR(CreateAndJoin());
+  for (const auto& c : job_.chunks()) {
+    auto& stub = shards_[c.server_address()];
+    if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(c.server_address()));
+  }
+  padded_num_params_ = layout_.PaddedNumParams(options_.world_size);
+  params_.assign(padded_num_params_ * esize_, 0);
+  grads_.assign(padded_num_params_ * esize_, 0);
+  slice_pieces_ = PiecesOf(layout_.WorkerSlice(rank_, options_.world_size),
+                           kMaxPayloadBytes / esize_);
+  ASSIGN_OR_RETURN(step_, CurrentStep());
+
+  CollectiveOptions collective;
+  collective.coordinator_address = options_.coordinator_address;
+  collective.key_prefix = absl::StrCat("job/", options_.job_id, "/collective/step-", step_, "/");
+  collective.rank = static_cast<int>(rank_);
+  collective.size = static_cast<int>(options_.world_size);
+  collective.hostname = options_.collective_hostname;
+  collective.timeout = options_.collective_timeout;
+  if (options_.collective == "nccl") {
+    ASSIGN_OR_RETURN(collective_, CreateNcclCollective(collective));
+  } else {
+    ASSIGN_OR_RETURN(collective_, CreateGlooCollective(collective));
+  }
+  if (step_ == 0 && rank_ == 0 && !options_.initial_params.empty()) {
+    RETURN_IF_ERROR(WriteInitialParams());
+  }
+  RETURN_IF_ERROR(collective_->Barrier());
+  RETURN_IF_ERROR(PushPull(step_, 0.0f, /*push=*/false));
+  return collective_->AllGather(options_.dtype, params_.data(), padded_num_params_);
+}
+
+absl::Status ClientImpl::PushPull(int64_t step, float coef, bool push) {
+  struct Call {
+    grpc::ClientContext push_context, pull_context;
+    v1::PushRequest push_request;
+    v1::PushResponse push_response;
+    v1::PullRequest pull_request;
+    v1::PullResponse pull_response;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  absl::Mutex mu;
+  int pending = 0;
+  absl::Status first_error;
+  auto finish = [&](absl::Status s) {
+    absl::MutexLock lock(&mu);
+    if (!s.ok() && first_error.ok()) {
+      first_error = s;
+      // No point waiting for pulls of a step that cannot complete.
+      for (auto& c : calls) {
+        c->push_context.TryCancel();
+        c->pull_context.TryCancel();
+      }
+    }
+    --pending;
+  };
+  absl::MutexLock lock(&mu);
+  for (const Piece& piece : slice_pieces_) {
+    calls.push_back(std::make_unique<Call>());
+    Call* c = calls.back().get();
+    if (push) {
+      c->push_request.set_job_id(options_.job_id);
+      c->push_request.set_step(step);
+      c->push_request.set_flat_begin(piece.begin);
+      c->push_request.set_num_params(piece.n);
+      c->push_request.set_dtype(DTypeToProto(options_.dtype));
+      c->push_request.set_coef(coef);
+      c->push_request.set_grads(grads_.data() + piece.begin * esize_, piece.n * esize_);
+      SetDeadline(&c->push_context, options_.step_timeout);
+      ++pending;
+      piece.stub->async()->Push(&c->push_context, &c->push_request, &c->push_response,
+                                [&finish, &piece](grpc::Status s) {
+                                  finish(WithAddress(FromGrpcStatus(s), piece.address));
+                                });
+    }
+    c->pull_request.set_job_id(options_.job_id);
+    c->pull_request.set_step(step);
+    c->pull_request.set_flat_begin(piece.begin);
+    c->pull_request.set_num_params(piece.n);
+    SetDeadline(&c->pull_context, options_.step_timeout);
+    ++pending;
+    piece.stub->async()->Pull(
+        &c->pull_context, &c->pull_request, &c->pull_response,
+        [this, &finish, &piece, c, step](grpc::Status grpc_status) {
+          absl::Status s = FromGrpcStatus(grpc_status);
+          const std::string& bytes = c->pull_response.params();
+          if (s.ok() && (bytes.size() != piece.n * esize_ || c->pull_response.step() != step)) {
+            s = absl::InternalError(absl::StrCat("pull of [", piece.begin, ", +", piece.n,
+                                                 ") returned ", bytes.size(), " bytes of step ",
+                                                 c->pull_response.step()));
+          }
+          if (s.ok()) std::memcpy(params_.data() + piece.begin * esize_, bytes.data(), bytes.size());
+          finish(WithAddress(s, piece.address));
+        });
+  }
+  mu.Await(absl::Condition(+[](int* n) { return *n == 0; }, &pending));
+  return first_error;
+}
+
+absl::StatusOr<StepResult> ClientImpl::Step() {
+  if (micro_batches_ == 0) {
+    return absl::FailedPreconditionError("Step() with no accumulated gradients");
+  }
+  const DType dtype = options_.dtype;
+  RETURN_IF_ERROR(collective_->ReduceScatterSum(dtype, grads_.data(), padded_num_params_));
+  FlatRange slice = layout_.WorkerSlice(rank_, options_.world_size);
+  GradStats stats = ComputeGradStats(dtype, grads_.data() + slice.begin * esize_, slice.size());
+  double global[2] = {stats.sum_squares, stats.all_finite ? 0.0 : 1.0};
+  RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(global)));
+
+  StepResult result;
+  result.loss_scale = scaler_.scale();
+  double divisor = static_cast<double>(scaler_.scale()) * options_.world_size * micro_batches_;
+  micro_batches_ = 0;
+  if (global[1] > 0) {  // some worker saw Inf or NaN: skip, lower the scale
+    std::fill(grads_.begin(), grads_.end(), 0);
+    scaler_.Update(/*overflow=*/true);
+    result.step = step_;
+    result.skipped = true;
+    result.grad_norm = INFINITY;
+    return result;
+  }
+  result.grad_norm = std::sqrt(global[0]) / divisor;
+  if (options_.max_grad_norm > 0 && result.grad_norm > options_.max_grad_norm) {
+    result.clip_factor = options_.max_grad_norm / (result.grad_norm + 1e-6);
+  }
+  float coef = static_cast<float>(result.clip_factor / divisor);
+  RETURN_IF_ERROR(PushPull(step_ + 1, coef, /*push=*/true));
+  std::fill(grads_.begin(), grads_.end(), 0);
+  RETURN_IF_ERROR(collective_->AllGather(dtype, params_.data(), padded_num_params_));
+  scaler_.Update(/*overflow=*/false);
+  result.step = ++step_;
+  return result;
+}
+
+absl::StatusOr<MasterState> ClientImpl::ReadMasterState() const {
+  MasterState state;
+  uint64_t n = layout_.num_params();
+  state.params.resize(n);
+  state.exp_avg.resize(n);
+  state.exp_avg_sq.resize(n);
+  int64_t step = -1;
+  for (const Piece& piece : PiecesOf({0, n}, kMaxStateReadParams)) {
+    v1::ReadStateRequest request;
+    request.set_job_id(options_.job_id);
+    request.set_flat_begin(piece.begin);
+    request.set_num_params(piece.n);
+    v1::ReadStateResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context, kControlRpcTimeout);
+    RETURN_IF_ERROR(WithAddress(
+        FromGrpcStatus(piece.stub->ReadState(&context, request, &response)), piece.address));
+    if (static_cast<uint64_t>(response.params_size()) != piece.n) {
+      return absl::InternalError("ReadState returned the wrong number of values");
+    }
+    std::copy(response.params().begin(), response.params().end(), &state.params[piece.begin]);
+    std::copy(response.exp_avg().begin(), response.exp_avg().end(), &state.exp_avg[piece.begin]);
+    std::copy(response.exp_avg_sq().begin(), response.exp_avg_sq().end(),
+              &state.exp_avg_sq[piece.begin]);
+    step = step < 0 ? response.applied_step() : std::min(step, response.applied_step());
+  }
+  state.step = step;
+  return state;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  if (options.job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  if (options.world_size < 1) return absl::InvalidArgumentError("world_size must be >= 1");
+  if (options.collective != "gloo" && options.collective != "nccl") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("collective '", options.collective, "' is not gloo or nccl"));
+  }
+  ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(options.tensors, options.chunk_num_params));
+  if (!options.initial_params.empty() && options.initial_params.size() != layout.num_params()) {
+    return absl::InvalidArgumentError(absl::StrCat("initial_params has ",
+                                                   options.initial_params.size(),
+                                                   " values; the flat layout has ",
+                                                   layout.num_params()));
+  }
+  auto client = std::make_unique<ClientImpl>(std::move(options), std::move(layout));
+  RETURN_IF_ERROR(client->Init());
+  return std::unique_ptr<Client>(std::move(client));
+}
+
+}  // namespace strata

@@ -1,0 +1,53 @@
+// Collective: the group operations that workers of one job run among
+// themselves, over a flat buffer of `num_elements` elements of a DType that
+// the world cuts into size() equal slices (num_elements % size() == 0).
+// Implementations: Gloo (CPU, TCP) and NCCL (GPU). Both rendezvous through
+// the coordinator's key-value store. Failures and time-outs are returned as
+// UNAVAILABLE, never an abort. Not thread-safe: one thread per instance, and
+// every rank must call the same operations in the same order.
+#ifndef STRATA_CLIENT_COLLECTIVE_H_
+#define STRATA_CLIENT_COLLECTIVE_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "strata/types.h"
+
+namespace strata {
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Sums `data` over all ranks; afterwards slice rank() holds the sum and the
+  // other slices are unspecified.
+  virtual absl::Status ReduceScatterSum(DType dtype, void* data, size_t num_elements) = 0;
+  // Slice rank() of `data` is this rank's input; afterwards every slice holds
+  // the input of its rank.
+  virtual absl::Status AllGather(DType dtype, void* data, size_t num_elements) = 0;
+  virtual absl::Status AllReduceSum(absl::Span<double> values) = 0;
+  virtual absl::Status Barrier() = 0;
+};
+
+struct CollectiveOptions {
+  std::string coordinator_address;
+  std::string key_prefix;   // rendezvous keys of this group start with it
+  int rank = 0;
+  int size = 1;
+  std::string hostname = "127.0.0.1";  // Gloo: address this rank listens on
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+// UNAVAILABLE when the group cannot be formed within the timeout.
+absl::StatusOr<std::unique_ptr<Collective>> CreateGlooCollective(const CollectiveOptions& options);
+// FAILED_PRECONDITION where strata was built without CUDA or no GPU is present.
+absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(const CollectiveOptions& options);
+
+}  // namespace strata
+
+#endif  // STRATA_CLIENT_COLLECTIVE_H_

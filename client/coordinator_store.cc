@@ -1,0 +1,89 @@
+#include "client/coordinator_store.h"
+
+#include <gloo/common/error.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "common/grpc_util.h"
+#include "common/status_macros.h"
+
+namespace strata {
+namespace {
+
+constexpr absl::Duration kRpcTimeout = absl::Seconds(10);
+
+void ThrowIfError(const absl::Status& s) {
+  if (!s.ok()) throw gloo::IoException(s.ToString());
+}
+
+}  // namespace
+
+CoordinatorStore::CoordinatorStore(const std::string& coordinator_address, std::string prefix)
+    : stub_(v1::Coordinator::NewStub(MakeChannel(coordinator_address))),
+      prefix_(std::move(prefix)) {}
+
+absl::Status CoordinatorStore::Set(const std::string& key, const std::string& value) {
+  v1::KvSetRequest request;
+  request.set_key(prefix_ + key);
+  request.set_value(value);
+  v1::KvSetResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
+  return FromGrpcStatus(stub_->KvSet(&context, request, &response));
+}
+
+absl::StatusOr<std::string> CoordinatorStore::Get(const std::string& key) {
+  v1::KvGetRequest request;
+  request.set_key(prefix_ + key);
+  v1::KvGetResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->KvGet(&context, request, &response)));
+  return std::move(*response.mutable_value());
+}
+
+absl::Status CoordinatorStore::Wait(const std::vector<std::string>& keys,
+                                    std::chrono::milliseconds timeout) {
+  absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
+  absl::Duration backoff = absl::Milliseconds(1);
+  for (const std::string& key : keys) {
+    while (true) {
+      absl::StatusOr<std::string> value = Get(key);
+      if (value.ok()) break;
+      if (!absl::IsNotFound(value.status())) return value.status();
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("rendezvous key '", prefix_, key, "' did not appear in time"));
+      }
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Milliseconds(50));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CoordinatorStore::set(const std::string& key, const std::vector<char>& data) {
+  ThrowIfError(Set(key, std::string(data.begin(), data.end())));
+}
+
+std::vector<char> CoordinatorStore::get(const std::string& key) {
+  wait({key});
+  absl::StatusOr<std::string> value = Get(key);
+  ThrowIfError(value.status());
+  return std::vector<char>(value->begin(), value->end());
+}
+
+void CoordinatorStore::wait(const std::vector<std::string>& keys) {
+  wait(keys, kDefaultTimeout);
+}
+
+void CoordinatorStore::wait(const std::vector<std::string>& keys,
+                            const std::chrono::milliseconds& timeout) {
+  ThrowIfError(Wait(keys, timeout));
+}
+
+}  // namespace strata

@@ -1,0 +1,152 @@
+// The NCCL implementation of Collective (GPU). The client's buffers are in
+// host memory, so each operation stages through one device buffer. Built
+// only where the CUDA toolkit is found; see collective.h.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "client/collective.h"
+#include "client/coordinator_store.h"
+#include "common/status_macros.h"
+
+namespace strata {
+namespace {
+
+absl::Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("CUDA ", what, ": ", cudaGetErrorString(e)));
+}
+
+absl::Status NcclStatus(ncclResult_t r, const char* what) {
+  if (r == ncclSuccess) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("NCCL ", what, ": ", ncclGetErrorString(r)));
+}
+
+ncclDataType_t NcclType(DType dtype) {
+  switch (dtype) {
+    case DType::kFp16:
+      return ncclFloat16;
+    case DType::kBf16:
+      return ncclBfloat16;
+    case DType::kFp32:
+      return ncclFloat32;
+  }
+  return ncclFloat32;
+}
+
+class NcclCollective : public Collective {
+ public:
+  NcclCollective(int rank, int size, ncclComm_t comm, cudaStream_t stream)
+      : rank_(rank), size_(size), comm_(comm), stream_(stream) {}
+  ~NcclCollective() override {
+    if (device_ != nullptr) cudaFree(device_);
+    ncclCommDestroy(comm_);
+    cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::Status ReduceScatterSum(DType dtype, void* data, size_t num_elements) override {
+    size_t slice = num_elements / size_;
+    size_t esize = DTypeSize(dtype);
+    ASSIGN_OR_RETURN(char* dev, DeviceBuffer(num_elements * esize));
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dev, data, num_elements * esize,
+                                               cudaMemcpyHostToDevice, stream_), "copy in"));
+    RETURN_IF_ERROR(NcclStatus(ncclReduceScatter(dev, dev + rank_ * slice * esize, slice,
+                                                 NcclType(dtype), ncclSum, comm_, stream_),
+                               "reduce-scatter"));
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(static_cast<char*>(data) + rank_ * slice * esize,
+                                               dev + rank_ * slice * esize, slice * esize,
+                                               cudaMemcpyDeviceToHost, stream_), "copy out"));
+    return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
+  }
+
+  absl::Status AllGather(DType dtype, void* data, size_t num_elements) override {
+    size_t slice_bytes = num_elements / size_ * DTypeSize(dtype);
+    ASSIGN_OR_RETURN(char* dev, DeviceBuffer(slice_bytes * size_));
+    char* mine = dev + rank_ * slice_bytes;
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(mine, static_cast<char*>(data) + rank_ * slice_bytes,
+                                               slice_bytes, cudaMemcpyHostToDevice, stream_),
+                               "copy in"));
+    RETURN_IF_ERROR(NcclStatus(
+        ncclAllGather(mine, dev, slice_bytes, ncclUint8, comm_, stream_), "all-gather"));
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(data, dev, slice_bytes * size_,
+                                               cudaMemcpyDeviceToHost, stream_), "copy out"));
+    return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
+  }
+
+  absl::Status AllReduceSum(absl::Span<double> values) override {
+    size_t bytes = values.size() * sizeof(double);
+    ASSIGN_OR_RETURN(char* dev, DeviceBuffer(bytes));
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(dev, values.data(), bytes, cudaMemcpyHostToDevice, stream_), "copy in"));
+    RETURN_IF_ERROR(NcclStatus(
+        ncclAllReduce(dev, dev, values.size(), ncclFloat64, ncclSum, comm_, stream_),
+        "all-reduce"));
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(values.data(), dev, bytes, cudaMemcpyDeviceToHost, stream_), "copy out"));
+    return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
+  }
+
+  absl::Status Barrier() override {
+    double one = 1;
+    return AllReduceSum(absl::MakeSpan(&one, 1));
+  }
+
+ private:
+  absl::StatusOr<char*> DeviceBuffer(size_t num_bytes) {
+    if (num_bytes > device_bytes_) {
+      if (device_ != nullptr) cudaFree(device_);
+      device_ = nullptr;
+      device_bytes_ = 0;
+      RETURN_IF_ERROR(CudaStatus(cudaMalloc(&device_, num_bytes), "malloc"));
+      device_bytes_ = num_bytes;
+    }
+    return static_cast<char*>(device_);
+  }
+
+  const int rank_;
+  const int size_;
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  void* device_ = nullptr;
+  size_t device_bytes_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(const CollectiveOptions& options) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    return absl::FailedPreconditionError("NCCL collective: no CUDA device is present");
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options.rank % devices), "set device"));
+  CoordinatorStore store(options.coordinator_address, options.key_prefix);
+  ncclUniqueId id;
+  if (options.rank == 0) {
+    RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), "unique id"));
+    RETURN_IF_ERROR(store.Set("nccl_unique_id", std::string(id.internal, sizeof(id.internal))));
+  } else {
+    RETURN_IF_ERROR(store.Wait({"nccl_unique_id"}, absl::ToChronoMilliseconds(options.timeout)));
+    ASSIGN_OR_RETURN(std::string bytes, store.Get("nccl_unique_id"));
+    if (bytes.size() != sizeof(id.internal)) {
+      return absl::DataLossError("NCCL unique id in the rendezvous store has the wrong size");
+    }
+    std::memcpy(id.internal, bytes.data(), bytes.size());
+  }
+  cudaStream_t stream;
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreate(&stream), "stream"));
+  ncclComm_t comm;
+  absl::Status s =
+      NcclStatus(ncclCommInitRank(&comm, options.size, id, options.rank), "init rank");
+  if (!s.ok()) {
+    cudaStreamDestroy(stream);
+    return s;
+  }
+  return std::unique_ptr<Collective>(new NcclCollective(options.rank, options.size, comm, stream));
+}
+
+}  // namespace strata

@@ -1,0 +1,43 @@
+#include "server/local_cluster.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace strata {
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    const LocalClusterOptions& options) {
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "strata-cluster-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot create ", pattern));
+  }
+  cluster->data_dir_ = pattern;
+  CoordinatorOptions coordinator;
+  coordinator.data_dir = absl::StrCat(pattern, "/coordinator");
+  ASSIGN_OR_RETURN(cluster->coordinator_, Coordinator::Start(coordinator));
+  for (int i = 0; i < options.num_servers; ++i) {
+    ShardServerOptions server;
+    server.coordinator_address = cluster->coordinator_->address();
+    server.data_dir = absl::StrCat(pattern, "/server", i);
+    server.host_budget_bytes = options.host_budget_bytes;
+    server.executor_threads = options.executor_threads;
+    ASSIGN_OR_RETURN(auto started, ShardServer::Start(server));
+    cluster->servers_.push_back(std::move(started));
+  }
+  return cluster;
+}
+
+LocalCluster::~LocalCluster() {
+  servers_.clear();
+  coordinator_.reset();
+  std::error_code ignored;
+  std::filesystem::remove_all(data_dir_, ignored);
+}
+
+}  // namespace strata

@@ -1,0 +1,40 @@
+// LocalCluster: a coordinator and N shard servers in this process, on
+// loopback ports, with their data in a fresh temporary directory that is
+// removed on destruction. For tests and strata-bench. Not thread-safe.
+#ifndef STRATA_SERVER_LOCAL_CLUSTER_H_
+#define STRATA_SERVER_LOCAL_CLUSTER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/daemons.h"
+
+namespace strata {
+
+struct LocalClusterOptions {
+  int num_servers = 2;
+  uint64_t host_budget_bytes = uint64_t{1} << 30;
+  int executor_threads = 1;
+};
+
+class LocalCluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const LocalClusterOptions& options);
+  ~LocalCluster();
+
+  const std::string& coordinator_address() const { return coordinator_->address(); }
+  const std::vector<std::unique_ptr<ShardServer>>& servers() const { return servers_; }
+  const std::string& data_dir() const { return data_dir_; }
+
+ private:
+  LocalCluster() = default;
+  std::string data_dir_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::vector<std::unique_ptr<ShardServer>> servers_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_LOCAL_CLUSTER_H_

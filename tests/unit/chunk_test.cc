@@ -1,0 +1,115 @@
+// The step state machine of one chunk: staging, exactly-once apply, stored
+// results for retries, ABORTED for old and future steps.
+#include "server/chunk.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/adam.h"
+#include "kernels/half.h"
+#include "storage/host_tier.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kBegin = 128;
+constexpr uint64_t kN = 100;
+
+class ChunkTest : public ::testing::Test {
+ protected:
+  ChunkTest() : tier_(1 << 20) {
+    auto extent = tier_.Allocate(Chunk::NumBytes(kN, DType::kFp16));
+    chunk_ = std::make_unique<Chunk>("job", 1, FlatRange{kBegin, kBegin + kN}, DType::kFp16,
+                                     AdamConfig{}, &tier_, *extent);
+  }
+
+  std::string Grads(uint64_t n, float value) {
+    std::vector<uint16_t> g(n, FloatToHalf(value));
+    return std::string(reinterpret_cast<const char*>(g.data()), n * 2);
+  }
+
+  // Pulls [kBegin, kBegin + kN) at `step`; returns the status and the bytes.
+  std::pair<absl::Status, std::string> PullNow(int64_t step) {
+    std::pair<absl::Status, std::string> result{absl::InternalError("not answered"), ""};
+    chunk_->Pull(step, kBegin, kN, [&](absl::Status s, int64_t, absl::string_view bytes) {
+      result = {s, std::string(bytes)};
+    });
+    return result;
+  }
+
+  HostTier tier_;
+  std::unique_ptr<Chunk> chunk_;
+};
+
+TEST_F(ChunkTest, AppliesOnceWhenTheWholeRangeIsPushed) {
+  std::vector<float> init(kN, 1.0f);
+  ASSERT_TRUE(chunk_->WriteParams(kBegin, init.data(), kN).ok());
+  auto first = chunk_->Stage(1, kBegin, 40, Grads(40, 0.5f), 1.0f);
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(*first);
+  // A pull for step 1 waits for the apply.
+  bool answered = false;
+  std::string pulled;
+  chunk_->Pull(1, kBegin, kN, [&](absl::Status s, int64_t step, absl::string_view bytes) {
+    EXPECT_TRUE(s.ok());
+    EXPECT_EQ(step, 1);
+    answered = true;
+    pulled = std::string(bytes);
+  });
+  EXPECT_FALSE(answered);
+  // Overlap and a different coef are refused and change nothing.
+  EXPECT_EQ(chunk_->Stage(1, kBegin + 30, 20, Grads(20, 0.5f), 1.0f).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(chunk_->Stage(1, kBegin + 40, 60, Grads(60, 0.5f), 2.0f).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A retry of the first range is accepted and is not a second copy.
+  EXPECT_FALSE(*chunk_->Stage(1, kBegin, 40, Grads(40, 0.5f), 1.0f));
+  auto last = chunk_->Stage(1, kBegin + 40, 60, Grads(60, 0.5f), 1.0f);
+  ASSERT_TRUE(last.ok());
+  EXPECT_TRUE(*last);
+  EXPECT_FALSE(answered);
+  chunk_->Apply();
+  EXPECT_TRUE(answered);
+  EXPECT_EQ(chunk_->applied_step(), 1);
+
+  // Independent expectation: one Adam step from p = 1 with g = 0.5.
+  std::vector<float> p(kN, 1.0f), m(kN, 0.0f), v(kN, 0.0f), g(kN, 0.5f);
+  std::vector<uint16_t> copy(kN);
+  AdamUpdate(MakeAdamConstants(AdamConfig{}, 1, 1.0f), DType::kFp32, g.data(), p.data(),
+             m.data(), v.data(), DType::kFp16, copy.data(), kN);
+  std::vector<float> got_p(kN), got_m(kN), got_v(kN);
+  EXPECT_EQ(chunk_->ReadState(kBegin, kN, got_p.data(), got_m.data(), got_v.data()), 1);
+  EXPECT_EQ(got_p, p);
+  EXPECT_EQ(pulled, std::string(reinterpret_cast<const char*>(copy.data()), kN * 2));
+
+  // Retried push and pull of step 1 return the stored result; nothing changes.
+  auto retry = chunk_->Stage(1, kBegin, kN, Grads(kN, 100.0f), 1.0f);
+  ASSERT_TRUE(retry.ok());
+  EXPECT_FALSE(*retry);
+  auto [status, bytes] = PullNow(1);
+  EXPECT_TRUE(status.ok());
+  EXPECT_EQ(bytes, pulled);
+  // Old and future steps are ABORTED.
+  EXPECT_EQ(chunk_->Stage(0, kBegin, kN, Grads(kN, 1.0f), 1.0f).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(chunk_->Stage(3, kBegin, kN, Grads(kN, 1.0f), 1.0f).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(PullNow(0).first.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(PullNow(5).first.code(), absl::StatusCode::kAborted);
+  // Parameters can no longer be overwritten.
+  EXPECT_EQ(chunk_->WriteParams(kBegin, got_p.data(), kN).code(),
+            absl::StatusCode::kFailedPrecondition);
+  std::vector<float> after(kN), unused_m(kN), unused_v(kN);
+  chunk_->ReadState(kBegin, kN, after.data(), unused_m.data(), unused_v.data());
+  EXPECT_EQ(after, p);
+}
+
+TEST_F(ChunkTest, FailWaitersAnswersPendingPulls) {
+  absl::Status got;
+  chunk_->Pull(1, kBegin, kN, [&](absl::Status s, int64_t, absl::string_view) { got = s; });
+  chunk_->FailWaiters(absl::UnavailableError("shutting down"));
+  EXPECT_EQ(got.code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace strata

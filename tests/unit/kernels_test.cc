@@ -1,0 +1,199 @@
+// Kernels against independent double-precision references, on sizes that
+// exercise tails.
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/adam.h"
+#include "kernels/elementwise.h"
+#include "kernels/grad_stats.h"
+#include "kernels/half.h"
+
+namespace strata {
+namespace {
+
+const size_t kSizes[] = {0, 1, 15, 16, 17, 64 * 1024 + 3};
+
+// The value a binary16 encodes, computed from its fields.
+double HalfValue(uint16_t h) {
+  int exponent = (h >> 10) & 0x1f;
+  int mantissa = h & 0x3ff;
+  double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (exponent == 0x1f) return mantissa ? NAN : sign * INFINITY;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  return sign * std::ldexp(1024 + mantissa, exponent - 25);
+}
+
+TEST(HalfTest, EveryHalfDecodesToItsValue) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    double want = HalfValue(static_cast<uint16_t>(h));
+    float got = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << h;
+    } else {
+      EXPECT_EQ(static_cast<double>(got), want) << h;
+      EXPECT_EQ(FloatToHalf(got), h) << "round trip of " << h;
+    }
+  }
+}
+
+// The nearest finite half to x by search, ties to even; Inf beyond 65520.
+uint16_t NearestHalf(float x) {
+  double ax = std::fabs(static_cast<double>(x));
+  uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  if (ax >= 65520.0) return sign | 0x7c00;
+  uint16_t lo = 0;
+  for (uint16_t step = 0x4000; step > 0; step >>= 1) {
+    if (HalfValue(lo + step) <= ax) lo += step;
+  }
+  double below = HalfValue(lo), above = HalfValue(lo + 1);
+  if (below == ax) return sign | lo;
+  double d_below = ax - below, d_above = above - ax;
+  if (d_below < d_above || (d_below == d_above && (lo & 1) == 0)) return sign | lo;
+  return sign | (lo + 1);
+}
+
+TEST(HalfTest, FloatToHalfRoundsToNearestEven) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    // Floats whose exponent lies around the half range, subnormals included.
+    uint32_t u = (bits(rng) & 0x807fffff) | ((100 + bits(rng) % 45) << 23);
+    float x = BitsToFloat(u);
+    ASSERT_EQ(FloatToHalf(x), NearestHalf(x)) << x;
+  }
+  EXPECT_EQ(FloatToHalf(65519.99f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);
+  EXPECT_EQ(FloatToHalf(-1e30f), 0xfc00);
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(NAN))));
+}
+
+TEST(Bf16Test, RoundsToNearestEven) {
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(FloatToBf16(BitsToFloat(0x3f808000)), 0x3f80);  // tie, even below
+  EXPECT_EQ(FloatToBf16(BitsToFloat(0x3f818000)), 0x3f82);  // tie, even above
+  EXPECT_EQ(FloatToBf16(BitsToFloat(0x3f808001)), 0x3f81);
+  EXPECT_EQ(FloatToBf16(BitsToFloat(0x7f7fffff)), 0x7f80);  // overflow to Inf
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(NAN))));
+}
+
+struct AdamCase {
+  DType grad_dtype;
+  bool adamw;
+  float weight_decay;
+  int64_t step;
+};
+
+class AdamTest : public ::testing::TestWithParam<AdamCase> {};
+
+TEST_P(AdamTest, MatchesDoubleReference) {
+  const AdamCase& tc = GetParam();
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  AdamConfig config{1e-3f, 0.9f, 0.999f, 1e-8f, tc.weight_decay, tc.adamw};
+  const float coef = 0.37f;
+  for (size_t n : kSizes) {
+    std::vector<float> p(n), m(n), v(n), g32(n);
+    for (size_t i = 0; i < n; ++i) {
+      p[i] = normal(rng);
+      m[i] = 0.1f * normal(rng);
+      v[i] = 0.01f * std::fabs(normal(rng));
+      g32[i] = normal(rng);
+    }
+    std::vector<uint16_t> g16(n);
+    if (tc.grad_dtype != DType::kFp32) CastFromFloat(g32.data(), tc.grad_dtype, g16.data(), n);
+    const void* grads = tc.grad_dtype == DType::kFp32 ? static_cast<const void*>(g32.data())
+                                                      : static_cast<const void*>(g16.data());
+    std::vector<float> p0 = p, m0 = m, v0 = v;
+    std::vector<uint16_t> copy(n);
+    AdamUpdate(MakeAdamConstants(config, tc.step, coef), tc.grad_dtype, grads, p.data(),
+               m.data(), v.data(), DType::kFp16, copy.data(), n);
+    // The reference works in double on the same (float) hyper-parameters. Its
+    // tolerances bound float rounding relative to the magnitude of each
+    // expression's terms (sums may cancel), and carry m's error into p.
+    const double b1 = config.beta1, b2 = config.beta2, lr = config.lr, eps = config.eps;
+    const double wd = config.weight_decay;
+    const double bc1 = 1 - std::pow(b1, static_cast<double>(tc.step));
+    const double bc2 = 1 - std::pow(b2, static_cast<double>(tc.step));
+    const double u = std::ldexp(1.0, -24);  // float unit roundoff
+    for (size_t i = 0; i < n; ++i) {
+      double g = static_cast<double>(coef) *
+                 (tc.grad_dtype == DType::kFp32 ? g32[i] : (tc.grad_dtype == DType::kFp16
+                                                               ? HalfToFloat(g16[i])
+                                                               : Bf16ToFloat(g16[i])));
+      double param = p0[i];
+      if (tc.adamw) {
+        param *= 1.0 - lr * wd;
+      } else {
+        g += wd * param;
+      }
+      double mi = b1 * m0[i] + (1 - b1) * g;
+      double vi = b2 * v0[i] + (1 - b2) * g * g;
+      double denom = std::sqrt(vi) / std::sqrt(bc2) + eps;
+      double update = lr / bc1 * mi / denom;
+      double tol_m = 8 * u * (b1 * std::fabs(m0[i]) + (1 - b1) * std::fabs(g)) + 1e-30;
+      double tol_v = 8 * u * (b2 * v0[i] + (1 - b2) * g * g) + 1e-30;
+      double tol_p = 8 * u * (std::fabs(param) + std::fabs(update)) +
+                     2 * lr / bc1 * tol_m / denom + std::fabs(update) * tol_v / vi;
+      param -= update;
+      ASSERT_NEAR(m[i], mi, tol_m) << "m, n=" << n << " i=" << i;
+      ASSERT_NEAR(v[i], vi, tol_v) << "v, n=" << n << " i=" << i;
+      ASSERT_NEAR(p[i], param, tol_p) << "p, n=" << n << " i=" << i;
+      ASSERT_EQ(copy[i], FloatToHalf(p[i])) << "copy, n=" << n << " i=" << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AdamTest,
+                         ::testing::Values(AdamCase{DType::kFp16, true, 0.0f, 1},
+                                           AdamCase{DType::kFp16, true, 0.01f, 10000},
+                                           AdamCase{DType::kBf16, true, 0.01f, 1},
+                                           AdamCase{DType::kFp32, false, 0.01f, 10000},
+                                           AdamCase{DType::kFp16, false, 0.0f, 10000}));
+
+TEST(GradStatsTest, SumOfSquaresAndFiniteFlag) {
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (size_t n : kSizes) {
+    std::vector<float> x(n);
+    for (float& e : x) e = normal(rng);
+    std::vector<uint16_t> h(n);
+    CastFromFloat(x.data(), DType::kFp16, h.data(), n);
+    double want = 0;
+    for (uint16_t e : h) want += static_cast<double>(HalfToFloat(e)) * HalfToFloat(e);
+    GradStats stats = ComputeGradStats(DType::kFp16, h.data(), n);
+    EXPECT_NEAR(stats.sum_squares, want, 1e-12 * want);
+    EXPECT_TRUE(stats.all_finite);
+    if (n == 0) continue;
+    for (uint16_t bad : {uint16_t{0x7c00}, uint16_t{0xfc00}, uint16_t{0x7e00}}) {
+      std::vector<uint16_t> with_bad = h;
+      with_bad[n - 1] = bad;
+      EXPECT_FALSE(ComputeGradStats(DType::kFp16, with_bad.data(), n).all_finite) << n;
+    }
+  }
+  // Denormals are finite and count.
+  uint16_t denormal = 0x0001;
+  GradStats tiny = ComputeGradStats(DType::kFp16, &denormal, 1);
+  EXPECT_TRUE(tiny.all_finite);
+  EXPECT_EQ(tiny.sum_squares, std::ldexp(1.0, -48));
+}
+
+TEST(ElementwiseTest, AccumulateScaledAndAddRoundOnce) {
+  std::vector<float> x = {1.0f, -2.5f, 1e-3f, 70000.0f};
+  std::vector<uint16_t> acc(x.size());
+  CastFromFloat(std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}.data(), DType::kFp16, acc.data(), 4);
+  AccumulateScaled(DType::kFp16, x.data(), 2.0f, acc.data(), x.size());
+  EXPECT_EQ(HalfToFloat(acc[0]), 2.5f);
+  EXPECT_EQ(HalfToFloat(acc[1]), -4.5f);
+  EXPECT_EQ(acc[2], FloatToHalf(0.5f + 2e-3f));
+  EXPECT_TRUE(std::isinf(HalfToFloat(acc[3])));  // overflow saturates to Inf
+  std::vector<uint16_t> y = acc;
+  AddInPlace(DType::kFp16, y.data(), acc.data(), 2);
+  EXPECT_EQ(HalfToFloat(acc[0]), 5.0f);
+  EXPECT_EQ(HalfToFloat(acc[1]), -9.0f);
+}
+
+}  // namespace
+}  // namespace strata
