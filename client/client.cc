@@ -77,14 +77,15 @@ class ClientImpl : public Client {
 
   int rank() const override { return static_cast<int>(rank_); }
   int world_size() const override { return static_cast<int>(options_.world_size); }
+  int num_servers() const override { return static_cast<int>(shards_.size()); }
   const FlatLayout& layout() const override { return layout_; }
   int64_t step() const override { return step_; }
   float loss_scale() const override { return scaler_.scale(); }
 
   absl::Status CopyParams(absl::Span<float> out) const override {
     if (out.size() != layout_.num_params()) {
-      return absl::InvalidArgumentError(absl::StrCat("CopyParams needs ", layout_.num_params(),
-                                                     " floats, got ", out.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("CopyParams needs ", layout_.num_params(), " floats, got ", out.size()));
     }
     CastToFloat(options_.dtype, params_.data(), out.data(), out.size());
     return absl::OkStatus();
@@ -92,9 +93,8 @@ class ClientImpl : public Client {
 
   absl::Status AccumulateGradients(absl::Span<const float> grads) override {
     if (grads.size() != layout_.num_params()) {
-      return absl::InvalidArgumentError(absl::StrCat("gradients have ", grads.size(),
-                                                     " elements; the model has ",
-                                                     layout_.num_params()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradients have ", grads.size(), " elements; the model has ", layout_.num_params()));
     }
     AccumulateScaled(options_.dtype, grads.data(), scaler_.scale(), grads_.data(), grads.size());
     ++micro_batches_;
@@ -143,15 +143,15 @@ absl::Status ClientImpl::CreateAndJoin() {
   while (true) {
     grpc::ClientContext context;
     context.set_wait_for_ready(true);
-    SetDeadline(&context, kControlRpcTimeout);
+    context.set_deadline(absl::ToChronoTime(deadline));
     job_.Clear();
     absl::Status s = FromGrpcStatus(coordinator_->CreateJob(&context, create, &job_));
     if (s.ok()) break;
     // UNAVAILABLE: another worker is creating the job right now.
     if (!absl::IsUnavailable(s) || absl::Now() > deadline) {
-      return absl::Status(s.code(), absl::StrCat("creating job '", options_.job_id,
-                                                 "' at coordinator ",
-                                                 options_.coordinator_address, ": ", s.message()));
+      return absl::Status(s.code(),
+                          absl::StrCat("creating job '", options_.job_id, "' at coordinator ",
+                                       options_.coordinator_address, ": ", s.message()));
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
@@ -228,9 +228,8 @@ absl::Status ClientImpl::WriteInitialParams() {
     v1::WriteParamsResponse response;
     grpc::ClientContext context;
     SetDeadline(&context, kControlRpcTimeout);
-    RETURN_IF_ERROR(
-        WithAddress(FromGrpcStatus(piece.stub->WriteParams(&context, request, &response)),
-                    piece.address));
+    RETURN_IF_ERROR(WithAddress(
+        FromGrpcStatus(piece.stub->WriteParams(&context, request, &response)), piece.address));
   }
   return absl::OkStatus();
 }
@@ -244,8 +243,8 @@ absl::Status ClientImpl::Init() {
   padded_num_params_ = layout_.PaddedNumParams(options_.world_size);
   params_.assign(padded_num_params_ * esize_, 0);
   grads_.assign(padded_num_params_ * esize_, 0);
-  slice_pieces_ = PiecesOf(layout_.WorkerSlice(rank_, options_.world_size),
-                           kMaxPayloadBytes / esize_);
+  slice_pieces_ =
+      PiecesOf(layout_.WorkerSlice(rank_, options_.world_size), kMaxPayloadBytes / esize_);
   ASSIGN_OR_RETURN(step_, CurrentStep());
 
   CollectiveOptions collective;
@@ -327,11 +326,13 @@ absl::Status ClientImpl::PushPull(int64_t step, float coef, bool push) {
                                                  ") returned ", bytes.size(), " bytes of step ",
                                                  c->pull_response.step()));
           }
-          if (s.ok()) std::memcpy(params_.data() + piece.begin * esize_, bytes.data(), bytes.size());
+          if (s.ok())
+            std::memcpy(params_.data() + piece.begin * esize_, bytes.data(), bytes.size());
           finish(WithAddress(s, piece.address));
         });
   }
-  mu.Await(absl::Condition(+[](int* n) { return *n == 0; }, &pending));
+  mu.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &pending));
   return first_error;
 }
 
@@ -386,8 +387,8 @@ absl::StatusOr<MasterState> ClientImpl::ReadMasterState() const {
     v1::ReadStateResponse response;
     grpc::ClientContext context;
     SetDeadline(&context, kControlRpcTimeout);
-    RETURN_IF_ERROR(WithAddress(
-        FromGrpcStatus(piece.stub->ReadState(&context, request, &response)), piece.address));
+    RETURN_IF_ERROR(WithAddress(FromGrpcStatus(piece.stub->ReadState(&context, request, &response)),
+                                piece.address));
     if (static_cast<uint64_t>(response.params_size()) != piece.n) {
       return absl::InternalError("ReadState returned the wrong number of values");
     }
@@ -410,12 +411,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     return absl::InvalidArgumentError(
         absl::StrCat("collective '", options.collective, "' is not gloo or nccl"));
   }
-  ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(options.tensors, options.chunk_num_params));
+  ASSIGN_OR_RETURN(FlatLayout layout,
+                   FlatLayout::Create(options.tensors, options.chunk_num_params));
   if (!options.initial_params.empty() && options.initial_params.size() != layout.num_params()) {
-    return absl::InvalidArgumentError(absl::StrCat("initial_params has ",
-                                                   options.initial_params.size(),
-                                                   " values; the flat layout has ",
-                                                   layout.num_params()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("initial_params has ", options.initial_params.size(),
+                     " values; the flat layout has ", layout.num_params()));
   }
   auto client = std::make_unique<ClientImpl>(std::move(options), std::move(layout));
   RETURN_IF_ERROR(client->Init());

@@ -36,7 +36,7 @@ class Collective {
 
 struct CollectiveOptions {
   std::string coordinator_address;
-  std::string key_prefix;   // rendezvous keys of this group start with it
+  std::string key_prefix;  // rendezvous keys of this group start with it
   int rank = 0;
   int size = 1;
   std::string hostname = "127.0.0.1";  // Gloo: address this rank listens on

@@ -77,9 +77,7 @@ std::vector<char> CoordinatorStore::get(const std::string& key) {
   return std::vector<char>(value->begin(), value->end());
 }
 
-void CoordinatorStore::wait(const std::vector<std::string>& keys) {
-  wait(keys, kDefaultTimeout);
-}
+void CoordinatorStore::wait(const std::vector<std::string>& keys) { wait(keys, kDefaultTimeout); }
 
 void CoordinatorStore::wait(const std::vector<std::string>& keys,
                             const std::chrono::milliseconds& timeout) {

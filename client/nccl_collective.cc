@@ -53,14 +53,16 @@ class NcclCollective : public Collective {
     size_t slice = num_elements / size_;
     size_t esize = DTypeSize(dtype);
     ASSIGN_OR_RETURN(char* dev, DeviceBuffer(num_elements * esize));
-    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dev, data, num_elements * esize,
-                                               cudaMemcpyHostToDevice, stream_), "copy in"));
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(dev, data, num_elements * esize, cudaMemcpyHostToDevice, stream_),
+        "copy in"));
     RETURN_IF_ERROR(NcclStatus(ncclReduceScatter(dev, dev + rank_ * slice * esize, slice,
                                                  NcclType(dtype), ncclSum, comm_, stream_),
                                "reduce-scatter"));
     RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(static_cast<char*>(data) + rank_ * slice * esize,
                                                dev + rank_ * slice * esize, slice * esize,
-                                               cudaMemcpyDeviceToHost, stream_), "copy out"));
+                                               cudaMemcpyDeviceToHost, stream_),
+                               "copy out"));
     return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
   }
 
@@ -71,10 +73,11 @@ class NcclCollective : public Collective {
     RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(mine, static_cast<char*>(data) + rank_ * slice_bytes,
                                                slice_bytes, cudaMemcpyHostToDevice, stream_),
                                "copy in"));
-    RETURN_IF_ERROR(NcclStatus(
-        ncclAllGather(mine, dev, slice_bytes, ncclUint8, comm_, stream_), "all-gather"));
-    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(data, dev, slice_bytes * size_,
-                                               cudaMemcpyDeviceToHost, stream_), "copy out"));
+    RETURN_IF_ERROR(
+        NcclStatus(ncclAllGather(mine, dev, slice_bytes, ncclUint8, comm_, stream_), "all-gather"));
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(data, dev, slice_bytes * size_, cudaMemcpyDeviceToHost, stream_),
+                   "copy out"));
     return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
   }
 
@@ -83,9 +86,9 @@ class NcclCollective : public Collective {
     ASSIGN_OR_RETURN(char* dev, DeviceBuffer(bytes));
     RETURN_IF_ERROR(CudaStatus(
         cudaMemcpyAsync(dev, values.data(), bytes, cudaMemcpyHostToDevice, stream_), "copy in"));
-    RETURN_IF_ERROR(NcclStatus(
-        ncclAllReduce(dev, dev, values.size(), ncclFloat64, ncclSum, comm_, stream_),
-        "all-reduce"));
+    RETURN_IF_ERROR(
+        NcclStatus(ncclAllReduce(dev, dev, values.size(), ncclFloat64, ncclSum, comm_, stream_),
+                   "all-reduce"));
     RETURN_IF_ERROR(CudaStatus(
         cudaMemcpyAsync(values.data(), dev, bytes, cudaMemcpyDeviceToHost, stream_), "copy out"));
     return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
@@ -140,8 +143,7 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(const Collectiv
   cudaStream_t stream;
   RETURN_IF_ERROR(CudaStatus(cudaStreamCreate(&stream), "stream"));
   ncclComm_t comm;
-  absl::Status s =
-      NcclStatus(ncclCommInitRank(&comm, options.size, id, options.rank), "init rank");
+  absl::Status s = NcclStatus(ncclCommInitRank(&comm, options.size, id, options.rank), "init rank");
   if (!s.ok()) {
     cudaStreamDestroy(stream);
     return s;

@@ -33,8 +33,8 @@ absl::StatusOr<DType> DTypeFromProto(v1::DType dtype) {
     case v1::DTYPE_FP32:
       return DType::kFp32;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("dtype ", static_cast<int>(dtype),
-                                                     " is not one of fp16, bf16, fp32"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("dtype ", static_cast<int>(dtype), " is not one of fp16, bf16, fp32"));
   }
 }
 
@@ -84,8 +84,8 @@ absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec) {
         absl::StrCat("world size ", spec.world_size(), " must be in [1, ", kMaxWorldSize, "]"));
   }
   if (spec.chunk_num_params() > kMaxChunkNumParams) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk_num_params ", spec.chunk_num_params(), " exceeds the maximum ", kMaxChunkNumParams));
+    return absl::InvalidArgumentError(absl::StrCat("chunk_num_params ", spec.chunk_num_params(),
+                                                   " exceeds the maximum ", kMaxChunkNumParams));
   }
   RETURN_IF_ERROR(DTypeFromProto(spec.dtype()).status());
   const v1::AdamConfig& a = spec.adam();

@@ -42,8 +42,8 @@ inline uint16_t FloatToHalf(float f) {
   uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
   uint32_t abs = bits & 0x7fffffff;
   if (abs > 0x7f800000) return sign | 0x7e00 | ((abs >> 13) & 0x3ff);  // NaN
-  if (abs >= 0x47800000) return sign | 0x7c00;                          // >= 2^16: Inf
-  if (abs >= 0x38800000) {                                              // normal half
+  if (abs >= 0x47800000) return sign | 0x7c00;                         // >= 2^16: Inf
+  if (abs >= 0x38800000) {                                             // normal half
     uint32_t h = (((abs >> 23) - 112) << 10) | ((abs & 0x7fffff) >> 13);
     uint32_t rest = abs & 0x1fff;
     if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;  // may carry into Inf

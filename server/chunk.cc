@@ -43,16 +43,16 @@ int64_t Chunk::applied_step() const {
   return applied_step_;
 }
 
-absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t begin, uint64_t n,
-                                  absl::string_view grads, float coef) {
+absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t begin, uint64_t n, absl::string_view grads,
+                                  float coef) {
   absl::MutexLock lock(&mu_);
   if (step == applied_step_ || (applying_ && step == applied_step_ + 1)) {
     return false;  // a retry: the step is applied, or all of it is staged
   }
   if (step != applied_step_ + 1) {
-    return absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
-                                           " is at step ", applied_step_, "; a push for step ",
-                                           step, " is ", step < applied_step_ ? "old" : "future"));
+    return absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ",
+                                           applied_step_, "; a push for step ", step, " is ",
+                                           step < applied_step_ ? "old" : "future"));
   }
   uint64_t end = begin + n;
   auto next = staged_.lower_bound(begin);
@@ -62,9 +62,9 @@ absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t begin, uint64_t n,
   bool overlaps_next = next != staged_.end() && next->first < end;
   bool overlaps_prev = next != staged_.begin() && std::prev(next)->second > begin;
   if (overlaps_next || overlaps_prev) {
-    return absl::InvalidArgumentError(absl::StrCat("push of [", begin, ", ", end, ") for step ",
-                                                   step, " overlaps a range already pushed to chunk ",
-                                                   chunk_id_, " of job ", job_id_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("push of [", begin, ", ", end, ") for step ", step,
+                     " overlaps a range already pushed to chunk ", chunk_id_, " of job ", job_id_));
   }
   if (!staged_.empty() && coef != staged_coef_) {
     return absl::InvalidArgumentError(absl::StrCat("coef ", coef, " differs from the coef ",
@@ -88,8 +88,8 @@ void Chunk::Apply() {
     step = applied_step_ + 1;
     coef = staged_coef_;
   }
-  AdamUpdate(MakeAdamConstants(adam_, step, coef), dtype_, staging(), p(), m(), v(), dtype_,
-             copy(), range_.size());
+  AdamUpdate(MakeAdamConstants(adam_, step, coef), dtype_, staging(), p(), m(), v(), dtype_, copy(),
+             range_.size());
   std::vector<Waiter> ready;
   {
     absl::MutexLock lock(&mu_);
@@ -121,10 +121,9 @@ void Chunk::Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done) {
     waiters_.push_back(Waiter{step, begin, n, std::move(done)});
     return;
   }
-  std::move(done)(absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
-                                                  " is at step ", applied_step_,
-                                                  applying_ ? " and applying the next" : "",
-                                                  "; cannot pull step ", step)),
+  std::move(done)(absl::AbortedError(absl::StrCat(
+                      "chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
+                      applying_ ? " and applying the next" : "", "; cannot pull step ", step)),
                   applied_step_, {});
 }
 

@@ -9,8 +9,7 @@
 #include "server/daemons.h"
 #include "server/signals.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:7700",
-          "host:port to serve on; port 0 picks a free port");
+ABSL_FLAG(std::string, listen, "127.0.0.1:7700", "host:port to serve on; port 0 picks a free port");
 ABSL_FLAG(std::string, data_dir, "/var/lib/strata/coordinator",
           "directory for the coordinator's RocksDB state");
 ABSL_FLAG(std::string, ready_file, "",

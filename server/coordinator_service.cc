@@ -8,11 +8,11 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/grpc_util.h"
+#include "common/job_spec.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "server/chunk.h"
 #include "server/fan_out.h"
-#include "common/job_spec.h"
 
 namespace strata {
 namespace {
@@ -96,8 +96,8 @@ v1::ShardServer::Stub* CoordinatorService::StubFor(const std::string& address) {
 absl::Status CoordinatorService::DoRegister(const v1::RegisterServerRequest& request) {
   const v1::ServerRecord& server = request.server();
   if (server.address().empty()) return absl::InvalidArgumentError("server address is empty");
-  RETURN_IF_ERROR(metadata_->Put(absl::StrCat(kServerPrefix, server.address()),
-                                 server.SerializeAsString()));
+  RETURN_IF_ERROR(
+      metadata_->Put(absl::StrCat(kServerPrefix, server.address()), server.SerializeAsString()));
   absl::MutexLock lock(&mu_);
   servers_[server.address()] = server;
   LogEventCat("coordinator", "shard server ", server.address(), " registered with ",
@@ -167,9 +167,8 @@ absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, v1::JobInfo* j
       }
       return absl::ResourceExhaustedError(absl::StrCat(
           "job '", spec.job_id(), "' does not fit: it needs ", layout.num_params(),
-          " params, at least ", job_bytes, " bytes so far of chunks of ", bytes,
-          " bytes; the ", servers_.size(), " shard server(s) have ", total_free,
-          " bytes free in all"));
+          " params, at least ", job_bytes, " bytes so far of chunks of ", bytes, " bytes; the ",
+          servers_.size(), " shard server(s) have ", total_free, " bytes free in all"));
     }
     used[best] += bytes;
     a->set_server_address(best);
@@ -188,8 +187,7 @@ void CoordinatorService::FinishCreate(const v1::JobInfo& job, absl::Status statu
   if (status.ok()) {
     jobs_[job.spec().job_id()] = job;
     LogEventCat("coordinator", "job ", job.spec().job_id(), " created: ", job.flat_num_params(),
-                " params in ", job.chunks_size(), " chunks, world size ",
-                job.spec().world_size());
+                " params in ", job.chunks_size(), " chunks, world size ", job.spec().world_size());
   } else {
     LogEventCat("coordinator", "job ", job.spec().job_id(), " refused: ", status.ToString());
   }
@@ -233,8 +231,7 @@ grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerCont
             call->request.set_job_id(response->spec().job_id());
             StubFor(r->address)
                 ->async()
-                ->DropJob(&call->context, &call->request, &call->response,
-                          [call](grpc::Status) {});
+                ->DropJob(&call->context, &call->request, &call->response, [call](grpc::Status) {});
           }
         }
         FinishCreate(*response, status);
@@ -285,9 +282,8 @@ absl::Status CoordinatorService::DoJoin(const v1::JoinJobRequest& request,
     }
   }
   if (members.size() >= job.spec().world_size()) {
-    return absl::FailedPreconditionError(absl::StrCat("job '", request.job_id(),
-                                                      "' already has its ", members.size(),
-                                                      " workers"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", request.job_id(), "' already has its ", members.size(), " workers"));
   }
   v1::Member member;
   member.set_rank(members.size());
@@ -384,15 +380,16 @@ grpc::ServerUnaryReactor* CoordinatorService::KvSet(grpc::CallbackServerContext*
                                                     const v1::KvSetRequest* request,
                                                     v1::KvSetResponse*) {
   if (request->key().empty() || request->key().size() > kMaxKvKeyBytes) {
-    return FinishUnary(ctx, absl::InvalidArgumentError(absl::StrCat(
-                                "key must have 1 to ", kMaxKvKeyBytes, " bytes")));
+    return FinishUnary(ctx, absl::InvalidArgumentError(
+                                absl::StrCat("key must have 1 to ", kMaxKvKeyBytes, " bytes")));
   }
   if (request->value().size() > kMaxKvValueBytes) {
-    return FinishUnary(ctx, absl::InvalidArgumentError(absl::StrCat(
-                                "value of ", request->value().size(),
-                                " bytes exceeds the maximum of ", kMaxKvValueBytes)));
+    return FinishUnary(ctx, absl::InvalidArgumentError(
+                                absl::StrCat("value of ", request->value().size(),
+                                             " bytes exceeds the maximum of ", kMaxKvValueBytes)));
   }
-  return FinishUnary(ctx, metadata_->Put(absl::StrCat(kKvPrefix, request->key()), request->value()));
+  return FinishUnary(ctx,
+                     metadata_->Put(absl::StrCat(kKvPrefix, request->key()), request->value()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::KvGet(grpc::CallbackServerContext* ctx,

@@ -47,11 +47,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* GetPlacement(grpc::CallbackServerContext* ctx,
                                          const v1::GetPlacementRequest* request,
                                          v1::GetPlacementResponse* response) override;
-  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx,
-                                  const v1::KvSetRequest* request,
+  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx, const v1::KvSetRequest* request,
                                   v1::KvSetResponse* response) override;
-  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx,
-                                  const v1::KvGetRequest* request,
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx, const v1::KvGetRequest* request,
                                   v1::KvGetResponse* response) override;
 
  private:

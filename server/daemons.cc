@@ -30,8 +30,7 @@ absl::StatusOr<std::unique_ptr<MetadataStore>> OpenMetadata(const std::string& d
 // Builds and starts a gRPC server on `listen_address`; sets `*address` to the
 // host of `listen_address` with the bound port.
 absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& listen_address,
-                                                    grpc::Service* service,
-                                                    std::string* address) {
+                                                    grpc::Service* service, std::string* address) {
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(builder);
   int port = 0;
@@ -39,8 +38,8 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& listen_ad
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen_address,
-                                               " (address in use or not valid?)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen_address, " (address in use or not valid?)"));
   }
   std::string host = listen_address.substr(0, listen_address.rfind(':'));
   *address = absl::StrCat(host, ":", port);
@@ -78,9 +77,9 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   ASSIGN_OR_RETURN(server->metadata_, OpenMetadata(options.data_dir));
   server->tier_ = std::make_unique<HostTier>(options.host_budget_bytes);
   server->executor_ = std::make_unique<ThreadPool>(options.executor_threads);
-  ASSIGN_OR_RETURN(server->service_, ShardService::Create(server->tier_.get(),
-                                                          server->metadata_.get(),
-                                                          server->executor_.get()));
+  ASSIGN_OR_RETURN(
+      server->service_,
+      ShardService::Create(server->tier_.get(), server->metadata_.get(), server->executor_.get()));
   std::string bound;
   ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, server->service_.get(), &bound));
   server->address_ = options.advertise_address.empty() ? bound : options.advertise_address;
@@ -108,8 +107,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   std::unique_ptr<Coordinator> coordinator(new Coordinator());
   ASSIGN_OR_RETURN(coordinator->metadata_, OpenMetadata(options.data_dir));
   ASSIGN_OR_RETURN(coordinator->service_, CoordinatorService::Create(coordinator->metadata_.get()));
-  ASSIGN_OR_RETURN(coordinator->server_, Serve(options.listen_address,
-                                               coordinator->service_.get(),
+  ASSIGN_OR_RETURN(coordinator->server_, Serve(options.listen_address, coordinator->service_.get(),
                                                &coordinator->address_));
   LogEventCat("coordinator", "serving on ", coordinator->address_);
   return coordinator;

@@ -58,8 +58,8 @@ void FanOut(const std::vector<std::string>& addresses, absl::Duration timeout,
     start(r->address, &r->context, &r->response, [state, r](grpc::Status s) {
       r->status = FromGrpcStatus(s);
       if (!r->status.ok()) {
-        r->status = absl::Status(r->status.code(),
-                                 absl::StrCat("shard server ", r->address, ": ", r->status.message()));
+        r->status = absl::Status(
+            r->status.code(), absl::StrCat("shard server ", r->address, ": ", r->status.message()));
       }
       if (--state->pending == 0) state->done(state->results);
     });

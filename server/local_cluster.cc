@@ -12,8 +12,7 @@ namespace strata {
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     const LocalClusterOptions& options) {
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
-  std::string pattern =
-      (std::filesystem::temp_directory_path() / "strata-cluster-XXXXXX").string();
+  std::string pattern = (std::filesystem::temp_directory_path() / "strata-cluster-XXXXXX").string();
   if (mkdtemp(pattern.data()) == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("cannot create ", pattern));
   }

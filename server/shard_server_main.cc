@@ -9,8 +9,7 @@
 #include "server/daemons.h"
 #include "server/signals.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:7701",
-          "host:port to serve on; port 0 picks a free port");
+ABSL_FLAG(std::string, listen, "127.0.0.1:7701", "host:port to serve on; port 0 picks a free port");
 ABSL_FLAG(std::string, advertise, "",
           "host:port announced to the coordinator (default: the listen host and bound port)");
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "host:port of strata-coordinator");
@@ -45,7 +44,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "strata-server: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  absl::Status ready = strata::WriteReadyFile(absl::GetFlag(FLAGS_ready_file), (*server)->address());
+  absl::Status ready =
+      strata::WriteReadyFile(absl::GetFlag(FLAGS_ready_file), (*server)->address());
   if (!ready.ok()) {
     std::fprintf(stderr, "strata-server: %s\n", ready.ToString().c_str());
     return 1;

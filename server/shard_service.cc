@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/job_spec.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "common/job_spec.h"
 
 namespace strata {
 namespace {
@@ -76,8 +76,8 @@ absl::StatusOr<std::shared_ptr<Chunk>> ShardService::FindChunk(const std::string
   std::shared_ptr<Chunk> chunk = std::prev(it)->second;
   if (n > chunk->range().end - begin) {
     return absl::InvalidArgumentError(absl::StrCat("range [", begin, ", ", begin + n,
-                                                   ") crosses the end of chunk ",
-                                                   chunk->chunk_id(), " at ", chunk->range().end));
+                                                   ") crosses the end of chunk ", chunk->chunk_id(),
+                                                   " at ", chunk->range().end));
   }
   if (dtype != nullptr) *dtype = job_it->second->dtype;
   return chunk;
@@ -98,8 +98,8 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   }
   uint64_t total_bytes = 0;
   for (const v1::ChunkSpec& c : request.chunks()) {
-    FlatRange range = c.chunk_id() < layout.num_chunks() ? layout.chunk_range(c.chunk_id())
-                                                         : FlatRange{};
+    FlatRange range =
+        c.chunk_id() < layout.num_chunks() ? layout.chunk_range(c.chunk_id()) : FlatRange{};
     if (range.empty() || range.begin != c.flat_begin() || range.size() != c.num_params()) {
       return absl::InvalidArgumentError(absl::StrCat("chunk ", c.chunk_id(), " [", c.flat_begin(),
                                                      ", +", c.num_params(),
@@ -180,8 +180,8 @@ void ShardService::ScheduleApply(std::shared_ptr<Chunk> chunk) {
   executor_->Schedule([this, chunk = std::move(chunk)] {
     chunk->Apply();
     int64_t step = chunk->applied_step();
-    absl::Status s = metadata_->Put(StepKey(chunk->job_id(), chunk->chunk_id()),
-                                    absl::StrCat(step));
+    absl::Status s =
+        metadata_->Put(StepKey(chunk->job_id(), chunk->chunk_id()), absl::StrCat(step));
     if (!s.ok()) LogEventCat("server", "recording the applied step failed: ", s.ToString());
   });
 }
@@ -204,13 +204,13 @@ absl::Status ShardService::DoPush(const v1::PushRequest& request, v1::PushRespon
   }
   uint64_t want_bytes = request.num_params() * DTypeSize(job_dtype);
   if (request.grads().size() != want_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "grads has ", request.grads().size(), " bytes; ", request.num_params(), " ",
-        DTypeName(job_dtype), " gradients need ", want_bytes));
+    return absl::InvalidArgumentError(absl::StrCat("grads has ", request.grads().size(), " bytes; ",
+                                                   request.num_params(), " ", DTypeName(job_dtype),
+                                                   " gradients need ", want_bytes));
   }
-  ASSIGN_OR_RETURN(bool complete, chunk->Stage(request.step(), request.flat_begin(),
-                                               request.num_params(), request.grads(),
-                                               request.coef()));
+  ASSIGN_OR_RETURN(bool complete,
+                   chunk->Stage(request.step(), request.flat_begin(), request.num_params(),
+                                request.grads(), request.coef()));
   response->set_applied_step(chunk->applied_step());
   if (complete) ScheduleApply(std::move(chunk));
   return absl::OkStatus();

@@ -36,9 +36,9 @@ absl::StatusOr<Extent> HostTier::Allocate(uint64_t num_bytes) {
   uint64_t rounded = (num_bytes + kAlignment - 1) / kAlignment * kAlignment;
   absl::MutexLock lock(&mu_);
   if (rounded > budget_bytes_ - used_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat("host tier: ", num_bytes, " bytes do not fit: ",
-                                                     used_bytes_, " of ", budget_bytes_,
-                                                     " budget bytes in use"));
+    return absl::ResourceExhaustedError(absl::StrCat("host tier: ", num_bytes,
+                                                     " bytes do not fit: ", used_bytes_, " of ",
+                                                     budget_bytes_, " budget bytes in use"));
   }
   void* block = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
   if (block == nullptr) {
@@ -63,8 +63,8 @@ absl::StatusOr<std::byte*> HostTier::Locate(const Extent& extent, uint64_t offse
                                             uint64_t num_bytes) {
   if (offset > extent.num_bytes || num_bytes > extent.num_bytes - offset) {
     return absl::OutOfRangeError(absl::StrCat("host tier: range [", offset, ", ",
-                                              offset + num_bytes, ") is outside extent ",
-                                              extent.id, " of ", extent.num_bytes, " bytes"));
+                                              offset + num_bytes, ") is outside extent ", extent.id,
+                                              " of ", extent.num_bytes, " bytes"));
   }
   std::byte* base = Map(extent);
   if (base == nullptr) {

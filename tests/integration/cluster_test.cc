@@ -92,9 +92,9 @@ MasterState Reference(const ClientOptions& o) {
     double norm = std::sqrt(sum_squares) / divisor;
     double clip = norm > o.max_grad_norm ? o.max_grad_norm / (norm + 1e-6) : 1.0;
     ++applied;
-    AdamUpdate(MakeAdamConstants(o.adam, applied, static_cast<float>(clip / divisor)),
-               DType::kFp16, sum.data(), state.params.data(), state.exp_avg.data(),
-               state.exp_avg_sq.data(), DType::kFp16, copy.data(), n);
+    AdamUpdate(MakeAdamConstants(o.adam, applied, static_cast<float>(clip / divisor)), DType::kFp16,
+               sum.data(), state.params.data(), state.exp_avg.data(), state.exp_avg_sq.data(),
+               DType::kFp16, copy.data(), n);
   }
   state.step = applied;
   return state;

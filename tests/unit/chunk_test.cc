@@ -75,8 +75,8 @@ TEST_F(ChunkTest, AppliesOnceWhenTheWholeRangeIsPushed) {
   // Independent expectation: one Adam step from p = 1 with g = 0.5.
   std::vector<float> p(kN, 1.0f), m(kN, 0.0f), v(kN, 0.0f), g(kN, 0.5f);
   std::vector<uint16_t> copy(kN);
-  AdamUpdate(MakeAdamConstants(AdamConfig{}, 1, 1.0f), DType::kFp32, g.data(), p.data(),
-             m.data(), v.data(), DType::kFp16, copy.data(), kN);
+  AdamUpdate(MakeAdamConstants(AdamConfig{}, 1, 1.0f), DType::kFp32, g.data(), p.data(), m.data(),
+             v.data(), DType::kFp16, copy.data(), kN);
   std::vector<float> got_p(kN), got_m(kN), got_v(kN);
   EXPECT_EQ(chunk_->ReadState(kBegin, kN, got_p.data(), got_m.data(), got_v.data()), 1);
   EXPECT_EQ(got_p, p);

@@ -108,8 +108,8 @@ TEST_P(AdamTest, MatchesDoubleReference) {
                                                       : static_cast<const void*>(g16.data());
     std::vector<float> p0 = p, m0 = m, v0 = v;
     std::vector<uint16_t> copy(n);
-    AdamUpdate(MakeAdamConstants(config, tc.step, coef), tc.grad_dtype, grads, p.data(),
-               m.data(), v.data(), DType::kFp16, copy.data(), n);
+    AdamUpdate(MakeAdamConstants(config, tc.step, coef), tc.grad_dtype, grads, p.data(), m.data(),
+               v.data(), DType::kFp16, copy.data(), n);
     // The reference works in double on the same (float) hyper-parameters. Its
     // tolerances bound float rounding relative to the magnitude of each
     // expression's terms (sums may cancel), and carry m's error into p.
@@ -119,10 +119,11 @@ TEST_P(AdamTest, MatchesDoubleReference) {
     const double bc2 = 1 - std::pow(b2, static_cast<double>(tc.step));
     const double u = std::ldexp(1.0, -24);  // float unit roundoff
     for (size_t i = 0; i < n; ++i) {
-      double g = static_cast<double>(coef) *
-                 (tc.grad_dtype == DType::kFp32 ? g32[i] : (tc.grad_dtype == DType::kFp16
-                                                               ? HalfToFloat(g16[i])
-                                                               : Bf16ToFloat(g16[i])));
+      double g =
+          static_cast<double>(coef) *
+          (tc.grad_dtype == DType::kFp32
+               ? g32[i]
+               : (tc.grad_dtype == DType::kFp16 ? HalfToFloat(g16[i]) : Bf16ToFloat(g16[i])));
       double param = p0[i];
       if (tc.adamw) {
         param *= 1.0 - lr * wd;
@@ -135,8 +136,8 @@ TEST_P(AdamTest, MatchesDoubleReference) {
       double update = lr / bc1 * mi / denom;
       double tol_m = 8 * u * (b1 * std::fabs(m0[i]) + (1 - b1) * std::fabs(g)) + 1e-30;
       double tol_v = 8 * u * (b2 * v0[i] + (1 - b2) * g * g) + 1e-30;
-      double tol_p = 8 * u * (std::fabs(param) + std::fabs(update)) +
-                     2 * lr / bc1 * tol_m / denom + std::fabs(update) * tol_v / vi;
+      double tol_p = 8 * u * (std::fabs(param) + std::fabs(update)) + 2 * lr / bc1 * tol_m / denom +
+                     std::fabs(update) * tol_v / vi;
       param -= update;
       ASSERT_NEAR(m[i], mi, tol_m) << "m, n=" << n << " i=" << i;
       ASSERT_NEAR(v[i], vi, tol_v) << "v, n=" << n << " i=" << i;

@@ -80,6 +80,8 @@ class Client {
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
+  // Number of shard servers holding this job's chunks.
+  virtual int num_servers() const = 0;
   virtual const FlatLayout& layout() const = 0;
   // The last step applied (0 before the first).
   virtual int64_t step() const = 0;

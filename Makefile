@@ -1,0 +1,39 @@
+# strata: the commands a user needs. Each target installs missing Debian
+# packages first (deploy/install-deps.sh, needs root or sudo).
+#   make demo    local cluster (1 coordinator, 2 servers) trains an MLP with 2 workers
+#   make test    build and run the whole test suite
+#   make build   configure and build everything into build/
+#   make check   clang-format check + the test suite under ASan/UBSan (build-asan/)
+#   make bench   strata-bench step on 64 Mi parameters (see README)
+
+CTEST_ARGS ?=
+JOBS ?= $(shell nproc)
+
+.PHONY: deps build test demo check format-check bench clean
+
+deps:
+	@bash deploy/install-deps.sh
+
+build: deps
+	@test -f build/build.ninja || cmake --preset default
+	cmake --build --preset default -j $(JOBS)
+
+test: build
+	ctest --preset default -j $(JOBS) $(CTEST_ARGS)
+
+demo: build
+	bash deploy/local-cluster.sh
+
+format-check: deps
+	git ls-files '*.h' '*.cc' '*.cu' | xargs clang-format --dry-run --Werror
+
+check: format-check
+	@test -f build-asan/build.ninja || cmake --preset asan
+	cmake --build --preset asan -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1 ctest --preset asan -j $(JOBS) $(CTEST_ARGS)
+
+bench: build
+	build/bin/strata-bench step --params 67108864 --workers 2 --servers 2 --json
+
+clean:
+	rm -rf build build-asan

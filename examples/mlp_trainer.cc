@@ -1,0 +1,237 @@
+// mlp_trainer: an example trainer that links strata::Client. It trains a
+// two-layer MLP student to imitate a fixed random teacher MLP on generated
+// inputs (a teacher-student task), with FP16 (or BF16) forward and backward,
+// one process per worker. Rank 0 prints the loss of every step.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_format.h"
+#include "common/command_line.h"
+#include "kernels/half.h"
+#include "strata/client.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "host:port of strata-coordinator");
+ABSL_FLAG(std::string, job, "mlp-demo", "job id");
+ABSL_FLAG(std::string, worker_id, "", "unique worker id (default: hostname-pid)");
+ABSL_FLAG(int, workers, 2, "number of workers (processes) in the job");
+ABSL_FLAG(int, steps, 100, "optimizer steps to run");
+ABSL_FLAG(int, batch, 64, "global batch size (split among workers)");
+ABSL_FLAG(int, accumulation, 1, "micro-batches accumulated per step");
+ABSL_FLAG(int, input_dim, 32, "input features");
+ABSL_FLAG(int, hidden_dim, 128, "hidden units");
+ABSL_FLAG(int, output_dim, 8, "outputs");
+ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate");
+ABSL_FLAG(double, weight_decay, 0.0, "AdamW weight decay");
+ABSL_FLAG(double, max_grad_norm, 1.0, "clip the global gradient norm (0: off)");
+ABSL_FLAG(std::string, dtype, "fp16", "fp16 or bf16");
+ABSL_FLAG(uint64_t, chunk_params, 4096, "chunk size in parameters (multiple of 64)");
+ABSL_FLAG(std::string, summary_file, "",
+          "rank 0 writes the JSON summary line to this file instead of stdout");
+
+namespace {
+
+using strata::FlatLayout;
+
+struct Dims {
+  int in, hidden, out;
+};
+
+// Rounds to the compute dtype: the forward and backward run on 16-bit values.
+float Round(float x, strata::DType dtype) {
+  return dtype == strata::DType::kBf16 ? strata::Bf16ToFloat(strata::FloatToBf16(x))
+                                       : strata::HalfToFloat(strata::FloatToHalf(x));
+}
+
+struct Mlp {
+  const float *w1, *b1, *w2, *b2;  // [in x hidden], [hidden], [hidden x out], [out]
+};
+
+Mlp View(const std::vector<float>& flat, const FlatLayout& layout) {
+  return Mlp{&flat[layout.tensor_range(0).begin], &flat[layout.tensor_range(1).begin],
+             &flat[layout.tensor_range(2).begin], &flat[layout.tensor_range(3).begin]};
+}
+
+// Deterministic input of global sample `index`.
+std::vector<float> Sample(uint64_t index, int dim, strata::DType dtype) {
+  std::mt19937_64 rng(index * 0x9E3779B97F4A7C15ull + 1);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(dim);
+  for (float& v : x) v = Round(normal(rng), dtype);
+  return x;
+}
+
+void Forward(const Mlp& m, const Dims& d, const std::vector<float>& x, strata::DType dtype,
+             std::vector<float>* h, std::vector<float>* y) {
+  h->assign(d.hidden, 0.0f);
+  for (int j = 0; j < d.hidden; ++j) {
+    float acc = m.b1[j];
+    for (int i = 0; i < d.in; ++i) acc += x[i] * m.w1[i * d.hidden + j];
+    (*h)[j] = Round(std::max(acc, 0.0f), dtype);
+  }
+  y->assign(d.out, 0.0f);
+  for (int k = 0; k < d.out; ++k) {
+    float acc = m.b2[k];
+    for (int j = 0; j < d.hidden; ++j) acc += (*h)[j] * m.w2[j * d.out + k];
+    (*y)[k] = Round(acc, dtype);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  strata::InitCommandLine(
+      argc, argv,
+      "mlp_trainer: trains a two-layer MLP student against a random teacher MLP\n"
+      "through a strata cluster (FP16/BF16 forward and backward, AdamW on the shard\n"
+      "servers). Start one process per worker:\n\n"
+      "  mlp_trainer --coordinator=HOST:PORT --job=NAME --workers=2 --steps=100");
+  const Dims d{absl::GetFlag(FLAGS_input_dim), absl::GetFlag(FLAGS_hidden_dim),
+               absl::GetFlag(FLAGS_output_dim)};
+  const std::string dtype_name = absl::GetFlag(FLAGS_dtype);
+  if (dtype_name != "fp16" && dtype_name != "bf16") {
+    std::fprintf(stderr, "mlp_trainer: --dtype must be fp16 or bf16, not %s\n", dtype_name.c_str());
+    return 2;
+  }
+  const strata::DType dtype = dtype_name == "bf16" ? strata::DType::kBf16 : strata::DType::kFp16;
+
+  strata::ClientOptions options;
+  options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  options.job_id = absl::GetFlag(FLAGS_job);
+  options.worker_id = absl::GetFlag(FLAGS_worker_id);
+  options.world_size = absl::GetFlag(FLAGS_workers);
+  options.tensors = {{"fc1.weight", {d.in, d.hidden}},
+                     {"fc1.bias", {d.hidden}},
+                     {"fc2.weight", {d.hidden, d.out}},
+                     {"fc2.bias", {d.out}}};
+  options.chunk_num_params = absl::GetFlag(FLAGS_chunk_params);
+  options.adam.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  options.adam.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  options.dtype = dtype;
+  options.loss_scale.dynamic = dtype == strata::DType::kFp16;
+  options.loss_scale.initial_scale = dtype == strata::DType::kFp16 ? 65536.0f : 1.0f;
+  options.loss_scale.growth_interval = 50;
+  options.max_grad_norm = absl::GetFlag(FLAGS_max_grad_norm);
+
+  auto layout = FlatLayout::Create(options.tensors, options.chunk_num_params);
+  if (!layout.ok()) {
+    std::fprintf(stderr, "mlp_trainer: %s\n", layout.status().ToString().c_str());
+    return 2;
+  }
+  // Student: He-style initialization; teacher: a fixed random MLP.
+  auto init = [&](uint32_t seed, float scale_w1, float scale_w2) {
+    std::vector<float> flat(layout->num_params(), 0.0f);
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    for (uint64_t i = layout->tensor_range(0).begin; i < layout->tensor_range(0).end; ++i) {
+      flat[i] = scale_w1 * normal(rng);
+    }
+    for (uint64_t i = layout->tensor_range(2).begin; i < layout->tensor_range(2).end; ++i) {
+      flat[i] = scale_w2 * normal(rng);
+    }
+    return flat;
+  };
+  options.initial_params = init(1, std::sqrt(2.0f / d.in), std::sqrt(1.0f / d.hidden));
+  const std::vector<float> teacher_flat =
+      init(7, std::sqrt(2.0f / d.in), std::sqrt(2.0f / d.hidden));
+  const Mlp teacher = View(teacher_flat, *layout);
+
+  auto client = strata::Client::Connect(options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "mlp_trainer: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  strata::Client& c = **client;
+  const int rank = c.rank();
+  const int workers = c.world_size();
+  const int batch = absl::GetFlag(FLAGS_batch);
+  const int accumulation = absl::GetFlag(FLAGS_accumulation);
+  const int per_worker = batch / workers / accumulation;
+  if (per_worker < 1) {
+    std::fprintf(stderr, "mlp_trainer: --batch %d is too small for %d workers x %d micro-batches\n",
+                 batch, workers, accumulation);
+    return 2;
+  }
+
+  std::vector<float> params(layout->num_params()), grads(layout->num_params());
+  std::vector<float> h, y, teacher_h, target;
+  std::vector<double> step_ms;
+  double loss_first = 0, loss_last = 0;
+  const int steps = absl::GetFlag(FLAGS_steps);
+  for (int s = 0; s < steps; ++s) {
+    auto started = std::chrono::steady_clock::now();
+    if (!c.CopyParams(absl::MakeSpan(params)).ok()) return 1;
+    const Mlp m = View(params, *layout);
+    double loss_sum = 0;
+    for (int micro = 0; micro < accumulation; ++micro) {
+      std::fill(grads.begin(), grads.end(), 0.0f);
+      float* gw1 = &grads[layout->tensor_range(0).begin];
+      float* gb1 = &grads[layout->tensor_range(1).begin];
+      float* gw2 = &grads[layout->tensor_range(2).begin];
+      float* gb2 = &grads[layout->tensor_range(3).begin];
+      for (int b = 0; b < per_worker; ++b) {
+        uint64_t index = (static_cast<uint64_t>(c.step()) * accumulation + micro) * batch +
+                         rank * per_worker + b;
+        std::vector<float> x = Sample(index, d.in, dtype);
+        Forward(teacher, d, x, dtype, &teacher_h, &target);
+        Forward(m, d, x, dtype, &h, &y);
+        std::vector<float> dh(d.hidden, 0.0f);
+        for (int k = 0; k < d.out; ++k) {
+          float err = y[k] - target[k];
+          loss_sum += 0.5 * err * err / d.out;
+          float dy = err / d.out / per_worker;
+          gb2[k] += dy;
+          for (int j = 0; j < d.hidden; ++j) {
+            gw2[j * d.out + k] += h[j] * dy;
+            dh[j] += m.w2[j * d.out + k] * dy;
+          }
+        }
+        for (int j = 0; j < d.hidden; ++j) {
+          if (h[j] <= 0) continue;
+          gb1[j] += dh[j];
+          for (int i = 0; i < d.in; ++i) gw1[i * d.hidden + j] += x[i] * dh[j];
+        }
+      }
+      if (!c.AccumulateGradients(grads).ok()) return 1;
+    }
+    double loss = loss_sum / per_worker / accumulation;
+    if (!c.AllReduceSum(absl::MakeSpan(&loss, 1)).ok()) return 1;
+    loss /= workers;
+    auto result = c.Step();
+    if (!result.ok()) {
+      std::fprintf(stderr, "mlp_trainer: step failed: %s\n", result.status().ToString().c_str());
+      return 1;
+    }
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+            .count();
+    step_ms.push_back(ms);
+    if (s == 0) loss_first = loss;
+    loss_last = loss;
+    if (rank == 0) {
+      std::printf("step %4lld  loss %.6f  grad_norm %.4f  loss_scale %g%s  %.1f ms\n",
+                  static_cast<long long>(result->step), loss, result->grad_norm, result->loss_scale,
+                  result->skipped ? "  (skipped: overflow)" : "", ms);
+      std::fflush(stdout);
+    }
+  }
+  if (rank == 0) {
+    std::sort(step_ms.begin(), step_ms.end());
+    std::string summary = absl::StrFormat(
+        "{\"workers\":%d,\"servers\":%d,\"steps\":%d,\"loss_first\":%.6f,\"loss_last\":%.6f,"
+        "\"step_ms_median\":%.3f}",
+        workers, c.num_servers(), steps, loss_first, loss_last,
+        step_ms.empty() ? 0.0 : step_ms[step_ms.size() / 2]);
+    if (absl::GetFlag(FLAGS_summary_file).empty()) {
+      std::printf("%s\n", summary.c_str());
+    } else {
+      std::ofstream(absl::GetFlag(FLAGS_summary_file)) << summary << "\n";
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,235 @@
+// Bad input against real servers on loopback: each request gets the status
+// code of DESIGN.md and a message naming the problem; afterwards placement
+// and master state are exactly as before and the job still trains.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <thread>
+
+#include "absl/strings/str_split.h"
+#include "common/grpc_status.h"
+#include "common/grpc_util.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "server/local_cluster.h"
+#include "strata/client.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+#include "strata/v1/shard.grpc.pb.h"
+#include "tests/testing/job_runner.h"
+
+namespace strata {
+namespace {
+
+using ::testing::HasSubstr;
+
+class BadInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cluster = LocalCluster::Start({2, uint64_t{1} << 20, 1});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    ClientOptions o;
+    o.coordinator_address = cluster_->coordinator_address();
+    o.job_id = "bad-input";
+    o.worker_id = "only";
+    o.tensors = testing::SmallModel();
+    o.world_size = 1;
+    o.chunk_num_params = 256;
+    o.initial_params = testing::InitialParams(FlatLayout::Create(o.tensors, 256)->num_params());
+    auto client = Client::Connect(o);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+    for (int s = 1; s <= 2; ++s) Step();
+    coordinator_ = v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
+    v1::GetJobRequest get;
+    get.set_job_id("bad-input");
+    grpc::ClientContext context;
+    ASSERT_TRUE(coordinator_->GetJob(&context, get, &job_).ok());
+    chunk0_server_ = job_.chunks(0).server_address();
+    // A channel that sends more than the servers accept.
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(-1);
+    shard_ = v1::ShardServer::NewStub(
+        grpc::CreateCustomChannel(chunk0_server_, grpc::InsecureChannelCredentials(), args));
+    before_placement_ = Placement();
+    before_state_ = *client_->ReadMasterState();
+  }
+
+  void Step() {
+    ASSERT_TRUE(client_->AccumulateGradients(testing::Gradient(
+                                                 client_->layout().num_params(), 0,
+                                                 client_->step() + 1, 0))
+                    .ok());
+    auto result = client_->Step();
+    ASSERT_TRUE(result.ok()) << result.status();
+  }
+
+  std::string Placement() {
+    v1::GetPlacementRequest request;
+    request.set_job_id("bad-input");
+    v1::GetPlacementResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(coordinator_->GetPlacement(&context, request, &response).ok());
+    return response.SerializeAsString();
+  }
+
+  // A valid push of chunk 0 for the next step, to be broken by each test.
+  v1::PushRequest GoodPush() {
+    v1::PushRequest push;
+    push.set_job_id("bad-input");
+    push.set_step(client_->step() + 1);
+    push.set_flat_begin(0);
+    push.set_num_params(64);
+    push.set_dtype(v1::DTYPE_FP16);
+    push.set_coef(1.0f);
+    push.set_grads(std::string(128, '\0'));
+    return push;
+  }
+
+  absl::Status Push(const v1::PushRequest& push) {
+    grpc::ClientContext context;
+    v1::PushResponse response;
+    return FromGrpcStatus(shard_->Push(&context, push, &response));
+  }
+
+  void TearDown() override {
+    if (HasFailure() || client_ == nullptr) return;
+    // Nothing changed, nothing crashed, and the job still trains.
+    EXPECT_EQ(Placement(), before_placement_);
+    MasterState after = *client_->ReadMasterState();
+    EXPECT_EQ(after.step, before_state_.step);
+    EXPECT_EQ(after.params, before_state_.params);
+    EXPECT_EQ(after.exp_avg_sq, before_state_.exp_avg_sq);
+    Step();
+    EXPECT_EQ(client_->ReadMasterState()->step, before_state_.step + 1);
+  }
+
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  std::unique_ptr<v1::ShardServer::Stub> shard_;
+  v1::JobInfo job_;
+  std::string chunk0_server_;
+  std::string before_placement_;
+  MasterState before_state_;
+};
+
+TEST_F(BadInputTest, WrongLength) {
+  v1::PushRequest push = GoodPush();
+  push.set_grads(std::string(100, '\0'));
+  absl::Status s = Push(push);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("grads has 100 bytes"));
+}
+
+TEST_F(BadInputTest, UnknownJobAndChunk) {
+  v1::PushRequest push = GoodPush();
+  push.set_job_id("no-such-job");
+  absl::Status s = Push(push);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("no-such-job"));
+  push = GoodPush();
+  push.set_flat_begin(1u << 30);
+  s = Push(push);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("no chunk"));
+  push = GoodPush();
+  push.set_flat_begin(200);
+  push.set_num_params(100);  // crosses the end of chunk 0 at 256
+  push.set_grads(std::string(200, '\0'));
+  s = Push(push);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("crosses the end of chunk 0"));
+}
+
+TEST_F(BadInputTest, NonFiniteCoefAndWrongDtype) {
+  for (float coef : {NAN, INFINITY, -INFINITY}) {
+    v1::PushRequest push = GoodPush();
+    push.set_coef(coef);
+    absl::Status s = Push(push);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr("not finite"));
+  }
+  v1::PushRequest push = GoodPush();
+  push.set_dtype(v1::DTYPE_BF16);
+  EXPECT_EQ(Push(push).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(BadInputTest, PastAndFutureSteps) {
+  v1::PushRequest push = GoodPush();
+  push.set_step(client_->step() - 1);
+  absl::Status s = Push(push);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(s.message(), HasSubstr("old"));
+  push.set_step(client_->step() + 2);
+  s = Push(push);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(s.message(), HasSubstr("future"));
+  // A retried push of the applied step returns the stored result.
+  push.set_step(client_->step());
+  push.set_grads(std::string(128, '\x7f'));
+  EXPECT_TRUE(Push(push).ok());
+}
+
+TEST_F(BadInputTest, OversizedMessage) {
+  v1::PushRequest push = GoodPush();
+  push.set_grads(std::string(kMaxMessageBytes + 1024, '\0'));
+  EXPECT_EQ(Push(push).code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(BadInputTest, JobThatDoesNotFitTheBudget) {
+  v1::CreateJobRequest create;
+  v1::JobSpec* spec = create.mutable_spec();
+  spec->set_job_id("too-big");
+  v1::TensorSpec* t = spec->add_tensors();
+  t->set_name("w");
+  t->add_shape(1 << 20);  // 1 Mi params need 16 MiB; the budget is 2 x 1 MiB
+  spec->set_world_size(1);
+  spec->set_chunk_num_params(1 << 16);
+  spec->set_dtype(v1::DTYPE_FP16);
+  spec->mutable_adam()->set_lr(1e-3f);
+  spec->mutable_adam()->set_beta1(0.9f);
+  spec->mutable_adam()->set_beta2(0.999f);
+  spec->mutable_adam()->set_eps(1e-8f);
+  v1::JobInfo info;
+  grpc::ClientContext context;
+  absl::Status s = FromGrpcStatus(coordinator_->CreateJob(&context, create, &info));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("does not fit"));
+  v1::GetJobRequest get;
+  get.set_job_id("too-big");
+  grpc::ClientContext get_context;
+  EXPECT_EQ(coordinator_->GetJob(&get_context, get, &info).error_code(), grpc::NOT_FOUND);
+  // A malformed spec is refused before anything is planned.
+  spec->set_chunk_num_params(100);
+  grpc::ClientContext bad_context;
+  s = FromGrpcStatus(coordinator_->CreateJob(&bad_context, create, &info));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("chunk_num_params"));
+}
+
+TEST_F(BadInputTest, GarbageBytesOnThePort) {
+  std::vector<std::string> host_port = absl::StrSplit(chunk0_server_, ':');
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(std::stoi(host_port[1])));
+    inet_pton(AF_INET, host_port[0].c_str(), &addr.sin_addr);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    std::string garbage = "GET / HTTP/1.1\r\n\r\n\x00\xff\x13garbage";
+    garbage += std::string(4096, '\xab');
+    ASSERT_GT(write(fd, garbage.data(), garbage.size()), 0);
+    char buffer[256];
+    (void)read(fd, buffer, sizeof(buffer));  // the server answers or closes
+    close(fd);
+  }
+}
+
+}  // namespace
+}  // namespace strata

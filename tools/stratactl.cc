@@ -1,0 +1,185 @@
+// stratactl: inspect a strata cluster. See --help.
+#include <cstdio>
+#include <map>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/command_line.h"
+#include "common/grpc_status.h"
+#include "common/grpc_util.h"
+#include "nlohmann/json.hpp"
+#include "strata/v1/coordinator.grpc.pb.h"
+#include "tools/table.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "host:port of strata-coordinator");
+ABSL_FLAG(std::string, job, "", "job id (placement: every job when empty)");
+ABSL_FLAG(bool, json, false, "print JSON instead of a table");
+ABSL_FLAG(int, timeout_s, 10, "RPC deadline in seconds");
+
+namespace strata {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kUsage[] =
+    "stratactl: inspect a strata cluster.\n\n"
+    "  stratactl [--coordinator=HOST:PORT] [--json] jobs\n"
+    "      every job: id, world size, members, params, chunks, dtype\n"
+    "  stratactl [--coordinator=HOST:PORT] [--json] [--job=ID] placement\n"
+    "      every chunk: job, id, flat range, tensors, server, tier, bytes, applied step\n"
+    "  stratactl [--coordinator=HOST:PORT] [--json] --job=ID members\n"
+    "      the job's workers: rank, worker id, joined at";
+
+class Ctl {
+ public:
+  Ctl() : stub_(v1::Coordinator::NewStub(MakeChannel(absl::GetFlag(FLAGS_coordinator)))) {}
+
+  template <typename Request, typename Response, typename Method>
+  absl::Status Call(Method method, const Request& request, Response* response) {
+    grpc::ClientContext context;
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
+    return FromGrpcStatus((stub_.get()->*method)(&context, request, response));
+  }
+
+  absl::Status Jobs() {
+    v1::ListJobsResponse response;
+    absl::Status s = Call(&v1::Coordinator::Stub::ListJobs, v1::ListJobsRequest(), &response);
+    if (!s.ok()) return s;
+    json out = json::array();
+    Table table({"JOB", "WORLD", "MEMBERS", "PARAMS", "CHUNKS", "CHUNK_PARAMS", "DTYPE"});
+    for (const auto& summary : response.jobs()) {
+      const v1::JobInfo& job = summary.job();
+      std::string dtype = v1::DType_Name(job.spec().dtype());
+      out.push_back({{"job", job.spec().job_id()},
+                     {"world_size", job.spec().world_size()},
+                     {"members", summary.num_members()},
+                     {"params", job.flat_num_params()},
+                     {"chunks", job.chunks_size()},
+                     {"chunk_params", job.spec().chunk_num_params()},
+                     {"dtype", dtype}});
+      table.Add({job.spec().job_id(), absl::StrCat(job.spec().world_size()),
+                 absl::StrCat(summary.num_members()), absl::StrCat(job.flat_num_params()),
+                 absl::StrCat(job.chunks_size()), absl::StrCat(job.spec().chunk_num_params()),
+                 dtype});
+    }
+    Emit(out, table);
+    return absl::OkStatus();
+  }
+
+  absl::Status Placement() {
+    std::vector<std::string> job_ids;
+    if (!absl::GetFlag(FLAGS_job).empty()) {
+      job_ids.push_back(absl::GetFlag(FLAGS_job));
+    } else {
+      v1::ListJobsResponse jobs;
+      absl::Status s = Call(&v1::Coordinator::Stub::ListJobs, v1::ListJobsRequest(), &jobs);
+      if (!s.ok()) return s;
+      for (const auto& summary : jobs.jobs()) job_ids.push_back(summary.job().spec().job_id());
+    }
+    json out = json::array();
+    Table table({"JOB", "CHUNK", "FLAT_RANGE", "TENSORS", "SERVER", "TIER", "BYTES", "STEP"});
+    // Per (server, tier): bytes and chunks, for the summary.
+    std::map<std::pair<std::string, std::string>, std::pair<uint64_t, int>> summary;
+    for (const std::string& id : job_ids) {
+      v1::GetPlacementRequest request;
+      request.set_job_id(id);
+      v1::GetPlacementResponse response;
+      absl::Status s = Call(&v1::Coordinator::Stub::GetPlacement, request, &response);
+      if (!s.ok()) return s;
+      for (const v1::PlacementRow& r : response.rows()) {
+        std::string range =
+            absl::StrCat("[", r.flat_begin(), ", ", r.flat_begin() + r.num_params(), ")");
+        std::vector<std::string> tensors(r.tensors().begin(), r.tensors().end());
+        out.push_back({{"job", r.job_id()},
+                       {"chunk", r.chunk_id()},
+                       {"flat_begin", r.flat_begin()},
+                       {"num_params", r.num_params()},
+                       {"tensors", tensors},
+                       {"server", r.server_address()},
+                       {"tier", r.tier()},
+                       {"bytes", r.num_bytes()},
+                       {"applied_step", r.applied_step()}});
+        table.Add({r.job_id(), absl::StrCat(r.chunk_id()), range, absl::StrJoin(tensors, ","),
+                   r.server_address(), r.tier(), absl::StrCat(r.num_bytes()),
+                   absl::StrCat(r.applied_step())});
+        auto& [bytes, chunks] = summary[{r.server_address(), r.tier()}];
+        bytes += r.num_bytes();
+        ++chunks;
+      }
+    }
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf("%s\n", out.dump().c_str());
+      return absl::OkStatus();
+    }
+    table.Print(stdout);
+    std::printf("\n");
+    Table totals({"SERVER", "TIER", "CHUNKS", "BYTES"});
+    for (const auto& [key, value] : summary) {
+      totals.Add({key.first, key.second, absl::StrCat(value.second), absl::StrCat(value.first)});
+    }
+    totals.Print(stdout);
+    return absl::OkStatus();
+  }
+
+  absl::Status Members() {
+    if (absl::GetFlag(FLAGS_job).empty()) return absl::InvalidArgumentError("members needs --job");
+    v1::ListMembersRequest request;
+    request.set_job_id(absl::GetFlag(FLAGS_job));
+    v1::ListMembersResponse response;
+    absl::Status s = Call(&v1::Coordinator::Stub::ListMembers, request, &response);
+    if (!s.ok()) return s;
+    json out = json::array();
+    Table table({"RANK", "WORKER", "JOINED"});
+    for (const v1::Member& m : response.members()) {
+      std::string joined = absl::FormatTime(
+          "%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(m.joined_unix_ms()), absl::UTCTimeZone());
+      out.push_back({{"rank", m.rank()}, {"worker", m.worker_id()}, {"joined", joined}});
+      table.Add({absl::StrCat(m.rank()), m.worker_id(), joined});
+    }
+    Emit(out, table);
+    return absl::OkStatus();
+  }
+
+ private:
+  void Emit(const json& out, const Table& table) {
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf("%s\n", out.dump().c_str());
+    } else {
+      table.Print(stdout);
+    }
+  }
+
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args = strata::InitCommandLine(argc, argv, strata::kUsage);
+  if (args.size() != 1) {
+    std::fprintf(stderr, "%s\n", strata::kUsage);
+    return 2;
+  }
+  strata::Ctl ctl;
+  absl::Status s;
+  if (args[0] == "jobs") {
+    s = ctl.Jobs();
+  } else if (args[0] == "placement") {
+    s = ctl.Placement();
+  } else if (args[0] == "members") {
+    s = ctl.Members();
+  } else {
+    std::fprintf(stderr, "stratactl: unknown command '%s'\n\n%s\n", args[0].c_str(),
+                 strata::kUsage);
+    return 2;
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "stratactl %s: %s\n", args[0].c_str(), s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
