@@ -341,13 +341,15 @@ absl::StatusOr<StepResult> ClientImpl::Step() {
     return absl::FailedPreconditionError("Step() with no accumulated gradients");
   }
   const DType dtype = options_.dtype;
+  StepResult result;
+  absl::Time started = absl::Now();
   RETURN_IF_ERROR(collective_->ReduceScatterSum(dtype, grads_.data(), padded_num_params_));
   FlatRange slice = layout_.WorkerSlice(rank_, options_.world_size);
   GradStats stats = ComputeGradStats(dtype, grads_.data() + slice.begin * esize_, slice.size());
   double global[2] = {stats.sum_squares, stats.all_finite ? 0.0 : 1.0};
   RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(global)));
+  result.collective_seconds = absl::ToDoubleSeconds(absl::Now() - started);
 
-  StepResult result;
   result.loss_scale = scaler_.scale();
   double divisor = static_cast<double>(scaler_.scale()) * options_.world_size * micro_batches_;
   micro_batches_ = 0;
@@ -364,9 +366,13 @@ absl::StatusOr<StepResult> ClientImpl::Step() {
     result.clip_factor = options_.max_grad_norm / (result.grad_norm + 1e-6);
   }
   float coef = static_cast<float>(result.clip_factor / divisor);
+  started = absl::Now();
   RETURN_IF_ERROR(PushPull(step_ + 1, coef, /*push=*/true));
+  result.push_pull_seconds = absl::ToDoubleSeconds(absl::Now() - started);
   std::fill(grads_.begin(), grads_.end(), 0);
+  started = absl::Now();
   RETURN_IF_ERROR(collective_->AllGather(dtype, params_.data(), padded_num_params_));
+  result.collective_seconds += absl::ToDoubleSeconds(absl::Now() - started);
   scaler_.Update(/*overflow=*/false);
   result.step = ++step_;
   return result;

@@ -60,9 +60,9 @@ class BadInputTest : public ::testing::Test {
   }
 
   void Step() {
-    ASSERT_TRUE(client_->AccumulateGradients(testing::Gradient(
-                                                 client_->layout().num_params(), 0,
-                                                 client_->step() + 1, 0))
+    ASSERT_TRUE(client_
+                    ->AccumulateGradients(testing::Gradient(client_->layout().num_params(), 0,
+                                                            client_->step() + 1, 0))
                     .ok());
     auto result = client_->Step();
     ASSERT_TRUE(result.ok()) << result.status();

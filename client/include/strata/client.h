@@ -61,6 +61,10 @@ struct StepResult {
   double grad_norm = 0.0;  // of the averaged, unscaled gradient; Inf on overflow
   double clip_factor = 1.0;
   float loss_scale = 1.0f;  // the scale the step's gradients carried
+  // Wall time of this step's collectives (reduce-scatter, norm all-reduce,
+  // all-gather) and of its push and pull RPCs.
+  double collective_seconds = 0.0;
+  double push_pull_seconds = 0.0;
 };
 
 struct MasterState {
