@@ -1,6 +1,9 @@
 // Scalar conversions between FP32 and the 16-bit formats FP16 (IEEE binary16)
 // and BF16. Float to 16-bit rounds to nearest even; FP16 overflow gives ±Inf;
-// NaN stays NaN (quieted). Pure functions; thread-safe.
+// NaN stays NaN (quieted). Pure functions; thread-safe. The functions are
+// `static` so that each kernel variant, compiled for its own instruction set,
+// keeps its own copy (a shared inline copy could carry AVX-512 code into the
+// scalar path).
 #ifndef STRATA_KERNELS_HALF_H_
 #define STRATA_KERNELS_HALF_H_
 
@@ -9,19 +12,19 @@
 
 namespace strata {
 
-inline uint32_t FloatBits(float f) {
+static inline uint32_t FloatBits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof(u));
   return u;
 }
 
-inline float BitsToFloat(uint32_t u) {
+static inline float BitsToFloat(uint32_t u) {
   float f;
   std::memcpy(&f, &u, sizeof(f));
   return f;
 }
 
-inline float HalfToFloat(uint16_t h) {
+static inline float HalfToFloat(uint16_t h) {
   uint32_t sign = uint32_t{h & 0x8000u} << 16;
   uint32_t exponent = (h >> 10) & 0x1f;
   uint32_t mantissa = h & 0x3ff;
@@ -37,7 +40,7 @@ inline float HalfToFloat(uint16_t h) {
   return BitsToFloat(sign | ((113 - shifts) << 23) | ((mantissa & 0x3ff) << 13));
 }
 
-inline uint16_t FloatToHalf(float f) {
+static inline uint16_t FloatToHalf(float f) {
   uint32_t bits = FloatBits(f);
   uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
   uint32_t abs = bits & 0x7fffffff;
@@ -60,9 +63,9 @@ inline uint16_t FloatToHalf(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
-inline float Bf16ToFloat(uint16_t b) { return BitsToFloat(uint32_t{b} << 16); }
+static inline float Bf16ToFloat(uint16_t b) { return BitsToFloat(uint32_t{b} << 16); }
 
-inline uint16_t FloatToBf16(float f) {
+static inline uint16_t FloatToBf16(float f) {
   uint32_t bits = FloatBits(f);
   if ((bits & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((bits >> 16) | 0x40);
   return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);

@@ -1,0 +1,89 @@
+// The AVX2 + F16C variant (compiled with -mavx2 -mf16c; run only where CPUID
+// reports both). FP16 conversions use F16C (round to nearest even, IEEE
+// overflow to Inf); BF16 rounding is done on the integer bits exactly as the
+// scalar FloatToBf16 does, so every output equals the scalar variant's.
+#include <immintrin.h>
+
+#include "kernels/cpu/kernels_impl.h"
+
+namespace strata {
+namespace kernels_internal {
+namespace {
+
+struct Avx2Ops {
+  static constexpr size_t kWidth = 8;
+  using F = __m256;
+  static F Set(float x) { return _mm256_set1_ps(x); }
+  static F Add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F Sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F Div(F a, F b) { return _mm256_div_ps(a, b); }
+  static F Sqrt(F a) { return _mm256_sqrt_ps(a); }
+  static F LoadF32(const float* p) { return _mm256_loadu_ps(p); }
+  static F LoadF16(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static F LoadBf16(const uint16_t* p) {
+    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+  template <bool kStream>
+  static void StoreF32(float* p, F x) {
+    if constexpr (kStream) {
+      _mm256_stream_ps(p, x);
+    } else {
+      _mm256_storeu_ps(p, x);
+    }
+  }
+  template <bool kStream>
+  static void Store128(uint16_t* p, __m128i h) {
+    if constexpr (kStream) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(p), h);
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+    }
+  }
+  template <bool kStream>
+  static void StoreF16(uint16_t* p, F x) {
+    Store128<kStream>(p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  template <bool kStream>
+  static void StoreBf16(uint16_t* p, F x) {
+    __m256i bits = _mm256_castps_si256(x);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+    __m256i quiet_nan = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
+    __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    __m256i result = _mm256_blendv_epi8(rounded, quiet_nan, is_nan);
+    Store128<kStream>(
+        p, _mm_packus_epi32(_mm256_castsi256_si128(result), _mm256_extracti128_si256(result, 1)));
+  }
+  static void Fence() { _mm_sfence(); }
+  template <DType D>
+  static void AccumulateSquares(const void* base, size_t blocks, double* lanes) {
+    __m256d acc[4];
+    for (int k = 0; k < 4; ++k) acc[k] = _mm256_loadu_pd(lanes + 4 * k);
+    for (size_t b = 0; b < blocks; ++b) {
+      for (int half = 0; half < 2; ++half) {
+        F x = LoadAs<Avx2Ops, D>(base, b * kSumLanes + 8 * half);
+        __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+        __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+        acc[2 * half] = _mm256_add_pd(acc[2 * half], _mm256_mul_pd(lo, lo));
+        acc[2 * half + 1] = _mm256_add_pd(acc[2 * half + 1], _mm256_mul_pd(hi, hi));
+      }
+    }
+    for (int k = 0; k < 4; ++k) _mm256_storeu_pd(lanes + 4 * k, acc[k]);
+  }
+};
+
+}  // namespace
+}  // namespace kernels_internal
+
+const KernelTable& Avx2Kernels() {
+  static const KernelTable table =
+      kernels_internal::MakeKernelTable<kernels_internal::Avx2Ops>(Isa::kAvx2);
+  return table;
+}
+
+}  // namespace strata

@@ -1,0 +1,86 @@
+// The AVX-512 variant (compiled with -mavx512f -mavx512bw -mavx512vl
+// -mavx512dq -mavx512bf16; run only where CPUID reports all of them).
+//
+// BF16 stores use VCVTNEPS2BF16, which rounds to nearest even like the scalar
+// FloatToBf16 but treats FP32 denormal inputs as zero: for |x| < 2^-126 it
+// writes ±0 where the scalar variant writes the nearest BF16 denormal (a
+// difference below 2^-126), and NaN payloads may differ (both are NaN). Every
+// other output equals the scalar variant's bit for bit.
+#include <immintrin.h>
+
+#include "kernels/cpu/kernels_impl.h"
+
+namespace strata {
+namespace kernels_internal {
+namespace {
+
+struct Avx512Ops {
+  static constexpr size_t kWidth = 16;
+  using F = __m512;
+  static F Set(float x) { return _mm512_set1_ps(x); }
+  static F Add(F a, F b) { return _mm512_add_ps(a, b); }
+  static F Sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F Div(F a, F b) { return _mm512_div_ps(a, b); }
+  static F Sqrt(F a) { return _mm512_sqrt_ps(a); }
+  static F LoadF32(const float* p) { return _mm512_loadu_ps(p); }
+  static F LoadF16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static F LoadBf16(const uint16_t* p) {
+    __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
+  template <bool kStream>
+  static void StoreF32(float* p, F x) {
+    if constexpr (kStream) {
+      _mm512_stream_ps(p, x);
+    } else {
+      _mm512_storeu_ps(p, x);
+    }
+  }
+  template <bool kStream>
+  static void Store256(uint16_t* p, __m256i h) {
+    if constexpr (kStream) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), h);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+    }
+  }
+  template <bool kStream>
+  static void StoreF16(uint16_t* p, F x) {
+    Store256<kStream>(p, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  template <bool kStream>
+  static void StoreBf16(uint16_t* p, F x) {
+    __m256bh h = _mm512_cvtneps_pbh(x);
+    Store256<kStream>(p, reinterpret_cast<__m256i&>(h));
+  }
+  static void Fence() { _mm_sfence(); }
+  template <DType D>
+  static void AccumulateSquares(const void* base, size_t blocks, double* lanes) {
+    __m512d lo_acc = _mm512_loadu_pd(lanes);
+    __m512d hi_acc = _mm512_loadu_pd(lanes + 8);
+    for (size_t b = 0; b < blocks; ++b) {
+      F x = LoadAs<Avx512Ops, D>(base, b * kSumLanes);
+      __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+      __m512d hi =
+          _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+      lo_acc = _mm512_add_pd(lo_acc, _mm512_mul_pd(lo, lo));
+      hi_acc = _mm512_add_pd(hi_acc, _mm512_mul_pd(hi, hi));
+    }
+    _mm512_storeu_pd(lanes, lo_acc);
+    _mm512_storeu_pd(lanes + 8, hi_acc);
+  }
+};
+
+}  // namespace
+}  // namespace kernels_internal
+
+const KernelTable& Avx512Kernels() {
+  static const KernelTable table =
+      kernels_internal::MakeKernelTable<kernels_internal::Avx512Ops>(Isa::kAvx512);
+  return table;
+}
+
+}  // namespace strata

@@ -1,0 +1,36 @@
+// KernelTable: one instruction-set variant of every CPU kernel, as function
+// pointers. Internal to kernels/: the public functions (adam.h, grad_stats.h,
+// elementwise.h) call the table of the active variant (isa.h).
+#ifndef STRATA_KERNELS_CPU_KERNEL_TABLE_H_
+#define STRATA_KERNELS_CPU_KERNEL_TABLE_H_
+
+#include <cstddef>
+
+#include "kernels/adam.h"
+#include "kernels/grad_stats.h"
+#include "kernels/isa.h"
+#include "strata/types.h"
+
+namespace strata {
+
+struct KernelTable {
+  Isa isa;
+  void (*adam_update)(const AdamConstants& c, DType grad_dtype, const void* grads, float* p,
+                      float* m, float* v, DType copy_dtype, void* copy, size_t n);
+  GradStats (*grad_stats)(DType dtype, const void* grads, size_t n);
+  void (*cast_from_float)(const float* from, DType dtype, void* to, size_t n);
+  void (*cast_to_float)(DType dtype, const void* from, float* to, size_t n);
+  void (*accumulate_scaled)(DType dtype, const float* x, float scale, void* acc, size_t n);
+  void (*add_in_place)(DType dtype, const void* x, void* acc, size_t n);
+};
+
+const KernelTable& ScalarKernels();
+const KernelTable& Avx2Kernels();
+const KernelTable& Avx512Kernels();
+// The table of `isa`, which the CPU must support.
+const KernelTable& KernelsFor(Isa isa);
+const KernelTable& ActiveKernels();
+
+}  // namespace strata
+
+#endif  // STRATA_KERNELS_CPU_KERNEL_TABLE_H_

@@ -1,0 +1,183 @@
+// The CPU kernels, written once against the Ops interface (scalar_ops.h) and
+// instantiated by each instruction-set variant (scalar.cc, avx2.cc,
+// avx512.cc) through MakeKernelTable<Ops>(). Vector lanes and the scalar tail
+// run the same IEEE operations in the same order, so every variant gives the
+// same bits (see the notes on BF16 in avx512.cc).
+#ifndef STRATA_KERNELS_CPU_KERNELS_IMPL_H_
+#define STRATA_KERNELS_CPU_KERNELS_IMPL_H_
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/ops_common.h"
+#include "kernels/cpu/scalar_ops.h"
+
+namespace strata {
+namespace kernels_internal {
+namespace {
+
+// Streaming (non-temporal) stores for outputs of at least this many bytes:
+// the low-precision copy is not read again soon, and streaming it saves the
+// read-for-ownership traffic.
+constexpr size_t kStreamMinBytes = size_t{1} << 20;
+
+template <typename Ops>
+struct AdamVectors {
+  explicit AdamVectors(const AdamConstants& c)
+      : coef(Ops::Set(c.coef)),
+        l2(Ops::Set(c.l2)),
+        decay(Ops::Set(c.decay)),
+        beta1(Ops::Set(c.beta1)),
+        one_minus_beta1(Ops::Set(c.one_minus_beta1)),
+        beta2(Ops::Set(c.beta2)),
+        one_minus_beta2(Ops::Set(c.one_minus_beta2)),
+        bias_correction2_sqrt(Ops::Set(c.bias_correction2_sqrt)),
+        eps(Ops::Set(c.eps)),
+        step_size(Ops::Set(c.step_size)) {}
+  typename Ops::F coef, l2, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
+      bias_correction2_sqrt, eps, step_size;
+};
+
+// Updates elements [i, i + Ops::kWidth). The formula is in adam.h.
+template <typename Ops, DType G, DType C, bool kStream>
+inline void AdamAt(const AdamVectors<Ops>& k, const void* grads, float* p, float* m, float* v,
+                   void* copy, size_t i) {
+  using F = typename Ops::F;
+  F g = Ops::Mul(k.coef, LoadAs<Ops, G>(grads, i));
+  F param = Ops::LoadF32(p + i);
+  g = Ops::Add(g, Ops::Mul(k.l2, param));
+  param = Ops::Mul(param, k.decay);
+  F mi = Ops::Add(Ops::Mul(k.beta1, Ops::LoadF32(m + i)), Ops::Mul(k.one_minus_beta1, g));
+  F vi =
+      Ops::Add(Ops::Mul(k.beta2, Ops::LoadF32(v + i)), Ops::Mul(k.one_minus_beta2, Ops::Mul(g, g)));
+  F denom = Ops::Add(Ops::Div(Ops::Sqrt(vi), k.bias_correction2_sqrt), k.eps);
+  param = Ops::Sub(param, Ops::Mul(k.step_size, Ops::Div(mi, denom)));
+  Ops::template StoreF32<false>(p + i, param);
+  Ops::template StoreF32<false>(m + i, mi);
+  Ops::template StoreF32<false>(v + i, vi);
+  StoreAs<Ops, C, kStream>(copy, i, param);
+}
+
+// Whether the vector loop may stream `n` outputs of dtype C to `out`.
+template <typename Ops, DType C>
+bool CanStream(const void* out, size_t n) {
+  size_t vector_bytes = Ops::kWidth * DTypeSize(C);
+  return Ops::kWidth > 1 && n * DTypeSize(C) >= kStreamMinBytes &&
+         reinterpret_cast<uintptr_t>(out) % vector_bytes == 0;
+}
+
+template <typename Ops, DType G, DType C>
+void AdamTyped(const AdamConstants& c, const void* grads, float* p, float* m, float* v, void* copy,
+               size_t n) {
+  const size_t vector_end = n / Ops::kWidth * Ops::kWidth;
+  const AdamVectors<Ops> k(c);
+  size_t i = 0;
+  if (CanStream<Ops, C>(copy, n)) {
+    for (; i < vector_end; i += Ops::kWidth) AdamAt<Ops, G, C, true>(k, grads, p, m, v, copy, i);
+    Ops::Fence();
+  } else {
+    for (; i < vector_end; i += Ops::kWidth) AdamAt<Ops, G, C, false>(k, grads, p, m, v, copy, i);
+  }
+  const AdamVectors<ScalarOps> tail(c);
+  for (; i < n; ++i) AdamAt<ScalarOps, G, C, false>(tail, grads, p, m, v, copy, i);
+}
+
+template <typename Ops>
+void AdamUpdateImpl(const AdamConstants& c, DType grad_dtype, const void* grads, float* p, float* m,
+                    float* v, DType copy_dtype, void* copy, size_t n) {
+  WithDTypeTag(grad_dtype, [&](auto g) {
+    WithDTypeTag(copy_dtype, [&](auto cp) {
+      AdamTyped<Ops, decltype(g)::value, decltype(cp)::value>(c, grads, p, m, v, copy, n);
+    });
+  });
+}
+
+template <typename Ops>
+GradStats GradStatsImpl(DType dtype, const void* grads, size_t n) {
+  double lanes[kSumLanes] = {};
+  const size_t blocks = n / kSumLanes;
+  WithDTypeTag(dtype, [&](auto d) {
+    constexpr DType D = decltype(d)::value;
+    Ops::template AccumulateSquares<D>(grads, blocks, lanes);
+    for (size_t i = blocks * kSumLanes, j = 0; i < n; ++i, ++j) {
+      double x = LoadAs<ScalarOps, D>(grads, i);
+      lanes[j] += x * x;
+    }
+  });
+  GradStats stats;
+  stats.sum_squares = ReduceLanes(lanes);
+  // Squares of finite floats, summed in double, cannot overflow: the sum is
+  // finite exactly when every element is.
+  stats.all_finite = std::isfinite(stats.sum_squares);
+  return stats;
+}
+
+// Applies out = op(in...) elementwise over n elements: vector body, scalar
+// tail. `body(OpsTag, i)` handles elements [i, i + width).
+template <typename Ops, typename Body>
+void ForEachVector(size_t n, Body&& body) {
+  const size_t vector_end = n / Ops::kWidth * Ops::kWidth;
+  size_t i = 0;
+  for (; i < vector_end; i += Ops::kWidth) body(Ops{}, i);
+  for (; i < n; ++i) body(ScalarOps{}, i);
+}
+
+template <typename Ops>
+void CastFromFloatImpl(const float* from, DType dtype, void* to, size_t n) {
+  WithDTypeTag(dtype, [&](auto d) {
+    ForEachVector<Ops>(n, [&](auto ops, size_t i) {
+      using O = decltype(ops);
+      StoreAs<O, decltype(d)::value>(to, i, O::LoadF32(from + i));
+    });
+  });
+}
+
+template <typename Ops>
+void CastToFloatImpl(DType dtype, const void* from, float* to, size_t n) {
+  WithDTypeTag(dtype, [&](auto d) {
+    ForEachVector<Ops>(n, [&](auto ops, size_t i) {
+      using O = decltype(ops);
+      O::template StoreF32<false>(to + i, LoadAs<O, decltype(d)::value>(from, i));
+    });
+  });
+}
+
+template <typename Ops>
+void AccumulateScaledImpl(DType dtype, const float* x, float scale, void* acc, size_t n) {
+  WithDTypeTag(dtype, [&](auto d) {
+    constexpr DType D = decltype(d)::value;
+    ForEachVector<Ops>(n, [&](auto ops, size_t i) {
+      using O = decltype(ops);
+      StoreAs<O, D>(acc, i, O::Add(LoadAs<O, D>(acc, i), O::Mul(O::Set(scale), O::LoadF32(x + i))));
+    });
+  });
+}
+
+template <typename Ops>
+void AddInPlaceImpl(DType dtype, const void* x, void* acc, size_t n) {
+  WithDTypeTag(dtype, [&](auto d) {
+    constexpr DType D = decltype(d)::value;
+    ForEachVector<Ops>(n, [&](auto ops, size_t i) {
+      using O = decltype(ops);
+      StoreAs<O, D>(acc, i, O::Add(LoadAs<O, D>(acc, i), LoadAs<O, D>(x, i)));
+    });
+  });
+}
+
+template <typename Ops>
+KernelTable MakeKernelTable(Isa isa) {
+  return KernelTable{isa,
+                     &AdamUpdateImpl<Ops>,
+                     &GradStatsImpl<Ops>,
+                     &CastFromFloatImpl<Ops>,
+                     &CastToFloatImpl<Ops>,
+                     &AccumulateScaledImpl<Ops>,
+                     &AddInPlaceImpl<Ops>};
+}
+
+}  // namespace
+}  // namespace kernels_internal
+}  // namespace strata
+
+#endif  // STRATA_KERNELS_CPU_KERNELS_IMPL_H_

@@ -1,0 +1,65 @@
+// ScalarOps: the Ops interface with a vector of one float. It is the scalar
+// variant, and every SIMD variant uses it for the tail of a buffer, so a
+// tail element gets exactly the bits a vector lane would.
+//
+// The Ops interface: kWidth; F (kWidth floats); Set, Add, Sub, Mul, Div,
+// Sqrt (IEEE, correctly rounded, never fused); LoadF32/F16/Bf16 and
+// StoreF32/F16/Bf16<kStream> (round to nearest even); Fence() after streaming
+// stores; AccumulateSquares<D>(base, blocks, lanes) adding element 16 b + j
+// squared, in double, to lanes[j] for each block b.
+//
+// Defined in an anonymous namespace on purpose: each variant's translation
+// unit gets its own copy, compiled for its own instruction set.
+#ifndef STRATA_KERNELS_CPU_SCALAR_OPS_H_
+#define STRATA_KERNELS_CPU_SCALAR_OPS_H_
+
+#include <cmath>
+
+#include "kernels/cpu/ops_common.h"
+#include "kernels/half.h"
+
+namespace strata {
+namespace kernels_internal {
+namespace {
+
+struct ScalarOps {
+  static constexpr size_t kWidth = 1;
+  using F = float;
+  static F Set(float x) { return x; }
+  static F Add(F a, F b) { return a + b; }
+  static F Sub(F a, F b) { return a - b; }
+  static F Mul(F a, F b) { return a * b; }
+  static F Div(F a, F b) { return a / b; }
+  static F Sqrt(F a) { return std::sqrt(a); }
+  static F LoadF32(const float* p) { return *p; }
+  static F LoadF16(const uint16_t* p) { return HalfToFloat(*p); }
+  static F LoadBf16(const uint16_t* p) { return Bf16ToFloat(*p); }
+  template <bool kStream>
+  static void StoreF32(float* p, F x) {
+    *p = x;
+  }
+  template <bool kStream>
+  static void StoreF16(uint16_t* p, F x) {
+    *p = FloatToHalf(x);
+  }
+  template <bool kStream>
+  static void StoreBf16(uint16_t* p, F x) {
+    *p = FloatToBf16(x);
+  }
+  static void Fence() {}
+  template <DType D>
+  static void AccumulateSquares(const void* base, size_t blocks, double* lanes) {
+    for (size_t b = 0; b < blocks; ++b) {
+      for (size_t j = 0; j < kSumLanes; ++j) {
+        double x = LoadAs<ScalarOps, D>(base, b * kSumLanes + j);
+        lanes[j] += x * x;
+      }
+    }
+  }
+};
+
+}  // namespace
+}  // namespace kernels_internal
+}  // namespace strata
+
+#endif  // STRATA_KERNELS_CPU_SCALAR_OPS_H_
