@@ -14,7 +14,7 @@ AdamConstants MakeAdamConstants(const AdamConfig& config, int64_t step, float co
   double bc1 = 1.0 - std::pow(static_cast<double>(config.beta1), static_cast<double>(step));
   double bc2 = 1.0 - std::pow(static_cast<double>(config.beta2), static_cast<double>(step));
   c.step_size = static_cast<float>(config.lr / bc1);
-  c.bias_correction2_sqrt = static_cast<float>(std::sqrt(bc2));
+  c.inv_bias_correction2_sqrt = static_cast<float>(1.0 / std::sqrt(bc2));
   if (config.adamw) {
     c.decay = 1.0f - config.lr * config.weight_decay;
   } else {

@@ -21,10 +21,10 @@ namespace strata {
 struct AdamConstants {
   float beta1 = 0, one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0;
   float eps = 0;
-  float step_size = 0;              // lr / bc1
-  float bias_correction2_sqrt = 0;  // sqrt(bc2)
-  float decay = 1;                  // AdamW: 1 - lr * weight_decay
-  float l2 = 0;                     // Adam: weight_decay
+  float step_size = 0;                  // lr / bc1
+  float inv_bias_correction2_sqrt = 0;  // 1 / sqrt(bc2), rounded once
+  float decay = 1;                      // AdamW: 1 - lr * weight_decay
+  float l2 = 0;                         // Adam: weight_decay
   float coef = 1;
 };
 

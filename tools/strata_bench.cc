@@ -1,187 +1,96 @@
 // strata-bench: benchmarks that measure their own limits in the same run and
 // end with one JSON line. See --help.
 #include <cstdio>
-#include <cstdlib>
-#include <random>
-#include <string>
-#include <thread>
-#include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/command_line.h"
-#include "kernels/adam.h"
-#include "kernels/elementwise.h"
-#include "nlohmann/json.hpp"
-#include "server/local_cluster.h"
-#include "strata/client.h"
+#include "kernels/isa.h"
+#include "tools/bench/kernel_bench.h"
+#include "tools/bench/step_bench.h"
 
-ABSL_FLAG(uint64_t, params, uint64_t{64} << 20, "parameters in the model");
-ABSL_FLAG(int, workers, 2, "workers (threads, each with its own client and Gloo pairs)");
-ABSL_FLAG(int, servers, 2, "shard servers (in this process, on loopback)");
-ABSL_FLAG(int, executor_threads, 1, "optimizer threads per shard server");
-ABSL_FLAG(std::string, dtype, "fp16", "fp16 or bf16");
-ABSL_FLAG(int, steps, 5, "timed steps (after one warm-up step)");
+ABSL_FLAG(uint64_t, params, uint64_t{64} << 20, "parameters (a multiple of 64)");
+ABSL_FLAG(int, threads, 2, "adam, grad-stats, cast: threads running the kernel");
+ABSL_FLAG(std::string, isa, "", "adam, grad-stats, cast: scalar, avx2 or avx512 (default: best)");
+ABSL_FLAG(std::string, grad, "fp16", "adam, grad-stats, cast: fp16, bf16 or fp32 (cast: 16-bit)");
+ABSL_FLAG(std::string, op, "to_float", "cast: to_float (16-bit -> fp32) or from_float");
+ABSL_FLAG(int, reps, 5, "adam, grad-stats, cast: timed repetitions (median reported)");
+ABSL_FLAG(int, workers, 2, "step: workers (threads with their own client and Gloo pairs)");
+ABSL_FLAG(int, servers, 2, "step: shard servers (in this process, on loopback)");
+ABSL_FLAG(int, executor_threads, 1, "step: optimizer threads per shard server");
+ABSL_FLAG(std::string, dtype, "fp16", "step: fp16 or bf16");
+ABSL_FLAG(int, steps, 5, "step: timed steps (after one warm-up step)");
 ABSL_FLAG(bool, json, false, "print only the JSON line");
 
-namespace strata {
 namespace {
 
-using nlohmann::json;
-
 constexpr char kUsage[] =
-    "strata-bench: benchmarks; each prints one JSON object as its last line.\n\n"
-    "  strata-bench step --params N --workers W --servers S [--dtype fp16|bf16] [--json]\n"
-    "      the whole optimizer path of a step on loopback (reduce-scatter, push,\n"
-    "      apply, pull, all-gather; no model), and single-stream loopback TCP\n"
-    "      measured with iperf3 in the same run.";
+    "strata-bench: benchmarks; each measures its limit in the same run and prints\n"
+    "one JSON object as its last line.\n\n"
+    "  strata-bench adam --params N --threads T [--isa scalar|avx2|avx512]\n"
+    "                    [--grad fp16|bf16|fp32] [--json]\n"
+    "      fused AdamW over N parameters in 4 Mi chunks, against a memory probe\n"
+    "      with the kernel's streams (read p m v g, write p m v and the copy)\n"
+    "  strata-bench grad-stats --params N --threads T [--isa ...] [--grad ...]\n"
+    "      sum of squares + finite flag, against a read probe\n"
+    "  strata-bench cast --params N --threads T [--op to_float|from_float] [--grad fp16|bf16]\n"
+    "      16-bit <-> fp32 casts, against a read+write probe\n"
+    "  strata-bench step --params N --workers W --servers S [--dtype fp16|bf16]\n"
+    "      the whole optimizer path of a step on loopback, against iperf3";
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
+absl::StatusOr<strata::DType> ParseDType(const std::string& name) {
+  if (name == "fp16") return strata::DType::kFp16;
+  if (name == "bf16") return strata::DType::kBf16;
+  if (name == "fp32") return strata::DType::kFp32;
+  return absl::InvalidArgumentError("dtype must be fp16, bf16 or fp32, not " + name);
 }
 
-// Single-stream loopback TCP bandwidth in GB/s from iperf3, or a negative
-// value when iperf3 is not installed or fails.
-double MeasureIperf3() {
-  int port = 20000 + static_cast<int>(std::random_device{}() % 20000);
-  std::string server = absl::StrCat("iperf3 -s -1 -p ", port, " >/dev/null 2>&1 &");
-  if (std::system(server.c_str()) != 0) return -1;
-  absl::SleepFor(absl::Milliseconds(300));
-  std::string client = absl::StrCat("iperf3 -c 127.0.0.1 -p ", port, " -t 2 -J 2>/dev/null");
-  FILE* pipe = popen(client.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  std::string output;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  if (pclose(pipe) != 0) return -1;
-  json result = json::parse(output, nullptr, /*allow_exceptions=*/false);
-  if (result.is_discarded() || !result.contains("end")) return -1;
-  return result["end"]["sum_received"]["bits_per_second"].get<double>() / 8e9;
-}
-
-// Time of the AdamW kernel over `num_params` (the servers' apply work),
-// spread over `threads` threads as the servers' executors would.
-double MeasureApplySeconds(uint64_t num_params, DType dtype, int threads) {
-  std::vector<float> p(num_params, 0.5f), m(num_params, 0.0f), v(num_params, 0.0f);
-  std::vector<uint16_t> g(num_params, 0x3c00), copy(num_params);
-  AdamConstants c = MakeAdamConstants(AdamConfig{}, 1, 1.0f);
-  absl::Time started = absl::Now();
-  std::vector<std::thread> pool;
-  uint64_t per = (num_params + threads - 1) / threads;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      uint64_t begin = std::min(num_params, t * per), end = std::min(num_params, begin + per);
-      AdamUpdate(c, dtype, g.data() + begin, p.data() + begin, m.data() + begin, v.data() + begin,
-                 dtype, copy.data() + begin, end - begin);
-    });
+absl::StatusOr<nlohmann::json> Run(const std::string& command) {
+  if (!absl::GetFlag(FLAGS_isa).empty()) {
+    absl::StatusOr<strata::Isa> isa = strata::ParseIsa(absl::GetFlag(FLAGS_isa));
+    if (!isa.ok()) return isa.status();
+    if (absl::Status s = strata::SetActiveIsa(*isa); !s.ok()) return s;
   }
-  for (auto& t : pool) t.join();
-  return absl::ToDoubleSeconds(absl::Now() - started);
-}
-
-int Step() {
-  const uint64_t n = absl::GetFlag(FLAGS_params);
-  const int workers = absl::GetFlag(FLAGS_workers);
-  const int servers = absl::GetFlag(FLAGS_servers);
-  const int steps = absl::GetFlag(FLAGS_steps);
-  const DType dtype = absl::GetFlag(FLAGS_dtype) == "bf16" ? DType::kBf16 : DType::kFp16;
-  const bool quiet = absl::GetFlag(FLAGS_json);
-  double iperf3 = MeasureIperf3();
-
-  LocalClusterOptions cluster_options;
-  cluster_options.num_servers = servers;
-  cluster_options.host_budget_bytes = n * 16 / servers + (uint64_t{256} << 20);
-  cluster_options.executor_threads = absl::GetFlag(FLAGS_executor_threads);
-  auto cluster = LocalCluster::Start(cluster_options);
-  if (!cluster.ok()) {
-    std::fprintf(stderr, "strata-bench: %s\n", cluster.status().ToString().c_str());
-    return 1;
+  if (command == "step") {
+    strata::StepBenchOptions o;
+    o.num_params = absl::GetFlag(FLAGS_params);
+    o.workers = absl::GetFlag(FLAGS_workers);
+    o.servers = absl::GetFlag(FLAGS_servers);
+    o.executor_threads = absl::GetFlag(FLAGS_executor_threads);
+    absl::StatusOr<strata::DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
+    if (!dtype.ok()) return dtype.status();
+    o.dtype = *dtype;
+    o.steps = absl::GetFlag(FLAGS_steps);
+    o.quiet = absl::GetFlag(FLAGS_json);
+    return strata::BenchStep(o);
   }
-  ClientOptions options;
-  options.coordinator_address = (*cluster)->coordinator_address();
-  options.job_id = "bench";
-  options.tensors = {{"flat", {static_cast<int64_t>(n)}}};
-  options.world_size = workers;
-  options.dtype = dtype;
-  options.loss_scale.dynamic = false;
-  options.loss_scale.initial_scale = 1.0f;
-
-  std::vector<std::vector<StepResult>> results(workers);
-  std::vector<std::vector<double>> step_seconds(workers);
-  std::vector<absl::Status> errors(workers);
-  std::vector<std::thread> threads;
-  for (int w = 0; w < workers; ++w) {
-    threads.emplace_back([&, w] {
-      ClientOptions mine = options;
-      mine.worker_id = absl::StrCat("bench-", w);
-      auto client = Client::Connect(mine);
-      if (!client.ok()) {
-        errors[w] = client.status();
-        return;
-      }
-      std::vector<float> grads(n, 1e-3f);
-      for (int s = 0; s <= steps; ++s) {
-        errors[w] = (*client)->AccumulateGradients(grads);
-        if (!errors[w].ok()) return;
-        absl::Time started = absl::Now();
-        auto result = (*client)->Step();
-        if (!result.ok()) {
-          errors[w] = result.status();
-          return;
-        }
-        if (s == 0) continue;  // warm-up
-        step_seconds[w].push_back(absl::ToDoubleSeconds(absl::Now() - started));
-        results[w].push_back(*result);
-        if (!quiet && w == 0) {
-          std::fprintf(stderr, "step %d: %.3f s (collective %.3f s, push+pull %.3f s)\n", s,
-                       step_seconds[w].back(), result->collective_seconds,
-                       result->push_pull_seconds);
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const absl::Status& e : errors) {
-    if (!e.ok()) {
-      std::fprintf(stderr, "strata-bench: %s\n", e.ToString().c_str());
-      return 1;
-    }
-  }
-  std::vector<double> collective, push_pull;
-  for (const StepResult& r : results[0]) {
-    collective.push_back(r.collective_seconds);
-    push_pull.push_back(r.push_pull_seconds);
-  }
-  double push_pull_s = Median(push_pull);
-  double wire_bytes = 2.0 * n * DTypeSize(dtype);  // every parameter up once and down once
-  double apply_s = MeasureApplySeconds(n, dtype, servers * cluster_options.executor_threads);
-  json out = {{"bench", "step"},
-              {"params", n},
-              {"workers", workers},
-              {"servers", servers},
-              {"dtype", DTypeName(dtype)},
-              {"steps", steps},
-              {"step_s", Median(step_seconds[0])},
-              {"collective_s", Median(collective)},
-              {"push_pull_s", push_pull_s},
-              {"apply_s", apply_s},
-              {"wire_GBps", wire_bytes / push_pull_s / 1e9},
-              {"iperf3_GBps", iperf3 < 0 ? json(nullptr) : json(iperf3)},
-              {"wire_fraction_of_iperf3",
-               iperf3 <= 0 ? json(nullptr) : json(wire_bytes / push_pull_s / 1e9 / iperf3)}};
-  std::printf("%s\n", out.dump().c_str());
-  return 0;
+  strata::KernelBenchOptions o;
+  o.num_params = absl::GetFlag(FLAGS_params);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  absl::StatusOr<strata::DType> grad = ParseDType(absl::GetFlag(FLAGS_grad));
+  if (!grad.ok()) return grad.status();
+  o.grad_dtype = *grad;
+  o.reps = absl::GetFlag(FLAGS_reps);
+  o.cast_op = absl::GetFlag(FLAGS_op);
+  if (command == "adam") return strata::BenchAdam(o);
+  if (command == "grad-stats") return strata::BenchGradStats(o);
+  if (command == "cast") return strata::BenchCast(o);
+  return absl::InvalidArgumentError("unknown command '" + command + "'");
 }
 
 }  // namespace
-}  // namespace strata
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args = strata::InitCommandLine(argc, argv, strata::kUsage);
-  if (args.size() == 1 && args[0] == "step") return strata::Step();
-  std::fprintf(stderr, "%s\n", strata::kUsage);
-  return 2;
+  std::vector<std::string> args = strata::InitCommandLine(argc, argv, kUsage);
+  if (args.size() != 1) {
+    std::fprintf(stderr, "%s\n", kUsage);
+    return 2;
+  }
+  absl::StatusOr<nlohmann::json> result = Run(args[0]);
+  if (!result.ok()) {
+    std::fprintf(stderr, "strata-bench %s: %s\n", args[0].c_str(),
+                 result.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("%s\n", result->dump().c_str());
+  return 0;
 }

@@ -60,20 +60,15 @@ struct Avx2Ops {
         p, _mm_packus_epi32(_mm256_castsi256_si128(result), _mm256_extracti128_si256(result, 1)));
   }
   static void Fence() { _mm_sfence(); }
-  template <DType D>
-  static void AccumulateSquares(const void* base, size_t blocks, double* lanes) {
-    __m256d acc[4];
-    for (int k = 0; k < 4; ++k) acc[k] = _mm256_loadu_pd(lanes + 4 * k);
-    for (size_t b = 0; b < blocks; ++b) {
-      for (int half = 0; half < 2; ++half) {
-        F x = LoadAs<Avx2Ops, D>(base, b * kSumLanes + 8 * half);
-        __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-        __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
-        acc[2 * half] = _mm256_add_pd(acc[2 * half], _mm256_mul_pd(lo, lo));
-        acc[2 * half + 1] = _mm256_add_pd(acc[2 * half + 1], _mm256_mul_pd(hi, hi));
-      }
-    }
-    for (int k = 0; k < 4; ++k) _mm256_storeu_pd(lanes + 4 * k, acc[k]);
+  static constexpr size_t kDoubleWidth = 4;
+  using D = __m256d;
+  static D LoadD(const double* p) { return _mm256_loadu_pd(p); }
+  static void StoreD(double* p, D x) { _mm256_storeu_pd(p, x); }
+  static D AddD(D a, D b) { return _mm256_add_pd(a, b); }
+  static D MulD(D a, D b) { return _mm256_mul_pd(a, b); }
+  static void ToDoubles(F x, D* out) {
+    out[0] = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+    out[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
   }
 };
 

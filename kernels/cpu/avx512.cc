@@ -57,20 +57,15 @@ struct Avx512Ops {
     Store256<kStream>(p, reinterpret_cast<__m256i&>(h));
   }
   static void Fence() { _mm_sfence(); }
-  template <DType D>
-  static void AccumulateSquares(const void* base, size_t blocks, double* lanes) {
-    __m512d lo_acc = _mm512_loadu_pd(lanes);
-    __m512d hi_acc = _mm512_loadu_pd(lanes + 8);
-    for (size_t b = 0; b < blocks; ++b) {
-      F x = LoadAs<Avx512Ops, D>(base, b * kSumLanes);
-      __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
-      __m512d hi =
-          _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-      lo_acc = _mm512_add_pd(lo_acc, _mm512_mul_pd(lo, lo));
-      hi_acc = _mm512_add_pd(hi_acc, _mm512_mul_pd(hi, hi));
-    }
-    _mm512_storeu_pd(lanes, lo_acc);
-    _mm512_storeu_pd(lanes + 8, hi_acc);
+  static constexpr size_t kDoubleWidth = 8;
+  using D = __m512d;
+  static D LoadD(const double* p) { return _mm512_loadu_pd(p); }
+  static void StoreD(double* p, D x) { _mm512_storeu_pd(p, x); }
+  static D AddD(D a, D b) { return _mm512_add_pd(a, b); }
+  static D MulD(D a, D b) { return _mm512_mul_pd(a, b); }
+  static void ToDoubles(F x, D* out) {
+    out[0] = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+    out[1] = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
   }
 };
 

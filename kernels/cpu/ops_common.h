@@ -62,17 +62,20 @@ inline void StoreAs(void* base, size_t i, typename Ops::F x) {
   }
 }
 
-// The sum of squares keeps 16 double lanes: lane j accumulates elements
-// 16 b + j in order, and the lanes are added in this fixed tree. Every
-// variant fills the lanes the same way, so every variant gives the same bits.
-inline constexpr size_t kSumLanes = 16;
+// The sum of squares keeps 64 double lanes: lane j accumulates elements
+// 64 b + j in order, and the lanes are added in a fixed pairwise tree. Every
+// variant fills the lanes the same way, so every variant gives the same bits;
+// 64 lanes give a SIMD variant enough independent additions to keep up with
+// memory.
+inline constexpr size_t kSumLanes = 64;
 
 static inline double ReduceLanes(const double* lanes) {
-  double quads[4];
-  for (int q = 0; q < 4; ++q) {
-    quads[q] = (lanes[4 * q] + lanes[4 * q + 1]) + (lanes[4 * q + 2] + lanes[4 * q + 3]);
+  double partial[kSumLanes];
+  for (size_t j = 0; j < kSumLanes; ++j) partial[j] = lanes[j];
+  for (size_t width = kSumLanes / 2; width > 0; width /= 2) {
+    for (size_t j = 0; j < width; ++j) partial[j] = partial[2 * j] + partial[2 * j + 1];
   }
-  return (quads[0] + quads[1]) + (quads[2] + quads[3]);
+  return partial[0];
 }
 
 }  // namespace kernels_internal

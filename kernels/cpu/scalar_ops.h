@@ -5,8 +5,9 @@
 // The Ops interface: kWidth; F (kWidth floats); Set, Add, Sub, Mul, Div,
 // Sqrt (IEEE, correctly rounded, never fused); LoadF32/F16/Bf16 and
 // StoreF32/F16/Bf16<kStream> (round to nearest even); Fence() after streaming
-// stores; AccumulateSquares<D>(base, blocks, lanes) adding element 16 b + j
-// squared, in double, to lanes[j] for each block b.
+// stores; for the sum of squares, kDoubleWidth and D (a vector of that many
+// doubles), LoadD, StoreD, AddD, MulD and ToDoubles(x, out), which widens
+// the kWidth floats of x into kWidth / kDoubleWidth vectors of doubles.
 //
 // Defined in an anonymous namespace on purpose: each variant's translation
 // unit gets its own copy, compiled for its own instruction set.
@@ -47,15 +48,13 @@ struct ScalarOps {
     *p = FloatToBf16(x);
   }
   static void Fence() {}
-  template <DType D>
-  static void AccumulateSquares(const void* base, size_t blocks, double* lanes) {
-    for (size_t b = 0; b < blocks; ++b) {
-      for (size_t j = 0; j < kSumLanes; ++j) {
-        double x = LoadAs<ScalarOps, D>(base, b * kSumLanes + j);
-        lanes[j] += x * x;
-      }
-    }
-  }
+  static constexpr size_t kDoubleWidth = 1;
+  using D = double;
+  static D LoadD(const double* p) { return *p; }
+  static void StoreD(double* p, D x) { *p = x; }
+  static D AddD(D a, D b) { return a + b; }
+  static D MulD(D a, D b) { return a * b; }
+  static void ToDoubles(F x, D* out) { out[0] = x; }
 };
 
 }  // namespace

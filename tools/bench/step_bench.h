@@ -1,0 +1,28 @@
+// strata-bench step: the whole optimizer path of a step on loopback
+// (reduce-scatter, push, apply, pull, all-gather; no model) with W worker
+// threads and S in-process shard servers, and single-stream loopback TCP
+// measured with iperf3 in the same run. Returns the JSON object to print.
+#ifndef STRATA_TOOLS_BENCH_STEP_BENCH_H_
+#define STRATA_TOOLS_BENCH_STEP_BENCH_H_
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "strata/types.h"
+
+namespace strata {
+
+struct StepBenchOptions {
+  uint64_t num_params = uint64_t{64} << 20;
+  int workers = 2;
+  int servers = 2;
+  int executor_threads = 1;
+  DType dtype = DType::kFp16;
+  int steps = 5;
+  bool quiet = false;  // no per-step lines on stderr
+};
+
+absl::StatusOr<nlohmann::json> BenchStep(const StepBenchOptions& options);
+
+}  // namespace strata
+
+#endif  // STRATA_TOOLS_BENCH_STEP_BENCH_H_
