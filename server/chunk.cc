@@ -10,7 +10,7 @@
 namespace strata {
 
 uint64_t Chunk::NumBytes(uint64_t num_params, DType dtype) {
-  return num_params * (3 * sizeof(float) + 2 * DTypeSize(dtype));
+  return num_params * (3 * sizeof(float) + DTypeSize(dtype));
 }
 
 Chunk::Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype, AdamConfig adam,
@@ -30,7 +30,6 @@ float* Chunk::p() const { return reinterpret_cast<float*>(base_); }
 float* Chunk::m() const { return p() + range_.size(); }
 float* Chunk::v() const { return m() + range_.size(); }
 std::byte* Chunk::copy() const { return reinterpret_cast<std::byte*>(v() + range_.size()); }
-std::byte* Chunk::staging() const { return copy() + range_.size() * DTypeSize(dtype_); }
 
 absl::string_view Chunk::CopyBytes(uint64_t begin, uint64_t n) const {
   size_t esize = DTypeSize(dtype_);
@@ -44,58 +43,67 @@ int64_t Chunk::applied_step() const {
 }
 
 absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t begin, uint64_t n, absl::string_view grads,
-                                  float coef) {
-  absl::MutexLock lock(&mu_);
-  if (step == applied_step_ || (applying_ && step == applied_step_ + 1)) {
-    return false;  // a retry: the step is applied, or all of it is staged
+                                  float coef, PushDone done) {
+  {
+    absl::MutexLock lock(&mu_);
+    bool retry = step == applied_step_ || (applying_ && step == applied_step_ + 1);
+    if (!retry && step != applied_step_ + 1) {
+      return absl::AbortedError(absl::StrCat(
+          "chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
+          "; a push for step ", step, " is ", step < applied_step_ ? "old" : "future"));
+    }
+    uint64_t end = begin + n;
+    auto next = staged_.lower_bound(begin);
+    if (!retry && !(next != staged_.end() && next->first == begin && next->second.end == end)) {
+      bool overlaps_next = next != staged_.end() && next->first < end;
+      bool overlaps_prev = next != staged_.begin() && std::prev(next)->second.end > begin;
+      if (overlaps_next || overlaps_prev) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "push of [", begin, ", ", end, ") for step ", step,
+            " overlaps a range already pushed to chunk ", chunk_id_, " of job ", job_id_));
+      }
+      if (!staged_.empty() && coef != staged_coef_) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "coef ", coef, " differs from the coef ", staged_coef_, " of other pushes of step ",
+            step, " to chunk ", chunk_id_, " of job ", job_id_));
+      }
+      staged_.emplace(begin, StagedPush{end, grads, std::move(done)});
+      staged_params_ += n;
+      staged_coef_ = coef;
+      if (staged_params_ < range_.size()) return false;
+      applying_ = true;
+      return true;
+    }
   }
-  if (step != applied_step_ + 1) {
-    return absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ",
-                                           applied_step_, "; a push for step ", step, " is ",
-                                           step < applied_step_ ? "old" : "future"));
-  }
-  uint64_t end = begin + n;
-  auto next = staged_.lower_bound(begin);
-  if (next != staged_.end() && next->first == begin && next->second == end) {
-    return false;  // a retried push of a range already staged
-  }
-  bool overlaps_next = next != staged_.end() && next->first < end;
-  bool overlaps_prev = next != staged_.begin() && std::prev(next)->second > begin;
-  if (overlaps_next || overlaps_prev) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("push of [", begin, ", ", end, ") for step ", step,
-                     " overlaps a range already pushed to chunk ", chunk_id_, " of job ", job_id_));
-  }
-  if (!staged_.empty() && coef != staged_coef_) {
-    return absl::InvalidArgumentError(absl::StrCat("coef ", coef, " differs from the coef ",
-                                                   staged_coef_, " of other pushes of step ", step,
-                                                   " to chunk ", chunk_id_, " of job ", job_id_));
-  }
-  std::memcpy(staging() + (begin - range_.begin) * DTypeSize(dtype_), grads.data(), grads.size());
-  staged_.emplace(begin, end);
-  staged_params_ += n;
-  staged_coef_ = coef;
-  if (staged_params_ < range_.size()) return false;
-  applying_ = true;
-  return true;
+  // A retry: the step is applied, or this range is staged already.
+  std::move(done)(absl::OkStatus());
+  return false;
 }
 
 void Chunk::Apply() {
   int64_t step;
   float coef;
+  std::map<uint64_t, StagedPush> pushes;
   {
     absl::MutexLock lock(&mu_);
     step = applied_step_ + 1;
     coef = staged_coef_;
+    pushes.swap(staged_);
   }
-  AdamUpdate(MakeAdamConstants(adam_, step, coef), dtype_, staging(), p(), m(), v(), dtype_, copy(),
-             range_.size());
+  // One pass per push, straight from its bytes: the update is elementwise, so
+  // this gives the bits of one pass over the chunk.
+  const AdamConstants constants = MakeAdamConstants(adam_, step, coef);
+  const size_t esize = DTypeSize(dtype_);
+  for (const auto& [begin, push] : pushes) {
+    uint64_t offset = begin - range_.begin;
+    AdamUpdate(constants, dtype_, push.grads.data(), p() + offset, m() + offset, v() + offset,
+               dtype_, copy() + offset * esize, push.end - begin);
+  }
   std::vector<Waiter> ready;
   {
     absl::MutexLock lock(&mu_);
     applied_step_ = step;
     applying_ = false;
-    staged_.clear();
     staged_params_ = 0;
     for (auto it = waiters_.begin(); it != waiters_.end();) {
       if (it->step == step) {
@@ -106,6 +114,7 @@ void Chunk::Apply() {
       }
     }
   }
+  for (auto& [begin, push] : pushes) std::move(push.done)(absl::OkStatus());
   // The copy stays unchanged until every worker has pulled this step (the
   // next step needs all of them), so it is read without the lock.
   for (Waiter& w : ready) std::move(w.done)(absl::OkStatus(), step, CopyBytes(w.begin, w.n));
@@ -153,10 +162,16 @@ int64_t Chunk::ReadState(uint64_t begin, uint64_t n, float* p_out, float* m_out,
 
 void Chunk::FailWaiters(const absl::Status& status) {
   std::vector<Waiter> failed;
+  std::map<uint64_t, StagedPush> pushes;
   {
     absl::MutexLock lock(&mu_);
     failed.swap(waiters_);
+    if (!applying_) {
+      pushes.swap(staged_);
+      staged_params_ = 0;
+    }
   }
+  for (auto& [begin, push] : pushes) std::move(push.done)(status);
   for (Waiter& w : failed) std::move(w.done)(status, w.step, {});
 }
 

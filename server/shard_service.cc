@@ -186,7 +186,7 @@ void ShardService::ScheduleApply(std::shared_ptr<Chunk> chunk) {
   });
 }
 
-absl::Status ShardService::DoPush(const v1::PushRequest& request, v1::PushResponse* response) {
+absl::StatusOr<std::shared_ptr<Chunk>> ShardService::ValidatePush(const v1::PushRequest& request) {
   if (request.step() < 1) {
     return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 1"));
   }
@@ -208,18 +208,29 @@ absl::Status ShardService::DoPush(const v1::PushRequest& request, v1::PushRespon
                                                    request.num_params(), " ", DTypeName(job_dtype),
                                                    " gradients need ", want_bytes));
   }
-  ASSIGN_OR_RETURN(bool complete,
-                   chunk->Stage(request.step(), request.flat_begin(), request.num_params(),
-                                request.grads(), request.coef()));
-  response->set_applied_step(chunk->applied_step());
-  if (complete) ScheduleApply(std::move(chunk));
-  return absl::OkStatus();
+  return chunk;
 }
 
 grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
                                              const v1::PushRequest* request,
                                              v1::PushResponse* response) {
-  return FinishUnary(ctx, DoPush(*request, response));
+  absl::StatusOr<std::shared_ptr<Chunk>> chunk = ValidatePush(*request);
+  if (!chunk.ok()) return FinishUnary(ctx, chunk.status());
+  // The chunk reads the gradients straight from the request, which stays
+  // valid until the reactor finishes: when the step is applied.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<bool> complete = (*chunk)->Stage(
+      request->step(), request->flat_begin(), request->num_params(), request->grads(),
+      request->coef(), [reactor, response, step = request->step()](absl::Status s) {
+        response->set_applied_step(step);
+        reactor->Finish(ToGrpcStatus(s));
+      });
+  if (!complete.ok()) {
+    reactor->Finish(ToGrpcStatus(complete.status()));
+  } else if (*complete) {
+    ScheduleApply(*std::move(chunk));
+  }
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ShardService::Pull(grpc::CallbackServerContext* ctx,

@@ -1,9 +1,9 @@
 // ShardService: the gRPC ShardServer service (proto/strata/v1/shard.proto).
 // Reactors parse, validate and stage; the optimizer runs on the step
-// executor, one task per chunk and step. Every request is validated before
-// it touches state: bad input gets a status naming the problem and changes
-// nothing. Thread-safe; BeginShutdown() refuses new work and answers every
-// waiting pull with UNAVAILABLE.
+// executor, one task per chunk and step. A push is answered once its step is
+// applied (the chunk reads the gradients from the request itself). Every request is validated
+// before it touches state: bad input gets a status naming the problem and changes nothing.
+// Thread-safe; BeginShutdown() refuses new work and answers every waiting pull with UNAVAILABLE.
 #ifndef STRATA_SERVER_SHARD_SERVICE_H_
 #define STRATA_SERVER_SHARD_SERVICE_H_
 
@@ -61,7 +61,8 @@ class ShardService final : public v1::ShardServer::CallbackService {
   ShardService(Tier* tier, MetadataStore* metadata, ThreadPool* executor);
   absl::Status DoAllocate(const v1::AllocateChunksRequest& request);
   absl::Status DoWriteParams(const v1::WriteParamsRequest& request);
-  absl::Status DoPush(const v1::PushRequest& request, v1::PushResponse* response);
+  // The chunk a push goes to, after checking everything but the step rules.
+  absl::StatusOr<std::shared_ptr<Chunk>> ValidatePush(const v1::PushRequest& request);
   absl::Status DoReadState(const v1::ReadStateRequest& request, v1::ReadStateResponse* response);
   // The chunk of `job_id` that holds all of [begin, begin + n): NOT_FOUND for
   // an unknown job or a range no chunk here holds, INVALID_ARGUMENT for an

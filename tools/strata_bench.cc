@@ -6,10 +6,11 @@
 #include "common/command_line.h"
 #include "kernels/isa.h"
 #include "tools/bench/kernel_bench.h"
+#include "tools/bench/server_step_bench.h"
 #include "tools/bench/step_bench.h"
 
 ABSL_FLAG(uint64_t, params, uint64_t{64} << 20, "parameters (a multiple of 64)");
-ABSL_FLAG(int, threads, 2, "adam, grad-stats, cast: threads running the kernel");
+ABSL_FLAG(int, threads, 2, "adam, grad-stats, cast, server-step: threads running the kernel");
 ABSL_FLAG(std::string, isa, "", "adam, grad-stats, cast: scalar, avx2 or avx512 (default: best)");
 ABSL_FLAG(std::string, grad, "fp16", "adam, grad-stats, cast: fp16, bf16 or fp32 (cast: 16-bit)");
 ABSL_FLAG(std::string, op, "to_float", "cast: to_float (16-bit -> fp32) or from_float");
@@ -34,6 +35,9 @@ constexpr char kUsage[] =
     "      sum of squares + finite flag, against a read probe\n"
     "  strata-bench cast --params N --threads T [--op to_float|from_float] [--grad fp16|bf16]\n"
     "      16-bit <-> fp32 casts, against a read+write probe\n"
+    "  strata-bench server-step --params N --threads T [--grad fp16|bf16]\n"
+    "      a shard server's staging and apply over host-tier chunks (no network),\n"
+    "      against the AdamW kernel alone in the same run\n"
     "  strata-bench step --params N --workers W --servers S [--dtype fp16|bf16]\n"
     "      the whole optimizer path of a step on loopback, against iperf3";
 
@@ -74,6 +78,7 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
   if (command == "adam") return strata::BenchAdam(o);
   if (command == "grad-stats") return strata::BenchGradStats(o);
   if (command == "cast") return strata::BenchCast(o);
+  if (command == "server-step") return strata::BenchServerStep(o);
   return absl::InvalidArgumentError("unknown command '" + command + "'");
 }
 

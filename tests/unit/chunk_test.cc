@@ -2,6 +2,7 @@
 // results for retries, ABORTED for old and future steps.
 #include "server/chunk.h"
 
+#include <deque>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -23,9 +24,20 @@ class ChunkTest : public ::testing::Test {
                                      AdamConfig{}, &tier_, *extent);
   }
 
-  std::string Grads(uint64_t n, float value) {
+  // Gradient bytes that stay valid for the whole test (the chunk keeps views).
+  absl::string_view Grads(uint64_t n, float value) {
     std::vector<uint16_t> g(n, FloatToHalf(value));
-    return std::string(reinterpret_cast<const char*>(g.data()), n * 2);
+    buffers_.push_back(std::string(reinterpret_cast<const char*>(g.data()), n * 2));
+    return buffers_.back();
+  }
+
+  // Stages a push; its outcome lands in pushed_[index of the call].
+  absl::StatusOr<bool> Stage(int64_t step, uint64_t begin, uint64_t n, absl::string_view grads,
+                             float coef) {
+    size_t index = pushed_.size();
+    pushed_.push_back(absl::UnknownError("not answered"));
+    return chunk_->Stage(step, begin, n, grads, coef,
+                         [this, index](absl::Status s) { pushed_[index] = s; });
   }
 
   // Pulls [kBegin, kBegin + kN) at `step`; returns the status and the bytes.
@@ -39,12 +51,14 @@ class ChunkTest : public ::testing::Test {
 
   HostTier tier_;
   std::unique_ptr<Chunk> chunk_;
+  std::deque<std::string> buffers_;
+  std::deque<absl::Status> pushed_;
 };
 
 TEST_F(ChunkTest, AppliesOnceWhenTheWholeRangeIsPushed) {
   std::vector<float> init(kN, 1.0f);
   ASSERT_TRUE(chunk_->WriteParams(kBegin, init.data(), kN).ok());
-  auto first = chunk_->Stage(1, kBegin, 40, Grads(40, 0.5f), 1.0f);
+  auto first = Stage(1, kBegin, 40, Grads(40, 0.5f), 1.0f);
   ASSERT_TRUE(first.ok());
   EXPECT_FALSE(*first);
   // A pull for step 1 waits for the apply.
@@ -58,19 +72,28 @@ TEST_F(ChunkTest, AppliesOnceWhenTheWholeRangeIsPushed) {
   });
   EXPECT_FALSE(answered);
   // Overlap and a different coef are refused and change nothing.
-  EXPECT_EQ(chunk_->Stage(1, kBegin + 30, 20, Grads(20, 0.5f), 1.0f).status().code(),
+  EXPECT_EQ(Stage(1, kBegin + 30, 20, Grads(20, 0.5f), 1.0f).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(chunk_->Stage(1, kBegin + 40, 60, Grads(60, 0.5f), 2.0f).status().code(),
+  EXPECT_EQ(Stage(1, kBegin + 40, 60, Grads(60, 0.5f), 2.0f).status().code(),
             absl::StatusCode::kInvalidArgument);
   // A retry of the first range is accepted and is not a second copy.
-  EXPECT_FALSE(*chunk_->Stage(1, kBegin, 40, Grads(40, 0.5f), 1.0f));
-  auto last = chunk_->Stage(1, kBegin + 40, 60, Grads(60, 0.5f), 1.0f);
+  EXPECT_FALSE(*Stage(1, kBegin, 40, Grads(40, 0.5f), 1.0f));
+  auto last = Stage(1, kBegin + 40, 60, Grads(60, 0.5f), 1.0f);
   ASSERT_TRUE(last.ok());
   EXPECT_TRUE(*last);
   EXPECT_FALSE(answered);
+  // The pushes stay open until the step is applied.
+  // Calls: 0 first range, 1 overlap and 2 other coef (refused, never
+  // answered), 3 retry of the first range, 4 the rest.
+  EXPECT_EQ(pushed_[0].code(), absl::StatusCode::kUnknown);
+  EXPECT_EQ(pushed_[1].code(), absl::StatusCode::kUnknown);
+  EXPECT_TRUE(pushed_[3].ok());  // a retry is answered at once
+  EXPECT_EQ(pushed_[4].code(), absl::StatusCode::kUnknown);
   chunk_->Apply();
   EXPECT_TRUE(answered);
   EXPECT_EQ(chunk_->applied_step(), 1);
+  EXPECT_TRUE(pushed_[0].ok());
+  EXPECT_TRUE(pushed_[4].ok());
 
   // Independent expectation: one Adam step from p = 1 with g = 0.5.
   std::vector<float> p(kN, 1.0f), m(kN, 0.0f), v(kN, 0.0f), g(kN, 0.5f);
@@ -83,16 +106,16 @@ TEST_F(ChunkTest, AppliesOnceWhenTheWholeRangeIsPushed) {
   EXPECT_EQ(pulled, std::string(reinterpret_cast<const char*>(copy.data()), kN * 2));
 
   // Retried push and pull of step 1 return the stored result; nothing changes.
-  auto retry = chunk_->Stage(1, kBegin, kN, Grads(kN, 100.0f), 1.0f);
+  auto retry = Stage(1, kBegin, kN, Grads(kN, 100.0f), 1.0f);
   ASSERT_TRUE(retry.ok());
   EXPECT_FALSE(*retry);
   auto [status, bytes] = PullNow(1);
   EXPECT_TRUE(status.ok());
   EXPECT_EQ(bytes, pulled);
   // Old and future steps are ABORTED.
-  EXPECT_EQ(chunk_->Stage(0, kBegin, kN, Grads(kN, 1.0f), 1.0f).status().code(),
+  EXPECT_EQ(Stage(0, kBegin, kN, Grads(kN, 1.0f), 1.0f).status().code(),
             absl::StatusCode::kAborted);
-  EXPECT_EQ(chunk_->Stage(3, kBegin, kN, Grads(kN, 1.0f), 1.0f).status().code(),
+  EXPECT_EQ(Stage(3, kBegin, kN, Grads(kN, 1.0f), 1.0f).status().code(),
             absl::StatusCode::kAborted);
   EXPECT_EQ(PullNow(0).first.code(), absl::StatusCode::kAborted);
   EXPECT_EQ(PullNow(5).first.code(), absl::StatusCode::kAborted);
@@ -104,11 +127,17 @@ TEST_F(ChunkTest, AppliesOnceWhenTheWholeRangeIsPushed) {
   EXPECT_EQ(after, p);
 }
 
-TEST_F(ChunkTest, FailWaitersAnswersPendingPulls) {
+TEST_F(ChunkTest, FailWaitersEndsPullsAndStagedPushes) {
   absl::Status got;
   chunk_->Pull(1, kBegin, kN, [&](absl::Status s, int64_t, absl::string_view) { got = s; });
+  ASSERT_TRUE(Stage(1, kBegin, 10, Grads(10, 1.0f), 1.0f).ok());
   chunk_->FailWaiters(absl::UnavailableError("shutting down"));
   EXPECT_EQ(got.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(pushed_[0].code(), absl::StatusCode::kUnavailable);
+  // The step can be pushed again, whole.
+  auto whole = Stage(1, kBegin, kN, Grads(kN, 1.0f), 1.0f);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_TRUE(*whole);
 }
 
 }  // namespace
