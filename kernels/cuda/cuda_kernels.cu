@@ -139,8 +139,7 @@ absl::Status CudaGradStats(DType dtype, const void* grads, size_t n, GradStats* 
   // Sums into *sum, copies it to `host` and waits; frees `sum` on every path.
   double host = 0.0;
   auto run = [&]() -> absl::Status {
-    if (absl::Status e = CudaError(cudaMemsetAsync(sum, 0, sizeof(double), s), "memset");
-        !e.ok()) {
+    if (absl::Status e = CudaError(cudaMemsetAsync(sum, 0, sizeof(double), s), "memset"); !e.ok()) {
       return e;
     }
     if (n > 0) {
