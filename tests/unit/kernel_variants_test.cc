@@ -2,6 +2,7 @@
 // with denormals, ±Inf and NaN among the gradients. The one documented
 // exception (kernels/cpu/avx512.cc): AVX-512 BF16 stores flush FP32 denormals
 // to zero and may change NaN payloads.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -128,9 +129,9 @@ TEST_P(VariantTest, AdamMatchesScalarBitwise) {
                              v0 = Values(n, rng_, false);
           for (float& x : v0) x = std::fabs(x);
           Buffer<float> p(n), m(n), v(n);
-          std::memcpy(p.data(), p0.data(), n * 4);
-          std::memcpy(m.data(), m0.data(), n * 4);
-          std::memcpy(v.data(), v0.data(), n * 4);
+          std::copy(p0.begin(), p0.end(), p.data());
+          std::copy(m0.begin(), m0.end(), m.data());
+          std::copy(v0.begin(), v0.end(), v.data());
           Buffer<float> p2 = p, m2 = m, v2 = v;
           Buffer<uint8_t> copy(n * DTypeSize(copy_dtype)), copy2(n * DTypeSize(copy_dtype));
           ScalarKernels().adam_update(c, grad_dtype, grads.data(), p.data(), m.data(), v.data(),

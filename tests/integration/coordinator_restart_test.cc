@@ -1,0 +1,87 @@
+// The coordinator's state lives in RocksDB: after a restart on the same data
+// directory it has the same servers, jobs, members and rendezvous keys.
+#include <filesystem>
+
+#include "common/grpc_util.h"
+#include "gtest/gtest.h"
+#include "server/daemons.h"
+#include "strata/client.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+
+namespace strata {
+namespace {
+
+template <typename Request, typename Response, typename Method>
+grpc::Status Call(v1::Coordinator::Stub* stub, Method method, const Request& request,
+                  Response* response) {
+  grpc::ClientContext context;
+  return (stub->*method)(&context, request, response);
+}
+
+TEST(CoordinatorRestartTest, StateSurvivesARestart) {
+  std::string dir = testing::TempDir() + "/coordinator_restart_test";
+  std::filesystem::remove_all(dir);
+  CoordinatorOptions coordinator_options;
+  coordinator_options.data_dir = dir + "/coordinator";
+  auto coordinator = Coordinator::Start(coordinator_options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  ShardServerOptions server_options;
+  server_options.coordinator_address = (*coordinator)->address();
+  server_options.data_dir = dir + "/server";
+  auto server = ShardServer::Start(server_options);
+  ASSERT_TRUE(server.ok()) << server.status();
+
+  ClientOptions options;
+  options.coordinator_address = (*coordinator)->address();
+  options.job_id = "restart";
+  options.worker_id = "w0";
+  options.tensors = {{"w", {300}}};
+  options.chunk_num_params = 128;
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  auto stub = v1::Coordinator::NewStub(MakeChannel((*coordinator)->address()));
+  v1::KvSetRequest set;
+  set.set_key("some/key");
+  set.set_value("value");
+  v1::KvSetResponse set_response;
+  ASSERT_TRUE(Call(stub.get(), &v1::Coordinator::Stub::KvSet, set, &set_response).ok());
+  v1::GetJobRequest get;
+  get.set_job_id("restart");
+  v1::JobInfo before;
+  ASSERT_TRUE(Call(stub.get(), &v1::Coordinator::Stub::GetJob, get, &before).ok());
+
+  (*coordinator)->Shutdown();
+  coordinator = Coordinator::Start(coordinator_options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  stub = v1::Coordinator::NewStub(MakeChannel((*coordinator)->address()));
+
+  v1::JobInfo after;
+  ASSERT_TRUE(Call(stub.get(), &v1::Coordinator::Stub::GetJob, get, &after).ok());
+  EXPECT_EQ(after.SerializeAsString(), before.SerializeAsString());
+  EXPECT_EQ(after.chunks_size(), 3);
+  v1::ListMembersRequest list;
+  list.set_job_id("restart");
+  v1::ListMembersResponse members;
+  ASSERT_TRUE(Call(stub.get(), &v1::Coordinator::Stub::ListMembers, list, &members).ok());
+  ASSERT_EQ(members.members_size(), 1);
+  EXPECT_EQ(members.members(0).worker_id(), "w0");
+  v1::KvGetRequest kv;
+  kv.set_key("some/key");
+  v1::KvGetResponse value;
+  ASSERT_TRUE(Call(stub.get(), &v1::Coordinator::Stub::KvGet, kv, &value).ok());
+  EXPECT_EQ(value.value(), "value");
+  // The same spec again returns the existing job; another spec is refused.
+  v1::CreateJobRequest create;
+  *create.mutable_spec() = before.spec();
+  v1::JobInfo again;
+  ASSERT_TRUE(Call(stub.get(), &v1::Coordinator::Stub::CreateJob, create, &again).ok());
+  EXPECT_EQ(again.SerializeAsString(), before.SerializeAsString());
+  create.mutable_spec()->set_world_size(2);
+  EXPECT_EQ(Call(stub.get(), &v1::Coordinator::Stub::CreateJob, create, &again).error_code(),
+            grpc::FAILED_PRECONDITION);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace strata
