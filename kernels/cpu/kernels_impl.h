@@ -120,11 +120,14 @@ void AccumulateSquares(const void* base, size_t blocks, double* lanes) {
   for (size_t k = 0; k < kAccumulators; ++k) Ops::StoreD(lanes + k * Ops::kDoubleWidth, acc[k]);
 }
 
-// The FP16 form of AccumulateSquares, at half the arithmetic: FP16 squares
-// are exact in FP32 and four of them cannot overflow it, so float lane j sums
-// the squares of elements kSumLanes b + 16 q + j for q = 0..3 (in that order;
-// relative error at most 3 * 2^-24) and is then added, in double, to lanes[j].
-// Lanes 16..63 stay untouched.
+// FP16 blocks: 16 float lanes of 16 squares each.
+constexpr size_t kFp16Block = 256;
+
+// The FP16 form of AccumulateSquares, at a fraction of the arithmetic: FP16
+// squares are exact in FP32 and 16 of them cannot overflow it, so float lane
+// j sums the squares of elements kFp16Block b + 16 q + j for q = 0..15 (in
+// that order; relative error at most 15 * 2^-24) and is then added, in
+// double, to lanes[j]. Lanes 16..63 stay untouched.
 template <typename Ops>
 void AccumulateSquaresFp16(const void* base, size_t blocks, double* lanes) {
   constexpr size_t kFloatLanes = 16;
@@ -138,15 +141,15 @@ void AccumulateSquaresFp16(const void* base, size_t blocks, double* lanes) {
     typename Ops::F sums[kVectors];
 #pragma GCC unroll 16
     for (size_t f = 0; f < kVectors; ++f) {
-      typename Ops::F x = LoadAs<Ops, DType::kFp16>(base, b * kSumLanes + f * Ops::kWidth);
+      typename Ops::F x = LoadAs<Ops, DType::kFp16>(base, b * kFp16Block + f * Ops::kWidth);
       sums[f] = Ops::Mul(x, x);
     }
-#pragma GCC unroll 3
-    for (size_t q = 1; q < kSumLanes / kFloatLanes; ++q) {
+#pragma GCC unroll 15
+    for (size_t q = 1; q < kFp16Block / kFloatLanes; ++q) {
 #pragma GCC unroll 16
       for (size_t f = 0; f < kVectors; ++f) {
         typename Ops::F x =
-            LoadAs<Ops, DType::kFp16>(base, b * kSumLanes + q * kFloatLanes + f * Ops::kWidth);
+            LoadAs<Ops, DType::kFp16>(base, b * kFp16Block + q * kFloatLanes + f * Ops::kWidth);
         sums[f] = Ops::Add(sums[f], Ops::Mul(x, x));
       }
     }
@@ -168,15 +171,17 @@ void AccumulateSquaresFp16(const void* base, size_t blocks, double* lanes) {
 template <typename Ops>
 GradStats GradStatsImpl(DType dtype, const void* grads, size_t n) {
   double lanes[kSumLanes] = {};
-  const size_t blocks = n / kSumLanes;
   WithDTypeTag(dtype, [&](auto d) {
     constexpr DType D = decltype(d)::value;
+    size_t done;
     if constexpr (D == DType::kFp16) {
-      AccumulateSquaresFp16<Ops>(grads, blocks, lanes);
+      AccumulateSquaresFp16<Ops>(grads, n / kFp16Block, lanes);
+      done = n / kFp16Block * kFp16Block;
     } else {
-      AccumulateSquares<Ops, D>(grads, blocks, lanes);
+      AccumulateSquares<Ops, D>(grads, n / kSumLanes, lanes);
+      done = n / kSumLanes * kSumLanes;
     }
-    for (size_t i = blocks * kSumLanes, j = 0; i < n; ++i, ++j) {
+    for (size_t i = done, j = 0; i < n; ++i, j = (j + 1) % kSumLanes) {
       double x = LoadAs<ScalarOps, D>(grads, i);
       lanes[j] += x * x;
     }

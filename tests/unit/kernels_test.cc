@@ -165,7 +165,7 @@ TEST(GradStatsTest, SumOfSquaresAndFiniteFlag) {
     double want = 0;
     for (uint16_t e : h) want += static_cast<double>(HalfToFloat(e)) * HalfToFloat(e);
     GradStats stats = ComputeGradStats(DType::kFp16, h.data(), n);
-    EXPECT_NEAR(stats.sum_squares, want, 4e-7 * want);  // FP16 sums 4 squares in FP32
+    EXPECT_NEAR(stats.sum_squares, want, 1e-6 * want);  // FP16 sums 16 squares in FP32
     EXPECT_TRUE(stats.all_finite);
     if (n == 0) continue;
     for (uint16_t bad : {uint16_t{0x7c00}, uint16_t{0xfc00}, uint16_t{0x7e00}}) {

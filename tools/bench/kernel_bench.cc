@@ -31,6 +31,15 @@ void Fill(ThreadPool& pool, uint8_t* data, size_t num_bytes, uint8_t byte) {
   TimeChunks(pool, num_bytes, [&](size_t b, size_t e) { std::memset(data + b, byte, e - b); });
 }
 
+// Fills n elements of `dtype` with `value` (a normal number in every dtype,
+// so that no denormal slows the arithmetic down).
+void FillValue(ThreadPool& pool, uint8_t* data, DType dtype, size_t n, float value) {
+  std::vector<float> values(kBenchChunkElements, value);
+  TimeChunks(pool, n, [&](size_t b, size_t e) {
+    CastFromFloat(values.data(), dtype, data + b * DTypeSize(dtype), e - b);
+  });
+}
+
 // Runs the kernel and the probe alternately `reps` times (after one warm-up
 // of each) and reports both medians.
 json Report(const char* kernel, const KernelBenchOptions& o, double bytes_per_param,
@@ -75,10 +84,10 @@ absl::StatusOr<json> BenchAdam(const KernelBenchOptions& o) {
   ThreadPool pool(o.threads);
   auto p = AlignedBytes(n * 4), m = AlignedBytes(n * 4), v = AlignedBytes(n * 4);
   auto g = AlignedBytes(n * gsize), copy = AlignedBytes(n * csize);
-  Fill(pool, p.get(), n * 4, 0x3f);  // about 0.75
+  FillValue(pool, p.get(), DType::kFp32, n, 0.75f);
   Fill(pool, m.get(), n * 4, 0);
   Fill(pool, v.get(), n * 4, 0);
-  Fill(pool, g.get(), n * gsize, 0x1c);  // small normal values in every dtype
+  FillValue(pool, g.get(), o.grad_dtype, n, 1e-3f);
   Fill(pool, copy.get(), n * csize, 0);
   auto* pf = reinterpret_cast<float*>(p.get());
   auto* mf = reinterpret_cast<float*>(m.get());
@@ -109,7 +118,7 @@ absl::StatusOr<json> BenchGradStats(const KernelBenchOptions& o) {
   const size_t gsize = DTypeSize(o.grad_dtype);
   ThreadPool pool(o.threads);
   auto g = AlignedBytes(n * gsize);
-  Fill(pool, g.get(), n * gsize, 0x1c);
+  FillValue(pool, g.get(), o.grad_dtype, n, 1e-3f);
   std::vector<double> sums((n + kBenchChunkElements - 1) / kBenchChunkElements);
   auto kernel = [&] {
     return TimeChunks(pool, n, [&](size_t b, size_t e) {
@@ -137,8 +146,8 @@ absl::StatusOr<json> BenchCast(const KernelBenchOptions& o) {
   const size_t lsize = DTypeSize(o.grad_dtype);
   ThreadPool pool(o.threads);
   auto f = AlignedBytes(n * 4), l = AlignedBytes(n * lsize);
-  Fill(pool, f.get(), n * 4, 0x3f);
-  Fill(pool, l.get(), n * lsize, 0x3c);
+  FillValue(pool, f.get(), DType::kFp32, n, 0.75f);
+  FillValue(pool, l.get(), o.grad_dtype, n, 0.75f);
   auto* ff = reinterpret_cast<float*>(f.get());
   auto kernel = [&] {
     return TimeChunks(pool, n, [&](size_t b, size_t e) {

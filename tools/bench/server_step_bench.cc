@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/thread_pool.h"
+#include "kernels/elementwise.h"
 #include "kernels/isa.h"
 #include "server/chunk.h"
 #include "storage/host_tier.h"
@@ -33,10 +34,14 @@ absl::StatusOr<nlohmann::json> BenchServerStep(const KernelBenchOptions& o) {
                                              FlatRange{begin, begin + size}, dtype, AdamConfig{},
                                              &tier, *extent));
   }
-  // The pushed pieces, as gRPC would hold them: one buffer per piece.
+  // The pushed pieces, as gRPC would hold them: one buffer per piece, of
+  // gradients 1e-3 (normal in every dtype).
   std::vector<std::string> pieces;
+  std::vector<float> values(piece_params, 1e-3f);
   for (size_t begin = 0; begin < n; begin += piece_params) {
-    pieces.emplace_back(std::min(piece_params, n - begin) * esize, '\x1c');
+    size_t size = std::min(piece_params, n - begin);
+    pieces.emplace_back(size * esize, '\0');
+    CastFromFloat(values.data(), dtype, pieces.back().data(), size);
   }
   ThreadPool executor(o.threads);
   int64_t step = 0;
