@@ -41,10 +41,22 @@ struct AdamVectors {
 };
 
 // Updates elements [i, i + Ops::kWidth). The formula is in adam.h.
+// Elements ahead of the one being updated that the vector loop prefetches:
+// the arithmetic per element is long enough that the loads alone do not keep
+// enough cache misses in flight.
+constexpr size_t kAdamPrefetchElements = 512;
+
 template <typename Ops, DType G, DType C, bool kStream>
 inline void AdamAt(const AdamVectors<Ops>& k, const void* grads, float* p, float* m, float* v,
                    void* copy, size_t i) {
   using F = typename Ops::F;
+  if constexpr (Ops::kWidth > 1) {
+    size_t ahead = i + kAdamPrefetchElements;
+    __builtin_prefetch(p + ahead, 1);
+    __builtin_prefetch(m + ahead, 1);
+    __builtin_prefetch(v + ahead, 1);
+    __builtin_prefetch(static_cast<const char*>(grads) + ahead * DTypeSize(G));
+  }
   F g = Ops::Mul(k.coef, LoadAs<Ops, G>(grads, i));
   F param = Ops::LoadF32(p + i);
   g = Ops::Add(g, Ops::Mul(k.l2, param));
@@ -138,6 +150,11 @@ void AccumulateSquaresFp16(const void* base, size_t blocks, double* lanes) {
 #pragma GCC unroll 16
   for (size_t k = 0; k < kAccumulators; ++k) acc[k] = Ops::LoadD(lanes + k * Ops::kDoubleWidth);
   for (size_t b = 0; b < blocks; ++b) {
+    // Prefetch 8 blocks (4 KiB) ahead: the arithmetic per line is long enough
+    // that the loads alone do not keep enough misses in flight.
+    const char* ahead = static_cast<const char*>(base) + (b + 8) * kFp16Block * 2;
+#pragma GCC unroll 8
+    for (size_t line = 0; line < kFp16Block * 2; line += 64) __builtin_prefetch(ahead + line);
     typename Ops::F sums[kVectors];
 #pragma GCC unroll 16
     for (size_t f = 0; f < kVectors; ++f) {

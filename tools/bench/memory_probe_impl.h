@@ -17,6 +17,9 @@ namespace {
 // Elements per probe iteration: every stream moves whole vectors.
 constexpr size_t kGroup = 32;
 
+// Elements ahead that the probes prefetch (as the kernels do).
+constexpr size_t kPrefetchElements = 512;
+
 // A zero the compiler cannot see through, so that storing back what was
 // loaded is not optimized away.
 inline volatile uint32_t opaque_zero = 0;
@@ -32,6 +35,16 @@ void AdamStreams(float* p, float* m, float* v, const void* g, size_t grad_bytes,
   typename V::T salt = V::Splat(opaque_zero);
   typename V::T last = V::Zero();
   for (size_t i = 0; i < n; i += kGroup) {
+    // Prefetched as far ahead as the kernel prefetches, so the probe is no
+    // slower than the kernel could be at moving these bytes.
+    for (size_t line = 0; line < kGroup * 4; line += 64) {
+      __builtin_prefetch(At(p, (i + kPrefetchElements) * 4 + line), 1);
+      __builtin_prefetch(At(m, (i + kPrefetchElements) * 4 + line), 1);
+      __builtin_prefetch(At(v, (i + kPrefetchElements) * 4 + line), 1);
+    }
+    for (size_t line = 0; line < kGroup * grad_bytes; line += 64) {
+      __builtin_prefetch(At(g, (i + kPrefetchElements) * grad_bytes + line));
+    }
     for (float* stream : {p, m, v}) {
       for (size_t off = 0; off < kGroup * 4; off += V::kBytes) {
         uint8_t* at = At(stream, i * 4 + off);
