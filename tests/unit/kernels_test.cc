@@ -125,17 +125,20 @@ TEST_P(AdamTest, MatchesDoubleReference) {
                ? g32[i]
                : (tc.grad_dtype == DType::kFp16 ? HalfToFloat(g16[i]) : Bf16ToFloat(g16[i])));
       double param = p0[i];
+      // |terms| of g: the float sum g = coef * grad + wd * p may cancel.
+      double g_magnitude = std::fabs(g);
       if (tc.adamw) {
         param *= 1.0 - lr * wd;
       } else {
+        g_magnitude += std::fabs(wd * param);
         g += wd * param;
       }
       double mi = b1 * m0[i] + (1 - b1) * g;
       double vi = b2 * v0[i] + (1 - b2) * g * g;
       double denom = std::sqrt(vi) / std::sqrt(bc2) + eps;
       double update = lr / bc1 * mi / denom;
-      double tol_m = 8 * u * (b1 * std::fabs(m0[i]) + (1 - b1) * std::fabs(g)) + 1e-30;
-      double tol_v = 8 * u * (b2 * v0[i] + (1 - b2) * g * g) + 1e-30;
+      double tol_m = 8 * u * (b1 * std::fabs(m0[i]) + (1 - b1) * g_magnitude) + 1e-30;
+      double tol_v = 8 * u * (b2 * v0[i] + (1 - b2) * g_magnitude * g_magnitude) + 1e-30;
       double tol_p = 8 * u * (std::fabs(param) + std::fabs(update)) + 2 * lr / bc1 * tol_m / denom +
                      std::fabs(update) * tol_v / vi;
       param -= update;
