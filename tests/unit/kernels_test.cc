@@ -184,6 +184,16 @@ TEST(GradStatsTest, SumOfSquaresAndFiniteFlag) {
   EXPECT_EQ(tiny.sum_squares, std::ldexp(1.0, -48));
 }
 
+TEST(GradStatsTest, ManyElementsLoseNoPrecision) {
+  // 2^25 + 3 ones: a float accumulator would stop counting at 2^24.
+  const size_t n = (size_t{1} << 25) + 3;
+  for (DType dtype : {DType::kFp16, DType::kBf16}) {
+    std::vector<uint16_t> ones(n, dtype == DType::kFp16 ? 0x3c00 : 0x3f80);
+    GradStats stats = ComputeGradStats(dtype, ones.data(), n);
+    EXPECT_EQ(stats.sum_squares, static_cast<double>(n)) << DTypeName(dtype);
+  }
+}
+
 TEST(ElementwiseTest, AccumulateScaledAndAddRoundOnce) {
   std::vector<float> x = {1.0f, -2.5f, 1e-3f, 70000.0f};
   std::vector<uint16_t> acc(x.size());
