@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config ccache git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  librocksdb-dev liburing-dev libabsl-dev libgloo-dev
+  librocksdb-dev liburing-dev libabsl-dev libgloo-dev libxxhash-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev
   clang-format iperf3 procps
 )

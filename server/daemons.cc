@@ -75,7 +75,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   }
   std::unique_ptr<ShardServer> server(new ShardServer());
   ASSIGN_OR_RETURN(server->metadata_, OpenMetadata(options.data_dir));
-  server->tier_ = std::make_unique<HostTier>(options.host_budget_bytes);
+  server->tier_ = std::make_unique<HostTier>(options.host_budget_bytes, options.pin_host_memory);
   server->executor_ = std::make_unique<ThreadPool>(options.executor_threads);
   ASSIGN_OR_RETURN(
       server->service_,
@@ -84,7 +84,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, server->service_.get(), &bound));
   server->address_ = options.advertise_address.empty() ? bound : options.advertise_address;
   RETURN_IF_ERROR(RegisterWithCoordinator(options, server->address_));
-  LogEventCat("server", "serving on ", server->address_, " with a host tier of ",
+  LogEventCat("server", "serving on ", server->address_, " with a ",
+              options.pin_host_memory ? "page-locked " : "", "host tier of ",
               options.host_budget_bytes, " bytes and ", options.executor_threads,
               " executor thread(s)");
   return server;

@@ -29,6 +29,8 @@ struct ShardServerOptions {
   std::string coordinator_address;
   std::string data_dir;  // RocksDB metadata lives in data_dir/metadata
   uint64_t host_budget_bytes = uint64_t{1} << 30;
+  // Page-lock the host tier (mlock): it is never swapped out.
+  bool pin_host_memory = true;
   int executor_threads = 2;
   absl::Duration register_timeout = absl::Seconds(30);
 };

@@ -26,6 +26,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     server.data_dir = absl::StrCat(pattern, "/server", i);
     server.host_budget_bytes = options.host_budget_bytes;
     server.executor_threads = options.executor_threads;
+    server.pin_host_memory = options.pin_host_memory;
     ASSIGN_OR_RETURN(auto started, ShardServer::Start(server));
     cluster->servers_.push_back(std::move(started));
   }

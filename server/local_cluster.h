@@ -17,6 +17,8 @@ struct LocalClusterOptions {
   int num_servers = 2;
   uint64_t host_budget_bytes = uint64_t{1} << 30;
   int executor_threads = 1;
+  // Off by default: tests and benchmarks run as users with a small memlock limit.
+  bool pin_host_memory = false;
 };
 
 class LocalCluster {

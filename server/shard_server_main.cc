@@ -17,6 +17,9 @@ ABSL_FLAG(std::string, data_dir, "/var/lib/strata/server",
           "directory for this server's RocksDB metadata");
 ABSL_FLAG(uint64_t, host_budget_mib, 1024,
           "host-tier budget in MiB; a job that does not fit is refused");
+ABSL_FLAG(bool, pin_host_memory, true,
+          "page-lock the host tier (mlock); needs a memlock limit (ulimit -l) above "
+          "--host_budget_mib or CAP_IPC_LOCK");
 ABSL_FLAG(int, executor_threads, 2, "threads that apply the optimizer to chunks");
 ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at start-up");
 ABSL_FLAG(std::string, ready_file, "",
@@ -37,6 +40,7 @@ int main(int argc, char** argv) {
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.host_budget_bytes = absl::GetFlag(FLAGS_host_budget_mib) << 20;
+  options.pin_host_memory = absl::GetFlag(FLAGS_pin_host_memory);
   options.executor_threads = absl::GetFlag(FLAGS_executor_threads);
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   auto server = strata::ShardServer::Start(options);

@@ -1,5 +1,8 @@
 #include "storage/host_tier.h"
 
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -20,11 +23,17 @@ const char* TierKindName(TierKind kind) {
   return "unknown";
 }
 
-void HostTier::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
+HostTier::HostTier(uint64_t budget_bytes, bool pin_memory)
+    : budget_bytes_(budget_bytes), pin_memory_(pin_memory) {}
 
-HostTier::HostTier(uint64_t budget_bytes) : budget_bytes_(budget_bytes) {}
+HostTier::~HostTier() {
+  for (auto& [id, block] : blocks_) Release(block);
+}
 
-HostTier::~HostTier() = default;
+void HostTier::Release(const Block& block) {
+  if (pin_memory_) munlock(block.data, block.num_bytes);
+  std::free(block.data);
+}
 
 uint64_t HostTier::used_bytes() const {
   absl::MutexLock lock(&mu_);
@@ -46,17 +55,27 @@ absl::StatusOr<Extent> HostTier::Allocate(uint64_t num_bytes) {
         absl::StrCat("host tier: the system refused ", rounded, " bytes"));
   }
   std::memset(block, 0, rounded);
+  if (pin_memory_ && rounded > 0 && mlock(block, rounded) != 0) {
+    int error = errno;
+    std::free(block);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "host tier: cannot page-lock ", rounded, " bytes (", std::strerror(error),
+        "): raise the memlock limit (ulimit -l; in docker-compose, ulimits: memlock: -1) or "
+        "grant CAP_IPC_LOCK, or run the server with --pin_host_memory=false"));
+  }
   Extent extent{next_id_++, 0, num_bytes};
-  blocks_.emplace(extent.id, static_cast<std::byte*>(block));
+  blocks_.emplace(extent.id, Block{static_cast<std::byte*>(block), rounded});
   used_bytes_ += rounded;
   return extent;
 }
 
 void HostTier::Free(const Extent& extent) {
   absl::MutexLock lock(&mu_);
-  if (blocks_.erase(extent.id) > 0) {
-    used_bytes_ -= (extent.num_bytes + 63) / 64 * 64;
-  }
+  auto it = blocks_.find(extent.id);
+  if (it == blocks_.end()) return;
+  used_bytes_ -= it->second.num_bytes;
+  Release(it->second);
+  blocks_.erase(it);
 }
 
 absl::StatusOr<std::byte*> HostTier::Locate(const Extent& extent, uint64_t offset,
@@ -89,7 +108,7 @@ void HostTier::Write(const Extent& to, uint64_t offset, absl::Span<const std::by
 std::byte* HostTier::Map(const Extent& extent) {
   absl::MutexLock lock(&mu_);
   auto it = blocks_.find(extent.id);
-  return it == blocks_.end() ? nullptr : it->second.get();
+  return it == blocks_.end() ? nullptr : it->second.data;
 }
 
 }  // namespace strata

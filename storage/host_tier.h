@@ -1,6 +1,7 @@
-// HostTier: chunk extents in host memory, 64-byte aligned, within a byte
-// budget. Thread-safe. Reads and writes are memcpy and complete inline.
-// (Page-locking the memory is the tiered-storage work; see docs/.)
+// HostTier: chunk extents in host memory, 64-byte aligned and zeroed, within
+// a byte budget, optionally page-locked (mlock) so that they are never
+// swapped out and can be the source of DMA. Thread-safe. Reads and writes are
+// memcpy and complete inline.
 #ifndef STRATA_STORAGE_HOST_TIER_H_
 #define STRATA_STORAGE_HOST_TIER_H_
 
@@ -15,8 +16,12 @@ namespace strata {
 
 class HostTier : public Tier {
  public:
-  explicit HostTier(uint64_t budget_bytes);
+  // With `pin_memory`, Allocate() page-locks each extent and fails with
+  // RESOURCE_EXHAUSTED, naming the memlock limit, when that is refused.
+  explicit HostTier(uint64_t budget_bytes, bool pin_memory = false);
   ~HostTier() override;
+  HostTier(const HostTier&) = delete;
+  HostTier& operator=(const HostTier&) = delete;
 
   TierKind kind() const override { return TierKind::kHost; }
   uint64_t budget_bytes() const override { return budget_bytes_; }
@@ -29,18 +34,21 @@ class HostTier : public Tier {
   std::byte* Map(const Extent& extent) override;
 
  private:
-  struct FreeDeleter {
-    void operator()(std::byte* p) const;
+  struct Block {
+    std::byte* data;
+    uint64_t num_bytes;  // as reserved from the budget
   };
   // OUT_OF_RANGE unless [offset, offset + num_bytes) lies in `extent`.
   absl::StatusOr<std::byte*> Locate(const Extent& extent, uint64_t offset, uint64_t num_bytes);
 
+  void Release(const Block& block);
+
   const uint64_t budget_bytes_;
+  const bool pin_memory_;
   mutable absl::Mutex mu_;
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::flat_hash_map<uint64_t, std::unique_ptr<std::byte, FreeDeleter>> blocks_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Block> blocks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace strata

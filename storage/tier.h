@@ -1,7 +1,11 @@
 // A Tier stores chunk extents in one class of memory (GPU, pinned host, NVMe)
 // within a byte budget that it never exceeds. All methods are thread-safe.
 // Reads and writes complete through `done`, on an I/O thread of the tier or
-// inline; `done` must not block.
+// inline; `done` must not block, and the buffer must stay valid until then.
+// A range outside its extent is OUT_OF_RANGE; what a tier reads back of bytes
+// never written since Allocate is tier-specific (the host tier gives zeros).
+// Tiers with alignment rules (NVMe: 4 KiB offsets, sizes and buffers) refuse
+// others with INVALID_ARGUMENT.
 #ifndef STRATA_STORAGE_TIER_H_
 #define STRATA_STORAGE_TIER_H_
 

@@ -1,0 +1,170 @@
+// The tier conformance suite on every tier, and what is particular to each:
+// page-locking of the host tier; alignment, checksums and refusals of the
+// NVMe tier; fault injection through FaultyTier.
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "storage/host_tier.h"
+#include "storage/nvme_tier.h"
+#include "tests/storage/faulty_tier.h"
+#include "tests/storage/tier_conformance.h"
+
+namespace strata::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ScratchDir(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/tier_test_" + name + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+std::unique_ptr<NvmeTier> OpenNvme(uint64_t budget, const std::string& dir) {
+  auto tier = NvmeTier::Open(NvmeTierOptions{dir, budget, 8});
+  EXPECT_TRUE(tier.ok()) << tier.status();
+  return tier.ok() ? *std::move(tier) : nullptr;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Tiers, TierConformanceTest,
+    ::testing::Values(
+        TierFactory{"host", [](uint64_t budget) { return std::make_unique<HostTier>(budget); }},
+        TierFactory{"host_pinned",
+                    [](uint64_t budget) -> std::unique_ptr<Tier> {
+                      // Page-locking needs a memlock limit above the budget.
+                      rlimit limit{};
+                      getrlimit(RLIMIT_MEMLOCK, &limit);
+                      if (geteuid() != 0 && limit.rlim_cur < budget) return nullptr;
+                      return std::make_unique<HostTier>(budget, /*pin_memory=*/true);
+                    }},
+        TierFactory{"nvme",
+                    [](uint64_t budget) -> std::unique_ptr<Tier> {
+                      return OpenNvme(budget, ScratchDir("conformance"));
+                    }}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(HostTierTest, RefusedPageLockNamesTheMemlockLimit) {
+  if (geteuid() == 0) GTEST_SKIP() << "root may lock any amount";
+  rlimit limit{};
+  getrlimit(RLIMIT_MEMLOCK, &limit);
+  if (limit.rlim_cur == RLIM_INFINITY) GTEST_SKIP() << "no memlock limit";
+  HostTier tier(limit.rlim_cur * 4, /*pin_memory=*/true);
+  auto extent = tier.Allocate(limit.rlim_cur * 2);
+  EXPECT_EQ(extent.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(extent.status().message()), HasSubstr("ulimit -l"));
+  EXPECT_EQ(tier.used_bytes(), 0u);
+}
+
+class NvmeTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ScratchDir("nvme");
+    tier_ = OpenNvme(64 * kBlock, dir_);
+    ASSERT_NE(tier_, nullptr);
+  }
+  void TearDown() override {
+    tier_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::string dir_;
+  std::unique_ptr<NvmeTier> tier_;
+};
+
+TEST_F(NvmeTierTest, DetectsCorruptionOnDiskAsDataLoss) {
+  auto e = tier_->Allocate(4 * kBlock);
+  ASSERT_TRUE(e.ok());
+  AlignedBuffer in(4 * kBlock), out(4 * kBlock);
+  in.Fill(7);
+  ASSERT_TRUE(WriteNow(*tier_, *e, 0, in.span()).ok());
+  // Flip one byte of block 2 behind the tier's back.
+  int fd = open(tier_->path().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  char byte;
+  off_t at = static_cast<off_t>(e->offset + 2 * kBlock + 100);
+  ASSERT_EQ(pread(fd, &byte, 1, at), 1);
+  byte ^= 0x01;
+  ASSERT_EQ(pwrite(fd, &byte, 1, at), 1);
+  fsync(fd);
+  close(fd);
+  absl::Status s = ReadNow(*tier_, *e, 0, out.span());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr(tier_->path()));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("block 2"));
+  // Blocks that are intact still read.
+  AlignedBuffer first(kBlock);
+  EXPECT_TRUE(ReadNow(*tier_, *e, 0, first.span()).ok());
+}
+
+TEST_F(NvmeTierTest, RefusesMisalignedAndUnwritten) {
+  auto e = tier_->Allocate(2 * kBlock);
+  ASSERT_TRUE(e.ok());
+  AlignedBuffer buffer(3 * kBlock);
+  EXPECT_EQ(ReadNow(*tier_, *e, 0, buffer.span()).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(ReadNow(*tier_, *e, 0, buffer.span().subspan(0, kBlock)).code(),
+            absl::StatusCode::kFailedPrecondition);  // never written
+  EXPECT_EQ(WriteNow(*tier_, *e, 100, buffer.span().subspan(0, kBlock)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteNow(*tier_, *e, 0, buffer.span().subspan(8, kBlock)).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(NvmeTierTest, FixedBuffersRoundTrip) {
+  AlignedBuffer registered(8 * kBlock);
+  ASSERT_TRUE(tier_->RegisterBuffers({registered.span()}).ok());
+  auto e = tier_->Allocate(4 * kBlock);
+  ASSERT_TRUE(e.ok());
+  registered.Fill(9);
+  AlignedBuffer expected(4 * kBlock);
+  std::memcpy(expected.span().data(), registered.span().data(), 4 * kBlock);
+  ASSERT_TRUE(WriteNow(*tier_, *e, 0, registered.span().subspan(0, 4 * kBlock)).ok());
+  ASSERT_TRUE(ReadNow(*tier_, *e, 0, registered.span().subspan(4 * kBlock, 4 * kBlock)).ok());
+  EXPECT_EQ(std::memcmp(registered.span().data() + 4 * kBlock, expected.span().data(), 4 * kBlock),
+            0);
+}
+
+TEST(NvmeTierOpenTest, RefusesAFileSystemWithoutODirect) {
+  if (!std::filesystem::exists("/dev/shm")) GTEST_SKIP() << "no tmpfs at /dev/shm";
+  std::string dir = "/dev/shm/strata_tier_test_" + std::to_string(getpid());
+  auto tier = NvmeTier::Open(NvmeTierOptions{dir, 16 * kBlock, 8});
+  std::filesystem::remove_all(dir);
+  if (tier.ok()) GTEST_SKIP() << "this tmpfs accepts O_DIRECT";
+  EXPECT_EQ(tier.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(tier.status().message()), HasSubstr("O_DIRECT"));
+}
+
+TEST(FaultyTierTest, AFailedWriteLeavesThePreviousContents) {
+  std::string dir = ScratchDir("faulty");
+  auto nvme = OpenNvme(16 * kBlock, dir);
+  ASSERT_NE(nvme, nullptr);
+  FaultyTier tier(nvme.get());
+  auto e = tier.Allocate(2 * kBlock);
+  ASSERT_TRUE(e.ok());
+  AlignedBuffer first(2 * kBlock), second(2 * kBlock), out(2 * kBlock);
+  first.Fill(1);
+  second.Fill(2);
+  ASSERT_TRUE(WriteNow(tier, *e, 0, first.span()).ok());
+  tier.FailNextWrites(1);
+  EXPECT_EQ(WriteNow(tier, *e, 0, second.span()).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(ReadNow(tier, *e, 0, out.span()).ok());
+  EXPECT_TRUE(out == first);
+  tier.ShortenNextReads(1);
+  EXPECT_EQ(ReadNow(tier, *e, 0, out.span()).code(), absl::StatusCode::kDataLoss);
+  tier.FailNextReads(1);
+  EXPECT_EQ(ReadNow(tier, *e, 0, out.span()).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(WriteNow(tier, *e, 0, second.span()).ok());  // a retry succeeds
+  ASSERT_TRUE(ReadNow(tier, *e, 0, out.span()).ok());
+  EXPECT_TRUE(out == second);
+  tier.SetFull(true);
+  EXPECT_EQ(tier.Allocate(kBlock).status().code(), absl::StatusCode::kResourceExhausted);
+  nvme.reset();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace strata::testing
