@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/adam.h"
 #include "kernels/elementwise.h"
 
@@ -14,22 +15,18 @@ uint64_t Chunk::NumBytes(uint64_t num_params, DType dtype) {
 }
 
 Chunk::Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype, AdamConfig adam,
-             Tier* tier, Extent extent)
+             std::unique_ptr<ChunkState> state, Tier* host, Extent copy_extent)
     : job_id_(std::move(job_id)),
       chunk_id_(chunk_id),
       range_(range),
       dtype_(dtype),
       adam_(adam),
-      tier_(tier),
-      extent_(extent),
-      base_(tier->Map(extent)) {}
+      host_(host),
+      copy_extent_(copy_extent),
+      copy_(host->Map(copy_extent)),
+      state_(std::move(state)) {}
 
-Chunk::~Chunk() { tier_->Free(extent_); }
-
-float* Chunk::p() const { return reinterpret_cast<float*>(base_); }
-float* Chunk::m() const { return p() + range_.size(); }
-float* Chunk::v() const { return m() + range_.size(); }
-std::byte* Chunk::copy() const { return reinterpret_cast<std::byte*>(v() + range_.size()); }
+Chunk::~Chunk() { host_->Free(copy_extent_); }
 
 absl::string_view Chunk::CopyBytes(uint64_t begin, uint64_t n) const {
   size_t esize = DTypeSize(dtype_);
@@ -90,17 +87,34 @@ void Chunk::Apply() {
     coef = staged_coef_;
     pushes.swap(staged_);
   }
-  // One pass per push, straight from its bytes: the update is elementwise, so
-  // this gives the bits of one pass over the chunk.
-  const AdamConstants constants = MakeAdamConstants(adam_, step, coef);
-  const size_t esize = DTypeSize(dtype_);
-  for (const auto& [begin, push] : pushes) {
-    uint64_t offset = begin - range_.begin;
-    AdamUpdate(constants, dtype_, push.grads.data(), p() + offset, m() + offset, v() + offset,
-               dtype_, copy() + offset * esize, push.end - begin);
-  }
   std::vector<Waiter> ready;
   {
+    absl::MutexLock state_lock(&state_mu_);
+    absl::StatusOr<StateView> view = state_->Load();
+    if (!view.ok()) {
+      FailApply(std::move(pushes), view.status());
+      return;
+    }
+    // One pass per push, straight from its bytes: the update is elementwise,
+    // so this gives the bits of one pass over the chunk.
+    const AdamConstants constants = MakeAdamConstants(adam_, step, coef);
+    const size_t esize = DTypeSize(dtype_);
+    std::byte* copy_out = view->copy_scratch != nullptr ? view->copy_scratch : copy();
+    for (const auto& [begin, push] : pushes) {
+      uint64_t offset = begin - range_.begin;
+      AdamUpdate(constants, dtype_, push.grads.data(), view->p + offset, view->m + offset,
+                 view->v + offset, dtype_, copy_out + offset * esize, push.end - begin);
+    }
+    absl::Status committed = state_->Commit(*view);
+    if (committed.ok() && copy_out != copy()) {
+      std::memcpy(copy(), copy_out, range_.size() * esize);
+    }
+    state_->Release(*view);
+    if (!committed.ok()) {
+      FailApply(std::move(pushes), committed);
+      return;
+    }
+    // Still under state_mu_: ReadState() sees the state and its step together.
     absl::MutexLock lock(&mu_);
     applied_step_ = step;
     applying_ = false;
@@ -120,6 +134,17 @@ void Chunk::Apply() {
   for (Waiter& w : ready) std::move(w.done)(absl::OkStatus(), step, CopyBytes(w.begin, w.n));
 }
 
+void Chunk::FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    applying_ = false;
+    staged_params_ = 0;
+  }
+  absl::Status error(status.code(), absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
+                                                 ": step not applied: ", status.message()));
+  for (auto& [begin, push] : pushes) std::move(push.done)(error);
+}
+
 void Chunk::Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done) {
   absl::MutexLock lock(&mu_);
   if (step == applied_step_ && !applying_) {
@@ -137,27 +162,35 @@ void Chunk::Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done) {
 }
 
 absl::Status Chunk::WriteParams(uint64_t begin, const float* params, uint64_t n) {
-  absl::MutexLock lock(&mu_);
-  if (applied_step_ != 0 || applying_ || !staged_.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
-                     "; parameters can be written only before the first step"));
+  {
+    absl::MutexLock lock(&mu_);
+    if (applied_step_ != 0 || applying_ || !staged_.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
+                       "; parameters can be written only before the first step"));
+    }
   }
+  absl::MutexLock state_lock(&state_mu_);
+  ASSIGN_OR_RETURN(StateView view, state_->Load());
   uint64_t offset = begin - range_.begin;
-  std::memcpy(p() + offset, params, n * sizeof(float));
+  std::memcpy(view.p + offset, params, n * sizeof(float));
+  absl::Status committed = state_->Commit(view);
+  state_->Release(view);
+  RETURN_IF_ERROR(committed);
   CastFromFloat(params, dtype_, copy() + offset * DTypeSize(dtype_), n);
   return absl::OkStatus();
 }
 
-int64_t Chunk::ReadState(uint64_t begin, uint64_t n, float* p_out, float* m_out,
-                         float* v_out) const {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(this, &Chunk::NotApplying));
+absl::StatusOr<int64_t> Chunk::ReadState(uint64_t begin, uint64_t n, float* p_out, float* m_out,
+                                         float* v_out) {
+  absl::MutexLock state_lock(&state_mu_);
+  ASSIGN_OR_RETURN(StateView view, state_->Load());
   uint64_t offset = begin - range_.begin;
-  std::memcpy(p_out, p() + offset, n * sizeof(float));
-  std::memcpy(m_out, m() + offset, n * sizeof(float));
-  std::memcpy(v_out, v() + offset, n * sizeof(float));
-  return applied_step_;
+  std::memcpy(p_out, view.p + offset, n * sizeof(float));
+  std::memcpy(m_out, view.m + offset, n * sizeof(float));
+  std::memcpy(v_out, view.v + offset, n * sizeof(float));
+  state_->Release(view);
+  return applied_step();
 }
 
 void Chunk::FailWaiters(const absl::Status& status) {

@@ -1,5 +1,6 @@
-// Chunk: the state of one chunk of a job on a shard server (FP32 p, m, v and
-// the low-precision copy of p) and its step state machine.
+// Chunk: one chunk of a job on a shard server: its FP32 p, m, v (in a
+// ChunkState: host memory or NVMe), the low-precision copy of p that workers
+// pull (always in host memory), and its step state machine.
 //
 // A chunk at applied step t accepts pushes for step t+1. Pushed gradients
 // are not copied: the chunk keeps a view of each push's bytes, and the push
@@ -11,7 +12,9 @@
 //
 // Thread-safety: all methods are thread-safe. Apply() runs on one executor
 // thread at a time per chunk (Stage() returns true to exactly one caller per
-// step), and only it touches p, m, v and the copy without the lock.
+// step). The state is loaded and committed under state_mu_ (Apply,
+// WriteParams, ReadState); the step bookkeeping is under mu_, never held
+// across I/O.
 #ifndef STRATA_SERVER_CHUNK_H_
 #define STRATA_SERVER_CHUNK_H_
 
@@ -26,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "server/chunk_state.h"
 #include "storage/tier.h"
 #include "strata/flat_layout.h"
 #include "strata/types.h"
@@ -40,12 +44,13 @@ class Chunk {
   // the error that ended it (shutdown, job dropped).
   using PushDone = absl::AnyInvocable<void(absl::Status) &&>;
 
-  // Bytes of tier memory a chunk of `num_params` needs: p, m, v and the copy.
+  // Bytes a chunk of `num_params` takes in host memory: p, m, v and the copy.
   static uint64_t NumBytes(uint64_t num_params, DType dtype);
 
-  // `extent` holds NumBytes() zeroed bytes of `tier`; the chunk frees it.
+  // `copy_extent` holds range.size() * DTypeSize(dtype) zeroed bytes of the
+  // host tier `host`; the chunk frees it and owns `state`.
   Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype, AdamConfig adam,
-        Tier* tier, Extent extent);
+        std::unique_ptr<ChunkState> state, Tier* host, Extent copy_extent);
   ~Chunk();
   Chunk(const Chunk&) = delete;
   Chunk& operator=(const Chunk&) = delete;
@@ -53,8 +58,10 @@ class Chunk {
   const std::string& job_id() const { return job_id_; }
   uint32_t chunk_id() const { return chunk_id_; }
   FlatRange range() const { return range_; }
-  Tier* tier() const { return tier_; }
-  uint64_t num_bytes() const { return extent_.num_bytes; }
+  // Where p, m, v live.
+  TierKind tier() const { return state_->tier(); }
+  // Tier bytes held: the state's and the copy's.
+  uint64_t num_bytes() const { return state_->num_bytes() + copy_extent_.num_bytes; }
   int64_t applied_step() const;
 
   // Stages the gradients of flat range [begin, begin + n) for `step`, without
@@ -67,16 +74,19 @@ class Chunk {
   // coef that differs from theirs; on error `done` is not called.
   absl::StatusOr<bool> Stage(int64_t step, uint64_t begin, uint64_t n, absl::string_view grads,
                              float coef, PushDone done);
-  // Applies the staged step. Called once per step, after Stage() returned true.
+  // Applies the staged step. Called once per step, after Stage() returned
+  // true. If the state cannot be loaded or committed, the step is not
+  // applied: the staged pushes get the error and may be pushed again.
   void Apply();
   // Answers with the copy of [begin, begin + n) at `step`, now or once applied.
   void Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done);
   // Sets FP32 master weights of [begin, begin + n) before the first step;
-  // FAILED_PRECONDITION once a step was pushed or applied.
+  // FAILED_PRECONDITION once a step was pushed or applied; the tier's error
+  // when the state cannot be loaded or committed.
   absl::Status WriteParams(uint64_t begin, const float* params, uint64_t n);
   // Copies p, m, v of [begin, begin + n) out (waiting out an Apply() in
-  // progress); returns the applied step they hold.
-  int64_t ReadState(uint64_t begin, uint64_t n, float* p, float* m, float* v) const;
+  // progress); returns the applied step they hold, or the tier's error.
+  absl::StatusOr<int64_t> ReadState(uint64_t begin, uint64_t n, float* p, float* m, float* v);
   // Ends every waiting pull and every staged push with `status` (shutdown,
   // job dropped); the staged step can then be pushed again.
   void FailWaiters(const absl::Status& status);
@@ -93,21 +103,22 @@ class Chunk {
     uint64_t n;
     PullDone done;
   };
-  float* p() const;
-  float* m() const;
-  float* v() const;
-  std::byte* copy() const;
+  std::byte* copy() const { return copy_; }
   absl::string_view CopyBytes(uint64_t begin, uint64_t n) const;
-  bool NotApplying() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !applying_; }
+  // Ends a failed Apply(): the step stays unapplied and `pushes` get `status`.
+  void FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status);
 
   const std::string job_id_;
   const uint32_t chunk_id_;
   const FlatRange range_;
   const DType dtype_;
   const AdamConfig adam_;
-  Tier* const tier_;
-  const Extent extent_;
-  std::byte* const base_;
+  Tier* const host_;
+  const Extent copy_extent_;
+  std::byte* const copy_;
+
+  absl::Mutex state_mu_;
+  const std::unique_ptr<ChunkState> state_ ABSL_PT_GUARDED_BY(state_mu_);
 
   mutable absl::Mutex mu_;
   int64_t applied_step_ ABSL_GUARDED_BY(mu_) = 0;

@@ -41,6 +41,12 @@ uint64_t JobBytes(const v1::ChunkSpec& chunk, v1::DType dtype) {
   return Chunk::NumBytes(chunk.num_params(), DTypeFromProto(dtype).value_or(DType::kFp32));
 }
 
+// Bytes of chunks a server can hold: its host budget, plus half its NVMe
+// budget (a chunk on NVMe keeps two slots). An estimate; the server decides.
+uint64_t Capacity(const v1::ServerRecord& server) {
+  return server.host_budget_bytes() + server.nvme_budget_bytes() / 2;
+}
+
 std::vector<std::string> ServersOf(const v1::JobInfo& job) {
   std::vector<std::string> addresses;
   for (const auto& c : job.chunks()) addresses.push_back(c.server_address());
@@ -101,7 +107,8 @@ absl::Status CoordinatorService::DoRegister(const v1::RegisterServerRequest& req
   absl::MutexLock lock(&mu_);
   servers_[server.address()] = server;
   LogEventCat("coordinator", "shard server ", server.address(), " registered with ",
-              server.host_budget_bytes(), " host budget bytes");
+              server.host_budget_bytes(), " host and ", server.nvme_budget_bytes(),
+              " nvme budget bytes");
   return absl::OkStatus();
 }
 
@@ -151,7 +158,7 @@ absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, v1::JobInfo* j
     std::string best;
     uint64_t best_free = 0;
     for (const auto& [address, server] : servers_) {
-      uint64_t budget = server.host_budget_bytes();
+      uint64_t budget = Capacity(server);
       uint64_t free = budget > used[address] ? budget - used[address] : 0;
       if (best.empty() || free > best_free) {
         best = address;
@@ -161,9 +168,7 @@ absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, v1::JobInfo* j
     if (best_free < bytes) {
       uint64_t total_free = 0;
       for (const auto& [address, server] : servers_) {
-        total_free += server.host_budget_bytes() > used[address]
-                          ? server.host_budget_bytes() - used[address]
-                          : 0;
+        total_free += Capacity(server) > used[address] ? Capacity(server) - used[address] : 0;
       }
       return absl::ResourceExhaustedError(absl::StrCat(
           "job '", spec.job_id(), "' does not fit: it needs ", layout.num_params(),

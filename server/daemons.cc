@@ -52,6 +52,8 @@ absl::Status RegisterWithCoordinator(const ShardServerOptions& options,
   v1::RegisterServerRequest request;
   request.mutable_server()->set_address(address);
   request.mutable_server()->set_host_budget_bytes(options.host_budget_bytes);
+  request.mutable_server()->set_nvme_budget_bytes(
+      options.nvme_dir.empty() ? 0 : options.nvme_budget_bytes);
   grpc::ClientContext context;
   context.set_wait_for_ready(true);
   context.set_deadline(absl::ToChronoTime(absl::Now() + options.register_timeout));
@@ -76,18 +78,27 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   std::unique_ptr<ShardServer> server(new ShardServer());
   ASSIGN_OR_RETURN(server->metadata_, OpenMetadata(options.data_dir));
   server->tier_ = std::make_unique<HostTier>(options.host_budget_bytes, options.pin_host_memory);
+  if (!options.nvme_dir.empty()) {
+    ASSIGN_OR_RETURN(server->nvme_,
+                     NvmeTier::Open(NvmeTierOptions{options.nvme_dir, options.nvme_budget_bytes,
+                                                    options.nvme_queue_depth}));
+  }
   server->executor_ = std::make_unique<ThreadPool>(options.executor_threads);
-  ASSIGN_OR_RETURN(
-      server->service_,
-      ShardService::Create(server->tier_.get(), server->metadata_.get(), server->executor_.get()));
+  ASSIGN_OR_RETURN(server->service_,
+                   ShardService::Create(server->tier_.get(), server->nvme_.get(),
+                                        server->metadata_.get(), server->executor_.get()));
   std::string bound;
   ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, server->service_.get(), &bound));
   server->address_ = options.advertise_address.empty() ? bound : options.advertise_address;
   RETURN_IF_ERROR(RegisterWithCoordinator(options, server->address_));
   LogEventCat("server", "serving on ", server->address_, " with a ",
               options.pin_host_memory ? "page-locked " : "", "host tier of ",
-              options.host_budget_bytes, " bytes and ", options.executor_threads,
-              " executor thread(s)");
+              options.host_budget_bytes, " bytes, ",
+              server->nvme_ == nullptr
+                  ? std::string("no nvme tier")
+                  : absl::StrCat("an nvme tier of ", server->nvme_->budget_bytes(), " bytes in ",
+                                 server->nvme_->path()),
+              " and ", options.executor_threads, " executor thread(s)");
   return server;
 }
 

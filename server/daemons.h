@@ -19,6 +19,7 @@
 #include "server/shard_service.h"
 #include "storage/host_tier.h"
 #include "storage/metadata_store.h"
+#include "storage/nvme_tier.h"
 
 namespace strata {
 
@@ -31,6 +32,10 @@ struct ShardServerOptions {
   uint64_t host_budget_bytes = uint64_t{1} << 30;
   // Page-lock the host tier (mlock): it is never swapped out.
   bool pin_host_memory = true;
+  // The NVMe tier: a preallocated file in nvme_dir (empty: no NVMe tier).
+  std::string nvme_dir;
+  uint64_t nvme_budget_bytes = 0;
+  unsigned nvme_queue_depth = 32;
   int executor_threads = 2;
   absl::Duration register_timeout = absl::Seconds(30);
 };
@@ -48,6 +53,7 @@ class ShardServer {
   std::string address_;
   std::unique_ptr<MetadataStore> metadata_;
   std::unique_ptr<HostTier> tier_;
+  std::unique_ptr<NvmeTier> nvme_;
   std::unique_ptr<ThreadPool> executor_;
   std::unique_ptr<ShardService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -27,6 +27,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     server.host_budget_bytes = options.host_budget_bytes;
     server.executor_threads = options.executor_threads;
     server.pin_host_memory = options.pin_host_memory;
+    if (options.nvme_budget_bytes > 0) {
+      server.nvme_dir = absl::StrCat(server.data_dir, "/nvme");
+      server.nvme_budget_bytes = options.nvme_budget_bytes;
+    }
     ASSIGN_OR_RETURN(auto started, ShardServer::Start(server));
     cluster->servers_.push_back(std::move(started));
   }

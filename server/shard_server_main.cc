@@ -20,6 +20,11 @@ ABSL_FLAG(uint64_t, host_budget_mib, 1024,
 ABSL_FLAG(bool, pin_host_memory, true,
           "page-lock the host tier (mlock); needs a memlock limit (ulimit -l) above "
           "--host_budget_mib or CAP_IPC_LOCK");
+ABSL_FLAG(std::string, nvme_dir, "",
+          "directory for the NVMe tier's preallocated file (O_DIRECT, io_uring); empty: no "
+          "NVMe tier. Chunks go to host memory first, then to NVMe");
+ABSL_FLAG(uint64_t, nvme_budget_mib, 0, "NVMe-tier budget in MiB (a chunk there takes two slots)");
+ABSL_FLAG(uint32_t, nvme_queue_depth, 32, "io_uring queue depth of the NVMe tier");
 ABSL_FLAG(int, executor_threads, 2, "threads that apply the optimizer to chunks");
 ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at start-up");
 ABSL_FLAG(std::string, ready_file, "",
@@ -41,6 +46,9 @@ int main(int argc, char** argv) {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.host_budget_bytes = absl::GetFlag(FLAGS_host_budget_mib) << 20;
   options.pin_host_memory = absl::GetFlag(FLAGS_pin_host_memory);
+  options.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
+  options.nvme_budget_bytes = absl::GetFlag(FLAGS_nvme_budget_mib) << 20;
+  options.nvme_queue_depth = absl::GetFlag(FLAGS_nvme_queue_depth);
   options.executor_threads = absl::GetFlag(FLAGS_executor_threads);
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   auto server = strata::ShardServer::Start(options);

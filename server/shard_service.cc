@@ -22,10 +22,14 @@ std::string StepKey(const std::string& job_id, uint32_t chunk_id) {
 
 }  // namespace
 
-ShardService::ShardService(Tier* tier, MetadataStore* metadata, ThreadPool* executor)
-    : tier_(tier), metadata_(metadata), executor_(executor) {}
+ShardService::ShardService(Tier* host, Tier* nvme, MetadataStore* metadata, ThreadPool* executor)
+    : host_(host),
+      nvme_(nvme),
+      metadata_(metadata),
+      executor_(executor),
+      staging_buffers_(executor->num_threads() + 1) {}
 
-absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(Tier* tier,
+absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(Tier* host, Tier* nvme,
                                                                    MetadataStore* metadata,
                                                                    ThreadPool* executor) {
   ASSIGN_OR_RETURN(auto old_jobs, metadata->Scan(kJobPrefix));
@@ -35,7 +39,7 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(Tier* tier,
     RETURN_IF_ERROR(metadata->DeletePrefix(kJobPrefix));
     RETURN_IF_ERROR(metadata->DeletePrefix(kStepPrefix));
   }
-  return std::unique_ptr<ShardService>(new ShardService(tier, metadata, executor));
+  return std::unique_ptr<ShardService>(new ShardService(host, nvme, metadata, executor));
 }
 
 void ShardService::BeginShutdown() {
@@ -83,6 +87,44 @@ absl::StatusOr<std::shared_ptr<Chunk>> ShardService::FindChunk(const std::string
   return chunk;
 }
 
+absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request, DType dtype,
+                                       std::shared_ptr<StagingPool> staging, Job* job) {
+  const std::string& job_id = request.spec().job_id();
+  const AdamConfig adam = AdamFromProto(request.spec().adam());
+  // Copies first: every chunk's copy is in host memory whatever its tier.
+  std::vector<Extent> copies;
+  absl::Status status;
+  for (const v1::ChunkSpec& c : request.chunks()) {
+    absl::StatusOr<Extent> copy = host_->Allocate(c.num_params() * DTypeSize(dtype));
+    if (!copy.ok()) {
+      status = copy.status();
+      break;
+    }
+    copies.push_back(*copy);
+  }
+  for (int i = 0; status.ok() && i < request.chunks_size(); ++i) {
+    const v1::ChunkSpec& c = request.chunks(i);
+    absl::StatusOr<std::unique_ptr<ChunkState>> state =
+        HostChunkState::Create(host_, c.num_params());
+    if (!state.ok() && staging != nullptr) {
+      state = NvmeChunkState::Create(nvme_, staging, c.num_params());
+    }
+    if (!state.ok()) {
+      status = state.status();
+      break;
+    }
+    job->chunks_by_begin[c.flat_begin()] = std::make_shared<Chunk>(
+        job_id, c.chunk_id(), FlatRange{c.flat_begin(), c.flat_begin() + c.num_params()}, dtype,
+        adam, *std::move(state), host_, copies[i]);
+  }
+  if (!status.ok()) {
+    // Chunks made so far free their copies; the rest are freed here.
+    for (size_t i = job->chunks_by_begin.size(); i < copies.size(); ++i) host_->Free(copies[i]);
+    job->chunks_by_begin.clear();
+  }
+  return status;
+}
+
 absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) {
   ASSIGN_OR_RETURN(FlatLayout layout, ValidateJobSpec(request.spec()));
   ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request.spec().dtype()));
@@ -96,7 +138,6 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
     return absl::FailedPreconditionError(
         absl::StrCat("job '", job_id, "' already has other chunks on this shard server"));
   }
-  uint64_t total_bytes = 0;
   for (const v1::ChunkSpec& c : request.chunks()) {
     FlatRange range =
         c.chunk_id() < layout.num_chunks() ? layout.chunk_range(c.chunk_id()) : FlatRange{};
@@ -105,29 +146,39 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
                                                      ", +", c.num_params(),
                                                      ") is not a chunk of job '", job_id, "'"));
     }
-    total_bytes += Chunk::NumBytes(c.num_params(), dtype);
-  }
-  if (total_bytes > tier_->budget_bytes() - tier_->used_bytes()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "job '", job_id, "' needs ", total_bytes, " bytes on this shard server; the ",
-        TierKindName(tier_->kind()), " tier has ", tier_->budget_bytes() - tier_->used_bytes(),
-        " of ", tier_->budget_bytes(), " budget bytes free"));
   }
   auto job = std::make_shared<Job>();
   job->record = request;
   job->dtype = dtype;
-  AdamConfig adam = AdamFromProto(request.spec().adam());
-  for (const v1::ChunkSpec& c : request.chunks()) {
-    // Fits: checked above, and allocation happens under mu_.
-    ASSIGN_OR_RETURN(Extent extent, tier_->Allocate(Chunk::NumBytes(c.num_params(), dtype)));
-    job->chunks_by_begin[c.flat_begin()] = std::make_shared<Chunk>(
-        job_id, c.chunk_id(), FlatRange{c.flat_begin(), c.flat_begin() + c.num_params()}, dtype,
-        adam, tier_, extent);
+  // The fastest tier first: every state in host memory if all fit; else the
+  // NVMe staging buffers first, host memory while it lasts, the rest on NVMe.
+  absl::Status placed = PlaceChunks(request, dtype, nullptr, job.get());
+  if (!placed.ok() && nvme_ != nullptr) {
+    absl::StatusOr<std::unique_ptr<StagingPool>> staging = StagingPool::Create(
+        host_, NvmeChunkState::StagingBytes(request.spec().chunk_num_params(), DTypeSize(dtype)),
+        staging_buffers_);
+    placed = staging.ok() ? PlaceChunks(request, dtype, *std::move(staging), job.get())
+                          : staging.status();
+  }
+  if (!placed.ok()) {
+    std::string free = absl::StrCat("host tier ", host_->budget_bytes() - host_->used_bytes(),
+                                    " of ", host_->budget_bytes(), " bytes free");
+    if (nvme_ != nullptr) {
+      absl::StrAppend(&free, ", nvme tier ", nvme_->budget_bytes() - nvme_->used_bytes(), " of ",
+                      nvme_->budget_bytes());
+    }
+    return absl::ResourceExhaustedError(absl::StrCat("job '", job_id, "' (", request.chunks_size(),
+                                                     " chunks) does not fit on this shard server (",
+                                                     free, "): ", placed.message()));
   }
   RETURN_IF_ERROR(metadata_->Put(absl::StrCat(kJobPrefix, job_id), request.SerializeAsString()));
+  int on_nvme = 0;
+  for (const auto& [begin, chunk] : job->chunks_by_begin)
+    on_nvme += chunk->tier() == TierKind::kNvme;
   jobs_[job_id] = std::move(job);
-  LogEventCat("server", "job ", job_id, ": allocated ", request.chunks_size(), " chunks, ",
-              total_bytes, " bytes in the ", TierKindName(tier_->kind()), " tier");
+  LogEventCat("server", "job ", job_id, ": allocated ", request.chunks_size(), " chunks (",
+              request.chunks_size() - on_nvme, " in the host tier, ", on_nvme,
+              " in the nvme tier)");
   return absl::OkStatus();
 }
 
@@ -267,9 +318,11 @@ absl::Status ShardService::DoReadState(const v1::ReadStateRequest& request,
   response->mutable_params()->Resize(n, 0.0f);
   response->mutable_exp_avg()->Resize(n, 0.0f);
   response->mutable_exp_avg_sq()->Resize(n, 0.0f);
-  response->set_applied_step(chunk->ReadState(
-      request.flat_begin(), n, response->mutable_params()->mutable_data(),
-      response->mutable_exp_avg()->mutable_data(), response->mutable_exp_avg_sq()->mutable_data()));
+  ASSIGN_OR_RETURN(int64_t step, chunk->ReadState(request.flat_begin(), n,
+                                                  response->mutable_params()->mutable_data(),
+                                                  response->mutable_exp_avg()->mutable_data(),
+                                                  response->mutable_exp_avg_sq()->mutable_data()));
+  response->set_applied_step(step);
   return absl::OkStatus();
 }
 
@@ -291,7 +344,7 @@ grpc::ServerUnaryReactor* ShardService::ListChunks(grpc::CallbackServerContext* 
       row->mutable_chunk()->set_chunk_id(chunk->chunk_id());
       row->mutable_chunk()->set_flat_begin(chunk->range().begin);
       row->mutable_chunk()->set_num_params(chunk->range().size());
-      row->set_tier(TierKindName(chunk->tier()->kind()));
+      row->set_tier(TierKindName(chunk->tier()));
       row->set_num_bytes(chunk->num_bytes());
       row->set_applied_step(chunk->applied_step());
     }

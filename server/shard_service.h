@@ -24,9 +24,11 @@ namespace strata {
 
 class ShardService final : public v1::ShardServer::CallbackService {
  public:
-  // Discards the chunks a previous run recorded in `metadata` (the host tier
-  // does not survive a restart) and logs how many.
-  static absl::StatusOr<std::unique_ptr<ShardService>> Create(Tier* tier, MetadataStore* metadata,
+  // Chunk states go to `host` first, then to `nvme` (nullptr: none). Discards
+  // the chunks a previous run recorded in `metadata` (their tiers do not
+  // survive a restart yet) and logs how many.
+  static absl::StatusOr<std::unique_ptr<ShardService>> Create(Tier* host, Tier* nvme,
+                                                              MetadataStore* metadata,
                                                               ThreadPool* executor);
 
   void BeginShutdown();
@@ -58,8 +60,12 @@ class ShardService final : public v1::ShardServer::CallbackService {
     std::map<uint64_t, std::shared_ptr<Chunk>> chunks_by_begin;
   };
 
-  ShardService(Tier* tier, MetadataStore* metadata, ThreadPool* executor);
-  absl::Status DoAllocate(const v1::AllocateChunksRequest& request);
+  ShardService(Tier* host, Tier* nvme, MetadataStore* metadata, ThreadPool* executor);
+  absl::Status DoAllocate(const v1::AllocateChunksRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes every chunk of `request` in `job`: copies in host memory, states in
+  // host memory, then (with `staging`) on NVMe. On error `job` has no chunks.
+  absl::Status PlaceChunks(const v1::AllocateChunksRequest& request, DType dtype,
+                           std::shared_ptr<StagingPool> staging, Job* job);
   absl::Status DoWriteParams(const v1::WriteParamsRequest& request);
   // The chunk a push goes to, after checking everything but the step rules.
   absl::StatusOr<std::shared_ptr<Chunk>> ValidatePush(const v1::PushRequest& request);
@@ -72,9 +78,12 @@ class ShardService final : public v1::ShardServer::CallbackService {
   absl::Status CheckServing() const;
   void ScheduleApply(std::shared_ptr<Chunk> chunk);
 
-  Tier* const tier_;
+  Tier* const host_;
+  Tier* const nvme_;
   MetadataStore* const metadata_;
   ThreadPool* const executor_;
+  // Staging buffers per job on NVMe: one per executor thread, one to prefetch.
+  const int staging_buffers_;
   mutable absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);

@@ -11,18 +11,6 @@
 
 namespace strata {
 
-const char* TierKindName(TierKind kind) {
-  switch (kind) {
-    case TierKind::kGpu:
-      return "gpu";
-    case TierKind::kHost:
-      return "host";
-    case TierKind::kNvme:
-      return "nvme";
-  }
-  return "unknown";
-}
-
 HostTier::HostTier(uint64_t budget_bytes, bool pin_memory)
     : budget_bytes_(budget_bytes), pin_memory_(pin_memory) {}
 

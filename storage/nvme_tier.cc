@@ -11,7 +11,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 
 namespace strata {
 namespace {
@@ -98,21 +97,8 @@ absl::StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Open(const NvmeTierOptions& 
   if (!probe.ok()) return probe.status();
   auto* buffer = static_cast<std::byte*>(std::aligned_alloc(kBlockBytes, kBlockBytes));
   std::memset(buffer, 0x5a, kBlockBytes);
-  absl::Status result;
-  for (bool write : {true, false}) {
-    absl::Notification done;
-    IoDone on_done = [&](absl::Status s) {
-      result = s;
-      done.Notify();
-    };
-    if (write) {
-      tier->Write(*probe, 0, absl::MakeConstSpan(buffer, kBlockBytes), std::move(on_done));
-    } else {
-      tier->Read(*probe, 0, absl::MakeSpan(buffer, kBlockBytes), std::move(on_done));
-    }
-    done.WaitForNotification();
-    if (!result.ok()) break;
-  }
+  absl::Status result = WriteAndWait(*tier, *probe, 0, absl::MakeConstSpan(buffer, kBlockBytes));
+  if (result.ok()) result = ReadAndWait(*tier, *probe, 0, absl::MakeSpan(buffer, kBlockBytes));
   std::free(buffer);
   tier->Free(*probe);
   if (!result.ok()) {

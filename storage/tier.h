@@ -51,6 +51,12 @@ class Tier {
   virtual std::byte* Map(const Extent& extent) = 0;
 };
 
+// Synchronous forms of Tier::Read and Tier::Write: they wait for `done`.
+// For callers that may block (step executor threads, tests), never reactors.
+absl::Status ReadAndWait(Tier& tier, const Extent& from, uint64_t offset, absl::Span<std::byte> to);
+absl::Status WriteAndWait(Tier& tier, const Extent& to, uint64_t offset,
+                          absl::Span<const std::byte> from);
+
 }  // namespace strata
 
 #endif  // STRATA_STORAGE_TIER_H_

@@ -19,7 +19,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "storage/tier.h"
 
@@ -53,31 +52,6 @@ class AlignedBuffer {
   size_t size_;
   std::byte* data_;
 };
-
-// Synchronous forms of Read and Write.
-inline absl::Status ReadNow(Tier& tier, const Extent& e, uint64_t offset,
-                            absl::Span<std::byte> to) {
-  absl::Notification done;
-  absl::Status result;
-  tier.Read(e, offset, to, [&](absl::Status s) {
-    result = s;
-    done.Notify();
-  });
-  done.WaitForNotification();
-  return result;
-}
-
-inline absl::Status WriteNow(Tier& tier, const Extent& e, uint64_t offset,
-                             absl::Span<const std::byte> from) {
-  absl::Notification done;
-  absl::Status result;
-  tier.Write(e, offset, from, [&](absl::Status s) {
-    result = s;
-    done.Notify();
-  });
-  done.WaitForNotification();
-  return result;
-}
 
 class TierConformanceTest : public ::testing::TestWithParam<TierFactory> {
  protected:
@@ -118,19 +92,19 @@ TEST_P(TierConformanceTest, WritesAndReadsBackExtentsAndBlocks) {
   AlignedBuffer in_a(8 * kBlock), in_b(4 * kBlock), out_a(8 * kBlock), out_b(4 * kBlock);
   in_a.Fill(1);
   in_b.Fill(2);
-  ASSERT_TRUE(WriteNow(*tier, *a, 0, in_a.span()).ok());
-  ASSERT_TRUE(WriteNow(*tier, *b, 0, in_b.span()).ok());
-  ASSERT_TRUE(ReadNow(*tier, *a, 0, out_a.span()).ok());
-  ASSERT_TRUE(ReadNow(*tier, *b, 0, out_b.span()).ok());
+  ASSERT_TRUE(WriteAndWait(*tier, *a, 0, in_a.span()).ok());
+  ASSERT_TRUE(WriteAndWait(*tier, *b, 0, in_b.span()).ok());
+  ASSERT_TRUE(ReadAndWait(*tier, *a, 0, out_a.span()).ok());
+  ASSERT_TRUE(ReadAndWait(*tier, *b, 0, out_b.span()).ok());
   EXPECT_TRUE(in_a == out_a);
   EXPECT_TRUE(in_b == out_b);
   // One block in the middle, rewritten and read alone.
   AlignedBuffer block(kBlock), back(kBlock);
   block.Fill(3);
-  ASSERT_TRUE(WriteNow(*tier, *a, 3 * kBlock, block.span()).ok());
-  ASSERT_TRUE(ReadNow(*tier, *a, 3 * kBlock, back.span()).ok());
+  ASSERT_TRUE(WriteAndWait(*tier, *a, 3 * kBlock, block.span()).ok());
+  ASSERT_TRUE(ReadAndWait(*tier, *a, 3 * kBlock, back.span()).ok());
   EXPECT_TRUE(block == back);
-  ASSERT_TRUE(ReadNow(*tier, *b, 0, out_b.span()).ok());
+  ASSERT_TRUE(ReadAndWait(*tier, *b, 0, out_b.span()).ok());
   EXPECT_TRUE(in_b == out_b);  // the neighbour is untouched
 }
 
@@ -140,8 +114,9 @@ TEST_P(TierConformanceTest, RefusesRangesOutsideTheExtent) {
   auto a = tier->Allocate(2 * kBlock);
   ASSERT_TRUE(a.ok());
   AlignedBuffer buffer(2 * kBlock);
-  EXPECT_EQ(ReadNow(*tier, *a, 2 * kBlock, buffer.span()).code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(WriteNow(*tier, *a, kBlock, buffer.span()).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(ReadAndWait(*tier, *a, 2 * kBlock, buffer.span()).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(WriteAndWait(*tier, *a, kBlock, buffer.span()).code(), absl::StatusCode::kOutOfRange);
 }
 
 TEST_P(TierConformanceTest, ConcurrentUseFromManyThreads) {
@@ -157,8 +132,8 @@ TEST_P(TierConformanceTest, ConcurrentUseFromManyThreads) {
         ASSERT_TRUE(e.ok()) << e.status();
         AlignedBuffer in(4 * kBlock), out(4 * kBlock);
         in.Fill(t * 1000 + r);
-        ASSERT_TRUE(WriteNow(*tier, *e, 0, in.span()).ok());
-        ASSERT_TRUE(ReadNow(*tier, *e, 0, out.span()).ok());
+        ASSERT_TRUE(WriteAndWait(*tier, *e, 0, in.span()).ok());
+        ASSERT_TRUE(ReadAndWait(*tier, *e, 0, out.span()).ok());
         ASSERT_TRUE(in == out);
         tier->Free(*e);
       }

@@ -81,7 +81,7 @@ TEST_F(NvmeTierTest, DetectsCorruptionOnDiskAsDataLoss) {
   ASSERT_TRUE(e.ok());
   AlignedBuffer in(4 * kBlock), out(4 * kBlock);
   in.Fill(7);
-  ASSERT_TRUE(WriteNow(*tier_, *e, 0, in.span()).ok());
+  ASSERT_TRUE(WriteAndWait(*tier_, *e, 0, in.span()).ok());
   // Flip one byte of block 2 behind the tier's back.
   int fd = open(tier_->path().c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
@@ -92,25 +92,25 @@ TEST_F(NvmeTierTest, DetectsCorruptionOnDiskAsDataLoss) {
   ASSERT_EQ(pwrite(fd, &byte, 1, at), 1);
   fsync(fd);
   close(fd);
-  absl::Status s = ReadNow(*tier_, *e, 0, out.span());
+  absl::Status s = ReadAndWait(*tier_, *e, 0, out.span());
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr(tier_->path()));
   EXPECT_THAT(std::string(s.message()), HasSubstr("block 2"));
   // Blocks that are intact still read.
   AlignedBuffer first(kBlock);
-  EXPECT_TRUE(ReadNow(*tier_, *e, 0, first.span()).ok());
+  EXPECT_TRUE(ReadAndWait(*tier_, *e, 0, first.span()).ok());
 }
 
 TEST_F(NvmeTierTest, RefusesMisalignedAndUnwritten) {
   auto e = tier_->Allocate(2 * kBlock);
   ASSERT_TRUE(e.ok());
   AlignedBuffer buffer(3 * kBlock);
-  EXPECT_EQ(ReadNow(*tier_, *e, 0, buffer.span()).code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(ReadNow(*tier_, *e, 0, buffer.span().subspan(0, kBlock)).code(),
+  EXPECT_EQ(ReadAndWait(*tier_, *e, 0, buffer.span()).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(ReadAndWait(*tier_, *e, 0, buffer.span().subspan(0, kBlock)).code(),
             absl::StatusCode::kFailedPrecondition);  // never written
-  EXPECT_EQ(WriteNow(*tier_, *e, 100, buffer.span().subspan(0, kBlock)).code(),
+  EXPECT_EQ(WriteAndWait(*tier_, *e, 100, buffer.span().subspan(0, kBlock)).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(WriteNow(*tier_, *e, 0, buffer.span().subspan(8, kBlock)).code(),
+  EXPECT_EQ(WriteAndWait(*tier_, *e, 0, buffer.span().subspan(8, kBlock)).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -122,8 +122,8 @@ TEST_F(NvmeTierTest, FixedBuffersRoundTrip) {
   registered.Fill(9);
   AlignedBuffer expected(4 * kBlock);
   std::memcpy(expected.span().data(), registered.span().data(), 4 * kBlock);
-  ASSERT_TRUE(WriteNow(*tier_, *e, 0, registered.span().subspan(0, 4 * kBlock)).ok());
-  ASSERT_TRUE(ReadNow(*tier_, *e, 0, registered.span().subspan(4 * kBlock, 4 * kBlock)).ok());
+  ASSERT_TRUE(WriteAndWait(*tier_, *e, 0, registered.span().subspan(0, 4 * kBlock)).ok());
+  ASSERT_TRUE(ReadAndWait(*tier_, *e, 0, registered.span().subspan(4 * kBlock, 4 * kBlock)).ok());
   EXPECT_EQ(std::memcmp(registered.span().data() + 4 * kBlock, expected.span().data(), 4 * kBlock),
             0);
 }
@@ -148,17 +148,17 @@ TEST(FaultyTierTest, AFailedWriteLeavesThePreviousContents) {
   AlignedBuffer first(2 * kBlock), second(2 * kBlock), out(2 * kBlock);
   first.Fill(1);
   second.Fill(2);
-  ASSERT_TRUE(WriteNow(tier, *e, 0, first.span()).ok());
+  ASSERT_TRUE(WriteAndWait(tier, *e, 0, first.span()).ok());
   tier.FailNextWrites(1);
-  EXPECT_EQ(WriteNow(tier, *e, 0, second.span()).code(), absl::StatusCode::kUnavailable);
-  ASSERT_TRUE(ReadNow(tier, *e, 0, out.span()).ok());
+  EXPECT_EQ(WriteAndWait(tier, *e, 0, second.span()).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(ReadAndWait(tier, *e, 0, out.span()).ok());
   EXPECT_TRUE(out == first);
   tier.ShortenNextReads(1);
-  EXPECT_EQ(ReadNow(tier, *e, 0, out.span()).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ReadAndWait(tier, *e, 0, out.span()).code(), absl::StatusCode::kDataLoss);
   tier.FailNextReads(1);
-  EXPECT_EQ(ReadNow(tier, *e, 0, out.span()).code(), absl::StatusCode::kUnavailable);
-  ASSERT_TRUE(WriteNow(tier, *e, 0, second.span()).ok());  // a retry succeeds
-  ASSERT_TRUE(ReadNow(tier, *e, 0, out.span()).ok());
+  EXPECT_EQ(ReadAndWait(tier, *e, 0, out.span()).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(WriteAndWait(tier, *e, 0, second.span()).ok());  // a retry succeeds
+  ASSERT_TRUE(ReadAndWait(tier, *e, 0, out.span()).ok());
   EXPECT_TRUE(out == second);
   tier.SetFull(true);
   EXPECT_EQ(tier.Allocate(kBlock).status().code(), absl::StatusCode::kResourceExhausted);

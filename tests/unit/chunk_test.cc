@@ -2,13 +2,19 @@
 // results for retries, ABORTED for old and future steps.
 #include "server/chunk.h"
 
+#include <unistd.h>
+
+#include <cstring>
 #include <deque>
+#include <filesystem>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/adam.h"
 #include "kernels/half.h"
 #include "storage/host_tier.h"
+#include "storage/nvme_tier.h"
+#include "tests/storage/faulty_tier.h"
 
 namespace strata {
 namespace {
@@ -19,9 +25,10 @@ constexpr uint64_t kN = 100;
 class ChunkTest : public ::testing::Test {
  protected:
   ChunkTest() : tier_(1 << 20) {
-    auto extent = tier_.Allocate(Chunk::NumBytes(kN, DType::kFp16));
-    chunk_ = std::make_unique<Chunk>("job", 1, FlatRange{kBegin, kBegin + kN}, DType::kFp16,
-                                     AdamConfig{}, &tier_, *extent);
+    auto copy = tier_.Allocate(kN * 2);
+    chunk_ =
+        std::make_unique<Chunk>("job", 1, FlatRange{kBegin, kBegin + kN}, DType::kFp16,
+                                AdamConfig{}, *HostChunkState::Create(&tier_, kN), &tier_, *copy);
   }
 
   // Gradient bytes that stay valid for the whole test (the chunk keeps views).
@@ -101,7 +108,7 @@ TEST_F(ChunkTest, AppliesOnceWhenTheWholeRangeIsPushed) {
   AdamUpdate(MakeAdamConstants(AdamConfig{}, 1, 1.0f), DType::kFp32, g.data(), p.data(), m.data(),
              v.data(), DType::kFp16, copy.data(), kN);
   std::vector<float> got_p(kN), got_m(kN), got_v(kN);
-  EXPECT_EQ(chunk_->ReadState(kBegin, kN, got_p.data(), got_m.data(), got_v.data()), 1);
+  EXPECT_EQ(*chunk_->ReadState(kBegin, kN, got_p.data(), got_m.data(), got_v.data()), 1);
   EXPECT_EQ(got_p, p);
   EXPECT_EQ(pulled, std::string(reinterpret_cast<const char*>(copy.data()), kN * 2));
 
@@ -138,6 +145,114 @@ TEST_F(ChunkTest, FailWaitersEndsPullsAndStagedPushes) {
   auto whole = Stage(1, kBegin, kN, Grads(kN, 1.0f), 1.0f);
   ASSERT_TRUE(whole.ok());
   EXPECT_TRUE(*whole);
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kNvmeN = 3000;  // not a multiple of the 4 KiB block
+
+// A chunk whose state is on NVMe, behind a FaultyTier.
+class NvmeChunkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/nvme_chunk_test_" + std::to_string(getpid());
+    auto nvme = NvmeTier::Open(NvmeTierOptions{dir_, 1 << 20, 8});
+    ASSERT_TRUE(nvme.ok()) << nvme.status();
+    nvme_ = *std::move(nvme);
+    faulty_ = std::make_unique<testing::FaultyTier>(nvme_.get());
+    auto staging =
+        StagingPool::Create(&host_, NvmeChunkState::StagingBytes(kNvmeN, 2), /*count=*/2);
+    ASSERT_TRUE(staging.ok());
+    auto state = NvmeChunkState::Create(faulty_.get(), *std::move(staging), kNvmeN);
+    ASSERT_TRUE(state.ok()) << state.status();
+    chunk_ = std::make_unique<Chunk>("job", 2, FlatRange{0, kNvmeN}, DType::kFp16, AdamConfig{},
+                                     *std::move(state), &host_, *host_.Allocate(kNvmeN * 2));
+    grads_ = std::string(kNvmeN * 2, '\0');
+    std::vector<uint16_t> g(kNvmeN, FloatToHalf(0.25f));
+    std::memcpy(grads_.data(), g.data(), kNvmeN * 2);
+  }
+  void TearDown() override {
+    chunk_.reset();
+    faulty_.reset();
+    nvme_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  absl::Status PushAndApply(int64_t step) {
+    absl::Status pushed = absl::UnknownError("not answered");
+    auto complete =
+        chunk_->Stage(step, 0, kNvmeN, grads_, 1.0f, [&](absl::Status s) { pushed = s; });
+    if (!complete.ok()) return complete.status();
+    if (*complete) chunk_->Apply();
+    return pushed;
+  }
+
+  std::vector<float> Params() {
+    std::vector<float> p(kNvmeN), m(kNvmeN), v(kNvmeN);
+    EXPECT_TRUE(chunk_->ReadState(0, kNvmeN, p.data(), m.data(), v.data()).ok());
+    return p;
+  }
+
+  std::string dir_;
+  HostTier host_{1 << 20};
+  std::unique_ptr<NvmeTier> nvme_;
+  std::unique_ptr<testing::FaultyTier> faulty_;
+  std::unique_ptr<Chunk> chunk_;
+  std::string grads_;
+};
+
+TEST_F(NvmeChunkTest, AFailedWriteLeavesTheStepUnappliedAndARetrySucceeds) {
+  std::vector<float> init(kNvmeN, 1.0f);
+  ASSERT_TRUE(chunk_->WriteParams(0, init.data(), kNvmeN).ok());
+  ASSERT_TRUE(PushAndApply(1).ok());
+  std::vector<float> after_one = Params();
+  EXPECT_NE(after_one, init);
+
+  absl::Status pulled = absl::UnknownError("not answered");
+  chunk_->Pull(2, 0, kNvmeN, [&](absl::Status s, int64_t, absl::string_view) { pulled = s; });
+  faulty_->FailNextWrites(1);
+  absl::Status failed = PushAndApply(2);
+  EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
+  EXPECT_EQ(chunk_->applied_step(), 1);
+  EXPECT_EQ(Params(), after_one);                        // the previous state, intact
+  EXPECT_EQ(pulled.code(), absl::StatusCode::kUnknown);  // still waiting for step 2
+
+  ASSERT_TRUE(PushAndApply(2).ok());  // the retry
+  EXPECT_EQ(chunk_->applied_step(), 2);
+  EXPECT_TRUE(pulled.ok());
+  EXPECT_NE(Params(), after_one);
+}
+
+TEST_F(NvmeChunkTest, AFailedReadIsReportedAndChangesNothing) {
+  ASSERT_TRUE(PushAndApply(1).ok());
+  std::vector<float> before = Params();
+  faulty_->FailNextReads(1);
+  EXPECT_EQ(PushAndApply(2).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(chunk_->applied_step(), 1);
+  EXPECT_EQ(Params(), before);
+}
+
+TEST_F(NvmeChunkTest, CorruptionOnDiskIsDataLossNamingChunkAndFile) {
+  ASSERT_TRUE(PushAndApply(1).ok());
+  // Flip a bit in every block of the tier's file.
+  int fd = open(nvme_->path().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  for (off_t at = 0; at < (1 << 20); at += 4096) {
+    char byte;
+    ASSERT_EQ(pread(fd, &byte, 1, at), 1);
+    byte ^= 0x10;
+    ASSERT_EQ(pwrite(fd, &byte, 1, at), 1);
+  }
+  close(fd);
+  absl::Status s = PushAndApply(2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("chunk 2 of job job"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find(nvme_->path()), absl::string_view::npos) << s;
+  EXPECT_EQ(chunk_->applied_step(), 1);
 }
 
 }  // namespace

@@ -28,11 +28,13 @@ absl::StatusOr<nlohmann::json> BenchServerStep(const KernelBenchOptions& o) {
   std::vector<std::shared_ptr<Chunk>> chunks;
   for (size_t begin = 0; begin < n; begin += chunk_params) {
     size_t size = std::min(chunk_params, n - begin);
-    absl::StatusOr<Extent> extent = tier.Allocate(Chunk::NumBytes(size, dtype));
-    if (!extent.ok()) return extent.status();
+    absl::StatusOr<Extent> copy = tier.Allocate(size * esize);
+    if (!copy.ok()) return copy.status();
+    absl::StatusOr<std::unique_ptr<ChunkState>> state = HostChunkState::Create(&tier, size);
+    if (!state.ok()) return state.status();
     chunks.push_back(std::make_shared<Chunk>("bench", static_cast<uint32_t>(chunks.size()),
                                              FlatRange{begin, begin + size}, dtype, AdamConfig{},
-                                             &tier, *extent));
+                                             *std::move(state), &tier, *copy));
   }
   // The pushed pieces, as gRPC would hold them: one buffer per piece, of
   // gradients 1e-3 (normal in every dtype).
