@@ -336,6 +336,13 @@ grpc::ServerUnaryReactor* CoordinatorService::GetPlacement(grpc::CallbackServerC
   absl::StatusOr<FlatLayout> layout =
       FlatLayout::Create(TensorsFromProto(job->spec()), job->spec().chunk_num_params());
   if (!layout.ok()) return FinishUnary(ctx, layout.status());
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& address : ServersOf(*job)) {
+      auto it = servers_.find(address);
+      if (it != servers_.end()) *response->add_servers() = it->second;
+    }
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   FanOut<v1::ListChunksResponse>(
       ServersOf(*job), kServerCallTimeout,

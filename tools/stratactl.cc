@@ -28,7 +28,8 @@ constexpr char kUsage[] =
     "  stratactl [--coordinator=HOST:PORT] [--json] jobs\n"
     "      every job: id, world size, members, params, chunks, dtype\n"
     "  stratactl [--coordinator=HOST:PORT] [--json] [--job=ID] placement\n"
-    "      every chunk: job, id, flat range, tensors, server, tier, bytes, applied step\n"
+    "      every chunk: job, id, flat range, tensors, server, tier, bytes, applied step,\n"
+    "      then per server and tier: chunks, bytes (of the jobs shown) and budget\n"
     "  stratactl [--coordinator=HOST:PORT] [--json] --job=ID members\n"
     "      the job's workers: rank, worker id, joined at";
 
@@ -81,14 +82,25 @@ class Ctl {
     }
     json out = json::array();
     Table table({"JOB", "CHUNK", "FLAT_RANGE", "TENSORS", "SERVER", "TIER", "BYTES", "STEP"});
-    // Per (server, tier): bytes and chunks, for the summary.
-    std::map<std::pair<std::string, std::string>, std::pair<uint64_t, int>> summary;
+    // Per (server, tier): bytes, chunks and budget, for the summary.
+    struct TierUse {
+      uint64_t bytes = 0;
+      int chunks = 0;
+      uint64_t budget = 0;
+    };
+    std::map<std::pair<std::string, std::string>, TierUse> summary;
     for (const std::string& id : job_ids) {
       v1::GetPlacementRequest request;
       request.set_job_id(id);
       v1::GetPlacementResponse response;
       absl::Status s = Call(&v1::Coordinator::Stub::GetPlacement, request, &response);
       if (!s.ok()) return s;
+      for (const v1::ServerRecord& server : response.servers()) {
+        summary[{server.address(), "host"}].budget = server.host_budget_bytes();
+        if (server.nvme_budget_bytes() > 0) {
+          summary[{server.address(), "nvme"}].budget = server.nvme_budget_bytes();
+        }
+      }
       for (const v1::PlacementRow& r : response.rows()) {
         std::string range =
             absl::StrCat("[", r.flat_begin(), ", ", r.flat_begin() + r.num_params(), ")");
@@ -105,9 +117,9 @@ class Ctl {
         table.Add({r.job_id(), absl::StrCat(r.chunk_id()), range, absl::StrJoin(tensors, ","),
                    r.server_address(), r.tier(), absl::StrCat(r.num_bytes()),
                    absl::StrCat(r.applied_step())});
-        auto& [bytes, chunks] = summary[{r.server_address(), r.tier()}];
-        bytes += r.num_bytes();
-        ++chunks;
+        TierUse& use = summary[{r.server_address(), r.tier()}];
+        use.bytes += r.num_bytes();
+        ++use.chunks;
       }
     }
     if (absl::GetFlag(FLAGS_json)) {
@@ -116,9 +128,10 @@ class Ctl {
     }
     table.Print(stdout);
     std::printf("\n");
-    Table totals({"SERVER", "TIER", "CHUNKS", "BYTES"});
-    for (const auto& [key, value] : summary) {
-      totals.Add({key.first, key.second, absl::StrCat(value.second), absl::StrCat(value.first)});
+    Table totals({"SERVER", "TIER", "CHUNKS", "BYTES", "BUDGET"});
+    for (const auto& [key, use] : summary) {
+      totals.Add({key.first, key.second, absl::StrCat(use.chunks), absl::StrCat(use.bytes),
+                  absl::StrCat(use.budget)});
     }
     totals.Print(stdout);
     return absl::OkStatus();
