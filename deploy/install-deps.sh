@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev liburing-dev libabsl-dev libgloo-dev libxxhash-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev
-  clang-format iperf3 procps
+  clang-format iperf3 fio procps
 )
 # Installed without recommends: docker-compose would otherwise pull in a whole
 # container runtime, and only `docker-compose config` is needed to validate.

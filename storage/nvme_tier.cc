@@ -5,6 +5,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -38,6 +40,15 @@ absl::Status IoError(int error, const std::string& what) {
 
 }  // namespace
 
+// One submission: at most max_io_bytes of an op, retried from where a short
+// transfer stopped.
+struct NvmeTier::Part {
+  Op* op;
+  uint64_t offset;  // within the op
+  uint64_t num_bytes;
+  uint64_t done_bytes = 0;
+};
+
 struct NvmeTier::Op {
   bool write = false;
   uint64_t extent_id = 0;
@@ -45,13 +56,21 @@ struct NvmeTier::Op {
   uint64_t file_offset = 0;
   std::byte* data = nullptr;
   uint64_t num_bytes = 0;
-  uint64_t done_bytes = 0;
   std::vector<uint64_t> checksums;  // writes: of the data, per block
   IoDone done;
+  std::vector<Part> parts;
+  std::atomic<size_t> parts_left{0};
+  absl::Mutex status_mu;
+  absl::Status status ABSL_GUARDED_BY(status_mu);
 };
 
-NvmeTier::NvmeTier(std::string path, int fd, uint64_t budget_bytes, unsigned queue_depth)
-    : path_(std::move(path)), fd_(fd), budget_bytes_(budget_bytes), queue_depth_(queue_depth) {
+NvmeTier::NvmeTier(std::string path, int fd, uint64_t budget_bytes, unsigned queue_depth,
+                   uint64_t max_io_bytes)
+    : path_(std::move(path)),
+      fd_(fd),
+      budget_bytes_(budget_bytes),
+      queue_depth_(queue_depth),
+      max_io_bytes_(max_io_bytes) {
   free_[0] = budget_bytes;
 }
 
@@ -62,6 +81,11 @@ absl::StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Open(const NvmeTierOptions& 
   }
   if (options.queue_depth < 1 || options.queue_depth > 4096) {
     return absl::InvalidArgumentError("NVMe tier: queue depth must be in [1, 4096]");
+  }
+  if (options.max_io_bytes < kBlockBytes || options.max_io_bytes % kBlockBytes != 0 ||
+      options.max_io_bytes > (uint64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        "NVMe tier: the I/O size must be a multiple of 4 KiB, at most 1 GiB");
   }
   std::error_code error;
   std::filesystem::create_directories(options.dir, error);
@@ -89,7 +113,8 @@ absl::StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Open(const NvmeTierOptions& 
     if (e == ENOSPC) return absl::ResourceExhaustedError(message);
     return absl::FailedPreconditionError(message);
   }
-  std::unique_ptr<NvmeTier> tier(new NvmeTier(path, fd, budget, options.queue_depth));
+  std::unique_ptr<NvmeTier> tier(
+      new NvmeTier(path, fd, budget, options.queue_depth, options.max_io_bytes));
   if (absl::Status s = tier->InitRing(); !s.ok()) return s;
   // Self-check: one block written and read back through the ring, so that a
   // refusal shows now and plainly rather than at the first step.
@@ -302,27 +327,47 @@ void NvmeTier::Write(const Extent& to, uint64_t offset, absl::Span<const std::by
 }
 
 void NvmeTier::Submit(std::unique_ptr<Op> op) {
-  {
-    absl::MutexLock lock(&sq_mu_);
-    sq_mu_.Await(absl::Condition(
-        +[](NvmeTier* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->sq_mu_) {
-          return t->stopping_ || t->in_flight_ < t->queue_depth_;
-        },
-        this));
-    if (!stopping_) {
-      ++in_flight_;
-      Prepare(op.release());
-      return;
-    }
+  for (uint64_t offset = 0; offset < op->num_bytes; offset += max_io_bytes_) {
+    op->parts.push_back(
+        Part{op.get(), offset, std::min<uint64_t>(max_io_bytes_, op->num_bytes - offset)});
   }
-  std::move(op->done)(absl::UnavailableError("NVMe tier: shutting down"));
+  if (op->parts.empty()) {
+    std::move(op->done)(absl::OkStatus());
+    return;
+  }
+  op->parts_left = op->parts.size();
+  // From here the op belongs to its parts: the last one to finish deletes it,
+  // so the loop reads only locals once a part may have been submitted.
+  Part* parts = op->parts.data();
+  const size_t num_parts = op->parts.size();
+  op.release();
+  for (size_t i = 0; i < num_parts; ++i) {
+    Part& part = parts[i];
+    bool submitted = false;
+    {
+      absl::MutexLock lock(&sq_mu_);
+      sq_mu_.Await(absl::Condition(
+          +[](NvmeTier* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->sq_mu_) {
+            return t->stopping_ || t->in_flight_ < t->queue_depth_;
+          },
+          this));
+      if (!stopping_) {
+        ++in_flight_;
+        Prepare(&part);
+        submitted = true;
+      }
+    }
+    // A part not submitted completes at once, with the shutdown error.
+    if (!submitted) FinishPart(&part, absl::UnavailableError("NVMe tier: shutting down"));
+  }
 }
 
-void NvmeTier::Prepare(Op* op) {
+void NvmeTier::Prepare(Part* part) {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);  // in_flight_ <= depth: never null
-  std::byte* data = op->data + op->done_bytes;
-  unsigned length = static_cast<unsigned>(op->num_bytes - op->done_bytes);
-  uint64_t offset = op->file_offset + op->done_bytes;
+  Op* op = part->op;
+  std::byte* data = op->data + part->offset + part->done_bytes;
+  unsigned length = static_cast<unsigned>(part->num_bytes - part->done_bytes);
+  uint64_t offset = op->file_offset + part->offset + part->done_bytes;
   int fixed = FixedBufferIndex(data, length);
   if (op->write) {
     if (fixed >= 0) {
@@ -337,33 +382,48 @@ void NvmeTier::Prepare(Op* op) {
     io_uring_prep_read(sqe, 0, data, length, offset);
   }
   io_uring_sqe_set_flags(sqe, IOSQE_FIXED_FILE);
-  io_uring_sqe_set_data(sqe, op);
+  io_uring_sqe_set_data(sqe, part);
   io_uring_submit(&ring_);
+}
+
+void NvmeTier::FinishPart(Part* part, absl::Status status) {
+  Op* op = part->op;
+  if (!status.ok()) {
+    absl::MutexLock lock(&op->status_mu);
+    op->status.Update(status);
+  }
+  if (--op->parts_left > 0) return;
+  absl::Status op_status;
+  {
+    absl::MutexLock lock(&op->status_mu);
+    op_status = op->status;
+  }
+  Complete(std::unique_ptr<Op>(op), op_status);
 }
 
 void NvmeTier::CompletionLoop() {
   while (true) {
     io_uring_cqe* cqe = nullptr;
     int r = io_uring_wait_cqe(&ring_, &cqe);
-    if (r == -EINTR) continue;
-    if (r < 0) continue;
-    auto* op = static_cast<Op*>(io_uring_cqe_get_data(cqe));
+    if (r < 0) continue;  // EINTR
+    auto* part = static_cast<Part*>(io_uring_cqe_get_data(cqe));
     int result = cqe->res;
     io_uring_cqe_seen(&ring_, cqe);
-    if (op == nullptr) return;  // the destructor's stop
+    if (part == nullptr) return;  // the destructor's stop
+    Op* op = part->op;
     absl::Status status;
     if (result < 0) {
-      status = IoError(
-          -result, absl::StrCat("NVMe tier: ", op->write ? "write" : "read", " of ", op->num_bytes,
-                                " bytes at ", op->file_offset, " in ", path_));
+      status = IoError(-result, absl::StrCat("NVMe tier: ", op->write ? "write" : "read", " of ",
+                                             part->num_bytes, " bytes at ",
+                                             op->file_offset + part->offset, " in ", path_));
     } else if (result == 0) {
       status = absl::DataLossError(
-          absl::StrCat("NVMe tier: ", path_, " ended early at ", op->file_offset));
+          absl::StrCat("NVMe tier: ", path_, " ended early at ", op->file_offset + part->offset));
     } else {
-      op->done_bytes += static_cast<uint64_t>(result);
-      if (op->done_bytes < op->num_bytes) {  // short: queue the rest
+      part->done_bytes += static_cast<uint64_t>(result);
+      if (part->done_bytes < part->num_bytes) {  // short: queue the rest
         absl::MutexLock lock(&sq_mu_);
-        Prepare(op);
+        Prepare(part);
         continue;
       }
     }
@@ -371,7 +431,7 @@ void NvmeTier::CompletionLoop() {
       absl::MutexLock lock(&sq_mu_);
       --in_flight_;
     }
-    Complete(std::unique_ptr<Op>(op), status);
+    FinishPart(part, status);
   }
 }
 

@@ -5,8 +5,9 @@
 // written and verified on every read (DATA_LOSS naming the file, extent and
 // offset on a mismatch). Writes are durable when they complete (RWF_DSYNC).
 //
-// Thread-safe. One I/O thread owns the ring's completions and runs `done`;
-// at most `queue_depth` operations are in flight, further submissions wait.
+// Thread-safe. One I/O thread owns the ring's completions and runs `done`.
+// A read or write goes to the ring in pieces of at most max_io_bytes; at most
+// `queue_depth` pieces are in flight, further submissions wait.
 // The destructor waits for every operation in flight.
 #ifndef STRATA_STORAGE_NVME_TIER_H_
 #define STRATA_STORAGE_NVME_TIER_H_
@@ -30,6 +31,8 @@ struct NvmeTierOptions {
   std::string dir;  // the file is dir/strata-nvme.data
   uint64_t budget_bytes = 0;
   unsigned queue_depth = 32;
+  // Reads and writes are submitted in pieces of at most this many bytes.
+  uint64_t max_io_bytes = uint64_t{1} << 20;
 };
 
 class NvmeTier : public Tier {
@@ -63,6 +66,7 @@ class NvmeTier : public Tier {
 
  private:
   struct Op;
+  struct Part;
   struct ExtentState {
     uint64_t offset;
     uint64_t num_bytes;
@@ -70,14 +74,17 @@ class NvmeTier : public Tier {
     std::vector<bool> written;        // per block
   };
 
-  NvmeTier(std::string path, int fd, uint64_t budget_bytes, unsigned queue_depth);
+  NvmeTier(std::string path, int fd, uint64_t budget_bytes, unsigned queue_depth,
+           uint64_t max_io_bytes);
   absl::Status InitRing();
   // Checks offsets, sizes and alignment; the extent's file offset.
   absl::StatusOr<uint64_t> Check(const Extent& extent, uint64_t offset, const void* buffer,
                                  uint64_t num_bytes);
   void Submit(std::unique_ptr<Op> op);
-  // Queues `op`'s remaining bytes; requires sq_mu_.
-  void Prepare(Op* op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sq_mu_);
+  // Queues the part's remaining bytes.
+  void Prepare(Part* part) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sq_mu_);
+  // Records a part's outcome; the op's last part completes the op.
+  void FinishPart(Part* part, absl::Status status);
   void CompletionLoop();
   void Complete(std::unique_ptr<Op> op, absl::Status status);
   int FixedBufferIndex(const void* data, uint64_t num_bytes) const;
@@ -86,6 +93,7 @@ class NvmeTier : public Tier {
   const int fd_;
   const uint64_t budget_bytes_;
   const unsigned queue_depth_;
+  const uint64_t max_io_bytes_;
 
   mutable absl::Mutex mu_;
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;

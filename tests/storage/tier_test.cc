@@ -46,6 +46,15 @@ INSTANTIATE_TEST_SUITE_P(
         TierFactory{"nvme",
                     [](uint64_t budget) -> std::unique_ptr<Tier> {
                       return OpenNvme(budget, ScratchDir("conformance"));
+                    }},
+        // One block per submission and two in flight: ops split into parts
+        // that wait for room in the ring.
+        TierFactory{"nvme_small_io",
+                    [](uint64_t budget) -> std::unique_ptr<Tier> {
+                      auto tier = NvmeTier::Open(
+                          NvmeTierOptions{ScratchDir("small_io"), budget, 2, kBlock});
+                      EXPECT_TRUE(tier.ok()) << tier.status();
+                      return tier.ok() ? *std::move(tier) : nullptr;
                     }}),
     [](const auto& info) { return info.param.name; });
 
