@@ -10,7 +10,7 @@
 #include "tools/bench/step_bench.h"
 
 ABSL_FLAG(uint64_t, params, uint64_t{64} << 20, "parameters (a multiple of 64)");
-ABSL_FLAG(int, threads, 2, "adam, grad-stats, cast, server-step: threads running the kernel");
+ABSL_FLAG(int, threads, 2, "adam, grad-stats, cast, server-step, nvme-step: kernel threads");
 ABSL_FLAG(std::string, isa, "", "adam, grad-stats, cast: scalar, avx2 or avx512 (default: best)");
 ABSL_FLAG(std::string, grad, "fp16", "adam, grad-stats, cast: fp16, bf16 or fp32 (cast: 16-bit)");
 ABSL_FLAG(std::string, op, "to_float", "cast: to_float (16-bit -> fp32) or from_float");
@@ -20,6 +20,9 @@ ABSL_FLAG(int, servers, 2, "step: shard servers (in this process, on loopback)")
 ABSL_FLAG(int, executor_threads, 1, "step: optimizer threads per shard server");
 ABSL_FLAG(std::string, dtype, "fp16", "step: fp16 or bf16");
 ABSL_FLAG(int, steps, 5, "step: timed steps (after one warm-up step)");
+ABSL_FLAG(std::string, dir, "", "nvme-step: directory for the NVMe tier's file and fio's");
+ABSL_FLAG(uint32_t, queue_depth, 32, "nvme-step: io_uring (and fio) queue depth");
+ABSL_FLAG(uint64_t, io_bytes, uint64_t{1} << 20, "nvme-step: bytes per I/O (and fio's block size)");
 ABSL_FLAG(bool, json, false, "print only the JSON line");
 
 namespace {
@@ -38,6 +41,9 @@ constexpr char kUsage[] =
     "  strata-bench server-step --params N --threads T [--grad fp16|bf16]\n"
     "      a shard server's staging and apply over host-tier chunks (no network),\n"
     "      against the AdamW kernel alone in the same run\n"
+    "  strata-bench nvme-step --params N --dir DIR [--queue_depth Q] [--io_bytes B]\n"
+    "      the same over NVMe-resident chunks (read p m v, apply, write back),\n"
+    "      against fio (io_uring, O_DIRECT) on DIR with the same I/O size and depth\n"
     "  strata-bench step --params N --workers W --servers S [--dtype fp16|bf16]\n"
     "      the whole optimizer path of a step on loopback, against iperf3";
 
@@ -79,6 +85,11 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
   if (command == "grad-stats") return strata::BenchGradStats(o);
   if (command == "cast") return strata::BenchCast(o);
   if (command == "server-step") return strata::BenchServerStep(o);
+  if (command == "nvme-step") {
+    return strata::BenchNvmeStep(
+        o, strata::NvmeBenchOptions{absl::GetFlag(FLAGS_dir), absl::GetFlag(FLAGS_queue_depth),
+                                    absl::GetFlag(FLAGS_io_bytes)});
+  }
   return absl::InvalidArgumentError("unknown command '" + command + "'");
 }
 

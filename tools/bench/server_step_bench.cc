@@ -1,9 +1,12 @@
 #include "tools/bench/server_step_bench.h"
 
+#include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
@@ -12,56 +15,69 @@
 #include "kernels/isa.h"
 #include "server/chunk.h"
 #include "storage/host_tier.h"
+#include "storage/nvme_tier.h"
 #include "tools/bench/bench_util.h"
 
 namespace strata {
+namespace {
 
-absl::StatusOr<nlohmann::json> BenchServerStep(const KernelBenchOptions& o) {
-  if (o.grad_dtype == DType::kFp32)
-    return absl::InvalidArgumentError("server-step needs fp16 or bf16");
-  const size_t n = o.num_params;
-  const DType dtype = o.grad_dtype;
-  const size_t esize = DTypeSize(dtype);
-  const size_t chunk_params = kBenchChunkElements;
-  const size_t piece_params = kMaxPayloadBytes / esize;
-  HostTier tier(Chunk::NumBytes(n, dtype) + (size_t{64} << 20));
-  std::vector<std::shared_ptr<Chunk>> chunks;
-  for (size_t begin = 0; begin < n; begin += chunk_params) {
-    size_t size = std::min(chunk_params, n - begin);
-    absl::StatusOr<Extent> copy = tier.Allocate(size * esize);
-    if (!copy.ok()) return copy.status();
-    absl::StatusOr<std::unique_ptr<ChunkState>> state = HostChunkState::Create(&tier, size);
-    if (!state.ok()) return state.status();
-    chunks.push_back(std::make_shared<Chunk>("bench", static_cast<uint32_t>(chunks.size()),
-                                             FlatRange{begin, begin + size}, dtype, AdamConfig{},
-                                             *std::move(state), &tier, *copy));
+using nlohmann::json;
+
+// Chunks of N parameters, their pushed pieces, and a timed step over them.
+class ServerStepRig {
+ public:
+  // States on `nvme` (through a staging pool) when given, else in `host`.
+  static absl::StatusOr<std::unique_ptr<ServerStepRig>> Create(const KernelBenchOptions& o,
+                                                               HostTier* host, Tier* nvme) {
+    std::unique_ptr<ServerStepRig> rig(new ServerStepRig(o));
+    const size_t esize = DTypeSize(o.grad_dtype);
+    std::shared_ptr<StagingPool> staging;
+    if (nvme != nullptr) {
+      absl::StatusOr<std::unique_ptr<StagingPool>> pool = StagingPool::Create(
+          host, NvmeChunkState::StagingBytes(kBenchChunkElements, esize), o.threads + 1);
+      if (!pool.ok()) return pool.status();
+      staging = *std::move(pool);
+    }
+    for (size_t begin = 0; begin < o.num_params; begin += kBenchChunkElements) {
+      size_t size = std::min(kBenchChunkElements, o.num_params - begin);
+      absl::StatusOr<Extent> copy = host->Allocate(size * esize);
+      if (!copy.ok()) return copy.status();
+      absl::StatusOr<std::unique_ptr<ChunkState>> state =
+          nvme != nullptr ? NvmeChunkState::Create(nvme, staging, size)
+                          : HostChunkState::Create(host, size);
+      if (!state.ok()) return state.status();
+      rig->chunks_.push_back(std::make_shared<Chunk>(
+          "bench", static_cast<uint32_t>(rig->chunks_.size()), FlatRange{begin, begin + size},
+          o.grad_dtype, AdamConfig{}, *std::move(state), host, *copy));
+    }
+    // The pushed pieces, as gRPC would hold them: one buffer per piece, of
+    // gradients 1e-3 (normal in every dtype).
+    std::vector<float> values(rig->piece_params_, 1e-3f);
+    for (size_t begin = 0; begin < o.num_params; begin += rig->piece_params_) {
+      size_t size = std::min(rig->piece_params_, o.num_params - begin);
+      rig->pieces_.emplace_back(size * esize, '\0');
+      CastFromFloat(values.data(), o.grad_dtype, rig->pieces_.back().data(), size);
+    }
+    return rig;
   }
-  // The pushed pieces, as gRPC would hold them: one buffer per piece, of
-  // gradients 1e-3 (normal in every dtype).
-  std::vector<std::string> pieces;
-  std::vector<float> values(piece_params, 1e-3f);
-  for (size_t begin = 0; begin < n; begin += piece_params) {
-    size_t size = std::min(piece_params, n - begin);
-    pieces.emplace_back(size * esize, '\0');
-    CastFromFloat(values.data(), dtype, pieces.back().data(), size);
-  }
-  ThreadPool executor(o.threads);
-  int64_t step = 0;
-  auto server_step = [&]() -> absl::StatusOr<double> {
-    ++step;
-    absl::BlockingCounter applied(static_cast<int>(chunks.size()));
+
+  // One step; its wall time in seconds.
+  absl::StatusOr<double> Step() {
+    ++step_;
+    absl::BlockingCounter applied(static_cast<int>(chunks_.size()));
+    std::vector<absl::Status> errors(chunks_.size());
     absl::Time started = absl::Now();
-    // The reactors' work (staging) runs on the pool too, one task per chunk's
+    // The reactors' staging runs on the pool too, one task per chunk's
     // pieces, as concurrent pushes would; the pieces stay alive, as held
     // push requests do.
-    std::vector<absl::Status> errors(chunks.size());
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      executor.Schedule([&, c] {
-        Chunk& chunk = *chunks[c];
-        for (uint64_t b = chunk.range().begin; b < chunk.range().end; b += piece_params) {
-          uint64_t size = std::min<uint64_t>(piece_params, chunk.range().end - b);
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      executor_.Schedule([&, c] {
+        Chunk& chunk = *chunks_[c];
+        for (uint64_t b = chunk.range().begin; b < chunk.range().end; b += piece_params_) {
+          uint64_t size = std::min<uint64_t>(piece_params_, chunk.range().end - b);
           absl::StatusOr<bool> complete =
-              chunk.Stage(step, b, size, pieces[b / piece_params], 1.0f, [](absl::Status) {});
+              chunk.Stage(step_, b, size, pieces_[b / piece_params_], 1.0f,
+                          [&errors, c](absl::Status s) { errors[c].Update(s); });
           if (!complete.ok()) errors[c] = complete.status();
           if (complete.ok() && *complete) chunk.Apply();
         }
@@ -73,27 +89,130 @@ absl::StatusOr<nlohmann::json> BenchServerStep(const KernelBenchOptions& o) {
       if (!e.ok()) return e;
     }
     return absl::ToDoubleSeconds(absl::Now() - started);
-  };
-  absl::StatusOr<nlohmann::json> kernel = BenchAdam(o);
-  if (!kernel.ok()) return kernel.status();
-  if (absl::StatusOr<double> warm = server_step(); !warm.ok()) return warm.status();
-  std::vector<double> seconds;
-  for (int r = 0; r < o.reps; ++r) {
-    absl::StatusOr<double> s = server_step();
-    if (!s.ok()) return s.status();
-    seconds.push_back(*s);
   }
-  double params_per_s = n / Median(seconds);
+
+  // The median of `reps` steps after one warm-up.
+  absl::StatusOr<double> MedianStepSeconds() {
+    if (absl::StatusOr<double> warm = Step(); !warm.ok()) return warm.status();
+    std::vector<double> seconds;
+    for (int r = 0; r < reps_; ++r) {
+      absl::StatusOr<double> s = Step();
+      if (!s.ok()) return s.status();
+      seconds.push_back(*s);
+    }
+    return Median(seconds);
+  }
+
+ private:
+  explicit ServerStepRig(const KernelBenchOptions& o)
+      : reps_(o.reps),
+        piece_params_(kMaxPayloadBytes / DTypeSize(o.grad_dtype)),
+        executor_(o.threads) {}
+
+  const int reps_;
+  const size_t piece_params_;
+  std::vector<std::shared_ptr<Chunk>> chunks_;
+  std::vector<std::string> pieces_;
+  int64_t step_ = 0;
+  ThreadPool executor_;  // last: its threads finish before the chunks go
+};
+
+absl::Status CheckDtype(const KernelBenchOptions& o) {
+  if (o.grad_dtype == DType::kFp32) return absl::InvalidArgumentError("needs --grad fp16 or bf16");
+  return absl::OkStatus();
+}
+
+// fio's bandwidth in GB/s for `rw` (read or write) on a file in `dir`.
+absl::StatusOr<double> Fio(const std::string& dir, const std::string& rw,
+                           const NvmeBenchOptions& nvme) {
+  std::string command =
+      absl::StrCat("fio --name=strata --directory=", dir, " --filename=strata-fio.data --size=2G",
+                   " --bs=", nvme.io_bytes, " --iodepth=", nvme.queue_depth,
+                   " --ioengine=io_uring --direct=1 --rw=", rw,
+                   " --runtime=4 --time_based --output-format=json 2>/dev/null");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return absl::FailedPreconditionError("cannot run fio");
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  if (pclose(pipe) != 0) {
+    return absl::FailedPreconditionError(
+        "fio failed or is not installed (deploy/install-deps.sh installs it)");
+  }
+  json result = json::parse(output, nullptr, /*allow_exceptions=*/false);
+  if (result.is_discarded() || !result.contains("jobs")) {
+    return absl::InternalError("fio printed no JSON");
+  }
+  return result["jobs"][0][rw]["bw_bytes"].get<double>() / 1e9;
+}
+
+}  // namespace
+
+absl::StatusOr<json> BenchServerStep(const KernelBenchOptions& o) {
+  if (absl::Status s = CheckDtype(o); !s.ok()) return s;
+  HostTier host(Chunk::NumBytes(o.num_params, o.grad_dtype) + (size_t{64} << 20));
+  absl::StatusOr<std::unique_ptr<ServerStepRig>> rig = ServerStepRig::Create(o, &host, nullptr);
+  if (!rig.ok()) return rig.status();
+  absl::StatusOr<json> kernel = BenchAdam(o);
+  if (!kernel.ok()) return kernel.status();
+  absl::StatusOr<double> step_s = (*rig)->MedianStepSeconds();
+  if (!step_s.ok()) return step_s.status();
+  double params_per_s = o.num_params / *step_s;
   double kernel_params_per_s = (*kernel)["params_per_s"].get<double>();
-  return nlohmann::json{{"bench", "server-step"},
-                        {"isa", IsaName(ActiveIsa())},
-                        {"params", n},
-                        {"threads", o.threads},
-                        {"dtype", DTypeName(dtype)},
-                        {"params_per_s", params_per_s},
-                        {"kernel_params_per_s", kernel_params_per_s},
-                        {"fraction_of_kernel", params_per_s / kernel_params_per_s},
-                        {"kernel_fraction_of_bound", (*kernel)["fraction_of_bound"]}};
+  return json{{"bench", "server-step"},
+              {"isa", IsaName(ActiveIsa())},
+              {"params", o.num_params},
+              {"threads", o.threads},
+              {"dtype", DTypeName(o.grad_dtype)},
+              {"params_per_s", params_per_s},
+              {"kernel_params_per_s", kernel_params_per_s},
+              {"fraction_of_kernel", params_per_s / kernel_params_per_s},
+              {"kernel_fraction_of_bound", (*kernel)["fraction_of_bound"]}};
+}
+
+absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchOptions& nvme) {
+  if (absl::Status s = CheckDtype(o); !s.ok()) return s;
+  if (nvme.dir.empty()) return absl::InvalidArgumentError("nvme-step needs --dir");
+  const uint64_t state_bytes = o.num_params * 12;
+  double fio_read = 0, fio_write = 0, params_per_s = 0;
+  {
+    absl::StatusOr<std::unique_ptr<NvmeTier>> tier = NvmeTier::Open(NvmeTierOptions{
+        nvme.dir, 2 * state_bytes + (uint64_t{64} << 20), nvme.queue_depth, nvme.io_bytes});
+    if (!tier.ok()) return tier.status();
+    HostTier host(o.num_params * DTypeSize(o.grad_dtype) +
+                  (o.threads + 2) * NvmeChunkState::StagingBytes(kBenchChunkElements, 2) +
+                  (size_t{64} << 20));
+    absl::StatusOr<std::unique_ptr<ServerStepRig>> rig =
+        ServerStepRig::Create(o, &host, tier->get());
+    if (!rig.ok()) return rig.status();
+    absl::StatusOr<double> step_s = (*rig)->MedianStepSeconds();
+    if (!step_s.ok()) return step_s.status();
+    params_per_s = o.num_params / *step_s;
+  }
+  std::error_code ignored;
+  std::filesystem::remove(nvme.dir + "/strata-nvme.data", ignored);
+  // fio writes its file first, then reads it back.
+  absl::StatusOr<double> w = Fio(nvme.dir, "write", nvme);
+  if (!w.ok()) return w.status();
+  absl::StatusOr<double> r = Fio(nvme.dir, "read", nvme);
+  std::filesystem::remove(nvme.dir + "/strata-fio.data", ignored);
+  if (!r.ok()) return r.status();
+  fio_read = *r;
+  fio_write = *w;
+  double bound = 1.0 / (12.0 / (fio_read * 1e9) + 12.0 / (fio_write * 1e9));
+  return json{{"bench", "nvme-step"},
+              {"params", o.num_params},
+              {"threads", o.threads},
+              {"queue_depth", nvme.queue_depth},
+              {"io_bytes", nvme.io_bytes},
+              {"params_per_s", params_per_s},
+              {"read_GBps", params_per_s * 12 / 1e9},
+              {"write_GBps", params_per_s * 12 / 1e9},
+              {"fio_read_GBps", fio_read},
+              {"fio_write_GBps", fio_write},
+              {"bound_params_per_s", bound},
+              {"fraction_of_bound", params_per_s / bound}};
 }
 
 }  // namespace strata

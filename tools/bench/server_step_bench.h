@@ -1,10 +1,18 @@
-// strata-bench server-step: a shard server's whole step over host-tier
-// chunks without the network: gradients arrive as 2 MiB pieces (as pushes
-// do), are staged into their chunks, and each completed chunk is applied on
-// a pool of T threads (as the step executor does). In the same run, the
-// AdamW kernel alone over the same N and T; the figure is the ratio.
+// strata-bench server-step and nvme-step: a shard server's whole step over
+// its chunks without the network: gradients arrive as 2 MiB pieces (as
+// pushes do), are staged into their chunks, and each completed chunk is
+// applied on a pool of T threads (as the step executor does).
+//  - server-step: chunks in the host tier; against the AdamW kernel alone over
+//    the same N and T, in the same run.
+//  - nvme-step: chunks on the NVMe tier in DIR (read p, m, v; apply; write
+//    back); against fio on the same directory with the same I/O size and queue
+//    depth, in the same run: the bound is 1 / (12 / fio_read + 12 / fio_write)
+//    parameters per second.
+// Each returns the JSON object to print.
 #ifndef STRATA_TOOLS_BENCH_SERVER_STEP_BENCH_H_
 #define STRATA_TOOLS_BENCH_SERVER_STEP_BENCH_H_
+
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -12,7 +20,15 @@
 
 namespace strata {
 
+struct NvmeBenchOptions {
+  std::string dir;
+  unsigned queue_depth = 32;
+  uint64_t io_bytes = uint64_t{1} << 20;
+};
+
 absl::StatusOr<nlohmann::json> BenchServerStep(const KernelBenchOptions& options);
+absl::StatusOr<nlohmann::json> BenchNvmeStep(const KernelBenchOptions& options,
+                                             const NvmeBenchOptions& nvme);
 
 }  // namespace strata
 
