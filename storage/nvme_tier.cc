@@ -71,7 +71,10 @@ NvmeTier::NvmeTier(std::string path, int fd, uint64_t budget_bytes, unsigned que
       budget_bytes_(budget_bytes),
       queue_depth_(queue_depth),
       max_io_bytes_(max_io_bytes) {
-  free_[0] = budget_bytes;
+  // Block 0 is the tier's own: the start-up self-check writes it, so that
+  // reopening the file never touches an extent.
+  extents_[kProbeExtentId] = ExtentState{0, kBlockBytes, {0}, {false}};
+  free_[kBlockBytes] = budget_bytes;
 }
 
 absl::StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Open(const NvmeTierOptions& options) {
@@ -105,7 +108,8 @@ absl::StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Open(const NvmeTierOptions& 
     return absl::FailedPreconditionError(
         absl::StrCat("NVMe tier: cannot open ", path, ": ", ErrnoText(e)));
   }
-  if (fallocate(fd, 0, 0, static_cast<off_t>(budget)) != 0) {
+  // The budget, after the tier's own block 0.
+  if (fallocate(fd, 0, 0, static_cast<off_t>(budget + kBlockBytes)) != 0) {
     int e = errno;
     close(fd);
     std::string message = absl::StrCat("NVMe tier: cannot preallocate ", budget, " bytes for ",
@@ -118,14 +122,12 @@ absl::StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Open(const NvmeTierOptions& 
   if (absl::Status s = tier->InitRing(); !s.ok()) return s;
   // Self-check: one block written and read back through the ring, so that a
   // refusal shows now and plainly rather than at the first step.
-  absl::StatusOr<Extent> probe = tier->Allocate(kBlockBytes);
-  if (!probe.ok()) return probe.status();
+  const Extent probe{kProbeExtentId, 0, kBlockBytes};
   auto* buffer = static_cast<std::byte*>(std::aligned_alloc(kBlockBytes, kBlockBytes));
   std::memset(buffer, 0x5a, kBlockBytes);
-  absl::Status result = WriteAndWait(*tier, *probe, 0, absl::MakeConstSpan(buffer, kBlockBytes));
-  if (result.ok()) result = ReadAndWait(*tier, *probe, 0, absl::MakeSpan(buffer, kBlockBytes));
+  absl::Status result = WriteAndWait(*tier, probe, 0, absl::MakeConstSpan(buffer, kBlockBytes));
+  if (result.ok()) result = ReadAndWait(*tier, probe, 0, absl::MakeSpan(buffer, kBlockBytes));
   std::free(buffer);
-  tier->Free(*probe);
   if (!result.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "NVMe tier: O_DIRECT I/O through io_uring on ", path, " failed: ", result.message()));
@@ -193,10 +195,53 @@ absl::StatusOr<Extent> NvmeTier::Allocate(uint64_t num_bytes) {
                                                    budget_bytes_, " budget bytes in use"));
 }
 
+absl::StatusOr<Extent> NvmeTier::Adopt(uint64_t offset, uint64_t num_bytes,
+                                        const std::vector<uint64_t>& checksums) {
+  uint64_t rounded = RoundUpToBlock(num_bytes);
+  size_t blocks = rounded / kBlockBytes;
+  if (offset % kBlockBytes != 0 || (!checksums.empty() && checksums.size() != blocks)) {
+    return absl::InvalidArgumentError(absl::StrCat("NVMe tier: cannot adopt ", num_bytes,
+                                                   " bytes at ", offset, " with ",
+                                                   checksums.size(), " checksums"));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = free_.upper_bound(offset);
+  if (it == free_.begin() || std::prev(it)->first + std::prev(it)->second < offset + rounded) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "NVMe tier: bytes [", offset, ", ", offset + rounded, ") of ", path_, " are not free"));
+  }
+  --it;
+  uint64_t free_begin = it->first, free_size = it->second;
+  free_.erase(it);
+  if (offset > free_begin) free_[free_begin] = offset - free_begin;
+  if (free_begin + free_size > offset + rounded) {
+    free_[offset + rounded] = free_begin + free_size - offset - rounded;
+  }
+  Extent extent{next_id_++, offset, num_bytes};
+  extents_[extent.id] = ExtentState{offset, num_bytes,
+                                    checksums.empty() ? std::vector<uint64_t>(blocks) : checksums,
+                                    std::vector<bool>(blocks, !checksums.empty())};
+  used_bytes_ += rounded;
+  return extent;
+}
+
+absl::StatusOr<std::vector<uint64_t>> NvmeTier::Checksums(const Extent& extent) const {
+  absl::MutexLock lock(&mu_);
+  auto it = extents_.find(extent.id);
+  if (it == extents_.end()) return absl::NotFoundError(absl::StrCat("NVMe tier: no extent ", extent.id));
+  for (bool written : it->second.written) {
+    if (!written) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("NVMe tier: extent ", extent.id, " is not written whole"));
+    }
+  }
+  return it->second.checksums;
+}
+
 void NvmeTier::Free(const Extent& extent) {
   absl::MutexLock lock(&mu_);
   auto it = extents_.find(extent.id);
-  if (it == extents_.end()) return;
+  if (it == extents_.end() || extent.id == kProbeExtentId) return;
   uint64_t offset = it->second.offset;
   uint64_t size = RoundUpToBlock(it->second.num_bytes);
   extents_.erase(it);

@@ -1,4 +1,6 @@
-// NvmeTier: chunk extents in one preallocated file opened with O_DIRECT,
+// NvmeTier: chunk extents in one preallocated file opened with O_DIRECT
+// (block 0 is the tier's own; extents follow, and survive a reopen through
+// Adopt()),
 // driven by io_uring (the file registered, and caller buffers registered with
 // RegisterBuffers() used through fixed reads and writes). Extents are 4 KiB
 // aligned; every 4 KiB block carries an XXH3 checksum, set when the block is
@@ -57,6 +59,15 @@ class NvmeTier : public Tier {
              IoDone done) override;
   std::byte* Map(const Extent&) override { return nullptr; }
 
+  // Takes back, after a restart, an extent a previous run allocated at
+  // `offset`, with the checksums of its blocks (empty: none written yet).
+  // FAILED_PRECONDITION when the bytes are not free.
+  absl::StatusOr<Extent> Adopt(uint64_t offset, uint64_t num_bytes,
+                               const std::vector<uint64_t>& checksums);
+  // The checksums of an extent whose every block is written, to be recorded
+  // with it for Adopt().
+  absl::StatusOr<std::vector<uint64_t>> Checksums(const Extent& extent) const;
+
   // Registers buffers for fixed I/O: later reads and writes that lie inside
   // one of them skip the kernel's per-I/O page pinning. Call once, before
   // any I/O; buffers must be 4 KiB aligned and outlive the tier.
@@ -73,6 +84,9 @@ class NvmeTier : public Tier {
     std::vector<uint64_t> checksums;  // per block
     std::vector<bool> written;        // per block
   };
+
+  // The extent of the tier's own block 0 (start-up self-check).
+  static constexpr uint64_t kProbeExtentId = 0;
 
   NvmeTier(std::string path, int fd, uint64_t budget_bytes, unsigned queue_depth,
            uint64_t max_io_bytes);

@@ -137,6 +137,40 @@ TEST_F(NvmeTierTest, FixedBuffersRoundTrip) {
             0);
 }
 
+TEST(NvmeTierReopenTest, AdoptedExtentsReadBackAfterAReopen) {
+  std::string dir = ScratchDir("reopen");
+  AlignedBuffer in(3 * kBlock), out(3 * kBlock);
+  in.Fill(11);
+  uint64_t offset = 0;
+  std::vector<uint64_t> checksums;
+  {
+    auto tier = OpenNvme(32 * kBlock, dir);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_TRUE(tier->Allocate(kBlock).ok());  // so the extent is not the first
+    auto e = tier->Allocate(3 * kBlock);
+    ASSERT_TRUE(e.ok());
+    ASSERT_TRUE(WriteAndWait(*tier, *e, 0, in.span()).ok());
+    offset = e->offset;
+    auto sums = tier->Checksums(*e);
+    ASSERT_TRUE(sums.ok()) << sums.status();
+    checksums = *sums;
+  }
+  auto tier = OpenNvme(32 * kBlock, dir);  // reopening keeps the file's contents
+  ASSERT_NE(tier, nullptr);
+  auto adopted = tier->Adopt(offset, 3 * kBlock, checksums);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  ASSERT_TRUE(ReadAndWait(*tier, *adopted, 0, out.span()).ok());
+  EXPECT_TRUE(in == out);
+  EXPECT_EQ(tier->Adopt(offset + kBlock, kBlock, {}).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // taken
+  // New extents do not overlap the adopted one.
+  auto fresh = tier->Allocate(8 * kBlock);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_TRUE(fresh->offset + 8 * kBlock <= offset || fresh->offset >= offset + 3 * kBlock);
+  tier.reset();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(NvmeTierOpenTest, RefusesAFileSystemWithoutODirect) {
   if (!std::filesystem::exists("/dev/shm")) GTEST_SKIP() << "no tmpfs at /dev/shm";
   std::string dir = "/dev/shm/strata_tier_test_" + std::to_string(getpid());
