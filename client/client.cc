@@ -304,6 +304,7 @@ absl::Status ClientImpl::PushPull(int64_t step, float coef, bool push) {
       c->push_request.set_coef(coef);
       c->push_request.set_grads(grads_.data() + piece.begin * esize_, piece.n * esize_);
       SetDeadline(&c->push_context, options_.step_timeout);
+      c->push_context.set_wait_for_ready(true);  // a restarting server is waited for
       ++pending;
       piece.stub->async()->Push(&c->push_context, &c->push_request, &c->push_response,
                                 [&finish, &piece](grpc::Status s) {
@@ -315,6 +316,7 @@ absl::Status ClientImpl::PushPull(int64_t step, float coef, bool push) {
     c->pull_request.set_flat_begin(piece.begin);
     c->pull_request.set_num_params(piece.n);
     SetDeadline(&c->pull_context, options_.step_timeout);
+    c->pull_context.set_wait_for_ready(true);
     ++pending;
     piece.stub->async()->Pull(
         &c->pull_context, &c->pull_request, &c->pull_response,

@@ -15,7 +15,8 @@ uint64_t Chunk::NumBytes(uint64_t num_params, DType dtype) {
 }
 
 Chunk::Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype, AdamConfig adam,
-             std::unique_ptr<ChunkState> state, Tier* host, Extent copy_extent)
+             std::unique_ptr<ChunkState> state, Tier* host, Extent copy_extent,
+             MetadataStore* metadata, int64_t applied_step)
     : job_id_(std::move(job_id)),
       chunk_id_(chunk_id),
       range_(range),
@@ -24,7 +25,41 @@ Chunk::Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype
       host_(host),
       copy_extent_(copy_extent),
       copy_(host->Map(copy_extent)),
-      state_(std::move(state)) {}
+      metadata_(metadata),
+      state_(std::move(state)),
+      applied_step_(applied_step) {}
+
+std::string Chunk::RecordPrefix(const std::string& job_id) {
+  return absl::StrCat("chunk/", job_id, "/");
+}
+
+std::string Chunk::RecordKey(const std::string& job_id, uint32_t chunk_id) {
+  return absl::StrCat(RecordPrefix(job_id), absl::Dec(chunk_id, absl::kZeroPad8));
+}
+
+absl::Status Chunk::WriteRecordLocked(int64_t step) {
+  if (metadata_ == nullptr || !state_->durable()) return absl::OkStatus();
+  v1::ChunkRecord record;
+  record.mutable_chunk()->set_chunk_id(chunk_id_);
+  record.mutable_chunk()->set_flat_begin(range_.begin);
+  record.mutable_chunk()->set_num_params(range_.size());
+  RETURN_IF_ERROR(state_->Describe(&record));
+  record.set_applied_step(step);
+  return metadata_->Put(RecordKey(job_id_, chunk_id_), record.SerializeAsString(), /*sync=*/true);
+}
+
+absl::Status Chunk::WriteRecord() {
+  absl::MutexLock state_lock(&state_mu_);
+  return WriteRecordLocked(applied_step());
+}
+
+absl::Status Chunk::RebuildCopy() {
+  absl::MutexLock state_lock(&state_mu_);
+  ASSIGN_OR_RETURN(StateView view, state_->Load());
+  CastFromFloat(view.p, dtype_, copy(), range_.size());
+  state_->Release(view);
+  return absl::OkStatus();
+}
 
 Chunk::~Chunk() { host_->Free(copy_extent_); }
 
@@ -106,6 +141,11 @@ void Chunk::Apply() {
                  view->v + offset, dtype_, copy_out + offset * esize, push.end - begin);
     }
     absl::Status committed = state_->Commit(*view);
+    if (committed.ok()) {
+      // The record names the new slot: without it the step is not durable.
+      committed = WriteRecordLocked(step);
+      if (!committed.ok()) state_->Rollback();
+    }
     if (committed.ok() && copy_out != copy()) {
       std::memcpy(copy(), copy_out, range_.size() * esize);
     }
@@ -175,6 +215,10 @@ absl::Status Chunk::WriteParams(uint64_t begin, const float* params, uint64_t n)
   uint64_t offset = begin - range_.begin;
   std::memcpy(view.p + offset, params, n * sizeof(float));
   absl::Status committed = state_->Commit(view);
+  if (committed.ok()) {
+    committed = WriteRecordLocked(0);
+    if (!committed.ok()) state_->Rollback();
+  }
   state_->Release(view);
   RETURN_IF_ERROR(committed);
   CastFromFloat(params, dtype_, copy() + offset * DTypeSize(dtype_), n);

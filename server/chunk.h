@@ -30,6 +30,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "server/chunk_state.h"
+#include "storage/metadata_store.h"
 #include "storage/tier.h"
 #include "strata/flat_layout.h"
 #include "strata/types.h"
@@ -47,10 +48,21 @@ class Chunk {
   // Bytes a chunk of `num_params` takes in host memory: p, m, v and the copy.
   static uint64_t NumBytes(uint64_t num_params, DType dtype);
 
-  // `copy_extent` holds range.size() * DTypeSize(dtype) zeroed bytes of the
-  // host tier `host`; the chunk frees it and owns `state`.
+  // `copy_extent` holds range.size() * DTypeSize(dtype) bytes of the host
+  // tier `host` (zeros, or the copy of the state's p); the chunk frees it and
+  // owns `state`. A durable state's record goes to `metadata` (nullable)
+  // after every change, before the change is acknowledged.
   Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype, AdamConfig adam,
-        std::unique_ptr<ChunkState> state, Tier* host, Extent copy_extent);
+        std::unique_ptr<ChunkState> state, Tier* host, Extent copy_extent,
+        MetadataStore* metadata = nullptr, int64_t applied_step = 0);
+
+  // The metadata key of a chunk's record, and the prefix of a job's.
+  static std::string RecordKey(const std::string& job_id, uint32_t chunk_id);
+  static std::string RecordPrefix(const std::string& job_id);
+  // Writes the record of a durable state (synced); OK for other states.
+  absl::Status WriteRecord() ABSL_LOCKS_EXCLUDED(state_mu_);
+  // Sets the copy from the state's p (after a restart).
+  absl::Status RebuildCopy() ABSL_LOCKS_EXCLUDED(state_mu_);
   ~Chunk();
   Chunk(const Chunk&) = delete;
   Chunk& operator=(const Chunk&) = delete;
@@ -105,6 +117,7 @@ class Chunk {
   };
   std::byte* copy() const { return copy_; }
   absl::string_view CopyBytes(uint64_t begin, uint64_t n) const;
+  absl::Status WriteRecordLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // Ends a failed Apply(): the step stays unapplied and `pushes` get `status`.
   void FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status);
 
@@ -116,6 +129,7 @@ class Chunk {
   Tier* const host_;
   const Extent copy_extent_;
   std::byte* const copy_;
+  MetadataStore* const metadata_;
 
   absl::Mutex state_mu_;
   const std::unique_ptr<ChunkState> state_ ABSL_PT_GUARDED_BY(state_mu_);

@@ -70,12 +70,45 @@ uint64_t NvmeChunkState::StagingBytes(uint64_t num_params, size_t copy_bytes_per
 }
 
 NvmeChunkState::NvmeChunkState(Tier* nvme, std::shared_ptr<StagingPool> staging,
-                               uint64_t num_params, Extent slot0, Extent slot1)
+                               uint64_t num_params, Extent slot0, Extent slot1, int current)
     : nvme_(nvme),
       staging_(std::move(staging)),
       num_params_(num_params),
       slot_bytes_(RoundUpToBlock(StateBytes(num_params))),
-      slots_{slot0, slot1} {}
+      slots_{slot0, slot1},
+      current_(current) {}
+
+absl::Status NvmeChunkState::Describe(v1::ChunkRecord* record) const {
+  ASSIGN_OR_RETURN(std::vector<uint64_t> checksums, nvme_->Checksums(slots_[current_]));
+  record->set_tier("nvme");
+  record->clear_slot_offsets();
+  record->add_slot_offsets(slots_[0].offset);
+  record->add_slot_offsets(slots_[1].offset);
+  record->set_slot_bytes(slot_bytes_);
+  record->set_current_slot(current_);
+  record->mutable_checksums()->Assign(checksums.begin(), checksums.end());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ChunkState>> NvmeChunkState::Restore(
+    NvmeTier* nvme, std::shared_ptr<StagingPool> staging, const v1::ChunkRecord& record) {
+  uint64_t num_params = record.chunk().num_params();
+  uint64_t slot_bytes = RoundUpToBlock(StateBytes(num_params));
+  if (record.slot_offsets_size() != 2 || record.slot_bytes() != slot_bytes ||
+      record.current_slot() > 1) {
+    return absl::DataLossError(
+        absl::StrCat("chunk ", record.chunk().chunk_id(), ": malformed NVMe record"));
+  }
+  int current = static_cast<int>(record.current_slot());
+  std::vector<uint64_t> checksums(record.checksums().begin(), record.checksums().end());
+  Extent slots[2];
+  for (int i = 0; i < 2; ++i) {
+    ASSIGN_OR_RETURN(slots[i], nvme->Adopt(record.slot_offsets(i), slot_bytes,
+                                           i == current ? checksums : std::vector<uint64_t>()));
+  }
+  return std::unique_ptr<ChunkState>(
+      new NvmeChunkState(nvme, std::move(staging), num_params, slots[0], slots[1], current));
+}
 
 absl::StatusOr<std::unique_ptr<ChunkState>> NvmeChunkState::Create(
     Tier* nvme, std::shared_ptr<StagingPool> staging, uint64_t num_params) {

@@ -19,7 +19,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "storage/nvme_tier.h"
 #include "storage/tier.h"
+#include "strata/v1/shard.pb.h"
 
 namespace strata {
 
@@ -67,6 +69,12 @@ class ChunkState {
   virtual absl::Status Commit(const StateView& view) = 0;
   // Ends a Load(), committed or not.
   virtual void Release(const StateView& view) = 0;
+  // Whether the state survives a restart; if so, Describe() fills the
+  // tier's part of the chunk's record after each Commit(), and Rollback()
+  // undoes the last Commit() when that record could not be written.
+  virtual bool durable() const { return false; }
+  virtual absl::Status Describe(v1::ChunkRecord*) const { return absl::OkStatus(); }
+  virtual void Rollback() {}
 };
 
 class HostChunkState : public ChunkState {
@@ -104,10 +112,18 @@ class NvmeChunkState : public ChunkState {
   absl::StatusOr<StateView> Load() override;
   absl::Status Commit(const StateView& view) override;
   void Release(const StateView& view) override;
+  bool durable() const override { return true; }
+  absl::Status Describe(v1::ChunkRecord* record) const override;
+  void Rollback() override { current_ = 1 - current_; }
+
+  // The state a previous run recorded: its slots are adopted from `nvme`.
+  static absl::StatusOr<std::unique_ptr<ChunkState>> Restore(NvmeTier* nvme,
+                                                             std::shared_ptr<StagingPool> staging,
+                                                             const v1::ChunkRecord& record);
 
  private:
   NvmeChunkState(Tier* nvme, std::shared_ptr<StagingPool> staging, uint64_t num_params,
-                 Extent slot0, Extent slot1);
+                 Extent slot0, Extent slot1, int current = 0);
   StateView ViewOf(std::byte* buffer) const;
 
   Tier* const nvme_;

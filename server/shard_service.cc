@@ -14,32 +14,78 @@ namespace strata {
 namespace {
 
 constexpr char kJobPrefix[] = "job/";
-constexpr char kStepPrefix[] = "step/";
-
-std::string StepKey(const std::string& job_id, uint32_t chunk_id) {
-  return absl::StrCat(kStepPrefix, job_id, "/", chunk_id);
-}
 
 }  // namespace
 
-ShardService::ShardService(Tier* host, Tier* nvme, MetadataStore* metadata, ThreadPool* executor)
+ShardService::ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata,
+                           ThreadPool* executor)
     : host_(host),
       nvme_(nvme),
       metadata_(metadata),
       executor_(executor),
       staging_buffers_(executor->num_threads() + 1) {}
 
-absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(Tier* host, Tier* nvme,
+absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(Tier* host, NvmeTier* nvme,
                                                                    MetadataStore* metadata,
                                                                    ThreadPool* executor) {
-  ASSIGN_OR_RETURN(auto old_jobs, metadata->Scan(kJobPrefix));
-  if (!old_jobs.empty()) {
-    LogEventCat("server", "discarding ", old_jobs.size(),
-                " job(s) of a previous run: the host tier does not survive a restart");
-    RETURN_IF_ERROR(metadata->DeletePrefix(kJobPrefix));
-    RETURN_IF_ERROR(metadata->DeletePrefix(kStepPrefix));
+  std::unique_ptr<ShardService> service(new ShardService(host, nvme, metadata, executor));
+  ASSIGN_OR_RETURN(auto records, metadata->Scan(kJobPrefix));
+  for (const auto& [key, value] : records) {
+    v1::AllocateChunksRequest record;
+    if (!record.ParseFromString(value)) {
+      return absl::DataLossError(absl::StrCat("server metadata: cannot parse record ", key));
+    }
+    absl::Status recovered = service->Recover(record);
+    const std::string& job_id = record.spec().job_id();
+    if (recovered.ok()) continue;
+    LogEventCat("server", "discarding job ", job_id, " of a previous run: ", recovered.message());
+    RETURN_IF_ERROR(metadata->Delete(key));
+    RETURN_IF_ERROR(metadata->DeletePrefix(Chunk::RecordPrefix(job_id)));
   }
-  return std::unique_ptr<ShardService>(new ShardService(host, nvme, metadata, executor));
+  return service;
+}
+
+absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
+  const std::string& job_id = request.spec().job_id();
+  ASSIGN_OR_RETURN(auto records, metadata_->Scan(Chunk::RecordPrefix(job_id)));
+  if (nvme_ == nullptr || records.size() != static_cast<size_t>(request.chunks_size())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(request.chunks_size() - static_cast<int>(records.size()),
+                     " of its chunks were in host memory, which does not survive a restart"));
+  }
+  ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request.spec().dtype()));
+  ASSIGN_OR_RETURN(
+      auto staging,
+      StagingPool::Create(
+          host_, NvmeChunkState::StagingBytes(request.spec().chunk_num_params(), DTypeSize(dtype)),
+          staging_buffers_));
+  std::shared_ptr<StagingPool> pool = std::move(staging);
+  auto job = std::make_shared<Job>();
+  job->record = request;
+  job->dtype = dtype;
+  const AdamConfig adam = AdamFromProto(request.spec().adam());
+  int64_t step = -1;
+  for (const auto& [key, value] : records) {
+    v1::ChunkRecord record;
+    if (!record.ParseFromString(value)) {
+      return absl::DataLossError(absl::StrCat("server metadata: cannot parse record ", key));
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<ChunkState> state,
+                     NvmeChunkState::Restore(nvme_, pool, record));
+    ASSIGN_OR_RETURN(Extent copy, host_->Allocate(record.chunk().num_params() * DTypeSize(dtype)));
+    uint64_t begin = record.chunk().flat_begin();
+    auto chunk = std::make_shared<Chunk>(
+        job_id, record.chunk().chunk_id(), FlatRange{begin, begin + record.chunk().num_params()},
+        dtype, adam, std::move(state), host_, copy, metadata_, record.applied_step());
+    RETURN_IF_ERROR(chunk->RebuildCopy());
+    job->chunks_by_begin[begin] = std::move(chunk);
+    step = step < 0 ? record.applied_step() : std::min(step, record.applied_step());
+  }
+  absl::MutexLock lock(&mu_);
+  jobs_[job_id] = std::move(job);
+  LogEventCat("server", "recovered job ", job_id, ": ", records.size(),
+              " chunks from the nvme tier, at step ", step);
+  return absl::OkStatus();
 }
 
 void ShardService::BeginShutdown() {
@@ -115,7 +161,7 @@ absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
     }
     job->chunks_by_begin[c.flat_begin()] = std::make_shared<Chunk>(
         job_id, c.chunk_id(), FlatRange{c.flat_begin(), c.flat_begin() + c.num_params()}, dtype,
-        adam, *std::move(state), host_, copies[i]);
+        adam, *std::move(state), host_, copies[i], metadata_);
   }
   if (!status.ok()) {
     // Chunks made so far free their copies; the rest are freed here.
@@ -159,6 +205,9 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
         staging_buffers_);
     placed = staging.ok() ? PlaceChunks(request, dtype, *std::move(staging), job.get())
                           : staging.status();
+  }
+  for (auto& [begin, chunk] : job->chunks_by_begin) {
+    if (placed.ok()) placed = chunk->WriteRecord();
   }
   if (!placed.ok()) {
     std::string free = absl::StrCat("host tier ", host_->budget_bytes() - host_->used_bytes(),
@@ -207,7 +256,7 @@ grpc::ServerUnaryReactor* ShardService::DropJob(grpc::CallbackServerContext* ctx
   absl::Status status = absl::AbortedError(absl::StrCat("job '", request->job_id(), "' dropped"));
   for (auto& [begin, chunk] : job->chunks_by_begin) chunk->FailWaiters(status);
   absl::Status s = metadata_->Delete(absl::StrCat(kJobPrefix, request->job_id()));
-  if (s.ok()) s = metadata_->DeletePrefix(absl::StrCat(kStepPrefix, request->job_id(), "/"));
+  if (s.ok()) s = metadata_->DeletePrefix(Chunk::RecordPrefix(request->job_id()));
   LogEventCat("server", "job ", request->job_id(), ": dropped");
   return FinishUnary(ctx, s);
 }
@@ -228,13 +277,7 @@ grpc::ServerUnaryReactor* ShardService::WriteParams(grpc::CallbackServerContext*
 }
 
 void ShardService::ScheduleApply(std::shared_ptr<Chunk> chunk) {
-  executor_->Schedule([this, chunk = std::move(chunk)] {
-    chunk->Apply();
-    int64_t step = chunk->applied_step();
-    absl::Status s =
-        metadata_->Put(StepKey(chunk->job_id(), chunk->chunk_id()), absl::StrCat(step));
-    if (!s.ok()) LogEventCat("server", "recording the applied step failed: ", s.ToString());
-  });
+  executor_->Schedule([chunk = std::move(chunk)] { chunk->Apply(); });
 }
 
 absl::StatusOr<std::shared_ptr<Chunk>> ShardService::ValidatePush(const v1::PushRequest& request) {

@@ -17,6 +17,7 @@
 #include "common/thread_pool.h"
 #include "server/chunk.h"
 #include "storage/metadata_store.h"
+#include "storage/nvme_tier.h"
 #include "storage/tier.h"
 #include "strata/v1/shard.grpc.pb.h"
 
@@ -24,10 +25,11 @@ namespace strata {
 
 class ShardService final : public v1::ShardServer::CallbackService {
  public:
-  // Chunk states go to `host` first, then to `nvme` (nullptr: none). Discards
-  // the chunks a previous run recorded in `metadata` (their tiers do not
-  // survive a restart yet) and logs how many.
-  static absl::StatusOr<std::unique_ptr<ShardService>> Create(Tier* host, Tier* nvme,
+  // Chunk states go to `host` first, then to `nvme` (nullptr: none). Jobs a
+  // previous run recorded in `metadata` come back when all their chunks were
+  // on NVMe (at the steps recorded); the others are discarded, with a log line
+  // saying why.
+  static absl::StatusOr<std::unique_ptr<ShardService>> Create(Tier* host, NvmeTier* nvme,
                                                               MetadataStore* metadata,
                                                               ThreadPool* executor);
 
@@ -60,7 +62,9 @@ class ShardService final : public v1::ShardServer::CallbackService {
     std::map<uint64_t, std::shared_ptr<Chunk>> chunks_by_begin;
   };
 
-  ShardService(Tier* host, Tier* nvme, MetadataStore* metadata, ThreadPool* executor);
+  ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor);
+  // Rebuilds a job of a previous run from its chunk records.
+  absl::Status Recover(const v1::AllocateChunksRequest& request);
   absl::Status DoAllocate(const v1::AllocateChunksRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   // Makes every chunk of `request` in `job`: copies in host memory, states in
   // host memory, then (with `staging`) on NVMe. On error `job` has no chunks.
@@ -79,7 +83,7 @@ class ShardService final : public v1::ShardServer::CallbackService {
   void ScheduleApply(std::shared_ptr<Chunk> chunk);
 
   Tier* const host_;
-  Tier* const nvme_;
+  NvmeTier* const nvme_;
   MetadataStore* const metadata_;
   ThreadPool* const executor_;
   // Staging buffers per job on NVMe: one per executor thread, one to prefetch.

@@ -43,8 +43,10 @@ absl::StatusOr<std::unique_ptr<MetadataStore>> MetadataStore::Open(const std::st
   return std::unique_ptr<MetadataStore>(new MetadataStore(path, std::unique_ptr<rocksdb::DB>(db)));
 }
 
-absl::Status MetadataStore::Put(absl::string_view key, absl::string_view value) {
-  return FromRocks(db_->Put(rocksdb::WriteOptions(), ToSlice(key), ToSlice(value)), "put", path_);
+absl::Status MetadataStore::Put(absl::string_view key, absl::string_view value, bool sync) {
+  rocksdb::WriteOptions options;
+  options.sync = sync;
+  return FromRocks(db_->Put(options, ToSlice(key), ToSlice(value)), "put", path_);
 }
 
 absl::StatusOr<std::optional<std::string>> MetadataStore::Get(absl::string_view key) {

@@ -26,7 +26,8 @@ class MetadataStore {
   static absl::StatusOr<std::unique_ptr<MetadataStore>> Open(const std::string& path);
   ~MetadataStore();
 
-  absl::Status Put(absl::string_view key, absl::string_view value);
+  // With `sync`, the write is on disk when Put returns.
+  absl::Status Put(absl::string_view key, absl::string_view value, bool sync = false);
   // std::nullopt when the key is absent.
   absl::StatusOr<std::optional<std::string>> Get(absl::string_view key);
   absl::Status Delete(absl::string_view key);

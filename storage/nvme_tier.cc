@@ -196,13 +196,13 @@ absl::StatusOr<Extent> NvmeTier::Allocate(uint64_t num_bytes) {
 }
 
 absl::StatusOr<Extent> NvmeTier::Adopt(uint64_t offset, uint64_t num_bytes,
-                                        const std::vector<uint64_t>& checksums) {
+                                       const std::vector<uint64_t>& checksums) {
   uint64_t rounded = RoundUpToBlock(num_bytes);
   size_t blocks = rounded / kBlockBytes;
   if (offset % kBlockBytes != 0 || (!checksums.empty() && checksums.size() != blocks)) {
     return absl::InvalidArgumentError(absl::StrCat("NVMe tier: cannot adopt ", num_bytes,
-                                                   " bytes at ", offset, " with ",
-                                                   checksums.size(), " checksums"));
+                                                   " bytes at ", offset, " with ", checksums.size(),
+                                                   " checksums"));
   }
   absl::MutexLock lock(&mu_);
   auto it = free_.upper_bound(offset);
@@ -218,9 +218,9 @@ absl::StatusOr<Extent> NvmeTier::Adopt(uint64_t offset, uint64_t num_bytes,
     free_[offset + rounded] = free_begin + free_size - offset - rounded;
   }
   Extent extent{next_id_++, offset, num_bytes};
-  extents_[extent.id] = ExtentState{offset, num_bytes,
-                                    checksums.empty() ? std::vector<uint64_t>(blocks) : checksums,
-                                    std::vector<bool>(blocks, !checksums.empty())};
+  extents_[extent.id] =
+      ExtentState{offset, num_bytes, checksums.empty() ? std::vector<uint64_t>(blocks) : checksums,
+                  std::vector<bool>(blocks, !checksums.empty())};
   used_bytes_ += rounded;
   return extent;
 }
@@ -228,7 +228,8 @@ absl::StatusOr<Extent> NvmeTier::Adopt(uint64_t offset, uint64_t num_bytes,
 absl::StatusOr<std::vector<uint64_t>> NvmeTier::Checksums(const Extent& extent) const {
   absl::MutexLock lock(&mu_);
   auto it = extents_.find(extent.id);
-  if (it == extents_.end()) return absl::NotFoundError(absl::StrCat("NVMe tier: no extent ", extent.id));
+  if (it == extents_.end())
+    return absl::NotFoundError(absl::StrCat("NVMe tier: no extent ", extent.id));
   for (bool written : it->second.written) {
     if (!written) {
       return absl::FailedPreconditionError(

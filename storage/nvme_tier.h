@@ -66,7 +66,7 @@ class NvmeTier : public Tier {
                                const std::vector<uint64_t>& checksums);
   // The checksums of an extent whose every block is written, to be recorded
   // with it for Adopt().
-  absl::StatusOr<std::vector<uint64_t>> Checksums(const Extent& extent) const;
+  absl::StatusOr<std::vector<uint64_t>> Checksums(const Extent& extent) const override;
 
   // Registers buffers for fixed I/O: later reads and writes that lie inside
   // one of them skip the kernel's per-I/O page pinning. Call once, before

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
@@ -49,6 +50,11 @@ class Tier {
   // The extent's bytes in this process's address space, for tiers that are
   // memory the CPU can address; nullptr for tiers that are not (NVMe, GPU).
   virtual std::byte* Map(const Extent& extent) = 0;
+  // The per-block checksums of a wholly written extent, for tiers that keep
+  // them (NVMe), to be recorded for a restart; UNIMPLEMENTED for others.
+  virtual absl::StatusOr<std::vector<uint64_t>> Checksums(const Extent&) const {
+    return absl::UnimplementedError("this tier keeps no checksums");
+  }
 };
 
 // Synchronous forms of Tier::Read and Tier::Write: they wait for `done`.

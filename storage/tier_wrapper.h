@@ -30,6 +30,9 @@ class TierWrapper : public Tier {
     target_->Write(to, offset, from, std::move(done));
   }
   std::byte* Map(const Extent& extent) override { return target_->Map(extent); }
+  absl::StatusOr<std::vector<uint64_t>> Checksums(const Extent& extent) const override {
+    return target_->Checksums(extent);
+  }
 
  protected:
   Tier* target() const { return target_; }

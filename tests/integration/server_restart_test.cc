@@ -1,0 +1,187 @@
+// A shard server whose chunks are on NVMe is killed with SIGKILL between
+// steps and restarted on the same directories: it finds its chunks, the
+// placement is the same, the worker (which does not restart) continues, and
+// the final weights equal those of an uninterrupted run, bit for bit.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util.h"
+#include "gtest/gtest.h"
+#include "server/local_cluster.h"
+#include "strata/client.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+#include "tests/testing/job_runner.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kChunkParams = 65536;
+
+ClientOptions JobOptions(const std::string& coordinator) {
+  ClientOptions o;
+  o.coordinator_address = coordinator;
+  o.job_id = "restart-job";
+  o.worker_id = "w0";
+  o.tensors = {{"w", {1024, 1024}}};  // 16 chunks of 768 KiB of state
+  o.chunk_num_params = kChunkParams;
+  o.adam = AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.0f, true};
+  o.loss_scale = LossScaleOptions{false, 1.0f, 2.0f, 0.5f, 1000, 1.0f};
+  o.step_timeout = absl::Seconds(60);
+  o.initial_params =
+      testing::InitialParams(FlatLayout::Create(o.tensors, kChunkParams)->num_params());
+  return o;
+}
+
+void Train(Client& client, int steps) {
+  SCOPED_TRACE("training");
+  for (int s = 0; s < steps; ++s) {
+    ASSERT_TRUE(client
+                    .AccumulateGradients(
+                        testing::Gradient(client.layout().num_params(), 0, client.step() + 1, 0))
+                    .ok());
+    auto result = client.Step();
+    ASSERT_TRUE(result.ok()) << result.status();
+  }
+}
+
+// Daemons started by the test, killed when it ends however it ends.
+struct Daemons {
+  ~Daemons() {
+    for (pid_t pid : pids) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  std::vector<pid_t> pids;
+};
+
+// Starts a daemon binary; returns its pid.
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    freopen(log.c_str(), "a", stderr);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string WaitReady(const std::string& file) {
+  for (int i = 0; i < 300; ++i) {
+    std::ifstream in(file);
+    std::string address;
+    if (in >> address) return address;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return "";
+}
+
+std::string Placement(const std::string& coordinator) {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+  v1::GetPlacementRequest request;
+  request.set_job_id("restart-job");
+  v1::GetPlacementResponse response;
+  grpc::ClientContext context;
+  EXPECT_TRUE(stub->GetPlacement(&context, request, &response).ok());
+  std::string text;
+  for (const auto& row : response.rows()) {
+    absl::StrAppend(&text, row.chunk_id(), " ", row.server_address(), " ", row.tier(), " ",
+                    row.applied_step(), "\n");
+  }
+  return text;
+}
+
+TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
+  // The uninterrupted run.
+  MasterState want;
+  {
+    auto cluster = LocalCluster::Start({1, uint64_t{256} << 20, 1});
+    ASSERT_TRUE(cluster.ok());
+    auto client = Client::Connect(JobOptions((*cluster)->coordinator_address()));
+    ASSERT_TRUE(client.ok()) << client.status();
+    Train(**client, 6);
+    auto state = (*client)->ReadMasterState();
+    ASSERT_TRUE(state.ok()) << state.status();
+    want = *std::move(state);
+  }
+  Daemons daemons;
+
+  std::string dir = ::testing::TempDir() + "/server_restart_test_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string bin = STRATA_BIN_DIR;
+  pid_t coordinator =
+      Spawn({bin + "/strata-coordinator", "--listen=127.0.0.1:0",
+             "--data_dir=" + dir + "/coordinator", "--ready_file=" + dir + "/coordinator.addr"},
+            dir + "/coordinator.log");
+  daemons.pids.push_back(coordinator);
+  std::string coordinator_address = WaitReady(dir + "/coordinator.addr");
+  ASSERT_FALSE(coordinator_address.empty());
+  // 4 MiB of host memory holds the copies (2 MiB) and the staging buffers
+  // (1.8 MiB), none of the 12 MiB of state: every chunk goes to NVMe.
+  auto server_args = [&](const std::string& listen) {
+    return std::vector<std::string>{bin + "/strata-server",
+                                    "--listen=" + listen,
+                                    "--coordinator=" + coordinator_address,
+                                    "--data_dir=" + dir + "/server",
+                                    "--host_budget_mib=4",
+                                    "--pin_host_memory=false",
+                                    "--nvme_dir=" + dir + "/nvme",
+                                    "--nvme_budget_mib=32",
+                                    "--executor_threads=1",
+                                    "--ready_file=" + dir + "/server.addr"};
+  };
+  pid_t server = Spawn(server_args("127.0.0.1:0"), dir + "/server.log");
+  daemons.pids.push_back(server);
+  std::string server_address = WaitReady(dir + "/server.addr");
+  ASSERT_FALSE(server_address.empty());
+
+  auto client = Client::Connect(JobOptions(coordinator_address));
+  ASSERT_TRUE(client.ok()) << client.status();
+  Train(**client, 3);
+  std::string before = Placement(coordinator_address);
+  EXPECT_NE(before.find("nvme 3"), std::string::npos) << before;
+  ASSERT_EQ(before.find("host"), std::string::npos) << before;
+
+  kill(server, SIGKILL);
+  waitpid(server, nullptr, 0);
+  daemons.pids.pop_back();
+  std::filesystem::remove(dir + "/server.addr");
+  server = Spawn(server_args(server_address), dir + "/server.log");
+  daemons.pids.push_back(server);
+  ASSERT_EQ(WaitReady(dir + "/server.addr"), server_address);
+  EXPECT_EQ(Placement(coordinator_address), before);  // same chunks, same steps
+
+  Train(**client, 3);  // the same worker, not restarted
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  auto state = (*client)->ReadMasterState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  const MasterState& got = *state;
+  EXPECT_EQ(got.step, 6);
+  EXPECT_EQ(got.params, want.params);
+  EXPECT_EQ(got.exp_avg, want.exp_avg);
+  EXPECT_EQ(got.exp_avg_sq, want.exp_avg_sq);
+
+  client->reset();
+  for (pid_t pid : daemons.pids) kill(pid, SIGTERM);
+  for (pid_t pid : daemons.pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);  // clean shutdown
+  }
+  daemons.pids.clear();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace strata
