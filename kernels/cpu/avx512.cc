@@ -23,6 +23,7 @@ struct Avx512Ops {
   static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F Div(F a, F b) { return _mm512_div_ps(a, b); }
   static F Sqrt(F a) { return _mm512_sqrt_ps(a); }
+  static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static F LoadF32(const float* p) { return _mm512_loadu_ps(p); }
   static F LoadF16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));

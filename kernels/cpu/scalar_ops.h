@@ -3,7 +3,8 @@
 // tail element gets exactly the bits a vector lane would.
 //
 // The Ops interface: kWidth; F (kWidth floats); Set, Add, Sub, Mul, Div,
-// Sqrt (IEEE, correctly rounded, never fused); LoadF32/F16/Bf16 and
+// Sqrt (IEEE, correctly rounded, never fused unless asked) and Fma (fused,
+// correctly rounded: a * b + c with one rounding); LoadF32/F16/Bf16 and
 // StoreF32/F16/Bf16<kStream> (round to nearest even); Fence() after streaming
 // stores; for the sum of squares, kDoubleWidth and D (a vector of that many
 // doubles), LoadD, StoreD, AddD, MulD and ToDoubles(x, out), which widens
@@ -32,6 +33,7 @@ struct ScalarOps {
   static F Mul(F a, F b) { return a * b; }
   static F Div(F a, F b) { return a / b; }
   static F Sqrt(F a) { return std::sqrt(a); }
+  static F Fma(F a, F b, F c) { return std::fma(a, b, c); }
   static F LoadF32(const float* p) { return *p; }
   static F LoadF16(const uint16_t* p) { return HalfToFloat(*p); }
   static F LoadBf16(const uint16_t* p) { return Bf16ToFloat(*p); }
