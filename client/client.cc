@@ -162,9 +162,8 @@ absl::Status ClientImpl::CreateAndJoin() {
   join.set_job_id(options_.job_id);
   join.set_worker_id(options_.worker_id.empty() ? DefaultWorkerId() : options_.worker_id);
   v1::JoinJobResponse joined;
-  grpc::ClientContext join_context;
-  SetDeadline(&join_context, kControlRpcTimeout);
-  RETURN_IF_ERROR(FromGrpcStatus(coordinator_->JoinJob(&join_context, join, &joined)));
+  RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::JoinJob, join, &joined,
+                            kControlRpcTimeout));
   rank_ = joined.rank();
   // A fixed world: wait until every worker has joined.
   absl::Duration backoff = absl::Milliseconds(5);
@@ -172,9 +171,8 @@ absl::Status ClientImpl::CreateAndJoin() {
     v1::ListMembersRequest list;
     list.set_job_id(options_.job_id);
     v1::ListMembersResponse members;
-    grpc::ClientContext context;
-    SetDeadline(&context, kControlRpcTimeout);
-    RETURN_IF_ERROR(FromGrpcStatus(coordinator_->ListMembers(&context, list, &members)));
+    RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::ListMembers, list,
+                              &members, kControlRpcTimeout));
     if (static_cast<uint32_t>(members.members_size()) >= options_.world_size) break;
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
@@ -191,9 +189,8 @@ absl::StatusOr<int64_t> ClientImpl::CurrentStep() {
   v1::GetPlacementRequest request;
   request.set_job_id(options_.job_id);
   v1::GetPlacementResponse placement;
-  grpc::ClientContext context;
-  SetDeadline(&context, kControlRpcTimeout);
-  RETURN_IF_ERROR(FromGrpcStatus(coordinator_->GetPlacement(&context, request, &placement)));
+  RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::GetPlacement, request,
+                            &placement, kControlRpcTimeout));
   int64_t step = -1;
   for (const v1::PlacementRow& row : placement.rows()) {
     if (row.applied_step() < 0) {
@@ -226,10 +223,9 @@ absl::Status ClientImpl::WriteInitialParams() {
     request.mutable_params()->Add(options_.initial_params.begin() + piece.begin,
                                   options_.initial_params.begin() + piece.begin + piece.n);
     v1::WriteParamsResponse response;
-    grpc::ClientContext context;
-    SetDeadline(&context, kControlRpcTimeout);
-    RETURN_IF_ERROR(WithAddress(
-        FromGrpcStatus(piece.stub->WriteParams(&context, request, &response)), piece.address));
+    RETURN_IF_ERROR(WithAddress(CallUnary(piece.stub, &v1::ShardServer::Stub::WriteParams, request,
+                                          &response, kControlRpcTimeout),
+                                piece.address));
   }
   return absl::OkStatus();
 }
@@ -393,9 +389,8 @@ absl::StatusOr<MasterState> ClientImpl::ReadMasterState() const {
     request.set_flat_begin(piece.begin);
     request.set_num_params(piece.n);
     v1::ReadStateResponse response;
-    grpc::ClientContext context;
-    SetDeadline(&context, kControlRpcTimeout);
-    RETURN_IF_ERROR(WithAddress(FromGrpcStatus(piece.stub->ReadState(&context, request, &response)),
+    RETURN_IF_ERROR(WithAddress(CallUnary(piece.stub, &v1::ShardServer::Stub::ReadState, request,
+                                          &response, kControlRpcTimeout),
                                 piece.address));
     if (static_cast<uint64_t>(response.params_size()) != piece.n) {
       return absl::InternalError("ReadState returned the wrong number of values");

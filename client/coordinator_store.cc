@@ -31,18 +31,15 @@ absl::Status CoordinatorStore::Set(const std::string& key, const std::string& va
   request.set_key(prefix_ + key);
   request.set_value(value);
   v1::KvSetResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
-  return FromGrpcStatus(stub_->KvSet(&context, request, &response));
+  return CallUnary(stub_.get(), &v1::Coordinator::Stub::KvSet, request, &response, kRpcTimeout);
 }
 
 absl::StatusOr<std::string> CoordinatorStore::Get(const std::string& key) {
   v1::KvGetRequest request;
   request.set_key(prefix_ + key);
   v1::KvGetResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
-  RETURN_IF_ERROR(FromGrpcStatus(stub_->KvGet(&context, request, &response)));
+  RETURN_IF_ERROR(
+      CallUnary(stub_.get(), &v1::Coordinator::Stub::KvGet, request, &response, kRpcTimeout));
   return std::move(*response.mutable_value());
 }
 

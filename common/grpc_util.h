@@ -5,10 +5,16 @@
 #define STRATA_COMMON_GRPC_UTIL_H_
 
 #include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
 #include <grpcpp/server_builder.h>
 
 #include <memory>
 #include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/grpc_status.h"
 
 namespace strata {
 
@@ -19,6 +25,18 @@ inline constexpr uint64_t kMaxPayloadBytes = 2 << 20;
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 void ConfigureServerBuilder(grpc::ServerBuilder& builder);
+
+// Calls unary `method` of a synchronous `stub` with a deadline `timeout` from
+// now: CallUnary(stub, &v1::Coordinator::Stub::GetJob, request, &job, timeout).
+template <typename Stub, typename Request, typename Response>
+absl::Status CallUnary(Stub* stub,
+                       grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                                    Response*),
+                       const Request& request, Response* response, absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return FromGrpcStatus((stub->*method)(&context, request, response));
+}
 
 }  // namespace strata
 

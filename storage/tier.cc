@@ -16,11 +16,14 @@ const char* TierKindName(TierKind kind) {
   return "unknown";
 }
 
-absl::Status ReadAndWait(Tier& tier, const Extent& from, uint64_t offset,
-                         absl::Span<std::byte> to) {
+namespace {
+
+// Runs start(done) and waits for `done`; returns the status it got.
+template <typename Start>
+absl::Status StartAndWait(Start start) {
   absl::Notification done;
   absl::Status result;
-  tier.Read(from, offset, to, [&](absl::Status s) {
+  start([&](absl::Status s) {
     result = s;
     done.Notify();
   });
@@ -28,16 +31,16 @@ absl::Status ReadAndWait(Tier& tier, const Extent& from, uint64_t offset,
   return result;
 }
 
+}  // namespace
+
+absl::Status ReadAndWait(Tier& tier, const Extent& from, uint64_t offset,
+                         absl::Span<std::byte> to) {
+  return StartAndWait([&](IoDone done) { tier.Read(from, offset, to, std::move(done)); });
+}
+
 absl::Status WriteAndWait(Tier& tier, const Extent& to, uint64_t offset,
                           absl::Span<const std::byte> from) {
-  absl::Notification done;
-  absl::Status result;
-  tier.Write(to, offset, from, [&](absl::Status s) {
-    result = s;
-    done.Notify();
-  });
-  done.WaitForNotification();
-  return result;
+  return StartAndWait([&](IoDone done) { tier.Write(to, offset, from, std::move(done)); });
 }
 
 }  // namespace strata

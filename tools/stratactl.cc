@@ -39,10 +39,8 @@ class Ctl {
 
   template <typename Request, typename Response, typename Method>
   absl::Status Call(Method method, const Request& request, Response* response) {
-    grpc::ClientContext context;
-    context.set_deadline(
-        absl::ToChronoTime(absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
-    return FromGrpcStatus((stub_.get()->*method)(&context, request, response));
+    return CallUnary(stub_.get(), method, request, response,
+                     absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
   }
 
   absl::Status Jobs() {
