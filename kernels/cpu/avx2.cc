@@ -20,6 +20,13 @@ struct Avx2Ops {
   static F Div(F a, F b) { return _mm256_div_ps(a, b); }
   static F Sqrt(F a) { return _mm256_sqrt_ps(a); }
   static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static bool SquareExactInFloat(F x) {
+    F a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+    F in_range = _mm256_and_ps(_mm256_cmp_ps(a, _mm256_set1_ps(0x1p-60f), _CMP_GE_OQ),
+                               _mm256_cmp_ps(a, _mm256_set1_ps(0x1p60f), _CMP_LE_OQ));
+    F ok = _mm256_or_ps(in_range, _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_EQ_OQ));
+    return _mm256_movemask_ps(ok) == 0xff;
+  }
   static F LoadF32(const float* p) { return _mm256_loadu_ps(p); }
   static F LoadF16(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));

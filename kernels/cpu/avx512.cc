@@ -24,6 +24,13 @@ struct Avx512Ops {
   static F Div(F a, F b) { return _mm512_div_ps(a, b); }
   static F Sqrt(F a) { return _mm512_sqrt_ps(a); }
   static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static bool SquareExactInFloat(F x) {
+    F a = _mm512_abs_ps(x);
+    __mmask16 in_range = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0x1p-60f), _CMP_GE_OQ) &
+                         _mm512_cmp_ps_mask(a, _mm512_set1_ps(0x1p60f), _CMP_LE_OQ);
+    __mmask16 zero = _mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_EQ_OQ);
+    return static_cast<uint16_t>(in_range | zero) == 0xffff;
+  }
   static F LoadF32(const float* p) { return _mm512_loadu_ps(p); }
   static F LoadF16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));

@@ -117,8 +117,8 @@ void AccumulateSquares(const void* base, size_t blocks, double* lanes) {
 #pragma GCC unroll 64
   for (size_t k = 0; k < kAccumulators; ++k) acc[k] = Ops::LoadD(lanes + k * Ops::kDoubleWidth);
   for (size_t b = 0; b < blocks; ++b) {
-    // Prefetch 16 blocks ahead, as the FP16 form does.
-    const char* ahead = static_cast<const char*>(base) + (b + 16) * kSumLanes * DTypeSize(D);
+    // Prefetch 8 KiB ahead, as the FP16 form does.
+    const char* ahead = static_cast<const char*>(base) + (b * kSumLanes * DTypeSize(D) + 8192);
 #pragma GCC unroll 4
     for (size_t line = 0; line < kSumLanes * DTypeSize(D); line += 64) {
       __builtin_prefetch(ahead + line);
@@ -138,17 +138,21 @@ void AccumulateSquares(const void* base, size_t blocks, double* lanes) {
   for (size_t k = 0; k < kAccumulators; ++k) Ops::StoreD(lanes + k * Ops::kDoubleWidth, acc[k]);
 }
 
-// FP16 blocks: 16 float lanes of 16 squares each.
-constexpr size_t kFp16Block = 256;
+// Blocks summed in FP32: 16 float lanes of 16 squares each.
+constexpr size_t kFloatBlock = 256;
 
-// The FP16 form of AccumulateSquares, at a fraction of the arithmetic: FP16
-// squares are exact in FP32 and 16 of them cannot overflow it, so float lane
-// j sums the squares of elements kFp16Block b + 16 q + j for q = 0..15 (in
-// that order, fused multiply-adds after the first square; relative error at
-// most 15 * 2^-24) and is then added, in double, to lanes[j]. Lanes 16..63
-// stay untouched.
-template <typename Ops>
-void AccumulateSquaresFp16(const void* base, size_t blocks, double* lanes) {
+// AccumulateSquares for 16-bit gradients at a fraction of the arithmetic:
+// the square of an FP16 value is exact in FP32, and so is that of a BF16
+// value x with |x| in {0} U [2^-60, 2^60], and 16 of them cannot overflow.
+// Float lane j sums the squares of elements kFloatBlock b + 16 q + j for
+// q = 0..15 (in that order, fused multiply-adds after the first square;
+// relative error at most 15 * 2^-24) and is then added, in double, to
+// lanes[j]. A BF16 block with a value outside that range is instead added
+// square by square in double, lane j getting q = 0..15 in order. Lanes 16..63
+// stay untouched. Every variant takes the same path for a block.
+template <typename Ops, DType D>
+void AccumulateSquaresInFloat(const void* base, size_t blocks, double* lanes) {
+  static_assert(D == DType::kFp16 || D == DType::kBf16);
   constexpr size_t kFloatLanes = 16;
   constexpr size_t kVectors = kFloatLanes / Ops::kWidth;
   constexpr size_t kPerFloatVector = Ops::kWidth / Ops::kDoubleWidth;
@@ -159,23 +163,39 @@ void AccumulateSquaresFp16(const void* base, size_t blocks, double* lanes) {
   for (size_t b = 0; b < blocks; ++b) {
     // Prefetch 8 blocks (4 KiB) ahead: the arithmetic per line is long enough
     // that the loads alone do not keep enough misses in flight.
-    const char* ahead = static_cast<const char*>(base) + (b + 8) * kFp16Block * 2;
+    const char* ahead = static_cast<const char*>(base) + (b + 8) * kFloatBlock * 2;
 #pragma GCC unroll 8
-    for (size_t line = 0; line < kFp16Block * 2; line += 64) __builtin_prefetch(ahead + line);
+    for (size_t line = 0; line < kFloatBlock * 2; line += 64) __builtin_prefetch(ahead + line);
+    bool exact = true;
     typename Ops::F sums[kVectors];
 #pragma GCC unroll 16
     for (size_t f = 0; f < kVectors; ++f) {
-      typename Ops::F x = LoadAs<Ops, DType::kFp16>(base, b * kFp16Block + f * Ops::kWidth);
+      typename Ops::F x = LoadAs<Ops, D>(base, b * kFloatBlock + f * Ops::kWidth);
+      if constexpr (D == DType::kBf16) exact = exact && Ops::SquareExactInFloat(x);
       sums[f] = Ops::Mul(x, x);
     }
 #pragma GCC unroll 15
-    for (size_t q = 1; q < kFp16Block / kFloatLanes; ++q) {
+    for (size_t q = 1; q < kFloatBlock / kFloatLanes; ++q) {
 #pragma GCC unroll 16
       for (size_t f = 0; f < kVectors; ++f) {
         typename Ops::F x =
-            LoadAs<Ops, DType::kFp16>(base, b * kFp16Block + q * kFloatLanes + f * Ops::kWidth);
+            LoadAs<Ops, D>(base, b * kFloatBlock + q * kFloatLanes + f * Ops::kWidth);
+        if constexpr (D == DType::kBf16) exact = exact && Ops::SquareExactInFloat(x);
         sums[f] = Ops::Fma(x, x, sums[f]);
       }
+    }
+    if (!exact) {
+#pragma GCC unroll 16
+      for (size_t k = 0; k < kAccumulators; ++k) Ops::StoreD(lanes + k * Ops::kDoubleWidth, acc[k]);
+      for (size_t q = 0; q < kFloatBlock / kFloatLanes; ++q) {
+        for (size_t j = 0; j < kFloatLanes; ++j) {
+          double x = LoadAs<ScalarOps, D>(base, b * kFloatBlock + q * kFloatLanes + j);
+          lanes[j] += x * x;
+        }
+      }
+#pragma GCC unroll 16
+      for (size_t k = 0; k < kAccumulators; ++k) acc[k] = Ops::LoadD(lanes + k * Ops::kDoubleWidth);
+      continue;
     }
 #pragma GCC unroll 16
     for (size_t f = 0; f < kVectors; ++f) {
@@ -198,9 +218,9 @@ GradStats GradStatsImpl(DType dtype, const void* grads, size_t n) {
   WithDTypeTag(dtype, [&](auto d) {
     constexpr DType D = decltype(d)::value;
     size_t done;
-    if constexpr (D == DType::kFp16) {
-      AccumulateSquaresFp16<Ops>(grads, n / kFp16Block, lanes);
-      done = n / kFp16Block * kFp16Block;
+    if constexpr (D != DType::kFp32) {
+      AccumulateSquaresInFloat<Ops, D>(grads, n / kFloatBlock, lanes);
+      done = n / kFloatBlock * kFloatBlock;
     } else {
       AccumulateSquares<Ops, D>(grads, n / kSumLanes, lanes);
       done = n / kSumLanes * kSumLanes;

@@ -4,7 +4,7 @@
 //
 // The Ops interface: kWidth; F (kWidth floats); Set, Add, Sub, Mul, Div,
 // Sqrt (IEEE, correctly rounded, never fused unless asked) and Fma (fused,
-// correctly rounded: a * b + c with one rounding); LoadF32/F16/Bf16 and
+// correctly rounded: a * b + c with one rounding); SquareExactInFloat(x); LoadF32/F16/Bf16 and
 // StoreF32/F16/Bf16<kStream> (round to nearest even); Fence() after streaming
 // stores; for the sum of squares, kDoubleWidth and D (a vector of that many
 // doubles), LoadD, StoreD, AddD, MulD and ToDoubles(x, out), which widens
@@ -34,6 +34,11 @@ struct ScalarOps {
   static F Div(F a, F b) { return a / b; }
   static F Sqrt(F a) { return std::sqrt(a); }
   static F Fma(F a, F b, F c) { return std::fma(a, b, c); }
+  // Whether every |x| is 0 or in [2^-60, 2^60] (false for Inf and NaN).
+  static bool SquareExactInFloat(F x) {
+    float a = std::fabs(x);
+    return a == 0.0f || (a >= 0x1p-60f && a <= 0x1p60f);
+  }
   static F LoadF32(const float* p) { return *p; }
   static F LoadF16(const uint16_t* p) { return HalfToFloat(*p); }
   static F LoadBf16(const uint16_t* p) { return Bf16ToFloat(*p); }

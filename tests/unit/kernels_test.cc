@@ -177,6 +177,22 @@ TEST(GradStatsTest, SumOfSquaresAndFiniteFlag) {
       EXPECT_FALSE(ComputeGradStats(DType::kFp16, with_bad.data(), n).all_finite) << n;
     }
   }
+  // BF16, both paths: blocks summed in FP32, and blocks with a value whose
+  // square is not exact in FP32 (1e30 and 1e-30) summed in double.
+  for (size_t n : kSizes) {
+    for (float special : {0.0f, 1e30f, 1e-30f}) {
+      std::vector<float> x(n);
+      for (float& e : x) e = normal(rng);
+      if (n > 300 && special != 0.0f) x[300] = special;
+      std::vector<uint16_t> b(n);
+      CastFromFloat(x.data(), DType::kBf16, b.data(), n);
+      double want = 0;
+      for (uint16_t e : b) want += static_cast<double>(Bf16ToFloat(e)) * Bf16ToFloat(e);
+      GradStats stats = ComputeGradStats(DType::kBf16, b.data(), n);
+      EXPECT_NEAR(stats.sum_squares, want, 1e-6 * want) << n << " " << special;
+      EXPECT_TRUE(stats.all_finite) << n << " " << special;
+    }
+  }
   // Denormals are finite and count.
   uint16_t denormal = 0x0001;
   GradStats tiny = ComputeGradStats(DType::kFp16, &denormal, 1);
