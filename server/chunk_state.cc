@@ -18,7 +18,7 @@ uint64_t StateBytes(uint64_t num_params) { return num_params * 3 * sizeof(float)
 
 absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(Tier* host, uint64_t buffer_bytes,
                                                                  int count) {
-  std::unique_ptr<StagingPool> pool(new StagingPool(host, buffer_bytes));
+  std::unique_ptr<StagingPool> pool(new StagingPool(host));
   for (int i = 0; i < count; ++i) {
     // One block more than asked, so that the buffer can start 4 KiB aligned.
     absl::StatusOr<Extent> extent = host->Allocate(buffer_bytes + kBlockBytes);

@@ -43,15 +43,13 @@ class StagingPool {
   static absl::StatusOr<std::unique_ptr<StagingPool>> Create(Tier* host, uint64_t buffer_bytes,
                                                              int count);
   ~StagingPool();
-  uint64_t buffer_bytes() const { return buffer_bytes_; }
   // Waits for a free buffer.
   std::byte* Acquire();
   void Release(std::byte* buffer);
 
  private:
-  StagingPool(Tier* host, uint64_t buffer_bytes) : host_(host), buffer_bytes_(buffer_bytes) {}
+  explicit StagingPool(Tier* host) : host_(host) {}
   Tier* const host_;
-  const uint64_t buffer_bytes_;
   std::vector<Extent> extents_;
   absl::Mutex mu_;
   std::vector<std::byte*> free_ ABSL_GUARDED_BY(mu_);

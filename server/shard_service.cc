@@ -90,19 +90,19 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
 
 void ShardService::BeginShutdown() {
   std::vector<std::shared_ptr<Job>> jobs;
+  absl::Status status;
   {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
+    status = ServingStatus();
     for (auto& [id, job] : jobs_) jobs.push_back(job);
   }
-  absl::Status status = absl::UnavailableError("shard server is shutting down");
   for (auto& job : jobs) {
     for (auto& [begin, chunk] : job->chunks_by_begin) chunk->FailWaiters(status);
   }
 }
 
-absl::Status ShardService::CheckServing() const {
-  absl::MutexLock lock(&mu_);
+absl::Status ShardService::ServingStatus() const {
   if (shutting_down_) return absl::UnavailableError("shard server is shutting down");
   return absl::OkStatus();
 }
@@ -112,7 +112,7 @@ absl::StatusOr<std::shared_ptr<Chunk>> ShardService::FindChunk(const std::string
                                                                DType* dtype) {
   if (n == 0) return absl::InvalidArgumentError("the range is empty (num_params is 0)");
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return absl::UnavailableError("shard server is shutting down");
+  RETURN_IF_ERROR(ServingStatus());
   auto job_it = jobs_.find(job_id);
   if (job_it == jobs_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "' on this shard server"));
@@ -176,7 +176,7 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request.spec().dtype()));
   const std::string& job_id = request.spec().job_id();
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return absl::UnavailableError("shard server is shutting down");
+  RETURN_IF_ERROR(ServingStatus());
   if (auto it = jobs_.find(job_id); it != jobs_.end()) {
     if (it->second->record.SerializeAsString() == request.SerializeAsString()) {
       return absl::OkStatus();  // a retry

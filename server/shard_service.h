@@ -79,7 +79,8 @@ class ShardService final : public v1::ShardServer::CallbackService {
   // empty range or one that crosses a chunk boundary.
   absl::StatusOr<std::shared_ptr<Chunk>> FindChunk(const std::string& job_id, uint64_t begin,
                                                    uint64_t n, DType* dtype = nullptr);
-  absl::Status CheckServing() const;
+  // UNAVAILABLE once BeginShutdown() has run.
+  absl::Status ServingStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleApply(std::shared_ptr<Chunk> chunk);
 
   Tier* const host_;
