@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/collective.h"
+#include "client/worker_membership.h"
 #include "common/grpc_status.h"
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
@@ -25,6 +27,14 @@ namespace {
 
 constexpr absl::Duration kControlRpcTimeout = absl::Seconds(30);
 constexpr uint64_t kMaxStateReadParams = uint64_t{256} << 10;
+// Step(GradientFn) computes a step at most this often (overflows, lost workers).
+constexpr int kMaxStepAttempts = 64;
+
+// Errors after which a re-formed generation can complete the step.
+bool IsRetryable(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsAborted(s) || absl::IsCancelled(s) ||
+         absl::IsDeadlineExceeded(s);
+}
 
 // A range of the flat space that lies within one chunk, and its server.
 struct Piece {
@@ -58,6 +68,7 @@ v1::JobSpec SpecFromOptions(const ClientOptions& o) {
     for (int64_t d : t.shape) out->add_shape(d);
   }
   spec.set_world_size(o.world_size);
+  spec.set_samples_per_step(o.samples_per_step);
   spec.set_chunk_num_params(o.chunk_num_params);
   *spec.mutable_adam() = AdamToProto(o.adam);
   spec.set_dtype(DTypeToProto(o.dtype));
@@ -68,6 +79,7 @@ class ClientImpl : public Client {
  public:
   ClientImpl(ClientOptions options, FlatLayout layout)
       : options_(std::move(options)),
+        worker_id_(options_.worker_id.empty() ? DefaultWorkerId() : options_.worker_id),
         layout_(std::move(layout)),
         esize_(DTypeSize(options_.dtype)),
         scaler_(options_.loss_scale),
@@ -76,7 +88,8 @@ class ClientImpl : public Client {
   absl::Status Init();
 
   int rank() const override { return static_cast<int>(rank_); }
-  int world_size() const override { return static_cast<int>(options_.world_size); }
+  int world_size() const override { return static_cast<int>(world_size_); }
+  uint64_t generation() const override { return generation_.number(); }
   int num_servers() const override { return static_cast<int>(shards_.size()); }
   const FlatLayout& layout() const override { return layout_; }
   int64_t step() const override { return step_; }
@@ -102,6 +115,8 @@ class ClientImpl : public Client {
   }
 
   absl::StatusOr<StepResult> Step() override;
+  absl::StatusOr<StepResult> Step(const GradientFn& compute) override;
+  absl::Status Leave() override;
 
   absl::Status AllReduceSum(absl::Span<double> values) override {
     return collective_->AllReduceSum(values);
@@ -110,22 +125,43 @@ class ClientImpl : public Client {
   absl::StatusOr<MasterState> ReadMasterState() const override;
 
  private:
-  absl::Status CreateAndJoin();
-  absl::StatusOr<int64_t> CurrentStep();
+  absl::Status CreateJob();
+  // The lowest and highest step the job's chunks have applied.
+  absl::StatusOr<std::pair<int64_t, int64_t>> AppliedSteps();
   absl::Status WriteInitialParams();
   // Pieces of `range`, each within one chunk and at most `max_params` long.
   std::vector<Piece> PiecesOf(FlatRange range, uint64_t max_params) const;
+  // Waits for a generation newer than `than` that includes this worker and
+  // forms its group: rank, world size, slice, the step every chunk has
+  // applied (rank 0's view, so all agree), its parameters and the loss scale.
+  absl::Status Reform(uint64_t than);
+  // At a step boundary: re-forms when any worker of the group has heard of a
+  // newer generation (all of them decide together).
+  absl::Status FollowGeneration();
+  // After a retryable error: re-forms in the next generation, or returns
+  // `error` when none forms in time.
+  absl::Status Recover(const absl::Status& error);
+  // Reduce-scatter, statistics, push and pull of the accumulated gradients,
+  // divided by `divisor` (and the loss scale); see Step().
+  absl::StatusOr<StepResult> RunStep(double divisor);
   // Pushes this worker's slice of the gradients for `step` (when `push`) and
   // pulls the slice's parameters after it, concurrently, into params_.
   absl::Status PushPull(int64_t step, float coef, bool push);
+  // Cancels the RPCs in flight (a worker of the generation was lost).
+  void CancelInFlight();
 
   const ClientOptions options_;
+  const std::string worker_id_;
   const FlatLayout layout_;
   const size_t esize_;
   LossScaler scaler_;
+  bool scaler_known_ = false;  // it has run steps in some generation
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  std::unique_ptr<WorkerMembership> membership_;
   v1::JobInfo job_;
+  v1::Generation generation_;
   uint32_t rank_ = 0;
+  uint32_t world_size_ = 0;
   uint64_t padded_num_params_ = 0;
   std::map<std::string, std::unique_ptr<v1::ShardServer::Stub>> shards_;
   std::vector<Piece> slice_pieces_;
@@ -134,9 +170,15 @@ class ClientImpl : public Client {
   std::vector<uint8_t> grads_;
   int64_t step_ = 0;
   int micro_batches_ = 0;
+  bool broken_ = false;  // the last step failed: re-form before the next
+
+  absl::Mutex inflight_mu_;
+  std::vector<grpc::ClientContext*> inflight_ ABSL_GUARDED_BY(inflight_mu_);
+  // The generation in which a worker was lost: its RPCs fail at once.
+  uint64_t lost_generation_ ABSL_GUARDED_BY(inflight_mu_) = 0;
 };
 
-absl::Status ClientImpl::CreateAndJoin() {
+absl::Status ClientImpl::CreateJob() {
   absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
   v1::CreateJobRequest create;
   *create.mutable_spec() = SpecFromOptions(options_);
@@ -158,48 +200,30 @@ absl::Status ClientImpl::CreateAndJoin() {
   if (static_cast<uint32_t>(job_.chunks_size()) != layout_.num_chunks()) {
     return absl::InternalError("the coordinator's job has a different number of chunks");
   }
-  v1::JoinJobRequest join;
-  join.set_job_id(options_.job_id);
-  join.set_worker_id(options_.worker_id.empty() ? DefaultWorkerId() : options_.worker_id);
-  v1::JoinJobResponse joined;
-  RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::JoinJob, join, &joined,
-                            kControlRpcTimeout));
-  rank_ = joined.rank();
-  // A fixed world: wait until every worker has joined.
-  absl::Duration backoff = absl::Milliseconds(5);
-  while (true) {
-    v1::ListMembersRequest list;
-    list.set_job_id(options_.job_id);
-    v1::ListMembersResponse members;
-    RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::ListMembers, list,
-                              &members, kControlRpcTimeout));
-    if (static_cast<uint32_t>(members.members_size()) >= options_.world_size) break;
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "job '", options_.job_id, "': ", members.members_size(), " of ", options_.world_size,
-          " workers joined within ", absl::FormatDuration(options_.rendezvous_timeout)));
-    }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Milliseconds(100));
-  }
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> ClientImpl::CurrentStep() {
+absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedSteps() {
   v1::GetPlacementRequest request;
   request.set_job_id(options_.job_id);
   v1::GetPlacementResponse placement;
   RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::GetPlacement, request,
                             &placement, kControlRpcTimeout));
-  int64_t step = -1;
+  int64_t lowest = std::numeric_limits<int64_t>::max(), highest = 0;
   for (const v1::PlacementRow& row : placement.rows()) {
     if (row.applied_step() < 0) {
       return absl::UnavailableError(absl::StrCat("chunk ", row.chunk_id(), " on shard server ",
                                                  row.server_address(), " is ", row.tier()));
     }
-    step = step < 0 ? row.applied_step() : std::min(step, row.applied_step());
+    lowest = std::min(lowest, row.applied_step());
+    highest = std::max(highest, row.applied_step());
   }
-  return std::max<int64_t>(step, 0);
+  if (placement.rows().empty()) lowest = 0;
+  if (highest > lowest + 1) {
+    return absl::InternalError(absl::StrCat("job '", options_.job_id, "' has chunks at step ",
+                                            lowest, " and at step ", highest));
+  }
+  return std::make_pair(lowest, highest);
 }
 
 std::vector<Piece> ClientImpl::PiecesOf(FlatRange range, uint64_t max_params) const {
@@ -231,36 +255,111 @@ absl::Status ClientImpl::WriteInitialParams() {
 }
 
 absl::Status ClientImpl::Init() {
-  RETURN_IF_ERROR(CreateAndJoin());
+  RETURN_IF_ERROR(CreateJob());
   for (const auto& c : job_.chunks()) {
     auto& stub = shards_[c.server_address()];
     if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(c.server_address()));
   }
-  padded_num_params_ = layout_.PaddedNumParams(options_.world_size);
-  params_.assign(padded_num_params_ * esize_, 0);
-  grads_.assign(padded_num_params_ * esize_, 0);
-  slice_pieces_ =
-      PiecesOf(layout_.WorkerSlice(rank_, options_.world_size), kMaxPayloadBytes / esize_);
-  ASSIGN_OR_RETURN(step_, CurrentStep());
+  ASSIGN_OR_RETURN(membership_,
+                   WorkerMembership::Join(options_.coordinator_address, options_.job_id, worker_id_,
+                                          [this] { CancelInFlight(); }));
+  return Reform(/*than=*/0);
+}
 
-  CollectiveOptions collective;
-  collective.coordinator_address = options_.coordinator_address;
-  collective.key_prefix = absl::StrCat("job/", options_.job_id, "/collective/step-", step_, "/");
-  collective.rank = static_cast<int>(rank_);
-  collective.size = static_cast<int>(options_.world_size);
-  collective.hostname = options_.collective_hostname;
-  collective.timeout = options_.collective_timeout;
-  if (options_.collective == "nccl") {
-    ASSIGN_OR_RETURN(collective_, CreateNcclCollective(collective));
-  } else {
-    ASSIGN_OR_RETURN(collective_, CreateGlooCollective(collective));
+absl::Status ClientImpl::Reform(uint64_t than) {
+  absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
+  collective_.reset();
+  while (true) {
+    ASSIGN_OR_RETURN(v1::Generation generation, membership_->WaitNewer(than, deadline));
+    const auto& ids = generation.worker_ids();
+    CollectiveOptions collective;
+    collective.coordinator_address = options_.coordinator_address;
+    collective.key_prefix =
+        absl::StrCat("job/", options_.job_id, "/generation-", generation.number(), "/");
+    collective.rank = static_cast<int>(std::find(ids.begin(), ids.end(), worker_id_) - ids.begin());
+    collective.size = ids.size();
+    collective.hostname = options_.collective_hostname;
+    collective.timeout = options_.collective_timeout;
+    // A member that never comes (lost before it formed) leads to the next one.
+    collective.abandon = [this, number = generation.number()] {
+      return membership_->Latest().number() > number;
+    };
+    absl::StatusOr<std::unique_ptr<Collective>> formed = options_.collective == "nccl"
+                                                             ? CreateNcclCollective(collective)
+                                                             : CreateGlooCollective(collective);
+    if (!formed.ok()) {
+      if (absl::Now() > deadline) return formed.status();
+      than = generation.number();
+      continue;
+    }
+    collective_ = *std::move(formed);
+    generation_ = generation;
+    rank_ = collective.rank;
+    world_size_ = collective.size;
+    break;
   }
-  if (step_ == 0 && rank_ == 0 && !options_.initial_params.empty()) {
+  {
+    absl::MutexLock lock(&inflight_mu_);
+    lost_generation_ = 0;
+  }
+  // Accumulated gradients keep their flat positions in the new world's buffer.
+  padded_num_params_ = layout_.PaddedNumParams(world_size_);
+  params_.resize(padded_num_params_ * esize_, 0);
+  grads_.resize(padded_num_params_ * esize_, 0);
+  slice_pieces_ = PiecesOf(layout_.WorkerSlice(rank_, world_size_), kMaxPayloadBytes / esize_);
+
+  // Rank 0 decides the step and the loss scale; the others take its view.
+  // state = {step, step is fresh, loss scale, good steps, scaler known}
+  double state[5] = {0, 0, 0, 0, 0};
+  if (rank_ == 0) {
+    ASSIGN_OR_RETURN(auto steps, AppliedSteps());
+    state[0] = static_cast<double>(steps.first);
+    state[1] = steps.second == 0 ? 1 : 0;
+  }
+  if (scaler_known_) {
+    state[2] = scaler_.scale();
+    state[3] = scaler_.good_steps();
+    state[4] = 1;
+  }
+  RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(state)));
+  int64_t step = static_cast<int64_t>(state[0]);
+  // Workers that ran steps agree on the scale (they saw the same overflows).
+  if (state[4] > 0) scaler_.Restore(state[2] / state[4], static_cast<int>(state[3] / state[4]));
+  scaler_known_ = true;
+  if (state[1] > 0 && rank_ == 0 && !options_.initial_params.empty()) {
     RETURN_IF_ERROR(WriteInitialParams());
   }
   RETURN_IF_ERROR(collective_->Barrier());
-  RETURN_IF_ERROR(PushPull(step_, 0.0f, /*push=*/false));
-  return collective_->AllGather(options_.dtype, params_.data(), padded_num_params_);
+  RETURN_IF_ERROR(PushPull(step, 0.0f, /*push=*/false));
+  RETURN_IF_ERROR(collective_->AllGather(options_.dtype, params_.data(), padded_num_params_));
+  step_ = step;
+  broken_ = false;
+  membership_->Running(generation_, step_);
+  return absl::OkStatus();
+}
+
+absl::Status ClientImpl::FollowGeneration() {
+  if (broken_) return Recover(absl::UnavailableError("the last step failed"));
+  double newer[1] = {membership_->Latest().number() > generation_.number() ? 1.0 : 0.0};
+  absl::Status s = collective_->AllReduceSum(absl::MakeSpan(newer));
+  if (!s.ok()) return Recover(s);
+  return newer[0] > 0 ? Reform(generation_.number()) : absl::OkStatus();
+}
+
+absl::Status ClientImpl::Recover(const absl::Status& error) {
+  broken_ = true;
+  absl::Status reformed = Reform(generation_.number());
+  if (!reformed.ok()) {
+    return absl::Status(reformed.code(),
+                        absl::StrCat(reformed.message(), " (after: ", error.message(), ")"));
+  }
+  return reformed;
+}
+
+void ClientImpl::CancelInFlight() {
+  absl::MutexLock lock(&inflight_mu_);
+  lost_generation_ = generation_.number();
+  for (grpc::ClientContext* context : inflight_) context->TryCancel();
 }
 
 absl::Status ClientImpl::PushPull(int64_t step, float coef, bool push) {
@@ -287,13 +386,23 @@ absl::Status ClientImpl::PushPull(int64_t step, float coef, bool push) {
     }
     --pending;
   };
+  for (size_t i = 0; i < slice_pieces_.size(); ++i) calls.push_back(std::make_unique<Call>());
+  {
+    absl::MutexLock lock(&inflight_mu_);
+    if (lost_generation_ == generation_.number()) {
+      return absl::AbortedError(absl::StrCat("generation ", generation_.number(),
+                                             " lost a worker; step ", step, " is recomputed"));
+    }
+    for (auto& c : calls) inflight_.insert(inflight_.end(), {&c->push_context, &c->pull_context});
+  }
   absl::MutexLock lock(&mu);
-  for (const Piece& piece : slice_pieces_) {
-    calls.push_back(std::make_unique<Call>());
-    Call* c = calls.back().get();
+  for (size_t i = 0; i < slice_pieces_.size(); ++i) {
+    const Piece& piece = slice_pieces_[i];
+    Call* c = calls[i].get();
     if (push) {
       c->push_request.set_job_id(options_.job_id);
       c->push_request.set_step(step);
+      c->push_request.set_generation(generation_.number());
       c->push_request.set_flat_begin(piece.begin);
       c->push_request.set_num_params(piece.n);
       c->push_request.set_dtype(DTypeToProto(options_.dtype));
@@ -331,25 +440,26 @@ absl::Status ClientImpl::PushPull(int64_t step, float coef, bool push) {
   }
   mu.Await(absl::Condition(
       +[](int* n) { return *n == 0; }, &pending));
+  absl::MutexLock inflight_lock(&inflight_mu_);
+  inflight_.clear();
   return first_error;
 }
 
-absl::StatusOr<StepResult> ClientImpl::Step() {
-  if (micro_batches_ == 0) {
-    return absl::FailedPreconditionError("Step() with no accumulated gradients");
-  }
+absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   const DType dtype = options_.dtype;
   StepResult result;
+  result.generation = generation_.number();
+  result.world_size = static_cast<int>(world_size_);
   absl::Time started = absl::Now();
   RETURN_IF_ERROR(collective_->ReduceScatterSum(dtype, grads_.data(), padded_num_params_));
-  FlatRange slice = layout_.WorkerSlice(rank_, options_.world_size);
+  FlatRange slice = layout_.WorkerSlice(rank_, world_size_);
   GradStats stats = ComputeGradStats(dtype, grads_.data() + slice.begin * esize_, slice.size());
   double global[2] = {stats.sum_squares, stats.all_finite ? 0.0 : 1.0};
   RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(global)));
   result.collective_seconds = absl::ToDoubleSeconds(absl::Now() - started);
 
   result.loss_scale = scaler_.scale();
-  double divisor = static_cast<double>(scaler_.scale()) * options_.world_size * micro_batches_;
+  divisor *= scaler_.scale();
   micro_batches_ = 0;
   if (global[1] > 0) {  // some worker saw Inf or NaN: skip, lower the scale
     std::fill(grads_.begin(), grads_.end(), 0);
@@ -373,7 +483,82 @@ absl::StatusOr<StepResult> ClientImpl::Step() {
   result.collective_seconds += absl::ToDoubleSeconds(absl::Now() - started);
   scaler_.Update(/*overflow=*/false);
   result.step = ++step_;
+  membership_->Running(generation_, step_);
   return result;
+}
+
+absl::StatusOr<StepResult> ClientImpl::Step() {
+  if (micro_batches_ == 0) {
+    return absl::FailedPreconditionError("Step() with no accumulated gradients");
+  }
+  RETURN_IF_ERROR(FollowGeneration());
+  absl::StatusOr<StepResult> result = RunStep(static_cast<double>(world_size_) * micro_batches_);
+  if (!result.ok()) {
+    broken_ = IsRetryable(result.status());
+    std::fill(grads_.begin(), grads_.end(), 0);
+    micro_batches_ = 0;
+  }
+  return result;
+}
+
+absl::StatusOr<StepResult> ClientImpl::Step(const GradientFn& compute) {
+  const uint64_t batch = options_.samples_per_step;
+  if (batch == 0) {
+    return absl::FailedPreconditionError("Step(GradientFn) needs samples_per_step > 0");
+  }
+  const int64_t target = step_ + 1;
+  const uint64_t first = static_cast<uint64_t>(target - 1) * batch;
+  RETURN_IF_ERROR(FollowGeneration());
+  for (int attempt = 1;; ++attempt) {
+    if (step_ >= target) {  // the others completed it while this worker re-formed
+      StepResult done;
+      done.step = step_;
+      done.generation = generation_.number();
+      done.world_size = static_cast<int>(world_size_);
+      done.loss_scale = scaler_.scale();
+      done.attempts = attempt;
+      done.sample_begin = static_cast<uint64_t>(step_ - 1) * batch;
+      done.sample_end = done.sample_begin + batch;
+      return done;
+    }
+    const uint64_t begin = first + batch * rank_ / world_size_;
+    const uint64_t end = first + batch * (rank_ + 1) / world_size_;
+    const uint64_t micro = options_.micro_batch_samples > 0 ? options_.micro_batch_samples
+                                                            : std::max<uint64_t>(end - begin, 1);
+    std::fill(grads_.begin(), grads_.end(), 0);
+    micro_batches_ = 0;
+    for (uint64_t b = begin; b < end; b += micro) {
+      RETURN_IF_ERROR(compute(MicroBatch{target, b, std::min(end, b + micro)}, *this));
+    }
+    absl::StatusOr<StepResult> result = RunStep(static_cast<double>(batch));
+    if (result.ok() && !result->skipped) {
+      result->attempts = attempt;
+      result->sample_begin = first;
+      result->sample_end = first + batch;
+      return result;
+    }
+    if (attempt >= kMaxStepAttempts) {
+      return result.ok()
+                 ? absl::FailedPreconditionError(absl::StrCat(
+                       "step ", target, " overflowed ", attempt, " times; the loss scale is ",
+                       scaler_.scale(), " (are the gradients finite?)"))
+                 : result.status();
+    }
+    if (result.ok()) continue;  // overflow: the same samples at a lower scale
+    if (!IsRetryable(result.status())) return result.status();
+    RETURN_IF_ERROR(Recover(result.status()));
+  }
+}
+
+absl::Status ClientImpl::Leave() {
+  ASSIGN_OR_RETURN(v1::Generation without_me, membership_->Leave());
+  // The others are at (or coming to) their next step boundary: tell them in
+  // its generation check, so that they re-form without this worker.
+  double newer[1] = {1.0};
+  absl::Status told = collective_->AllReduceSum(absl::MakeSpan(newer));
+  collective_.reset();
+  membership_.reset();
+  return told;
 }
 
 absl::StatusOr<MasterState> ClientImpl::ReadMasterState() const {

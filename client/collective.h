@@ -9,6 +9,7 @@
 #define STRATA_CLIENT_COLLECTIVE_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -41,9 +42,12 @@ struct CollectiveOptions {
   int size = 1;
   std::string hostname = "127.0.0.1";  // Gloo: address this rank listens on
   absl::Duration timeout = absl::Seconds(60);
+  // Polled while waiting for peers at rendezvous: true gives up (ABORTED),
+  // e.g. because a newer generation formed. Empty: never.
+  std::function<bool()> abandon;
 };
 
-// UNAVAILABLE when the group cannot be formed within the timeout.
+// UNAVAILABLE when the group cannot be formed within the timeout or is abandoned.
 absl::StatusOr<std::unique_ptr<Collective>> CreateGlooCollective(const CollectiveOptions& options);
 // FAILED_PRECONDITION where strata was built without CUDA or no GPU is present.
 absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(const CollectiveOptions& options);

@@ -22,9 +22,11 @@ void ThrowIfError(const absl::Status& s) {
 
 }  // namespace
 
-CoordinatorStore::CoordinatorStore(const std::string& coordinator_address, std::string prefix)
+CoordinatorStore::CoordinatorStore(const std::string& coordinator_address, std::string prefix,
+                                   std::function<bool()> abandon)
     : stub_(v1::Coordinator::NewStub(MakeChannel(coordinator_address))),
-      prefix_(std::move(prefix)) {}
+      prefix_(std::move(prefix)),
+      abandon_(std::move(abandon)) {}
 
 absl::Status CoordinatorStore::Set(const std::string& key, const std::string& value) {
   v1::KvSetRequest request;
@@ -52,6 +54,10 @@ absl::Status CoordinatorStore::Wait(const std::vector<std::string>& keys,
       absl::StatusOr<std::string> value = Get(key);
       if (value.ok()) break;
       if (!absl::IsNotFound(value.status())) return value.status();
+      if (abandon_ && abandon_()) {
+        return absl::AbortedError(
+            absl::StrCat("rendezvous at '", prefix_, "' abandoned while waiting for '", key, "'"));
+      }
       if (absl::Now() > deadline) {
         return absl::DeadlineExceededError(
             absl::StrCat("rendezvous key '", prefix_, key, "' did not appear in time"));

@@ -7,6 +7,7 @@
 
 #include <gloo/rendezvous/store.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,7 +19,10 @@ namespace strata {
 
 class CoordinatorStore : public gloo::rendezvous::Store {
  public:
-  CoordinatorStore(const std::string& coordinator_address, std::string prefix);
+  // `abandon` (may be empty) is polled while waiting: true ends the wait
+  // with ABORTED.
+  CoordinatorStore(const std::string& coordinator_address, std::string prefix,
+                   std::function<bool()> abandon = {});
 
   void set(const std::string& key, const std::vector<char>& data) override;
   // Waits (default timeout) for the key, then returns its value.
@@ -31,12 +35,14 @@ class CoordinatorStore : public gloo::rendezvous::Store {
   absl::Status Set(const std::string& key, const std::string& value);
   // NOT_FOUND when absent.
   absl::StatusOr<std::string> Get(const std::string& key);
-  // DEADLINE_EXCEEDED naming the first missing key after `timeout`.
+  // DEADLINE_EXCEEDED naming the first missing key after `timeout`; ABORTED
+  // when abandoned.
   absl::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
 
  private:
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   const std::string prefix_;
+  const std::function<bool()> abandon_;
 };
 
 }  // namespace strata

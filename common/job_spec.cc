@@ -12,7 +12,9 @@ namespace {
 constexpr uint32_t kMaxWorldSize = 4096;
 constexpr uint64_t kMaxChunkNumParams = uint64_t{64} << 20;
 
-bool ValidJobId(const std::string& id) {
+}  // namespace
+
+bool IsValidId(const std::string& id) {
   if (id.empty() || id.size() > 128) return false;
   for (char c : id) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
@@ -21,8 +23,6 @@ bool ValidJobId(const std::string& id) {
   }
   return true;
 }
-
-}  // namespace
 
 absl::StatusOr<DType> DTypeFromProto(v1::DType dtype) {
   switch (dtype) {
@@ -75,7 +75,7 @@ std::vector<TensorSpec> TensorsFromProto(const v1::JobSpec& spec) {
 }
 
 absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec) {
-  if (!ValidJobId(spec.job_id())) {
+  if (!IsValidId(spec.job_id())) {
     return absl::InvalidArgumentError(
         absl::StrCat("job id '", spec.job_id(), "' must be 1 to 128 of [A-Za-z0-9._-]"));
   }

@@ -10,6 +10,9 @@
 
 namespace strata {
 
+// Whether `id` (a job or worker id) has 1 to 128 of [A-Za-z0-9._-].
+bool IsValidId(const std::string& id);
+
 // The layout of a valid spec; INVALID_ARGUMENT naming the first problem:
 // job id, tensors, world size, chunk size, optimizer values or dtype.
 absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec);

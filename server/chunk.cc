@@ -10,8 +10,12 @@
 
 namespace strata {
 
+uint64_t Chunk::CopyBytes(uint64_t num_params, DType dtype) {
+  return 2 * num_params * DTypeSize(dtype);
+}
+
 uint64_t Chunk::NumBytes(uint64_t num_params, DType dtype) {
-  return num_params * (3 * sizeof(float) + DTypeSize(dtype));
+  return num_params * 3 * sizeof(float) + CopyBytes(num_params, dtype);
 }
 
 Chunk::Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype, AdamConfig adam,
@@ -24,7 +28,7 @@ Chunk::Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype
       adam_(adam),
       host_(host),
       copy_extent_(copy_extent),
-      copy_(host->Map(copy_extent)),
+      copies_(host->Map(copy_extent)),
       metadata_(metadata),
       state_(std::move(state)),
       applied_step_(applied_step) {}
@@ -56,17 +60,17 @@ absl::Status Chunk::WriteRecord() {
 absl::Status Chunk::RebuildCopy() {
   absl::MutexLock state_lock(&state_mu_);
   ASSIGN_OR_RETURN(StateView view, state_->Load());
-  CastFromFloat(view.p, dtype_, copy(), range_.size());
+  CastFromFloat(view.p, dtype_, copy(applied_step()), range_.size());
   state_->Release(view);
   return absl::OkStatus();
 }
 
 Chunk::~Chunk() { host_->Free(copy_extent_); }
 
-absl::string_view Chunk::CopyBytes(uint64_t begin, uint64_t n) const {
+absl::string_view Chunk::CopyView(int64_t step, uint64_t begin, uint64_t n) const {
   size_t esize = DTypeSize(dtype_);
-  return absl::string_view(reinterpret_cast<const char*>(copy()) + (begin - range_.begin) * esize,
-                           n * esize);
+  return absl::string_view(
+      reinterpret_cast<const char*>(copy(step)) + (begin - range_.begin) * esize, n * esize);
 }
 
 int64_t Chunk::applied_step() const {
@@ -74,19 +78,37 @@ int64_t Chunk::applied_step() const {
   return applied_step_;
 }
 
-absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t begin, uint64_t n, absl::string_view grads,
-                                  float coef, PushDone done) {
+uint64_t Chunk::staged_params() const {
+  absl::MutexLock lock(&mu_);
+  return staged_params_;
+}
+
+absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t generation, uint64_t begin, uint64_t n,
+                                  absl::string_view grads, float coef, PushDone done) {
+  std::map<uint64_t, StagedPush> superseded;
+  bool staged = false;
+  bool complete = false;
   {
     absl::MutexLock lock(&mu_);
-    bool retry = step == applied_step_ || (applying_ && step == applied_step_ + 1);
-    if (!retry && step != applied_step_ + 1) {
+    bool applied = step == applied_step_ || (applying_ && step == applied_step_ + 1);
+    if (!applied && step != applied_step_ + 1) {
       return absl::AbortedError(absl::StrCat(
           "chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
           "; a push for step ", step, " is ", step < applied_step_ ? "old" : "future"));
     }
+    if (!applied && !staged_.empty() && generation != staged_generation_) {
+      if (generation < staged_generation_) {
+        return absl::AbortedError(absl::StrCat(
+            "push of generation ", generation, " for step ", step, " to chunk ", chunk_id_,
+            " of job ", job_id_, ": generation ", staged_generation_, " is pushing that step"));
+      }
+      superseded.swap(staged_);
+      staged_params_ = 0;
+    }
     uint64_t end = begin + n;
     auto next = staged_.lower_bound(begin);
-    if (!retry && !(next != staged_.end() && next->first == begin && next->second.end == end)) {
+    bool already_staged = next != staged_.end() && next->first == begin && next->second.end == end;
+    if (!applied && !already_staged) {
       bool overlaps_next = next != staged_.end() && next->first < end;
       bool overlaps_prev = next != staged_.begin() && std::prev(next)->second.end > begin;
       if (overlaps_next || overlaps_prev) {
@@ -102,14 +124,19 @@ absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t begin, uint64_t n, absl
       staged_.emplace(begin, StagedPush{end, grads, std::move(done)});
       staged_params_ += n;
       staged_coef_ = coef;
-      if (staged_params_ < range_.size()) return false;
-      applying_ = true;
-      return true;
+      staged_generation_ = generation;
+      staged = true;
+      complete = staged_params_ == range_.size();
+      applying_ = complete;
     }
   }
+  absl::Status replaced = absl::AbortedError(
+      absl::StrCat("the push to chunk ", chunk_id_, " of job ", job_id_, " for step ", step,
+                   " was replaced by generation ", generation, "'s"));
+  for (auto& [b, push] : superseded) std::move(push.done)(replaced);
   // A retry: the step is applied, or this range is staged already.
-  std::move(done)(absl::OkStatus());
-  return false;
+  if (!staged) std::move(done)(absl::OkStatus());
+  return complete;
 }
 
 void Chunk::Apply() {
@@ -134,7 +161,9 @@ void Chunk::Apply() {
     // so this gives the bits of one pass over the chunk.
     const AdamConstants constants = MakeAdamConstants(adam_, step, coef);
     const size_t esize = DTypeSize(dtype_);
-    std::byte* copy_out = view->copy_scratch != nullptr ? view->copy_scratch : copy();
+    // The copy of `step` takes the place of step - 2's, which no pull can
+    // ask for while applying_.
+    std::byte* copy_out = copy(step);
     for (const auto& [begin, push] : pushes) {
       uint64_t offset = begin - range_.begin;
       AdamUpdate(constants, dtype_, push.grads.data(), view->p + offset, view->m + offset,
@@ -146,9 +175,6 @@ void Chunk::Apply() {
       committed = WriteRecordLocked(step);
       if (!committed.ok()) state_->Rollback();
     }
-    if (committed.ok() && copy_out != copy()) {
-      std::memcpy(copy(), copy_out, range_.size() * esize);
-    }
     state_->Release(*view);
     if (!committed.ok()) {
       FailApply(std::move(pushes), committed);
@@ -158,6 +184,7 @@ void Chunk::Apply() {
     absl::MutexLock lock(&mu_);
     applied_step_ = step;
     applying_ = false;
+    previous_copy_valid_ = true;
     staged_params_ = 0;
     for (auto it = waiters_.begin(); it != waiters_.end();) {
       if (it->step == step) {
@@ -171,13 +198,14 @@ void Chunk::Apply() {
   for (auto& [begin, push] : pushes) std::move(push.done)(absl::OkStatus());
   // The copy stays unchanged until every worker has pulled this step (the
   // next step needs all of them), so it is read without the lock.
-  for (Waiter& w : ready) std::move(w.done)(absl::OkStatus(), step, CopyBytes(w.begin, w.n));
+  for (Waiter& w : ready) std::move(w.done)(absl::OkStatus(), step, CopyView(step, w.begin, w.n));
 }
 
 void Chunk::FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     applying_ = false;
+    previous_copy_valid_ = false;  // its buffer was being overwritten
     staged_params_ = 0;
   }
   absl::Status error(status.code(), absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
@@ -187,8 +215,9 @@ void Chunk::FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status&
 
 void Chunk::Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done) {
   absl::MutexLock lock(&mu_);
-  if (step == applied_step_ && !applying_) {
-    std::move(done)(absl::OkStatus(), step, CopyBytes(begin, n));
+  // While applying, the next step's copy takes the buffer of the step before.
+  if (step == applied_step_ || (step == applied_step_ - 1 && previous_copy_valid_ && !applying_)) {
+    std::move(done)(absl::OkStatus(), step, CopyView(step, begin, n));
     return;
   }
   if (step == applied_step_ + 1) {
@@ -197,7 +226,8 @@ void Chunk::Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done) {
   }
   std::move(done)(absl::AbortedError(absl::StrCat(
                       "chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
-                      applying_ ? " and applying the next" : "", "; cannot pull step ", step)),
+                      applying_ ? " and applying the next" : "", "; cannot pull step ", step,
+                      step == applied_step_ - 1 ? " (its copy is not kept)" : "")),
                   applied_step_, {});
 }
 
@@ -221,7 +251,7 @@ absl::Status Chunk::WriteParams(uint64_t begin, const float* params, uint64_t n)
   }
   state_->Release(view);
   RETURN_IF_ERROR(committed);
-  CastFromFloat(params, dtype_, copy() + offset * DTypeSize(dtype_), n);
+  CastFromFloat(params, dtype_, copy(0) + offset * DTypeSize(dtype_), n);
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
 // Chunk: one chunk of a job on a shard server: its FP32 p, m, v (in a
-// ChunkState: host memory or NVMe), the low-precision copy of p that workers
-// pull (always in host memory), and its step state machine.
+// ChunkState: host memory or NVMe), two low-precision copies of p that
+// workers pull (of the applied step and of the one before; always in host
+// memory), and its step state machine.
 //
 // A chunk at applied step t accepts pushes for step t+1. Pushed gradients
 // are not copied: the chunk keeps a view of each push's bytes, and the push
@@ -8,7 +9,12 @@
 // whole chunk it is ready: the step executor calls Apply(), which updates it
 // exactly once, straight from the pushed bytes, then completes the pushes and
 // answers every pull waiting for t+1. A push or pull for step t again returns
-// the stored result; other steps are ABORTED.
+// the stored result; other steps are ABORTED. Pushes carry the workers'
+// generation: a newer generation's push replaces the staged pushes of an
+// older one (those workers re-formed and recompute the step), an older
+// generation's push is ABORTED. The copy of step t-1 stays pullable until
+// step t+1 is applied, so a new generation can recompute step t from the
+// parameters every chunk had before it.
 //
 // Thread-safety: all methods are thread-safe. Apply() runs on one executor
 // thread at a time per chunk (Stage() returns true to exactly one caller per
@@ -45,12 +51,14 @@ class Chunk {
   // the error that ended it (shutdown, job dropped).
   using PushDone = absl::AnyInvocable<void(absl::Status) &&>;
 
-  // Bytes a chunk of `num_params` takes in host memory: p, m, v and the copy.
+  // Bytes a chunk of `num_params` takes: p, m, v and the two copies.
   static uint64_t NumBytes(uint64_t num_params, DType dtype);
+  // Bytes of the host extent that holds the two copies.
+  static uint64_t CopyBytes(uint64_t num_params, DType dtype);
 
-  // `copy_extent` holds range.size() * DTypeSize(dtype) bytes of the host
-  // tier `host` (zeros, or the copy of the state's p); the chunk frees it and
-  // owns `state`. A durable state's record goes to `metadata` (nullable)
+  // `copy_extent` holds CopyBytes(range.size(), dtype) bytes of the host tier
+  // `host` (zeros, or the copy of the state's p at `applied_step`); the chunk
+  // frees it and owns `state`. A durable state's record goes to `metadata` (nullable)
   // after every change, before the change is acknowledged.
   Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype, AdamConfig adam,
         std::unique_ptr<ChunkState> state, Tier* host, Extent copy_extent,
@@ -61,7 +69,8 @@ class Chunk {
   static std::string RecordPrefix(const std::string& job_id);
   // Writes the record of a durable state (synced); OK for other states.
   absl::Status WriteRecord() ABSL_LOCKS_EXCLUDED(state_mu_);
-  // Sets the copy from the state's p (after a restart).
+  // Sets the copy of the applied step from the state's p (after a restart;
+  // the copy of the step before is then not available).
   absl::Status RebuildCopy() ABSL_LOCKS_EXCLUDED(state_mu_);
   ~Chunk();
   Chunk(const Chunk&) = delete;
@@ -75,22 +84,28 @@ class Chunk {
   // Tier bytes held: the state's and the copy's.
   uint64_t num_bytes() const { return state_->num_bytes() + copy_extent_.num_bytes; }
   int64_t applied_step() const;
+  // Parameters pushed so far for the next step.
+  uint64_t staged_params() const;
 
-  // Stages the gradients of flat range [begin, begin + n) for `step`, without
-  // copying: `grads` must stay valid until `done` is called. Returns true when
-  // this push completed the chunk's range (the caller then has the chunk
-  // applied), false otherwise. On OK the chunk calls `done` exactly once: at
-  // once for a retry (the step is applied, or the range is already staged),
-  // else when the step is applied or fails. ABORTED for old or future steps;
-  // INVALID_ARGUMENT for a range that overlaps another push of the step or a
-  // coef that differs from theirs; on error `done` is not called.
-  absl::StatusOr<bool> Stage(int64_t step, uint64_t begin, uint64_t n, absl::string_view grads,
-                             float coef, PushDone done);
+  // Stages the gradients of flat range [begin, begin + n) for `step`, pushed
+  // by workers of `generation`, without copying: `grads` must stay valid
+  // until `done` is called. Returns true when this push completed the chunk's
+  // range (the caller then has the chunk applied), false otherwise. On OK the
+  // chunk calls `done` exactly once: at once for a retry (the step is
+  // applied, or the range is already staged), else when the step is applied
+  // or fails, or with ABORTED when a newer generation's push replaces it.
+  // ABORTED for old or future steps and older generations; INVALID_ARGUMENT
+  // for a range that overlaps another push of the step or a coef that
+  // differs from theirs; on error `done` is not called.
+  absl::StatusOr<bool> Stage(int64_t step, uint64_t generation, uint64_t begin, uint64_t n,
+                             absl::string_view grads, float coef, PushDone done);
   // Applies the staged step. Called once per step, after Stage() returned
   // true. If the state cannot be loaded or committed, the step is not
   // applied: the staged pushes get the error and may be pushed again.
   void Apply();
-  // Answers with the copy of [begin, begin + n) at `step`, now or once applied.
+  // Answers with the copy of [begin, begin + n) at `step`: now for the
+  // applied step (and the one before, while its copy is kept), once applied
+  // for the next; ABORTED otherwise.
   void Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done);
   // Sets FP32 master weights of [begin, begin + n) before the first step;
   // FAILED_PRECONDITION once a step was pushed or applied; the tier's error
@@ -115,8 +130,11 @@ class Chunk {
     uint64_t n;
     PullDone done;
   };
-  std::byte* copy() const { return copy_; }
-  absl::string_view CopyBytes(uint64_t begin, uint64_t n) const;
+  // The copy of `step`: the two copies alternate.
+  std::byte* copy(int64_t step) const {
+    return copies_ + (step & 1) * range_.size() * DTypeSize(dtype_);
+  }
+  absl::string_view CopyView(int64_t step, uint64_t begin, uint64_t n) const;
   absl::Status WriteRecordLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // Ends a failed Apply(): the step stays unapplied and `pushes` get `status`.
   void FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status);
@@ -128,7 +146,7 @@ class Chunk {
   const AdamConfig adam_;
   Tier* const host_;
   const Extent copy_extent_;
-  std::byte* const copy_;
+  std::byte* const copies_;
   MetadataStore* const metadata_;
 
   absl::Mutex state_mu_;
@@ -137,8 +155,11 @@ class Chunk {
   mutable absl::Mutex mu_;
   int64_t applied_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool applying_ ABSL_GUARDED_BY(mu_) = false;
-  // Pushes staged for step applied_step_ + 1, by begin.
+  // Whether copy(applied_step_ - 1) holds that step's parameters.
+  bool previous_copy_valid_ ABSL_GUARDED_BY(mu_) = false;
+  // Pushes staged for step applied_step_ + 1 by workers of staged_generation_, by begin.
   std::map<uint64_t, StagedPush> staged_ ABSL_GUARDED_BY(mu_);
+  uint64_t staged_generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t staged_params_ ABSL_GUARDED_BY(mu_) = 0;
   float staged_coef_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);

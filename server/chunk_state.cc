@@ -62,11 +62,11 @@ HostChunkState::~HostChunkState() { host_->Free(extent_); }
 
 absl::StatusOr<StateView> HostChunkState::Load() {
   auto* p = reinterpret_cast<float*>(host_->Map(extent_));
-  return StateView{p, p + num_params_, p + 2 * num_params_, nullptr, nullptr};
+  return StateView{p, p + num_params_, p + 2 * num_params_, nullptr};
 }
 
-uint64_t NvmeChunkState::StagingBytes(uint64_t num_params, size_t copy_bytes_per_param) {
-  return RoundUpToBlock(StateBytes(num_params)) + num_params * copy_bytes_per_param;
+uint64_t NvmeChunkState::StagingBytes(uint64_t num_params) {
+  return RoundUpToBlock(StateBytes(num_params));
 }
 
 NvmeChunkState::NvmeChunkState(Tier* nvme, std::shared_ptr<StagingPool> staging,
@@ -138,7 +138,7 @@ NvmeChunkState::~NvmeChunkState() {
 
 StateView NvmeChunkState::ViewOf(std::byte* buffer) const {
   auto* p = reinterpret_cast<float*>(buffer);
-  return StateView{p, p + num_params_, p + 2 * num_params_, buffer + slot_bytes_, buffer};
+  return StateView{p, p + num_params_, p + 2 * num_params_, buffer};
 }
 
 absl::StatusOr<StateView> NvmeChunkState::Load() {

@@ -30,9 +30,6 @@ struct StateView {
   float* p = nullptr;
   float* m = nullptr;
   float* v = nullptr;
-  // Where the update writes the low-precision copy before Commit() succeeds;
-  // nullptr: straight into the chunk's copy (the state cannot fail to commit).
-  std::byte* copy_scratch = nullptr;
   std::byte* buffer = nullptr;  // the staging buffer, if any
 };
 
@@ -96,9 +93,8 @@ class HostChunkState : public ChunkState {
 
 class NvmeChunkState : public ChunkState {
  public:
-  // Staging bytes one chunk of `num_params` needs: its state rounded to 4 KiB
-  // blocks, then room for a copy of `copy_bytes_per_param`.
-  static uint64_t StagingBytes(uint64_t num_params, size_t copy_bytes_per_param);
+  // Staging bytes one chunk of `num_params` needs: its state rounded to 4 KiB blocks.
+  static uint64_t StagingBytes(uint64_t num_params);
   // Two slots in `nvme`, slot 0 written with zeros. RESOURCE_EXHAUSTED when
   // they do not fit; the tier's error when the first write fails.
   static absl::StatusOr<std::unique_ptr<ChunkState>> Create(Tier* nvme,

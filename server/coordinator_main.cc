@@ -12,6 +12,8 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:7700", "host:port to serve on; port 0 picks a free port");
 ABSL_FLAG(std::string, data_dir, "/var/lib/strata/coordinator",
           "directory for the coordinator's RocksDB state");
+ABSL_FLAG(int64_t, worker_lease_ms, 3000,
+          "a worker without a heartbeat for this long leaves its job (its peers re-form)");
 ABSL_FLAG(std::string, ready_file, "",
           "when set, the bound host:port is written to this file once serving");
 
@@ -20,13 +22,15 @@ int main(int argc, char** argv) {
       argc, argv,
       "strata-coordinator: the coordinator of a strata cluster. Registers shard\n"
       "servers, creates jobs and assigns their chunks to servers, keeps each job's\n"
-      "workers and serves the rendezvous store the collectives use. State is kept in\n"
-      "RocksDB under --data_dir; stops cleanly on SIGINT/SIGTERM.\n\n"
-      "  strata-coordinator --listen=HOST:PORT --data_dir=DIR");
+      "workers (leases renewed by heartbeats) and their generations, and serves the\n"
+      "rendezvous store the collectives use. State is kept in RocksDB under\n"
+      "--data_dir; stops cleanly on SIGINT/SIGTERM.\n\n"
+      "  strata-coordinator --listen=HOST:PORT --data_dir=DIR [--worker_lease_ms=MS]");
   strata::BlockShutdownSignals();
   strata::CoordinatorOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.worker_lease = absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
   auto coordinator = strata::Coordinator::Start(options);
   if (!coordinator.ok()) {
     std::fprintf(stderr, "strata-coordinator: %s\n", coordinator.status().ToString().c_str());

@@ -19,15 +19,10 @@ namespace {
 
 constexpr char kServerPrefix[] = "server/";
 constexpr char kJobPrefix[] = "job/";
-constexpr char kMemberPrefix[] = "member/";
 constexpr char kKvPrefix[] = "kv/";
 constexpr absl::Duration kServerCallTimeout = absl::Seconds(30);
 constexpr size_t kMaxKvKeyBytes = 1024;
 constexpr size_t kMaxKvValueBytes = 1 << 20;
-
-std::string MemberKey(const std::string& job_id, uint32_t rank) {
-  return absl::StrFormat("%s%s/%08d", kMemberPrefix, job_id, rank);
-}
 
 template <typename Message>
 absl::Status ParseInto(const std::string& key, const std::string& bytes, Message* message) {
@@ -57,11 +52,16 @@ std::vector<std::string> ServersOf(const v1::JobInfo& job) {
 
 }  // namespace
 
-CoordinatorService::CoordinatorService(MetadataStore* metadata) : metadata_(metadata) {}
+CoordinatorService::CoordinatorService(MetadataStore* metadata,
+                                       std::unique_ptr<Membership> membership)
+    : metadata_(metadata), membership_(std::move(membership)) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
-    MetadataStore* metadata) {
-  std::unique_ptr<CoordinatorService> service(new CoordinatorService(metadata));
+    MetadataStore* metadata, absl::Duration worker_lease) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Membership> membership,
+                   Membership::Create(metadata, worker_lease));
+  std::unique_ptr<CoordinatorService> service(
+      new CoordinatorService(metadata, std::move(membership)));
   RETURN_IF_ERROR(service->Load());
   return service;
 }
@@ -79,13 +79,6 @@ absl::Status CoordinatorService::Load() {
     v1::JobInfo job;
     RETURN_IF_ERROR(ParseInto(key, value, &job));
     jobs_[job.spec().job_id()] = job;
-  }
-  ASSIGN_OR_RETURN(auto members, metadata_->Scan(kMemberPrefix));
-  for (const auto& [key, value] : members) {
-    std::string job_id = key.substr(strlen(kMemberPrefix), key.rfind('/') - strlen(kMemberPrefix));
-    v1::Member member;
-    RETURN_IF_ERROR(ParseInto(key, value, &member));
-    members_[job_id].push_back(member);
   }
   LogEventCat("coordinator", "loaded ", servers_.size(), " server(s), ", jobs_.size(),
               " job(s) from metadata");
@@ -267,64 +260,134 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
   for (const auto& [id, job] : jobs_) {
     v1::JobSummary* summary = response->add_jobs();
     *summary->mutable_job() = job;
-    auto it = members_.find(id);
-    summary->set_num_members(it == members_.end() ? 0 : it->second.size());
+    membership_->Summarize(id, summary);
   }
   return FinishUnary(ctx, absl::OkStatus());
-}
-
-absl::Status CoordinatorService::DoJoin(const v1::JoinJobRequest& request,
-                                        v1::JoinJobResponse* response) {
-  if (request.worker_id().empty()) return absl::InvalidArgumentError("worker id is empty");
-  ASSIGN_OR_RETURN(v1::JobInfo job, FindJob(request.job_id()));
-  absl::MutexLock lock(&mu_);
-  std::vector<v1::Member>& members = members_[request.job_id()];
-  response->set_world_size(job.spec().world_size());
-  for (const v1::Member& m : members) {
-    if (m.worker_id() == request.worker_id()) {
-      response->set_rank(m.rank());
-      return absl::OkStatus();
-    }
-  }
-  if (members.size() >= job.spec().world_size()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", request.job_id(), "' already has its ", members.size(), " workers"));
-  }
-  v1::Member member;
-  member.set_rank(members.size());
-  member.set_worker_id(request.worker_id());
-  member.set_joined_unix_ms(absl::ToUnixMillis(absl::Now()));
-  RETURN_IF_ERROR(
-      metadata_->Put(MemberKey(request.job_id(), member.rank()), member.SerializeAsString()));
-  members.push_back(member);
-  response->set_rank(member.rank());
-  LogEventCat("coordinator", "job ", request.job_id(), ": worker ", request.worker_id(),
-              " joined as rank ", member.rank(), " of ", job.spec().world_size());
-  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::JoinJob(grpc::CallbackServerContext* ctx,
                                                       const v1::JoinJobRequest* request,
                                                       v1::JoinJobResponse* response) {
-  return FinishUnary(ctx, DoJoin(*request, response));
+  absl::StatusOr<v1::JobInfo> job = FindJob(request->job_id());
+  if (!job.ok()) return FinishUnary(ctx, job.status());
+  absl::StatusOr<v1::JoinJobResponse> joined = membership_->Join(job->spec(), *request);
+  if (joined.ok()) *response = *std::move(joined);
+  return FinishUnary(ctx, joined.status());
 }
 
-absl::Status CoordinatorService::DoListMembers(const v1::ListMembersRequest& request,
-                                               v1::ListMembersResponse* response) {
-  ASSIGN_OR_RETURN(v1::JobInfo job, FindJob(request.job_id()));
-  absl::MutexLock lock(&mu_);
-  response->set_world_size(job.spec().world_size());
-  auto it = members_.find(request.job_id());
-  if (it != members_.end()) {
-    for (const v1::Member& m : it->second) *response->add_members() = m;
+grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                        const v1::HeartbeatRequest* request,
+                                                        v1::HeartbeatResponse* response) {
+  absl::StatusOr<uint64_t> generation = membership_->Heartbeat(*request);
+  if (generation.ok()) response->set_generation(*generation);
+  return FinishUnary(ctx, generation.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::LeaveJob(grpc::CallbackServerContext* ctx,
+                                                       const v1::LeaveJobRequest* request,
+                                                       v1::LeaveJobResponse* response) {
+  absl::StatusOr<v1::Generation> generation = membership_->Leave(*request);
+  if (generation.ok()) *response->mutable_generation() = *std::move(generation);
+  return FinishUnary(ctx, generation.status());
+}
+
+namespace {
+
+// Streams a job's generations to one watcher: the current one if newer than
+// what the client knows, then each new one. One write in flight; a newer
+// generation that arrives meanwhile replaces the pending one.
+class GenerationStream : public grpc::ServerWriteReactor<v1::Generation>,
+                         public Membership::Watcher {
+ public:
+  GenerationStream(Membership* membership, std::string job_id, uint64_t known)
+      : membership_(membership), job_id_(std::move(job_id)), sent_(known) {
+    OnGeneration(membership_->Subscribe(job_id_, this));
   }
-  return absl::OkStatus();
+
+  void OnGeneration(const v1::Generation& generation) override {
+    absl::MutexLock lock(&mu_);
+    if (generation.number() <= sent_ || closing_) return;
+    pending_ = generation;
+    has_pending_ = true;
+    if (!writing_) WriteNextLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok || closing_) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "generation stream closed"));
+    } else if (has_pending_) {
+      WriteNextLocked();
+    }
+  }
+
+  void OnStop() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is stopping"));
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status::OK);
+  }
+
+  void OnDone() override {
+    membership_->Unsubscribe(job_id_, this);
+    delete this;
+  }
+
+ private:
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    writing_ = true;
+    has_pending_ = false;
+    current_ = pending_;
+    sent_ = current_.number();
+    StartWrite(&current_);
+  }
+  // Finishes now, or once the write in flight is done.
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    closing_ = true;
+    if (writing_ || finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  Membership* const membership_;
+  const std::string job_id_;
+  absl::Mutex mu_;
+  uint64_t sent_ ABSL_GUARDED_BY(mu_);
+  v1::Generation pending_ ABSL_GUARDED_BY(mu_), current_ ABSL_GUARDED_BY(mu_);
+  bool has_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A stream refused before it started.
+template <typename Message>
+class FailedStream : public grpc::ServerWriteReactor<Message> {
+ public:
+  explicit FailedStream(const absl::Status& status) { this->Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::Generation>* CoordinatorService::WatchGeneration(
+    grpc::CallbackServerContext*, const v1::WatchGenerationRequest* request) {
+  if (absl::Status found = FindJob(request->job_id()).status(); !found.ok()) {
+    return new FailedStream<v1::Generation>(found);
+  }
+  return new GenerationStream(membership_.get(), request->job_id(), request->known_generation());
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListMembers(grpc::CallbackServerContext* ctx,
                                                           const v1::ListMembersRequest* request,
                                                           v1::ListMembersResponse* response) {
-  return FinishUnary(ctx, DoListMembers(*request, response));
+  absl::Status found = FindJob(request->job_id()).status();
+  if (found.ok()) membership_->ListMembers(request->job_id(), response);
+  return FinishUnary(ctx, found);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetPlacement(grpc::CallbackServerContext* ctx,

@@ -118,7 +118,8 @@ void ShardServer::Shutdown() {
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
   std::unique_ptr<Coordinator> coordinator(new Coordinator());
   ASSIGN_OR_RETURN(coordinator->metadata_, OpenMetadata(options.data_dir));
-  ASSIGN_OR_RETURN(coordinator->service_, CoordinatorService::Create(coordinator->metadata_.get()));
+  ASSIGN_OR_RETURN(coordinator->service_,
+                   CoordinatorService::Create(coordinator->metadata_.get(), options.worker_lease));
   ASSIGN_OR_RETURN(coordinator->server_, Serve(options.listen_address, coordinator->service_.get(),
                                                &coordinator->address_));
   LogEventCat("coordinator", "serving on ", coordinator->address_);
@@ -129,6 +130,7 @@ Coordinator::~Coordinator() { Shutdown(); }
 
 void Coordinator::Shutdown() {
   if (server_ == nullptr) return;
+  service_->BeginShutdown();  // ends the generation streams
   server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
   server_.reset();
   service_.reset();

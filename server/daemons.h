@@ -62,6 +62,8 @@ class ShardServer {
 struct CoordinatorOptions {
   std::string listen_address = "127.0.0.1:0";
   std::string data_dir;
+  // A worker without a heartbeat for this long leaves its job.
+  absl::Duration worker_lease = absl::Seconds(3);
 };
 
 class Coordinator {

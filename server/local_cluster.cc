@@ -19,6 +19,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   cluster->data_dir_ = pattern;
   CoordinatorOptions coordinator;
   coordinator.data_dir = absl::StrCat(pattern, "/coordinator");
+  coordinator.worker_lease = options.worker_lease;
   ASSIGN_OR_RETURN(cluster->coordinator_, Coordinator::Start(coordinator));
   for (int i = 0; i < options.num_servers; ++i) {
     ShardServerOptions server;

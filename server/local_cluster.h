@@ -21,6 +21,7 @@ struct LocalClusterOptions {
   bool pin_host_memory = false;
   // Per server; 0: no NVMe tier.
   uint64_t nvme_budget_bytes = 0;
+  absl::Duration worker_lease = absl::Seconds(3);
 };
 
 class LocalCluster {

@@ -56,9 +56,8 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
   ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request.spec().dtype()));
   ASSIGN_OR_RETURN(
       auto staging,
-      StagingPool::Create(
-          host_, NvmeChunkState::StagingBytes(request.spec().chunk_num_params(), DTypeSize(dtype)),
-          staging_buffers_));
+      StagingPool::Create(host_, NvmeChunkState::StagingBytes(request.spec().chunk_num_params()),
+                          staging_buffers_));
   std::shared_ptr<StagingPool> pool = std::move(staging);
   auto job = std::make_shared<Job>();
   job->record = request;
@@ -72,7 +71,8 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
     }
     ASSIGN_OR_RETURN(std::unique_ptr<ChunkState> state,
                      NvmeChunkState::Restore(nvme_, pool, record));
-    ASSIGN_OR_RETURN(Extent copy, host_->Allocate(record.chunk().num_params() * DTypeSize(dtype)));
+    ASSIGN_OR_RETURN(Extent copy,
+                     host_->Allocate(Chunk::CopyBytes(record.chunk().num_params(), dtype)));
     uint64_t begin = record.chunk().flat_begin();
     auto chunk = std::make_shared<Chunk>(
         job_id, record.chunk().chunk_id(), FlatRange{begin, begin + record.chunk().num_params()},
@@ -141,7 +141,7 @@ absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
   std::vector<Extent> copies;
   absl::Status status;
   for (const v1::ChunkSpec& c : request.chunks()) {
-    absl::StatusOr<Extent> copy = host_->Allocate(c.num_params() * DTypeSize(dtype));
+    absl::StatusOr<Extent> copy = host_->Allocate(Chunk::CopyBytes(c.num_params(), dtype));
     if (!copy.ok()) {
       status = copy.status();
       break;
@@ -201,8 +201,7 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   absl::Status placed = PlaceChunks(request, dtype, nullptr, job.get());
   if (!placed.ok() && nvme_ != nullptr) {
     absl::StatusOr<std::unique_ptr<StagingPool>> staging = StagingPool::Create(
-        host_, NvmeChunkState::StagingBytes(request.spec().chunk_num_params(), DTypeSize(dtype)),
-        staging_buffers_);
+        host_, NvmeChunkState::StagingBytes(request.spec().chunk_num_params()), staging_buffers_);
     placed = staging.ok() ? PlaceChunks(request, dtype, *std::move(staging), job.get())
                           : staging.status();
   }
@@ -313,12 +312,13 @@ grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
   // The chunk reads the gradients straight from the request, which stays
   // valid until the reactor finishes: when the step is applied.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  absl::StatusOr<bool> complete = (*chunk)->Stage(
-      request->step(), request->flat_begin(), request->num_params(), request->grads(),
-      request->coef(), [reactor, response, step = request->step()](absl::Status s) {
-        response->set_applied_step(step);
-        reactor->Finish(ToGrpcStatus(s));
-      });
+  absl::StatusOr<bool> complete =
+      (*chunk)->Stage(request->step(), request->generation(), request->flat_begin(),
+                      request->num_params(), request->grads(), request->coef(),
+                      [reactor, response, step = request->step()](absl::Status s) {
+                        response->set_applied_step(step);
+                        reactor->Finish(ToGrpcStatus(s));
+                      });
   if (!complete.ok()) {
     reactor->Finish(ToGrpcStatus(complete.status()));
   } else if (*complete) {
@@ -390,6 +390,7 @@ grpc::ServerUnaryReactor* ShardService::ListChunks(grpc::CallbackServerContext* 
       row->set_tier(TierKindName(chunk->tier()));
       row->set_num_bytes(chunk->num_bytes());
       row->set_applied_step(chunk->applied_step());
+      row->set_staged_params(chunk->staged_params());
     }
   }
   return FinishUnary(ctx, absl::OkStatus());

@@ -17,7 +17,7 @@ ClientOptions JobOptions(const std::string& coordinator) {
   ClientOptions o;
   o.coordinator_address = coordinator;
   o.job_id = "nvme-job";
-  o.tensors = {{"w1", {256, 300}}, {"b1", {300}}, {"w2", {300, 80}}};  // ~101 K params
+  o.tensors = {{"w1", {256, 400}}, {"b1", {400}}, {"w2", {400, 80}}};  // ~135 K params
   o.world_size = 2;
   o.chunk_num_params = kChunkParams;
   o.adam = AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, true};
@@ -61,14 +61,15 @@ TierRun RunWith(uint64_t host_budget_bytes, uint64_t nvme_budget_bytes) {
 
 TEST(NvmePlacementTest, StateTwiceTheHostBudgetTrainsBitwiseAsInHostMemory) {
   TierRun host_only = RunWith(uint64_t{64} << 20, 0);
-  // 101 K params: 1.2 MB of state against a 512 KiB host budget, which also
-  // holds every copy (2 bytes per parameter) and the staging buffers.
-  TierRun mixed = RunWith(uint64_t{512} << 10, uint64_t{16} << 20);
+  // 135 K params: 1.6 MB of state against a 768 KiB host budget, which also
+  // holds the two copies of every chunk (4 bytes per parameter) and the
+  // staging buffers.
+  TierRun mixed = RunWith(uint64_t{768} << 10, uint64_t{16} << 20);
   ASSERT_FALSE(::testing::Test::HasFailure());
-  EXPECT_EQ(host_only.chunks_per_tier["host"], 25);
+  EXPECT_EQ(host_only.chunks_per_tier["host"], 33);
   EXPECT_GT(mixed.chunks_per_tier["nvme"], 0);
   EXPECT_GT(mixed.chunks_per_tier["host"], 0);  // the fastest tier is filled first
-  EXPECT_GE(JobOptions("").initial_params.size() * 12, 2 * (uint64_t{512} << 10));
+  EXPECT_GE(JobOptions("").initial_params.size() * 12, 2 * (uint64_t{768} << 10));
   EXPECT_EQ(mixed.master.step, host_only.master.step);
   EXPECT_EQ(mixed.master.params, host_only.master.params);
   EXPECT_EQ(mixed.master.exp_avg, host_only.master.exp_avg);

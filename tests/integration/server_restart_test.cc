@@ -127,14 +127,15 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
   daemons.pids.push_back(coordinator);
   std::string coordinator_address = WaitReady(dir + "/coordinator.addr");
   ASSERT_FALSE(coordinator_address.empty());
-  // 4 MiB of host memory holds the copies (2 MiB) and the staging buffers
-  // (1.8 MiB), none of the 12 MiB of state: every chunk goes to NVMe.
+  // 6 MiB of host memory holds the two copies of every chunk (4 MiB) and
+  // the staging buffers (1.5 MiB), none of the 12 MiB of state: every chunk
+  // goes to NVMe.
   auto server_args = [&](const std::string& listen) {
     return std::vector<std::string>{bin + "/strata-server",
                                     "--listen=" + listen,
                                     "--coordinator=" + coordinator_address,
                                     "--data_dir=" + dir + "/server",
-                                    "--host_budget_mib=4",
+                                    "--host_budget_mib=6",
                                     "--pin_host_memory=false",
                                     "--nvme_dir=" + dir + "/nvme",
                                     "--nvme_budget_mib=32",

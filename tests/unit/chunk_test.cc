@@ -25,7 +25,7 @@ constexpr uint64_t kN = 100;
 class ChunkTest : public ::testing::Test {
  protected:
   ChunkTest() : tier_(1 << 20) {
-    auto copy = tier_.Allocate(kN * 2);
+    auto copy = tier_.Allocate(Chunk::CopyBytes(kN, DType::kFp16));
     chunk_ =
         std::make_unique<Chunk>("job", 1, FlatRange{kBegin, kBegin + kN}, DType::kFp16,
                                 AdamConfig{}, *HostChunkState::Create(&tier_, kN), &tier_, *copy);
@@ -40,10 +40,10 @@ class ChunkTest : public ::testing::Test {
 
   // Stages a push; its outcome lands in pushed_[index of the call].
   absl::StatusOr<bool> Stage(int64_t step, uint64_t begin, uint64_t n, absl::string_view grads,
-                             float coef) {
+                             float coef, uint64_t generation = 1) {
     size_t index = pushed_.size();
     pushed_.push_back(absl::UnknownError("not answered"));
-    return chunk_->Stage(step, begin, n, grads, coef,
+    return chunk_->Stage(step, generation, begin, n, grads, coef,
                          [this, index](absl::Status s) { pushed_[index] = s; });
   }
 
@@ -124,14 +124,59 @@ TEST_F(ChunkTest, AppliesOnceWhenTheWholeRangeIsPushed) {
             absl::StatusCode::kAborted);
   EXPECT_EQ(Stage(3, kBegin, kN, Grads(kN, 1.0f), 1.0f).status().code(),
             absl::StatusCode::kAborted);
-  EXPECT_EQ(PullNow(0).first.code(), absl::StatusCode::kAborted);
   EXPECT_EQ(PullNow(5).first.code(), absl::StatusCode::kAborted);
   // Parameters can no longer be overwritten.
   EXPECT_EQ(chunk_->WriteParams(kBegin, got_p.data(), kN).code(),
             absl::StatusCode::kFailedPrecondition);
   std::vector<float> after(kN), unused_m(kN), unused_v(kN);
-  chunk_->ReadState(kBegin, kN, after.data(), unused_m.data(), unused_v.data());
+  ASSERT_TRUE(chunk_->ReadState(kBegin, kN, after.data(), unused_m.data(), unused_v.data()).ok());
   EXPECT_EQ(after, p);
+}
+
+TEST_F(ChunkTest, ANewerGenerationReplacesTheStagedPushesOfAnOlderOne) {
+  std::vector<float> init(kN, 1.0f);
+  ASSERT_TRUE(chunk_->WriteParams(kBegin, init.data(), kN).ok());
+  const std::string step0 = PullNow(0).second;
+  // Generation 1 pushed part of step 1 with its cut of the range, then lost
+  // a worker; generation 2 pushes the whole range with another cut.
+  ASSERT_TRUE(Stage(1, kBegin, 30, Grads(30, 100.0f), 3.0f, /*generation=*/1).ok());
+  EXPECT_EQ(chunk_->staged_params(), 30u);
+  ASSERT_FALSE(*Stage(1, kBegin, 50, Grads(50, 0.5f), 1.0f, /*generation=*/2));
+  EXPECT_EQ(pushed_[0].code(), absl::StatusCode::kAborted);  // replaced, not applied
+  EXPECT_EQ(chunk_->staged_params(), 50u);
+  // A late push of generation 1 is refused and changes nothing.
+  EXPECT_EQ(Stage(1, kBegin + 50, 50, Grads(50, 100.0f), 3.0f, 1).status().code(),
+            absl::StatusCode::kAborted);
+  ASSERT_TRUE(*Stage(1, kBegin + 50, 50, Grads(50, 0.5f), 1.0f, 2));
+  chunk_->Apply();
+  EXPECT_TRUE(pushed_[1].ok());
+  EXPECT_TRUE(pushed_[3].ok());
+
+  std::vector<float> p(kN, 1.0f), m(kN, 0.0f), v(kN, 0.0f), g(kN, 0.5f);
+  std::vector<uint16_t> copy(kN);
+  AdamUpdate(MakeAdamConstants(AdamConfig{}, 1, 1.0f), DType::kFp32, g.data(), p.data(), m.data(),
+             v.data(), DType::kFp16, copy.data(), kN);
+  std::vector<float> got_p(kN), got_m(kN), got_v(kN);
+  ASSERT_EQ(*chunk_->ReadState(kBegin, kN, got_p.data(), got_m.data(), got_v.data()), 1);
+  EXPECT_EQ(got_p, p);
+  EXPECT_EQ(got_m, m);
+  // Once applied, any generation's push of step 1 is a retry.
+  EXPECT_FALSE(*Stage(1, kBegin, kN, Grads(kN, 7.0f), 1.0f, 3));
+  EXPECT_TRUE(pushed_.back().ok());
+
+  // The copy of the step before stays pullable until the step after is
+  // applied, so that a new generation can recompute a step some chunks took.
+  auto [status0, bytes0] = PullNow(0);
+  ASSERT_TRUE(status0.ok()) << status0;
+  EXPECT_EQ(bytes0, step0);
+  EXPECT_EQ(PullNow(1).second, std::string(reinterpret_cast<const char*>(copy.data()), kN * 2));
+  ASSERT_TRUE(*Stage(2, kBegin, kN, Grads(kN, 0.5f), 1.0f, 3));
+  // While step 2 is applied, step 1 is still served, step 0 no longer.
+  EXPECT_TRUE(PullNow(1).first.ok());
+  EXPECT_EQ(PullNow(0).first.code(), absl::StatusCode::kAborted);
+  chunk_->Apply();
+  EXPECT_EQ(PullNow(1).second, std::string(reinterpret_cast<const char*>(copy.data()), kN * 2));
+  EXPECT_EQ(PullNow(0).first.code(), absl::StatusCode::kAborted);
 }
 
 TEST_F(ChunkTest, FailWaitersEndsPullsAndStagedPushes) {
@@ -164,13 +209,13 @@ class NvmeChunkTest : public ::testing::Test {
     ASSERT_TRUE(nvme.ok()) << nvme.status();
     nvme_ = *std::move(nvme);
     faulty_ = std::make_unique<testing::FaultyTier>(nvme_.get());
-    auto staging =
-        StagingPool::Create(&host_, NvmeChunkState::StagingBytes(kNvmeN, 2), /*count=*/2);
+    auto staging = StagingPool::Create(&host_, NvmeChunkState::StagingBytes(kNvmeN), /*count=*/2);
     ASSERT_TRUE(staging.ok());
     auto state = NvmeChunkState::Create(faulty_.get(), *std::move(staging), kNvmeN);
     ASSERT_TRUE(state.ok()) << state.status();
     chunk_ = std::make_unique<Chunk>("job", 2, FlatRange{0, kNvmeN}, DType::kFp16, AdamConfig{},
-                                     *std::move(state), &host_, *host_.Allocate(kNvmeN * 2));
+                                     *std::move(state), &host_,
+                                     *host_.Allocate(Chunk::CopyBytes(kNvmeN, DType::kFp16)));
     grads_ = std::string(kNvmeN * 2, '\0');
     std::vector<uint16_t> g(kNvmeN, FloatToHalf(0.25f));
     std::memcpy(grads_.data(), g.data(), kNvmeN * 2);
@@ -185,7 +230,7 @@ class NvmeChunkTest : public ::testing::Test {
   absl::Status PushAndApply(int64_t step) {
     absl::Status pushed = absl::UnknownError("not answered");
     auto complete =
-        chunk_->Stage(step, 0, kNvmeN, grads_, 1.0f, [&](absl::Status s) { pushed = s; });
+        chunk_->Stage(step, 1, 0, kNvmeN, grads_, 1.0f, [&](absl::Status s) { pushed = s; });
     if (!complete.ok()) return complete.status();
     if (*complete) chunk_->Apply();
     return pushed;

@@ -34,13 +34,13 @@ class ServerStepRig {
     std::shared_ptr<StagingPool> staging;
     if (nvme != nullptr) {
       absl::StatusOr<std::unique_ptr<StagingPool>> pool = StagingPool::Create(
-          host, NvmeChunkState::StagingBytes(kBenchChunkElements, esize), o.threads + 1);
+          host, NvmeChunkState::StagingBytes(kBenchChunkElements), o.threads + 1);
       if (!pool.ok()) return pool.status();
       staging = *std::move(pool);
     }
     for (size_t begin = 0; begin < o.num_params; begin += kBenchChunkElements) {
       size_t size = std::min(kBenchChunkElements, o.num_params - begin);
-      absl::StatusOr<Extent> copy = host->Allocate(size * esize);
+      absl::StatusOr<Extent> copy = host->Allocate(Chunk::CopyBytes(size, o.grad_dtype));
       if (!copy.ok()) return copy.status();
       absl::StatusOr<std::unique_ptr<ChunkState>> state =
           nvme != nullptr ? NvmeChunkState::Create(nvme, staging, size)
@@ -76,7 +76,7 @@ class ServerStepRig {
         for (uint64_t b = chunk.range().begin; b < chunk.range().end; b += piece_params_) {
           uint64_t size = std::min<uint64_t>(piece_params_, chunk.range().end - b);
           absl::StatusOr<bool> complete =
-              chunk.Stage(step_, b, size, pieces_[b / piece_params_], 1.0f,
+              chunk.Stage(step_, /*generation=*/1, b, size, pieces_[b / piece_params_], 1.0f,
                           [&errors, c](absl::Status s) { errors[c].Update(s); });
           if (!complete.ok()) errors[c] = complete.status();
           if (complete.ok() && *complete) chunk.Apply();
@@ -181,7 +181,7 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
         nvme.dir, 2 * state_bytes + (uint64_t{64} << 20), nvme.queue_depth, nvme.io_bytes});
     if (!tier.ok()) return tier.status();
     HostTier host(o.num_params * DTypeSize(o.grad_dtype) +
-                  (o.threads + 2) * NvmeChunkState::StagingBytes(kBenchChunkElements, 2) +
+                  (o.threads + 2) * NvmeChunkState::StagingBytes(kBenchChunkElements) +
                   (size_t{64} << 20));
     absl::StatusOr<std::unique_ptr<ServerStepRig>> rig =
         ServerStepRig::Create(o, &host, tier->get());

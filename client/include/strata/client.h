@@ -1,9 +1,17 @@
 // strata::Client: the library a training worker links. It registers the
 // model with the coordinator (creating the job if it is new), joins it, forms
-// the collective group with the other workers, and then runs one call per
-// step: reduce-scatter of the gradients, global norm and overflow check,
-// loss scaling and clipping, push to the shard servers, pull of the updated
-// parameters of this worker's slice and all-gather of the whole model.
+// the collective group with the other workers of the job's generation, and
+// then runs one call per step: reduce-scatter of the gradients, global norm
+// and overflow check, loss scaling and clipping, push to the shard servers,
+// pull of the updated parameters of this worker's slice and all-gather of the
+// whole model.
+//
+// Elastic jobs: workers may join and leave a running job. At each step
+// boundary the client switches to the job's newest generation (re-forming the
+// group, taking its new rank and slice, pulling the parameters). With
+// Step(GradientFn) the client also hands out the step's samples and survives
+// a lost worker: it re-forms and recomputes the interrupted step, so the
+// trainer sees one call per step and never restarts.
 //
 // Buffers: the client owns the flat low-precision parameters (replicated:
 // every worker holds the whole model after each step) and the flat gradient
@@ -15,6 +23,7 @@
 #define STRATA_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,7 +43,14 @@ struct ClientOptions {
   // Unique per worker process; default: "<hostname>-<pid>".
   std::string worker_id;
   std::vector<TensorSpec> tensors;
+  // Workers the job starts with: the first step waits for them.
   uint32_t world_size = 1;
+  // Global batch of Step(GradientFn) (a job setting): step t consumes global
+  // sample indices [(t-1) * samples_per_step, t * samples_per_step), split
+  // among the workers of its generation. 0: Step() only.
+  uint64_t samples_per_step = 0;
+  // Samples per call of the GradientFn; 0: this worker's whole share at once.
+  uint64_t micro_batch_samples = 0;
   uint64_t chunk_num_params = uint64_t{4} << 20;
   AdamConfig adam;
   DType dtype = DType::kFp16;
@@ -46,13 +62,22 @@ struct ClientOptions {
   // Address this worker's Gloo pairs listen on.
   std::string collective_hostname = "127.0.0.1";
   absl::Duration collective_timeout = absl::Seconds(60);
-  // How long Connect() waits for the job's other workers.
+  // How long Connect() waits for the job's other workers, and a lost
+  // worker's peers wait for the next generation.
   absl::Duration rendezvous_timeout = absl::Seconds(60);
   // Deadline of one step's push and pull RPCs.
   absl::Duration step_timeout = absl::Seconds(120);
   // Initial FP32 weights over the flat space (FlatLayout::num_params()); used
   // by rank 0 when the job is new. Empty: zeros.
   std::vector<float> initial_params;
+};
+
+// A micro-batch of Step(GradientFn): global sample indices
+// [sample_begin, sample_end) of `step`.
+struct MicroBatch {
+  int64_t step = 0;
+  uint64_t sample_begin = 0;
+  uint64_t sample_end = 0;
 };
 
 struct StepResult {
@@ -65,6 +90,14 @@ struct StepResult {
   // all-gather) and of its push and pull RPCs.
   double collective_seconds = 0.0;
   double push_pull_seconds = 0.0;
+  // The generation that completed the step and its world size.
+  uint64_t generation = 0;
+  int world_size = 0;
+  // Step(GradientFn): the global samples the step consumed, and how many
+  // times it was computed (1, more after a lost worker or an overflow).
+  uint64_t sample_begin = 0;
+  uint64_t sample_end = 0;
+  int attempts = 1;
 };
 
 struct MasterState {
@@ -72,18 +105,25 @@ struct MasterState {
   std::vector<float> params, exp_avg, exp_avg_sq;  // flat, FlatLayout::num_params()
 };
 
+class Client;
+// Computes the gradient of the SUM of the losses of `batch`'s samples at the
+// parameters CopyParams() returns, and adds it with AccumulateGradients().
+using GradientFn = std::function<absl::Status(const MicroBatch& batch, Client& client)>;
+
 class Client {
  public:
-  // Creates or opens the job, joins it, waits for all its workers, forms the
-  // collective group and pulls the current parameters. INVALID_ARGUMENT for a
-  // bad spec; FAILED_PRECONDITION when the job exists with another spec or is
-  // full; RESOURCE_EXHAUSTED when it does not fit; UNAVAILABLE or
-  // DEADLINE_EXCEEDED when peers or servers cannot be reached.
+  // Creates or opens the job, joins it, waits for a generation that includes
+  // this worker, forms the collective group and pulls the current
+  // parameters. INVALID_ARGUMENT for a bad spec; FAILED_PRECONDITION when the
+  // job exists with another spec; RESOURCE_EXHAUSTED when it does not fit;
+  // UNAVAILABLE or DEADLINE_EXCEEDED when peers or servers cannot be reached.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
   virtual ~Client() = default;
 
+  // In the current generation.
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
+  virtual uint64_t generation() const = 0;
   // Number of shard servers holding this job's chunks.
   virtual int num_servers() const = 0;
   virtual const FlatLayout& layout() const = 0;
@@ -98,7 +138,23 @@ class Client {
   virtual absl::Status AccumulateGradients(absl::Span<const float> grads) = 0;
   // One optimizer step over the accumulated micro-batches (their mean), then
   // clears the accumulator. FAILED_PRECONDITION with nothing accumulated.
+  // A lost worker ends the step with a retryable error (UNAVAILABLE,
+  // ABORTED or CANCELLED) and drops the accumulated gradients; the next call
+  // re-forms first. Step(GradientFn) recovers by itself.
   virtual absl::StatusOr<StepResult> Step() = 0;
+  // One step of a job with samples_per_step > 0: calls `compute` for each
+  // micro-batch of this worker's share of the step's samples, then steps
+  // over their sum divided by samples_per_step. On overflow it lowers the
+  // loss scale and computes the same samples again. If a worker is lost
+  // mid-step, it waits for the next generation, re-forms and completes the
+  // step (calling `compute` again, for its new share) -- or finds it
+  // completed. FAILED_PRECONDITION without samples_per_step; compute's own
+  // error; DEADLINE_EXCEEDED when no generation re-forms within
+  // rendezvous_timeout.
+  virtual absl::StatusOr<StepResult> Step(const GradientFn& compute) = 0;
+  // Leaves the job at a step boundary: the others go on without this worker
+  // from their next step. Afterwards only the destructor may be called.
+  virtual absl::Status Leave() = 0;
   // Sums `values` over the workers (for metrics such as the loss).
   virtual absl::Status AllReduceSum(absl::Span<double> values) = 0;
   // Reads the FP32 master state from the shard servers.

@@ -22,6 +22,12 @@ class LossScaler {
       : options_(options), scale_(options.initial_scale) {}
 
   float scale() const { return scale_; }
+  int good_steps() const { return good_steps_; }
+  // Takes the state of another worker's scaler (a worker joining a job).
+  void Restore(float scale, int good_steps) {
+    scale_ = scale;
+    good_steps_ = good_steps;
+  }
 
   // Records the outcome of a step: lowers the scale on overflow, raises it
   // after a run of good steps.

@@ -1,0 +1,175 @@
+#include "client/worker_membership.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "common/grpc_util.h"
+#include "common/status_macros.h"
+
+namespace strata {
+namespace {
+
+constexpr absl::Duration kRpcTimeout = absl::Seconds(10);
+constexpr absl::Duration kWatchRetry = absl::Milliseconds(100);
+
+bool Includes(const v1::Generation& generation, const std::string& worker_id) {
+  const auto& ids = generation.worker_ids();
+  return std::find(ids.begin(), ids.end(), worker_id) != ids.end();
+}
+
+std::string HostAndPid() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, ":", getpid());
+}
+
+}  // namespace
+
+WorkerMembership::WorkerMembership(const std::string& coordinator_address, std::string job_id,
+                                   std::string worker_id, std::function<void()> on_lost_member)
+    : job_id_(std::move(job_id)),
+      worker_id_(std::move(worker_id)),
+      on_lost_member_(std::move(on_lost_member)),
+      stub_(v1::Coordinator::NewStub(MakeChannel(coordinator_address))) {}
+
+absl::StatusOr<std::unique_ptr<WorkerMembership>> WorkerMembership::Join(
+    const std::string& coordinator_address, const std::string& job_id, const std::string& worker_id,
+    std::function<void()> on_lost_member) {
+  std::unique_ptr<WorkerMembership> membership(
+      new WorkerMembership(coordinator_address, job_id, worker_id, std::move(on_lost_member)));
+  RETURN_IF_ERROR(membership->SendJoin());
+  membership->heartbeat_thread_ = std::thread([m = membership.get()] { m->HeartbeatLoop(); });
+  membership->watch_thread_ = std::thread([m = membership.get()] { m->WatchLoop(); });
+  return membership;
+}
+
+WorkerMembership::~WorkerMembership() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    if (watch_context_ != nullptr) watch_context_->TryCancel();
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
+}
+
+absl::Status WorkerMembership::SendJoin() {
+  v1::JoinJobRequest request;
+  request.set_job_id(job_id_);
+  request.set_worker_id(worker_id_);
+  request.set_address(HostAndPid());
+  v1::JoinJobResponse response;
+  RETURN_IF_ERROR(
+      CallUnary(stub_.get(), &v1::Coordinator::Stub::JoinJob, request, &response, kRpcTimeout));
+  {
+    absl::MutexLock lock(&mu_);
+    lease_ = absl::Milliseconds(response.lease_ms());
+  }
+  Observe(response.generation());
+  return absl::OkStatus();
+}
+
+void WorkerMembership::Observe(const v1::Generation& generation) {
+  bool lost = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (generation.number() <= latest_.number()) return;
+    latest_ = generation;
+    if (running_.number() > 0) {
+      for (const std::string& id : running_.worker_ids()) lost |= !Includes(generation, id);
+    }
+  }
+  if (lost && on_lost_member_) on_lost_member_();
+}
+
+v1::Generation WorkerMembership::Latest() const {
+  absl::MutexLock lock(&mu_);
+  return latest_;
+}
+
+absl::StatusOr<v1::Generation> WorkerMembership::WaitNewer(uint64_t than,
+                                                           absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || (latest_.number() > than && Includes(latest_, worker_id_));
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  if (!ready() || stopping_) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("job '", job_id_, "': no generation after ", than, " with worker ", worker_id_,
+                     " formed in time (the newest is ", latest_.number(), " with ",
+                     latest_.worker_ids_size(), " worker(s))"));
+  }
+  return latest_;
+}
+
+void WorkerMembership::Running(const v1::Generation& generation, int64_t completed_step) {
+  absl::MutexLock lock(&mu_);
+  running_ = generation;
+  completed_step_ = completed_step;
+}
+
+absl::StatusOr<v1::Generation> WorkerMembership::Leave() {
+  {
+    absl::MutexLock lock(&mu_);
+    left_ = true;
+  }
+  v1::LeaveJobRequest request;
+  request.set_job_id(job_id_);
+  request.set_worker_id(worker_id_);
+  v1::LeaveJobResponse response;
+  RETURN_IF_ERROR(
+      CallUnary(stub_.get(), &v1::Coordinator::Stub::LeaveJob, request, &response, kRpcTimeout));
+  return response.generation();
+}
+
+void WorkerMembership::HeartbeatLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), lease_ / 3);
+    if (stopping_ || left_) continue;
+    v1::HeartbeatRequest request;
+    request.set_job_id(job_id_);
+    request.set_worker_id(worker_id_);
+    request.set_generation(running_.number());
+    request.set_completed_step(completed_step_);
+    mu_.Unlock();
+    v1::HeartbeatResponse response;
+    absl::Status s =
+        CallUnary(stub_.get(), &v1::Coordinator::Stub::Heartbeat, request, &response, kRpcTimeout);
+    // The lease ran out (a long pause): join again, as a new member. Other
+    // errors (the coordinator restarting) are retried at the next beat.
+    if (absl::IsFailedPrecondition(s)) SendJoin().IgnoreError();
+    mu_.Lock();
+  }
+}
+
+void WorkerMembership::WatchLoop() {
+  while (true) {
+    grpc::ClientContext context;
+    context.set_wait_for_ready(true);
+    v1::WatchGenerationRequest request;
+    request.set_job_id(job_id_);
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      request.set_known_generation(latest_.number());
+      watch_context_ = &context;
+    }
+    std::unique_ptr<grpc::ClientReader<v1::Generation>> reader =
+        stub_->WatchGeneration(&context, request);
+    v1::Generation generation;
+    while (reader->Read(&generation)) Observe(generation);
+    reader->Finish();
+    absl::MutexLock lock(&mu_);
+    watch_context_ = nullptr;
+    // The coordinator restarted or the stream broke: watch again shortly.
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), kWatchRetry);
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,75 @@
+// WorkerMembership: one worker's membership of a job at the coordinator. It
+// joins, keeps the lease alive with heartbeats from a background thread
+// (joining again if the lease was lost), and follows the job's generations
+// through the WatchGeneration stream on a second thread.
+//
+// Thread-safe. `on_lost_member` runs on the watch thread when a generation
+// arrives that lacks a member of the one this worker runs in (set by
+// Running()): the running step cannot complete, so in-flight RPCs should be
+// cancelled. It must not block.
+#ifndef STRATA_CLIENT_WORKER_MEMBERSHIP_H_
+#define STRATA_CLIENT_WORKER_MEMBERSHIP_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+
+namespace strata {
+
+class WorkerMembership {
+ public:
+  // Joins `job_id` as `worker_id` and starts the heartbeat and watch threads.
+  static absl::StatusOr<std::unique_ptr<WorkerMembership>> Join(
+      const std::string& coordinator_address, const std::string& job_id,
+      const std::string& worker_id, std::function<void()> on_lost_member);
+  // Stops the threads (without leaving: the lease then runs out).
+  ~WorkerMembership();
+
+  const std::string& worker_id() const { return worker_id_; }
+  absl::Duration lease() const { return lease_; }
+  // The newest generation heard of.
+  v1::Generation Latest() const;
+  // Waits until a generation newer than `than` that includes this worker
+  // has formed. DEADLINE_EXCEEDED naming the generation seen last.
+  absl::StatusOr<v1::Generation> WaitNewer(uint64_t than, absl::Time deadline) const;
+  // Records the generation this worker runs in and its last completed step
+  // (reported by heartbeats).
+  void Running(const v1::Generation& generation, int64_t completed_step);
+  // A graceful leave: returns the generation without this worker, and stops
+  // heartbeats. FAILED_PRECONDITION when it was no longer a member.
+  absl::StatusOr<v1::Generation> Leave();
+
+ private:
+  WorkerMembership(const std::string& coordinator_address, std::string job_id,
+                   std::string worker_id, std::function<void()> on_lost_member);
+  absl::Status SendJoin();
+  void Observe(const v1::Generation& generation);
+  void HeartbeatLoop();
+  void WatchLoop();
+
+  const std::string job_id_;
+  const std::string worker_id_;
+  const std::function<void()> on_lost_member_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  absl::Duration lease_ = absl::Seconds(3);
+
+  mutable absl::Mutex mu_;
+  v1::Generation latest_ ABSL_GUARDED_BY(mu_);
+  v1::Generation running_ ABSL_GUARDED_BY(mu_);
+  int64_t completed_step_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool left_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::thread heartbeat_thread_, watch_thread_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_CLIENT_WORKER_MEMBERSHIP_H_
