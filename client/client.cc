@@ -136,7 +136,8 @@ class ClientImpl : public Client {
   // applied (rank 0's view, so all agree), its parameters and the loss scale.
   absl::Status Reform(uint64_t than);
   // At a step boundary: re-forms when any worker of the group has heard of a
-  // newer generation (all of them decide together).
+  // newer generation (all of them decide together), until none has; first
+  // re-forms if the last step failed.
   absl::Status FollowGeneration();
   // After a retryable error: re-forms in the next generation, or returns
   // `error` when none forms in time.
@@ -339,11 +340,20 @@ absl::Status ClientImpl::Reform(uint64_t than) {
 }
 
 absl::Status ClientImpl::FollowGeneration() {
-  if (broken_) return Recover(absl::UnavailableError("the last step failed"));
-  double newer[1] = {membership_->Latest().number() > generation_.number() ? 1.0 : 0.0};
-  absl::Status s = collective_->AllReduceSum(absl::MakeSpan(newer));
-  if (!s.ok()) return Recover(s);
-  return newer[0] > 0 ? Reform(generation_.number()) : absl::OkStatus();
+  if (broken_) RETURN_IF_ERROR(Recover(absl::UnavailableError("the last step failed")));
+  // Every worker of a generation runs this check first, so a worker that
+  // just re-formed (or joined) and one that has run steps in it agree.
+  while (true) {
+    double newer[1] = {membership_->Latest().number() > generation_.number() ? 1.0 : 0.0};
+    absl::Status s = collective_->AllReduceSum(absl::MakeSpan(newer));
+    if (!s.ok()) {
+      RETURN_IF_ERROR(Recover(s));
+    } else if (newer[0] > 0) {
+      RETURN_IF_ERROR(Reform(generation_.number()));
+    } else {
+      return absl::OkStatus();
+    }
+  }
 }
 
 absl::Status ClientImpl::Recover(const absl::Status& error) {
@@ -508,8 +518,8 @@ absl::StatusOr<StepResult> ClientImpl::Step(const GradientFn& compute) {
   }
   const int64_t target = step_ + 1;
   const uint64_t first = static_cast<uint64_t>(target - 1) * batch;
-  RETURN_IF_ERROR(FollowGeneration());
   for (int attempt = 1;; ++attempt) {
+    RETURN_IF_ERROR(FollowGeneration());
     if (step_ >= target) {  // the others completed it while this worker re-formed
       StepResult done;
       done.step = step_;

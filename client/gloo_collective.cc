@@ -3,13 +3,10 @@
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/math.h>
-#include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <cstring>
-#include <map>
-#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -19,15 +16,6 @@
 
 namespace strata {
 namespace {
-
-void SumFp16(uint16_t* x, const uint16_t* y, size_t n) { AddInPlace(DType::kFp16, y, x, n); }
-void SumBf16(uint16_t* x, const uint16_t* y, size_t n) { AddInPlace(DType::kBf16, y, x, n); }
-
-const gloo::ReductionFunction<uint16_t>* ReductionFor(DType dtype) {
-  static const auto* fp16 = new gloo::ReductionFunction<uint16_t>(gloo::CUSTOM, &SumFp16);
-  static const auto* bf16 = new gloo::ReductionFunction<uint16_t>(gloo::CUSTOM, &SumBf16);
-  return dtype == DType::kFp16 ? fp16 : bf16;
-}
 
 // Runs `fn`, turning Gloo's exceptions into UNAVAILABLE.
 template <typename Fn>
@@ -48,25 +36,33 @@ class GlooCollective : public Collective {
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
 
+  // A ring: in step k (of size() - 1) rank r sends segment r - k - 1 to
+  // rank r + 1 and adds segment r - k - 2 from rank r - 1 into its own, so
+  // that segment r ends on rank r with every rank's part added, in the order
+  // r + 1, r + 2, ..., r. (Gloo's halving-doubling reduce-scatter puts the
+  // segments in the wrong places when size() is not a power of two.)
   absl::Status ReduceScatterSum(DType dtype, void* data, size_t num_elements) override {
     if (size() == 1) return absl::OkStatus();
     return Guarded("reduce-scatter", [&] {
-      // The algorithm sets up its buffers once per (buffer, size, dtype).
-      auto key = std::make_tuple(data, num_elements, dtype);
-      auto& algorithm = reduce_scatters_[key];
-      if (algorithm == nullptr) {
-        std::vector<int> counts(size(), static_cast<int>(num_elements / size()));
-        if (dtype == DType::kFp32) {
-          algorithm = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
-              context_, std::vector<float*>{static_cast<float*>(data)},
-              static_cast<int>(num_elements), counts);
-        } else {
-          algorithm = std::make_unique<gloo::ReduceScatterHalvingDoubling<uint16_t>>(
-              context_, std::vector<uint16_t*>{static_cast<uint16_t*>(data)},
-              static_cast<int>(num_elements), counts, ReductionFor(dtype));
-        }
+      const int world = size();
+      const size_t segment = num_elements / world;
+      const size_t segment_bytes = segment * DTypeSize(dtype);
+      auto* bytes = static_cast<uint8_t*>(data);
+      scratch_.resize(segment_bytes);
+      auto buffer = context_->createUnboundBuffer(bytes, num_elements * DTypeSize(dtype));
+      auto incoming = context_->createUnboundBuffer(scratch_.data(), segment_bytes);
+      const int next = (rank() + 1) % world;
+      const int prev = (rank() + world - 1) % world;
+      const uint64_t slot = context_->nextSlot(world);
+      for (int k = 0; k < world - 1; ++k) {
+        size_t send_segment = (rank() - k - 1 + 2 * world) % world;
+        size_t add_segment = (rank() - k - 2 + 2 * world) % world;
+        incoming->recv(prev, slot + k, 0, segment_bytes);
+        buffer->send(next, slot + k, send_segment * segment_bytes, segment_bytes);
+        incoming->waitRecv(timeout_);
+        AddInPlace(dtype, scratch_.data(), bytes + add_segment * segment_bytes, segment);
+        buffer->waitSend(timeout_);
       }
-      algorithm->run();
     });
   }
 
@@ -108,7 +104,7 @@ class GlooCollective : public Collective {
  private:
   std::shared_ptr<gloo::Context> context_;
   const std::chrono::milliseconds timeout_;
-  std::map<std::tuple<void*, size_t, DType>, std::unique_ptr<gloo::Algorithm>> reduce_scatters_;
+  std::vector<uint8_t> scratch_;  // a segment received by the reduce-scatter
   std::vector<uint8_t> input_;
 };
 

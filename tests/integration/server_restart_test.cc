@@ -18,9 +18,13 @@
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "tests/testing/job_runner.h"
+#include "tests/testing/processes.h"
 
 namespace strata {
 namespace {
+
+using testing::Spawn;
+using testing::WaitReady;
 
 constexpr uint64_t kChunkParams = 65536;
 
@@ -51,41 +55,6 @@ void Train(Client& client, int steps) {
   }
 }
 
-// Daemons started by the test, killed when it ends however it ends.
-struct Daemons {
-  ~Daemons() {
-    for (pid_t pid : pids) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-  std::vector<pid_t> pids;
-};
-
-// Starts a daemon binary; returns its pid.
-pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    freopen(log.c_str(), "a", stderr);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-std::string WaitReady(const std::string& file) {
-  for (int i = 0; i < 300; ++i) {
-    std::ifstream in(file);
-    std::string address;
-    if (in >> address) return address;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  return "";
-}
-
 std::string Placement(const std::string& coordinator) {
   auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
   v1::GetPlacementRequest request;
@@ -114,7 +83,7 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
     ASSERT_TRUE(state.ok()) << state.status();
     want = *std::move(state);
   }
-  Daemons daemons;
+  testing::Processes daemons;
 
   std::string dir = ::testing::TempDir() + "/server_restart_test_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);

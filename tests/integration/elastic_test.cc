@@ -1,0 +1,246 @@
+// Elastic workers as separate processes on loopback (tests/integration/
+// elastic_worker.cc): workers join, leave and die while a job runs; the
+// survivors never restart, every step is applied exactly once and never
+// torn, every sample of the epoch is consumed once, and the final master
+// weights equal a single-process replay of the committed steps.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util.h"
+#include "gtest/gtest.h"
+#include "kernels/adam.h"
+#include "nlohmann/json.hpp"
+#include "server/local_cluster.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+#include "strata/v1/shard.grpc.pb.h"
+#include "tests/testing/linear_model.h"
+#include "tests/testing/processes.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kSamplesPerStep = 24;
+constexpr absl::Duration kLease = absl::Seconds(1);
+constexpr absl::Duration kRunTimeout = absl::Seconds(240);
+
+class ElasticTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/elastic_test_" + std::to_string(getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    LocalClusterOptions options;
+    options.num_servers = 2;
+    options.worker_lease = kLease;
+    auto cluster = LocalCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+  }
+  void TearDown() override {
+    if (!HasFailure() && getenv("KEEP") == nullptr) std::filesystem::remove_all(dir_);
+  }
+
+  // Starts a worker of `job`; its JSON lines go to dir_/<id>.jsonl.
+  pid_t StartWorker(const std::string& job, const std::string& id, int64_t steps,
+                    std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {std::string(STRATA_TEST_BIN_DIR) + "/elastic_worker",
+                                     "--coordinator=" + cluster_->coordinator_address(),
+                                     "--job=" + job,
+                                     "--worker_id=" + id,
+                                     absl::StrCat("--steps=", steps),
+                                     absl::StrCat("--samples_per_step=", kSamplesPerStep),
+                                     "--log=" + dir_ + "/" + id + ".jsonl"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_t pid = testing::Spawn(args, dir_ + "/" + id + ".log");
+    processes_.pids.push_back(pid);
+    return pid;
+  }
+
+  // Waits for a worker's exit; returns its waitpid status (-1: still running).
+  int Wait(pid_t pid) {
+    int status = testing::WaitExit(pid, kRunTimeout);
+    if (status != -1) processes_.Forget(pid);
+    return status;
+  }
+
+  std::vector<nlohmann::json> Lines(const std::string& id) {
+    std::vector<nlohmann::json> lines;
+    std::ifstream in(dir_ + "/" + id + ".jsonl");
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    return lines;
+  }
+
+  std::string WorkerLog(const std::string& id) {
+    std::ifstream in(dir_ + "/" + id + ".log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  // Waits until worker `id` has logged step `step`.
+  bool WaitForStep(const std::string& id, int64_t step) {
+    absl::Time deadline = absl::Now() + kRunTimeout;
+    while (absl::Now() < deadline) {
+      auto lines = Lines(id);
+      if (!lines.empty() && lines.back()["step"].get<int64_t>() >= step) return true;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  }
+
+  // FP32 master weights of `job` and the applied step of every chunk, read
+  // from the shard servers.
+  std::vector<float> MasterParams(const std::string& job, std::set<int64_t>* applied_steps) {
+    auto coordinator = v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
+    v1::GetJobRequest get;
+    get.set_job_id(job);
+    v1::JobInfo info;
+    EXPECT_TRUE(
+        CallUnary(coordinator.get(), &v1::Coordinator::Stub::GetJob, get, &info, absl::Seconds(10))
+            .ok());
+    std::vector<float> params(info.flat_num_params());
+    for (const auto& c : info.chunks()) {
+      auto shard = v1::ShardServer::NewStub(MakeChannel(c.server_address()));
+      v1::ReadStateRequest read;
+      read.set_job_id(job);
+      read.set_flat_begin(c.chunk().flat_begin());
+      read.set_num_params(c.chunk().num_params());
+      v1::ReadStateResponse state;
+      EXPECT_TRUE(
+          CallUnary(shard.get(), &v1::ShardServer::Stub::ReadState, read, &state, absl::Seconds(10))
+              .ok());
+      std::copy(state.params().begin(), state.params().end(),
+                params.begin() + c.chunk().flat_begin());
+      applied_steps->insert(state.applied_step());
+    }
+    return params;
+  }
+
+  // Single-process replay: steps 1..`steps`, each on the gradient of its
+  // recorded samples at the parameters before it.
+  static std::vector<float> Replay(const std::map<int64_t, std::pair<uint64_t, uint64_t>>& steps) {
+    std::vector<float> p = testing::LinearInitialParams();
+    std::vector<float> m(p.size(), 0.0f), v(p.size(), 0.0f), copy(p.size());
+    for (const auto& [step, samples] : steps) {
+      std::vector<float> g = testing::SumGradient(p, samples.first, samples.second);
+      float coef = static_cast<float>(1.0 / static_cast<double>(samples.second - samples.first));
+      AdamUpdate(MakeAdamConstants(testing::kLinearAdam, step, coef), DType::kFp32, g.data(),
+                 p.data(), m.data(), v.data(), DType::kFp32, copy.data(), p.size());
+    }
+    return p;
+  }
+
+  // Checks the committed steps the workers logged: each of 1..`last` with the
+  // same samples wherever logged, together the first last * kSamplesPerStep
+  // samples once each; then the master weights against the replay.
+  void ExpectExactlyOnce(const std::string& job, const std::vector<std::string>& workers,
+                         int64_t last) {
+    std::map<int64_t, std::pair<uint64_t, uint64_t>> committed;
+    for (const std::string& id : workers) {
+      for (const auto& line : Lines(id)) {
+        std::pair<uint64_t, uint64_t> samples{line["sample_begin"], line["sample_end"]};
+        auto [it, inserted] = committed.emplace(line["step"].get<int64_t>(), samples);
+        EXPECT_EQ(it->second, samples) << "step " << it->first << " logged by " << id;
+      }
+    }
+    ASSERT_EQ(committed.size(), static_cast<size_t>(last));
+    EXPECT_EQ(committed.begin()->first, 1);
+    std::vector<int> seen(last * kSamplesPerStep, 0);
+    for (const auto& [step, samples] : committed) {
+      for (uint64_t i = samples.first; i < samples.second; ++i) ++seen.at(i);
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<long>(seen.size()))
+        << "some sample of the epoch was lost or consumed twice";
+
+    std::set<int64_t> applied;
+    std::vector<float> got = MasterParams(job, &applied);
+    EXPECT_EQ(applied, std::set<int64_t>{last}) << "a torn or lost step";
+    std::vector<float> want = Replay(committed);
+    ASSERT_EQ(got.size(), want.size());
+    // Relative to the largest weight: the sums of a step's gradients were
+    // added in another order (per worker, then across workers).
+    double max_diff = 0.0, max_weight = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      max_diff = std::max(max_diff, std::abs(double{got[i]} - want[i]));
+      max_weight = std::max(max_weight, std::abs(double{want[i]}));
+    }
+    double max_error = max_diff / max_weight;
+    EXPECT_LE(max_error, 1e-6);
+    std::printf("max relative error against the replay: %.3g\n", max_error);
+  }
+
+  std::string dir_;
+  std::unique_ptr<LocalCluster> cluster_;
+  testing::Processes processes_;
+};
+
+bool KilledBySigkill(int status) {
+  return status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+}
+bool ExitedCleanly(int status) {
+  return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+TEST_F(ElasticTest, JoinLeaveAndKillWhileTheSurvivorsTrainOn) {
+  const std::string job = "elastic";
+  pid_t a = StartWorker(job, "a", 40);
+  pid_t b = StartWorker(job, "b", 40, {"--leave_after_step=20"});
+  ASSERT_TRUE(WaitForStep("a", 10)) << WorkerLog("a");
+  pid_t c = StartWorker(job, "c", 40, {"--die_in_step=30"});
+  EXPECT_TRUE(ExitedCleanly(Wait(b))) << WorkerLog("b");
+  EXPECT_TRUE(KilledBySigkill(Wait(c))) << WorkerLog("c");
+  EXPECT_TRUE(ExitedCleanly(Wait(a))) << WorkerLog("a");
+
+  // Worker a never restarted: one process logged every step, in order.
+  std::vector<nlohmann::json> lines = Lines("a");
+  ASSERT_EQ(lines.size(), 40u) << WorkerLog("a");
+  std::set<int> world_sizes;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
+    EXPECT_EQ(lines[i]["pid"], lines[0]["pid"]);
+    world_sizes.insert(lines[i]["world_size"].get<int>());
+  }
+  // It trained with 2, then 3 (c joined), 2 (b left) and 1 worker (c died).
+  EXPECT_EQ(world_sizes, (std::set<int>{1, 2, 3}));
+  EXPECT_EQ(lines.back()["world_size"], 1);
+  std::vector<nlohmann::json> c_lines = Lines("c");
+  ASSERT_FALSE(c_lines.empty());
+  EXPECT_EQ(c_lines.front()["world_size"], 3);
+  // c died in the step after its last one (30, unless the kill came late),
+  // once pushes of it had reached a server: a completed that step in the
+  // next generation, alone, computing it again.
+  int64_t fatal = c_lines.back()["step"].get<int64_t>() + 1;
+  EXPECT_TRUE(fatal == 30 || fatal == 31) << fatal;
+  const nlohmann::json& recovered = lines.at(fatal - 1);
+  EXPECT_GE(recovered["attempts"].get<int>(), 2);
+  EXPECT_EQ(recovered["world_size"], 1);
+  std::printf("worker c died in step %lld; a completed it %lld ms after its step before\n",
+              static_cast<long long>(fatal),
+              static_cast<long long>(recovered["unix_ms"].get<int64_t>() -
+                                     lines.at(fatal - 2)["unix_ms"].get<int64_t>()));
+  ExpectExactlyOnce(job, {"a", "b", "c"}, 40);
+}
+
+TEST_F(ElasticTest, EveryWorkerKilledAfterAStepThenNewOnesLoseNothing) {
+  const std::string job = "elastic-restart";
+  pid_t a = StartWorker(job, "a", 16, {"--die_after_step=8"});
+  pid_t b = StartWorker(job, "b", 16, {"--die_after_step=8"});
+  EXPECT_TRUE(KilledBySigkill(Wait(a))) << WorkerLog("a");
+  EXPECT_TRUE(KilledBySigkill(Wait(b))) << WorkerLog("b");
+  pid_t a2 = StartWorker(job, "a2", 16);
+  pid_t b2 = StartWorker(job, "b2", 16);
+  EXPECT_TRUE(ExitedCleanly(Wait(a2))) << WorkerLog("a2");
+  EXPECT_TRUE(ExitedCleanly(Wait(b2))) << WorkerLog("b2");
+  ASSERT_EQ(Lines("a2").front()["step"], 9) << "the new workers start after the last step";
+  ExpectExactlyOnce(job, {"a", "b", "a2", "b2"}, 16);
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,74 @@
+// Test helpers for tests that run real processes: Spawn() starts a binary
+// with its stderr in a log file, Processes kills (SIGKILL) and reaps whatever
+// is left when the test ends however it ends, WaitReady() reads the address a
+// daemon writes to its --ready_file.
+#ifndef STRATA_TESTS_TESTING_PROCESSES_H_
+#define STRATA_TESTS_TESTING_PROCESSES_H_
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+
+namespace strata::testing {
+
+// Starts `args[0]` with `args`, stderr appended to `log`; returns its pid.
+inline pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (freopen(log.c_str(), "a", stderr) == nullptr) _exit(126);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// The exit status of `pid` (waitpid's), or -1 when it is not done within
+// `timeout` (it is then left running).
+inline int WaitExit(pid_t pid, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return -1;
+}
+
+// Processes started by a test, killed when it ends.
+struct Processes {
+  ~Processes() {
+    for (pid_t pid : pids) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  // Forgets a process the test reaped itself.
+  void Forget(pid_t pid) { pids.erase(std::remove(pids.begin(), pids.end(), pid), pids.end()); }
+  std::vector<pid_t> pids;
+};
+
+// The first word of `file` once it has one (a daemon's --ready_file), or ""
+// after 30 s.
+inline std::string WaitReady(const std::string& file) {
+  for (int i = 0; i < 300; ++i) {
+    std::ifstream in(file);
+    std::string address;
+    if (in >> address) return address;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return "";
+}
+
+}  // namespace strata::testing
+
+#endif  // STRATA_TESTS_TESTING_PROCESSES_H_
