@@ -94,6 +94,7 @@ class ClientImpl : public Client {
   const FlatLayout& layout() const override { return layout_; }
   int64_t step() const override { return step_; }
   float loss_scale() const override { return scaler_.scale(); }
+  ReformStats last_reform() const override { return reform_stats_; }
 
   absl::Status CopyParams(absl::Span<float> out) const override {
     if (out.size() != layout_.num_params()) {
@@ -171,7 +172,8 @@ class ClientImpl : public Client {
   std::vector<uint8_t> grads_;
   int64_t step_ = 0;
   int micro_batches_ = 0;
-  bool broken_ = false;  // the last step failed: re-form before the next
+  bool broken_ = false;
+  ReformStats reform_stats_;  // the last step failed: re-form before the next
 
   absl::Mutex inflight_mu_;
   std::vector<grpc::ClientContext*> inflight_ ABSL_GUARDED_BY(inflight_mu_);
@@ -268,7 +270,8 @@ absl::Status ClientImpl::Init() {
 }
 
 absl::Status ClientImpl::Reform(uint64_t than) {
-  absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
+  const absl::Time started = absl::Now();
+  const absl::Time deadline = started + options_.rendezvous_timeout;
   collective_.reset();
   while (true) {
     ASSIGN_OR_RETURN(v1::Generation generation, membership_->WaitNewer(than, deadline));
@@ -331,8 +334,14 @@ absl::Status ClientImpl::Reform(uint64_t than) {
     RETURN_IF_ERROR(WriteInitialParams());
   }
   RETURN_IF_ERROR(collective_->Barrier());
+  const absl::Time pull_started = absl::Now();
   RETURN_IF_ERROR(PushPull(step, 0.0f, /*push=*/false));
   RETURN_IF_ERROR(collective_->AllGather(options_.dtype, params_.data(), padded_num_params_));
+  const absl::Time done = absl::Now();
+  reform_stats_.count++;
+  reform_stats_.generation = generation_.number();
+  reform_stats_.seconds = absl::ToDoubleSeconds(done - started);
+  reform_stats_.param_pull_seconds = absl::ToDoubleSeconds(done - pull_started);
   step_ = step;
   broken_ = false;
   membership_->Running(generation_, step_);

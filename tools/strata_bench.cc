@@ -5,11 +5,13 @@
 #include "absl/flags/flag.h"
 #include "common/command_line.h"
 #include "kernels/isa.h"
+#include "tools/bench/elastic_bench.h"
 #include "tools/bench/kernel_bench.h"
 #include "tools/bench/server_step_bench.h"
 #include "tools/bench/step_bench.h"
 
-ABSL_FLAG(uint64_t, params, uint64_t{64} << 20, "parameters (a multiple of 64)");
+ABSL_FLAG(uint64_t, params, 0,
+          "parameters (a multiple of 64); 0: the command's default, 64 Mi (4 Mi for elastic)");
 ABSL_FLAG(int, threads, 2, "adam, grad-stats, cast, server-step, nvme-step: kernel threads");
 ABSL_FLAG(std::string, isa, "", "adam, grad-stats, cast: scalar, avx2 or avx512 (default: best)");
 ABSL_FLAG(std::string, grad, "fp16", "adam, grad-stats, cast: fp16, bf16 or fp32 (cast: 16-bit)");
@@ -23,6 +25,7 @@ ABSL_FLAG(int, steps, 5, "step: timed steps (after one warm-up step)");
 ABSL_FLAG(std::string, dir, "", "nvme-step: directory for the NVMe tier's file and fio's");
 ABSL_FLAG(uint32_t, queue_depth, 32, "nvme-step: io_uring (and fio) queue depth");
 ABSL_FLAG(uint64_t, io_bytes, uint64_t{1} << 20, "nvme-step: bytes per I/O (and fio's block size)");
+ABSL_FLAG(int64_t, lease_ms, 1000, "elastic: the coordinator's worker lease");
 ABSL_FLAG(bool, json, false, "print only the JSON line");
 
 namespace {
@@ -45,7 +48,16 @@ constexpr char kUsage[] =
     "      the same over NVMe-resident chunks (read p m v, apply, write back),\n"
     "      against fio (io_uring, O_DIRECT) on DIR with the same I/O size and depth\n"
     "  strata-bench step --params N --workers W --servers S [--dtype fp16|bf16]\n"
-    "      the whole optimizer path of a step on loopback, against iperf3";
+    "      the whole optimizer path of a step on loopback, against iperf3\n"
+    "  strata-bench elastic [--params N (default 4 Mi)] [--lease_ms MS]\n"
+    "      worker processes train an elastic job; one joins, one leaves, one is\n"
+    "      killed: the pauses each change causes, against the targets\n"
+    "      (strata-bench elastic-worker is those workers; not run by hand)";
+
+uint64_t NumParams() {
+  uint64_t n = absl::GetFlag(FLAGS_params);
+  return n != 0 ? n : uint64_t{64} << 20;
+}
 
 absl::StatusOr<strata::DType> ParseDType(const std::string& name) {
   if (name == "fp16") return strata::DType::kFp16;
@@ -60,9 +72,15 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
     if (!isa.ok()) return isa.status();
     if (absl::Status s = strata::SetActiveIsa(*isa); !s.ok()) return s;
   }
+  if (command == "elastic") {
+    strata::ElasticBenchOptions o;
+    if (absl::GetFlag(FLAGS_params) != 0) o.num_params = absl::GetFlag(FLAGS_params);
+    o.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+    return strata::BenchElastic(o);
+  }
   if (command == "step") {
     strata::StepBenchOptions o;
-    o.num_params = absl::GetFlag(FLAGS_params);
+    o.num_params = NumParams();
     o.workers = absl::GetFlag(FLAGS_workers);
     o.servers = absl::GetFlag(FLAGS_servers);
     o.executor_threads = absl::GetFlag(FLAGS_executor_threads);
@@ -74,7 +92,7 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
     return strata::BenchStep(o);
   }
   strata::KernelBenchOptions o;
-  o.num_params = absl::GetFlag(FLAGS_params);
+  o.num_params = NumParams();
   o.threads = absl::GetFlag(FLAGS_threads);
   absl::StatusOr<strata::DType> grad = ParseDType(absl::GetFlag(FLAGS_grad));
   if (!grad.ok()) return grad.status();
@@ -97,6 +115,7 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args = strata::InitCommandLine(argc, argv, kUsage);
+  if (!args.empty() && args[0] == "elastic-worker") return strata::RunElasticWorker(args);
   if (args.size() != 1) {
     std::fprintf(stderr, "%s\n", kUsage);
     return 2;

@@ -26,12 +26,15 @@ using nlohmann::json;
 constexpr char kUsage[] =
     "stratactl: inspect a strata cluster.\n\n"
     "  stratactl [--coordinator=HOST:PORT] [--json] jobs\n"
-    "      every job: id, world size, members, params, chunks, dtype\n"
+    "      every job: id, initial world size, members, live generation, last committed\n"
+    "      step, params, chunks, dtype\n"
     "  stratactl [--coordinator=HOST:PORT] [--json] [--job=ID] placement\n"
     "      every chunk: job, id, flat range, tensors, server, tier, bytes, applied step,\n"
     "      then per server and tier: chunks, bytes (of the jobs shown) and budget\n"
     "  stratactl [--coordinator=HOST:PORT] [--json] --job=ID members\n"
-    "      the job's workers: rank, worker id, joined at";
+    "      the job's generation, then its workers: rank in it (- for a worker not in it\n"
+    "      yet), worker id, address, generation it runs in, last heartbeat, last\n"
+    "      completed step, steps taken since it joined, joined at";
 
 class Ctl {
  public:
@@ -48,19 +51,23 @@ class Ctl {
     absl::Status s = Call(&v1::Coordinator::Stub::ListJobs, v1::ListJobsRequest(), &response);
     if (!s.ok()) return s;
     json out = json::array();
-    Table table({"JOB", "WORLD", "MEMBERS", "PARAMS", "CHUNKS", "CHUNK_PARAMS", "DTYPE"});
+    Table table({"JOB", "WORLD", "MEMBERS", "GENERATION", "STEP", "PARAMS", "CHUNKS",
+                 "CHUNK_PARAMS", "DTYPE"});
     for (const auto& summary : response.jobs()) {
       const v1::JobInfo& job = summary.job();
       std::string dtype = v1::DType_Name(job.spec().dtype());
       out.push_back({{"job", job.spec().job_id()},
                      {"world_size", job.spec().world_size()},
                      {"members", summary.num_members()},
+                     {"generation", summary.generation()},
+                     {"committed_step", summary.committed_step()},
                      {"params", job.flat_num_params()},
                      {"chunks", job.chunks_size()},
                      {"chunk_params", job.spec().chunk_num_params()},
                      {"dtype", dtype}});
       table.Add({job.spec().job_id(), absl::StrCat(job.spec().world_size()),
-                 absl::StrCat(summary.num_members()), absl::StrCat(job.flat_num_params()),
+                 absl::StrCat(summary.num_members()), absl::StrCat(summary.generation()),
+                 absl::StrCat(summary.committed_step()), absl::StrCat(job.flat_num_params()),
                  absl::StrCat(job.chunks_size()), absl::StrCat(job.spec().chunk_num_params()),
                  dtype});
     }
@@ -142,15 +149,42 @@ class Ctl {
     v1::ListMembersResponse response;
     absl::Status s = Call(&v1::Coordinator::Stub::ListMembers, request, &response);
     if (!s.ok()) return s;
-    json out = json::array();
-    Table table({"RANK", "WORKER", "JOINED"});
+    json workers = json::array();
+    Table table(
+        {"RANK", "WORKER", "ADDRESS", "GENERATION", "HEARTBEAT", "STEP", "STEPS_TAKEN", "JOINED"});
+    auto time = [](int64_t unix_ms) {
+      if (unix_ms == 0) return std::string("-");
+      return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms),
+                              absl::UTCTimeZone());
+    };
     for (const v1::Member& m : response.members()) {
-      std::string joined = absl::FormatTime(
-          "%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(m.joined_unix_ms()), absl::UTCTimeZone());
-      out.push_back({{"rank", m.rank()}, {"worker", m.worker_id()}, {"joined", joined}});
-      table.Add({absl::StrCat(m.rank()), m.worker_id(), joined});
+      std::string rank = m.in_generation() ? absl::StrCat(m.rank()) : "-";
+      workers.push_back({{"rank", m.in_generation() ? json(m.rank()) : json(nullptr)},
+                         {"worker", m.worker_id()},
+                         {"address", m.address()},
+                         {"generation", m.generation()},
+                         {"last_heartbeat", time(m.last_heartbeat_unix_ms())},
+                         {"completed_step", m.completed_step()},
+                         {"steps_taken", m.steps_taken()},
+                         {"joined", time(m.joined_unix_ms())}});
+      table.Add({rank, m.worker_id(), m.address(), absl::StrCat(m.generation()),
+                 time(m.last_heartbeat_unix_ms()), absl::StrCat(m.completed_step()),
+                 absl::StrCat(m.steps_taken()), time(m.joined_unix_ms())});
     }
-    Emit(out, table);
+    if (absl::GetFlag(FLAGS_json)) {
+      json out = {{"job", absl::GetFlag(FLAGS_job)},
+                  {"generation", response.generation().number()},
+                  {"world_size", response.world_size()},
+                  {"lease_ms", response.lease_ms()},
+                  {"members", workers}};
+      std::printf("%s\n", out.dump().c_str());
+    } else {
+      std::printf("job %s: generation %llu with %u worker(s); lease %lld ms\n",
+                  absl::GetFlag(FLAGS_job).c_str(),
+                  static_cast<unsigned long long>(response.generation().number()),
+                  response.world_size(), static_cast<long long>(response.lease_ms()));
+      table.Print(stdout);
+    }
     return absl::OkStatus();
   }
 

@@ -100,6 +100,14 @@ struct StepResult {
   int attempts = 1;
 };
 
+// How a client last formed its group (at Connect() or a generation change).
+struct ReformStats {
+  int count = 0;                    // group formations so far
+  uint64_t generation = 0;          // of the last one
+  double seconds = 0.0;             // waiting for the generation, rendezvous and pull
+  double param_pull_seconds = 0.0;  // pulling the parameters and all-gathering them
+};
+
 struct MasterState {
   int64_t step = 0;
   std::vector<float> params, exp_avg, exp_avg_sq;  // flat, FlatLayout::num_params()
@@ -130,6 +138,7 @@ class Client {
   // The last step applied (0 before the first).
   virtual int64_t step() const = 0;
   virtual float loss_scale() const = 0;
+  virtual ReformStats last_reform() const = 0;
 
   // The current low-precision parameters as FP32, flat (layout().num_params()).
   virtual absl::Status CopyParams(absl::Span<float> out) const = 0;

@@ -1,0 +1,239 @@
+#include "tools/bench/elastic_bench.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/local_cluster.h"
+#include "strata/client.h"
+#include "tools/bench/bench_util.h"
+
+namespace strata {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kJob[] = "elastic-bench";
+constexpr int64_t kSteps = 60;
+constexpr int64_t kJoinAtStep = 10;
+constexpr int64_t kLeaveAfterStep = 25;
+constexpr int64_t kKillAtStep = 40;
+constexpr uint64_t kSamplesPerStep = 12;  // divisible by 1, 2 and 3 workers
+constexpr absl::Duration kTimeout = absl::Seconds(300);
+
+int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+void Append(std::ofstream& log, json event) {
+  event["unix_ms"] = NowMs();
+  log << event.dump() << std::endl;
+}
+
+std::vector<json> ReadEvents(const std::string& path) {
+  std::vector<json> events;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!event.is_discarded()) events.push_back(std::move(event));
+  }
+  return events;
+}
+
+// The last step worker `log` completed (0 before any).
+int64_t LastStep(const std::string& log) {
+  int64_t step = 0;
+  for (const json& e : ReadEvents(log)) {
+    if (e["event"] == "step") step = e["step"].get<int64_t>();
+  }
+  return step;
+}
+
+// Unix ms of the first step event in `events` completed after `after_ms`
+// (with `world_size` workers when it is positive); -1 if none.
+int64_t FirstStepAfter(const std::vector<json>& events, int64_t after_ms, int world_size = 0) {
+  for (const json& e : events) {
+    if (e["event"] != "step" || e["unix_ms"].get<int64_t>() < after_ms) continue;
+    if (world_size > 0 && e["world_size"].get<int>() != world_size) continue;
+    return e["unix_ms"].get<int64_t>();
+  }
+  return -1;
+}
+
+int64_t EventMs(const std::vector<json>& events, const std::string& name) {
+  for (const json& e : events) {
+    if (e["event"] == name) return e["unix_ms"].get<int64_t>();
+  }
+  return -1;
+}
+
+pid_t SpawnWorker(const std::string& coordinator, const std::string& id, uint64_t num_params,
+                  int64_t leave_after_step, const std::string& log) {
+  std::vector<std::string> args = {"/proc/self/exe",
+                                   "elastic-worker",
+                                   coordinator,
+                                   kJob,
+                                   id,
+                                   absl::StrCat(num_params),
+                                   absl::StrCat(kSteps),
+                                   absl::StrCat(leave_after_step),
+                                   log};
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits until `done()` or the time-out; false on time-out.
+bool WaitFor(const std::function<bool()>& done) {
+  absl::Time deadline = absl::Now() + kTimeout;
+  while (!done()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+}  // namespace
+
+int RunElasticWorker(const std::vector<std::string>& args) {
+  uint64_t num_params = 0;
+  int64_t steps = 0, leave_after_step = 0;
+  if (args.size() != 8 || !absl::SimpleAtoi(args[4], &num_params) ||
+      !absl::SimpleAtoi(args[5], &steps) || !absl::SimpleAtoi(args[6], &leave_after_step)) {
+    std::fprintf(stderr, "strata-bench elastic-worker: bad arguments\n");
+    return 2;
+  }
+  std::ofstream log(args[7], std::ios::app);
+  ClientOptions options;
+  options.coordinator_address = args[1];
+  options.job_id = args[2];
+  options.worker_id = args[3];
+  options.tensors = {{"flat", {static_cast<int64_t>(num_params)}}};
+  options.world_size = 2;
+  options.samples_per_step = kSamplesPerStep;
+  options.chunk_num_params = uint64_t{1} << 20;
+  options.loss_scale.dynamic = false;
+  options.loss_scale.initial_scale = 1.0f;
+  options.collective_timeout = absl::Seconds(30);
+  Append(log, {{"event", "join"}});
+  auto client = Client::Connect(options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "elastic-worker %s: %s\n", args[3].c_str(),
+                 client.status().ToString().c_str());
+    return 1;
+  }
+  ReformStats formed = (*client)->last_reform();
+  Append(log, {{"event", "connected"},
+               {"reform_s", formed.seconds},
+               {"param_pull_s", formed.param_pull_seconds}});
+  std::vector<float> grads(num_params, 1e-3f);
+  GradientFn compute = [&](const MicroBatch&, Client& c) { return c.AccumulateGradients(grads); };
+  while ((*client)->step() < steps) {
+    absl::StatusOr<StepResult> result = (*client)->Step(compute);
+    if (!result.ok()) {
+      std::fprintf(stderr, "elastic-worker %s: %s\n", args[3].c_str(),
+                   result.status().ToString().c_str());
+      return 1;
+    }
+    Append(log, {{"event", "step"},
+                 {"step", result->step},
+                 {"world_size", result->world_size},
+                 {"generation", result->generation},
+                 {"attempts", result->attempts}});
+    if (result->step == leave_after_step) {
+      Append(log, {{"event", "leave"}});
+      return (*client)->Leave().ok() ? 0 : 1;
+    }
+  }
+  return 0;
+}
+
+absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
+  LocalClusterOptions cluster_options;
+  cluster_options.num_servers = 2;
+  cluster_options.host_budget_bytes = o.num_params * 16 + (uint64_t{64} << 20);
+  cluster_options.worker_lease = o.lease;
+  auto cluster = LocalCluster::Start(cluster_options);
+  if (!cluster.ok()) return cluster.status();
+  const std::string& coordinator = (*cluster)->coordinator_address();
+  // The event logs outlive the cluster's directory when the job fails.
+  std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("strata-elastic-bench-", getpid()))
+          .string();
+  std::filesystem::create_directories(dir);
+  auto log_of = [&](const std::string& id) { return absl::StrCat(dir, "/", id, ".jsonl"); };
+
+  pid_t a = SpawnWorker(coordinator, "a", o.num_params, 0, log_of("a"));
+  pid_t b = SpawnWorker(coordinator, "b", o.num_params, kLeaveAfterStep, log_of("b"));
+  pid_t c = -1;
+  int64_t kill_ms = -1;
+  bool ok = WaitFor([&] { return LastStep(log_of("a")) >= kJoinAtStep; });
+  if (ok) {
+    c = SpawnWorker(coordinator, "c", o.num_params, 0, log_of("c"));
+    ok = WaitFor([&] { return LastStep(log_of("a")) >= kKillAtStep; });
+  }
+  if (ok) {
+    kill(c, SIGKILL);
+    kill_ms = NowMs();
+    ok = WaitFor([&] { return LastStep(log_of("a")) >= kSteps; });
+  }
+  for (pid_t pid : {a, b, c}) {
+    if (pid <= 0) continue;
+    if (!ok) kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  if (!ok) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the elastic job did not reach step ", kSteps, "; worker logs are in ", dir));
+  }
+
+  std::vector<json> ea = ReadEvents(log_of("a")), eb = ReadEvents(log_of("b")),
+                    ec = ReadEvents(log_of("c"));
+  std::vector<double> gaps;
+  int64_t previous = -1;
+  for (const json& e : ea) {
+    if (e["event"] != "step") continue;
+    int64_t t = e["unix_ms"].get<int64_t>();
+    if (previous >= 0) gaps.push_back((t - previous) / 1e3);
+    previous = t;
+  }
+  auto seconds = [](int64_t from, int64_t to) {
+    return from < 0 || to < 0 ? -1.0 : (to - from) / 1e3;
+  };
+  const double lease_s = absl::ToDoubleSeconds(o.lease);
+  double join_pause_s = seconds(EventMs(ec, "join"), FirstStepAfter(ec, 0));
+  double param_pull_s = -1;
+  for (const json& e : ec) {
+    if (e["event"] == "connected") param_pull_s = e["param_pull_s"].get<double>();
+  }
+  int64_t leave_ms = EventMs(eb, "leave");
+  double leave_pause_s = seconds(leave_ms, FirstStepAfter(ea, leave_ms, 2));
+  double failure_pause_s = seconds(kill_ms, FirstStepAfter(ea, kill_ms));
+  json out = {{"bench", "elastic"},
+              {"params", o.num_params},
+              {"steps", kSteps},
+              {"step_s", Median(gaps)},
+              {"join_pause_s", join_pause_s},
+              {"param_pull_s", param_pull_s},
+              {"leave_pause_s", leave_pause_s},
+              {"failure_pause_s", failure_pause_s},
+              {"lease_s", lease_s},
+              {"join_ok", join_pause_s >= 0 && join_pause_s <= 1 + param_pull_s},
+              {"leave_ok", leave_pause_s >= 0 && leave_pause_s <= 1},
+              {"failure_ok", failure_pause_s >= 0 && failure_pause_s <= lease_s + 1}};
+  std::filesystem::remove_all(dir);
+  return out;
+}
+
+}  // namespace strata
