@@ -231,5 +231,97 @@ TEST_F(BadInputTest, GarbageBytesOnThePort) {
   }
 }
 
+TEST_F(BadInputTest, MembershipRequestsNameTheProblem) {
+  auto call = [&](auto method, const auto& request, auto* response) {
+    return CallUnary(coordinator_.get(), method, request, response, absl::Seconds(10));
+  };
+  v1::ListMembersRequest list;
+  list.set_job_id("bad-input");
+  v1::ListMembersResponse members_before;
+  ASSERT_TRUE(call(&v1::Coordinator::Stub::ListMembers, list, &members_before).ok());
+
+  v1::JoinJobRequest join;
+  join.set_job_id("bad-input");
+  join.set_worker_id("bad/id");
+  v1::JoinJobResponse joined;
+  absl::Status s = call(&v1::Coordinator::Stub::JoinJob, join, &joined);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("worker id 'bad/id'"));
+  join.set_job_id("no-such-job");
+  join.set_worker_id("w");
+  s = call(&v1::Coordinator::Stub::JoinJob, join, &joined);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("no-such-job"));
+
+  v1::HeartbeatRequest beat;
+  beat.set_job_id("bad-input");
+  beat.set_worker_id("ghost");
+  v1::HeartbeatResponse beat_response;
+  s = call(&v1::Coordinator::Stub::Heartbeat, beat, &beat_response);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("'ghost' is not a member of job 'bad-input'"));
+  v1::LeaveJobRequest leave;
+  leave.set_job_id("bad-input");
+  leave.set_worker_id("ghost");
+  v1::LeaveJobResponse left;
+  s = call(&v1::Coordinator::Stub::LeaveJob, leave, &left);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+
+  grpc::ClientContext context;
+  v1::WatchGenerationRequest watch;
+  watch.set_job_id("no-such-job");
+  auto reader = coordinator_->WatchGeneration(&context, watch);
+  v1::Generation generation;
+  EXPECT_FALSE(reader->Read(&generation));
+  s = FromGrpcStatus(reader->Finish());
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("no-such-job"));
+
+  // The job's membership is as it was, and Step(GradientFn) needs a batch.
+  v1::ListMembersResponse members_after;
+  ASSERT_TRUE(call(&v1::Coordinator::Stub::ListMembers, list, &members_after).ok());
+  EXPECT_EQ(members_after.generation().SerializeAsString(),
+            members_before.generation().SerializeAsString());
+  ASSERT_EQ(members_after.members_size(), 1);
+  EXPECT_EQ(members_after.members(0).worker_id(), "only");
+  auto stepped = client_->Step([](const MicroBatch&, Client&) { return absl::OkStatus(); });
+  EXPECT_EQ(stepped.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(stepped.status().message(), HasSubstr("samples_per_step"));
+}
+
+TEST_F(BadInputTest, AStalePushOfAnOlderGenerationIsReplacedNotApplied) {
+  // A push left by a generation before the client's (0 < 1) stays staged
+  // until the client's own pushes of the step replace it.
+  v1::PushRequest stale = GoodPush();
+  stale.set_generation(0);
+  stale.set_grads(std::string(128, '\x7b'));  // huge FP16 values: applied, they would show
+  absl::Status stale_status;
+  std::thread pusher([&] { stale_status = Push(stale); });
+  auto shard = v1::ShardServer::NewStub(MakeChannel(chunk0_server_));
+  bool staged = false;
+  for (int i = 0; i < 500 && !staged; ++i) {
+    v1::ListChunksRequest list;
+    list.set_job_id("bad-input");
+    v1::ListChunksResponse chunks;
+    ASSERT_TRUE(
+        CallUnary(shard.get(), &v1::ShardServer::Stub::ListChunks, list, &chunks, absl::Seconds(10))
+            .ok());
+    for (const auto& c : chunks.chunks()) staged |= c.chunk().chunk_id() == 0 && c.staged_params();
+    if (!staged) absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(staged);
+  Step();
+  pusher.join();
+  EXPECT_EQ(stale_status.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(stale_status.message(), HasSubstr("replaced by generation 1"));
+  // The step applied the client's gradients (N(0, 0.1)) only: the stale
+  // ones (about 6e4) would have left exp_avg near 6e3 in [0, 64).
+  MasterState after = *client_->ReadMasterState();
+  EXPECT_EQ(after.step, before_state_.step + 1);
+  for (int i = 0; i < 64; ++i) ASSERT_LT(std::abs(after.exp_avg[i]), 1.0f) << i;
+  before_placement_ = Placement();
+  before_state_ = after;
+}
+
 }  // namespace
 }  // namespace strata
