@@ -261,6 +261,8 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
     v1::JobSummary* summary = response->add_jobs();
     *summary->mutable_job() = job;
     membership_->Summarize(id, summary);
+    summary->set_samples_consumed(static_cast<uint64_t>(summary->committed_step()) *
+                                  job.spec().samples_per_step());
   }
   return FinishUnary(ctx, absl::OkStatus());
 }

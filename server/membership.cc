@@ -142,7 +142,9 @@ absl::StatusOr<v1::JoinJobResponse> Membership::Join(const v1::JobSpec& spec,
     LogEventCat("coordinator", "job ", job_id, ": worker ", request.worker_id(), " (",
                 request.address(), ") joined");
   }
+  // A join counts as a heartbeat.
   it->lease_expiry = absl::Now() + lease_;
+  it->info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(absl::Now()));
   RETURN_IF_ERROR(MaybeOpenGeneration(job_id, &job, is_new));
   v1::JoinJobResponse response;
   *response.mutable_generation() = job.generation;

@@ -27,7 +27,7 @@ constexpr char kUsage[] =
     "stratactl: inspect a strata cluster.\n\n"
     "  stratactl [--coordinator=HOST:PORT] [--json] jobs\n"
     "      every job: id, initial world size, members, live generation, last committed\n"
-    "      step, params, chunks, dtype\n"
+    "      step, params, chunks, dtype (--json: also the samples those steps consumed)\n"
     "  stratactl [--coordinator=HOST:PORT] [--json] [--job=ID] placement\n"
     "      every chunk: job, id, flat range, tensors, server, tier, bytes, applied step,\n"
     "      then per server and tier: chunks, bytes (of the jobs shown) and budget\n"
@@ -61,6 +61,7 @@ class Ctl {
                      {"members", summary.num_members()},
                      {"generation", summary.generation()},
                      {"committed_step", summary.committed_step()},
+                     {"samples_consumed", summary.samples_consumed()},
                      {"params", job.flat_num_params()},
                      {"chunks", job.chunks_size()},
                      {"chunk_params", job.spec().chunk_num_params()},

@@ -194,6 +194,28 @@ TEST_F(ElasticTest, JoinLeaveAndKillWhileTheSurvivorsTrainOn) {
   pid_t b = StartWorker(job, "b", 40, {"--leave_after_step=20"});
   ASSERT_TRUE(WaitForStep("a", 10)) << WorkerLog("a");
   pid_t c = StartWorker(job, "c", 40, {"--die_in_step=30"});
+  ASSERT_TRUE(WaitForStep("c", 15)) << WorkerLog("c");
+  {
+    // What `stratactl members` shows: three members of the live generation,
+    // ranks 0..2, each heartbeating and counting its steps.
+    auto stub = v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
+    v1::ListMembersRequest list;
+    list.set_job_id(job);
+    v1::ListMembersResponse members;
+    ASSERT_TRUE(CallUnary(stub.get(), &v1::Coordinator::Stub::ListMembers, list, &members,
+                          absl::Seconds(10))
+                    .ok());
+    EXPECT_GE(members.generation().number(), 2u);
+    EXPECT_EQ(members.world_size(), 3u);
+    std::set<uint32_t> ranks;
+    for (const v1::Member& m : members.members()) {
+      EXPECT_TRUE(m.in_generation()) << m.worker_id();
+      ranks.insert(m.rank());
+      EXPECT_GT(m.last_heartbeat_unix_ms(), 0) << m.worker_id();
+      EXPECT_NE(m.address().find(':'), std::string::npos) << m.address();
+    }
+    EXPECT_EQ(ranks, (std::set<uint32_t>{0, 1, 2}));
+  }
   EXPECT_TRUE(ExitedCleanly(Wait(b))) << WorkerLog("b");
   EXPECT_TRUE(KilledBySigkill(Wait(c))) << WorkerLog("c");
   EXPECT_TRUE(ExitedCleanly(Wait(a))) << WorkerLog("a");
