@@ -238,18 +238,19 @@ TEST_F(ElasticTest, JoinLeaveAndKillWhileTheSurvivorsTrainOn) {
   // c died in the step after its last logged one (30, unless the kill came
   // late), once pushes of it had reached a server -- or, if the kill came
   // after its step completed but before it logged it, in the step after.
-  // a completed the interrupted step in the next generation, alone,
-  // computing it again.
+  // a completed the interrupted step in the next generation, alone (after
+  // computing it again, unless c died at the step boundary).
   int64_t fatal = c_lines.back()["step"].get<int64_t>() + 1;
   if (lines.at(fatal - 1)["world_size"] == 2) ++fatal;
   EXPECT_TRUE(fatal >= 30 && fatal <= 32) << fatal;
   const nlohmann::json& recovered = lines.at(fatal - 1);
-  EXPECT_GE(recovered["attempts"].get<int>(), 2);
   EXPECT_EQ(recovered["world_size"], 1);
-  std::printf("worker c died in step %lld; a completed it %lld ms after its step before\n",
-              static_cast<long long>(fatal),
-              static_cast<long long>(recovered["unix_ms"].get<int64_t>() -
-                                     lines.at(fatal - 2)["unix_ms"].get<int64_t>()));
+  std::printf(
+      "worker c died in step %lld; a completed it in %d attempt(s), %lld ms after its "
+      "step before\n",
+      static_cast<long long>(fatal), recovered["attempts"].get<int>(),
+      static_cast<long long>(recovered["unix_ms"].get<int64_t>() -
+                             lines.at(fatal - 2)["unix_ms"].get<int64_t>()));
   ExpectExactlyOnce(job, {"a", "b", "c"}, 40);
 }
 

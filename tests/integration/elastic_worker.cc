@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -83,7 +84,9 @@ void KillWhenPushed(const std::string& coordinator, const std::string& job, int6
           continue;
         }
         for (const auto& c : chunks.chunks()) {
-          if (c.applied_step() >= step || c.staged_params() > 0) kill(getpid(), SIGKILL);
+          if (c.applied_step() >= step || (c.applied_step() == step - 1 && c.staged_params() > 0)) {
+            kill(getpid(), SIGKILL);
+          }
         }
       }
     }
@@ -131,8 +134,8 @@ int Run() {
       return left.ok() ? 0 : 1;
     }
     if (result->step == absl::GetFlag(FLAGS_die_after_step)) kill(getpid(), SIGKILL);
-    // Watch the servers from the step before, to catch the fatal one in time.
-    if (result->step == die_in - 1) {
+    // Watch the servers from a few steps before, to catch the fatal one in time.
+    if (die_in > 0 && result->step == std::max<int64_t>(die_in - 5, 1)) {
       KillWhenPushed(absl::GetFlag(FLAGS_coordinator), absl::GetFlag(FLAGS_job), die_in);
     }
   }
