@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev liburing-dev libabsl-dev libgloo-dev libxxhash-dev
-  libgtest-dev libgmock-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev nlohmann-json3-dev prometheus-cpp-dev
   clang-format iperf3 fio procps
 )
 # Installed without recommends: docker-compose would otherwise pull in a whole

@@ -14,6 +14,9 @@ ABSL_FLAG(std::string, data_dir, "/var/lib/strata/coordinator",
           "directory for the coordinator's RocksDB state");
 ABSL_FLAG(int64_t, worker_lease_ms, 3000,
           "a worker without a heartbeat for this long leaves its job (its peers re-form)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port to serve Prometheus metrics on (/metrics); port 0 picks a free port; "
+          "empty: no metrics endpoint");
 ABSL_FLAG(std::string, ready_file, "",
           "when set, the bound host:port is written to this file once serving");
 
@@ -31,6 +34,7 @@ int main(int argc, char** argv) {
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.worker_lease = absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
+  options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);
   auto coordinator = strata::Coordinator::Start(options);
   if (!coordinator.ok()) {
     std::fprintf(stderr, "strata-coordinator: %s\n", coordinator.status().ToString().c_str());

@@ -267,6 +267,37 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
   return FinishUnary(ctx, absl::OkStatus());
 }
 
+void CoordinatorService::ExportMetrics(Metrics* metrics) {
+  collected_ = std::make_shared<CollectFunction>([this] {
+    std::vector<std::pair<prometheus::Labels, double>> members, generation, step;
+    double num_servers, num_jobs;
+    {
+      absl::MutexLock lock(&mu_);
+      num_servers = servers_.size();
+      num_jobs = jobs_.size();
+      for (const auto& [id, job] : jobs_) {
+        v1::JobSummary summary;
+        membership_->Summarize(id, &summary);
+        members.push_back({{{"job", id}}, static_cast<double>(summary.num_members())});
+        generation.push_back({{{"job", id}}, static_cast<double>(summary.generation())});
+        step.push_back({{{"job", id}}, static_cast<double>(summary.committed_step())});
+      }
+    }
+    using prometheus::MetricType;
+    return std::vector<prometheus::MetricFamily>{
+        ValueFamily(MetricType::Gauge, "strata_servers", "Registered shard servers",
+                    {{{}, num_servers}}),
+        ValueFamily(MetricType::Gauge, "strata_jobs", "Jobs", {{{}, num_jobs}}),
+        ValueFamily(MetricType::Gauge, "strata_job_members", "Workers that are members of a job",
+                    members),
+        ValueFamily(MetricType::Gauge, "strata_job_generation", "A job's current generation",
+                    generation),
+        ValueFamily(MetricType::Gauge, "strata_job_committed_step",
+                    "The last step a member of the job reported complete", step)};
+  });
+  metrics->Register(collected_);
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::JoinJob(grpc::CallbackServerContext* ctx,
                                                       const v1::JoinJobRequest* request,
                                                       v1::JoinJobResponse* response) {

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
 #include "server/membership.h"
 #include "storage/metadata_store.h"
 #include "strata/v1/coordinator.grpc.pb.h"
@@ -33,6 +34,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // Before the gRPC server shuts down: stops expiring leases and ends the
   // generation streams.
   void BeginShutdown() { membership_->Stop(); }
+  // Exports the registered servers and jobs, and per job its members,
+  // generation and committed step, into `metrics` (which must outlive the
+  // service).
+  void ExportMetrics(Metrics* metrics);
 
   grpc::ServerUnaryReactor* RegisterServer(grpc::CallbackServerContext* ctx,
                                            const v1::RegisterServerRequest* request,
@@ -87,6 +92,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::unique_ptr<v1::ShardServer::Stub>> stubs_
       ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<CollectFunction> collected_;  // ExportMetrics
 };
 
 }  // namespace strata

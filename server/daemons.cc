@@ -1,5 +1,6 @@
 #include "server/daemons.h"
 
+#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server_builder.h>
 
 #include <filesystem>
@@ -28,10 +29,17 @@ absl::StatusOr<std::unique_ptr<MetadataStore>> OpenMetadata(const std::string& d
 }
 
 // Builds and starts a gRPC server on `listen_address`; sets `*address` to the
-// host of `listen_address` with the bound port.
+// host of `listen_address` with the bound port. The server also serves the
+// standard health service (grpc.health.v1), NOT_SERVING until MarkServing(),
+// and counts its RPCs into `metrics`.
 absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& listen_address,
-                                                    grpc::Service* service, std::string* address) {
+                                                    grpc::Service* service, Metrics* metrics,
+                                                    std::string* address) {
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(metrics->RpcInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   ConfigureServerBuilder(builder);
   int port = 0;
   builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &port);
@@ -41,9 +49,18 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& listen_ad
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", listen_address, " (address in use or not valid?)"));
   }
+  server->GetHealthCheckService()->SetServingStatus(false);
   std::string host = listen_address.substr(0, listen_address.rfind(':'));
   *address = absl::StrCat(host, ":", port);
   return server;
+}
+
+// The health service answers SERVING for the whole server ("") and for
+// `service_name`, until the server shuts down.
+void MarkServing(grpc::Server* server, const char* service_name) {
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(true);
+  health->SetServingStatus(service_name, true);
 }
 
 absl::Status RegisterWithCoordinator(const ShardServerOptions& options,
@@ -87,10 +104,14 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   ASSIGN_OR_RETURN(server->service_,
                    ShardService::Create(server->tier_.get(), server->nvme_.get(),
                                         server->metadata_.get(), server->executor_.get()));
+  ASSIGN_OR_RETURN(server->metrics_, Metrics::Start(options.metrics_listen_address));
+  server->service_->ExportMetrics(server->metrics_.get());
   std::string bound;
-  ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, server->service_.get(), &bound));
+  ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, server->service_.get(),
+                                          server->metrics_.get(), &bound));
   server->address_ = options.advertise_address.empty() ? bound : options.advertise_address;
   RETURN_IF_ERROR(RegisterWithCoordinator(options, server->address_));
+  MarkServing(server->server_.get(), v1::ShardServer::service_full_name());
   LogEventCat("server", "serving on ", server->address_, " with a ",
               options.pin_host_memory ? "page-locked " : "", "host tier of ",
               options.host_budget_bytes, " bytes, ",
@@ -106,10 +127,12 @@ ShardServer::~ShardServer() { Shutdown(); }
 
 void ShardServer::Shutdown() {
   if (server_ == nullptr) return;
-  service_->BeginShutdown();  // refuses new work, answers waiting pulls
+  server_->GetHealthCheckService()->Shutdown();  // NOT_SERVING from now on
+  service_->BeginShutdown();                     // refuses new work, answers waiting pulls
   server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
   server_.reset();
   executor_.reset();  // in-flight steps finish
+  metrics_.reset();   // before the service its scrapes read
   service_.reset();
   metadata_.reset();  // closes RocksDB
   LogEventCat("server", "shut down ", address_);
@@ -120,8 +143,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   ASSIGN_OR_RETURN(coordinator->metadata_, OpenMetadata(options.data_dir));
   ASSIGN_OR_RETURN(coordinator->service_,
                    CoordinatorService::Create(coordinator->metadata_.get(), options.worker_lease));
-  ASSIGN_OR_RETURN(coordinator->server_, Serve(options.listen_address, coordinator->service_.get(),
-                                               &coordinator->address_));
+  ASSIGN_OR_RETURN(coordinator->metrics_, Metrics::Start(options.metrics_listen_address));
+  coordinator->service_->ExportMetrics(coordinator->metrics_.get());
+  ASSIGN_OR_RETURN(coordinator->server_,
+                   Serve(options.listen_address, coordinator->service_.get(),
+                         coordinator->metrics_.get(), &coordinator->address_));
+  MarkServing(coordinator->server_.get(), v1::Coordinator::service_full_name());
   LogEventCat("coordinator", "serving on ", coordinator->address_);
   return coordinator;
 }
@@ -130,9 +157,11 @@ Coordinator::~Coordinator() { Shutdown(); }
 
 void Coordinator::Shutdown() {
   if (server_ == nullptr) return;
-  service_->BeginShutdown();  // ends the generation streams
+  server_->GetHealthCheckService()->Shutdown();  // NOT_SERVING from now on
+  service_->BeginShutdown();                     // ends the generation streams
   server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
   server_.reset();
+  metrics_.reset();  // before the service its scrapes read
   service_.reset();
   metadata_.reset();
   LogEventCat("coordinator", "shut down ", address_);

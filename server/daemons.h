@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "common/thread_pool.h"
 #include "server/coordinator_service.h"
 #include "server/shard_service.h"
@@ -38,6 +39,8 @@ struct ShardServerOptions {
   unsigned nvme_queue_depth = 32;
   int executor_threads = 2;
   absl::Duration register_timeout = absl::Seconds(30);
+  // host:port of the Prometheus endpoint (/metrics); empty: none.
+  std::string metrics_listen_address;
 };
 
 class ShardServer {
@@ -46,11 +49,14 @@ class ShardServer {
   static absl::StatusOr<std::unique_ptr<ShardServer>> Start(const ShardServerOptions& options);
   ~ShardServer();
   const std::string& address() const { return address_; }
+  // host:port of the metrics endpoint; empty without one.
+  const std::string& metrics_address() const { return metrics_->address(); }
   void Shutdown();
 
  private:
   ShardServer() = default;
   std::string address_;
+  std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<MetadataStore> metadata_;
   std::unique_ptr<HostTier> tier_;
   std::unique_ptr<NvmeTier> nvme_;
@@ -64,6 +70,8 @@ struct CoordinatorOptions {
   std::string data_dir;
   // A worker without a heartbeat for this long leaves its job.
   absl::Duration worker_lease = absl::Seconds(3);
+  // host:port of the Prometheus endpoint (/metrics); empty: none.
+  std::string metrics_listen_address;
 };
 
 class Coordinator {
@@ -71,11 +79,13 @@ class Coordinator {
   static absl::StatusOr<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
   ~Coordinator();
   const std::string& address() const { return address_; }
+  const std::string& metrics_address() const { return metrics_->address(); }
   void Shutdown();
 
  private:
   Coordinator() = default;
   std::string address_;
+  std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<MetadataStore> metadata_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -20,6 +20,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   CoordinatorOptions coordinator;
   coordinator.data_dir = absl::StrCat(pattern, "/coordinator");
   coordinator.worker_lease = options.worker_lease;
+  if (options.serve_metrics) coordinator.metrics_listen_address = "127.0.0.1:0";
   ASSIGN_OR_RETURN(cluster->coordinator_, Coordinator::Start(coordinator));
   for (int i = 0; i < options.num_servers; ++i) {
     ShardServerOptions server;
@@ -28,6 +29,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     server.host_budget_bytes = options.host_budget_bytes;
     server.executor_threads = options.executor_threads;
     server.pin_host_memory = options.pin_host_memory;
+    if (options.serve_metrics) server.metrics_listen_address = "127.0.0.1:0";
     if (options.nvme_budget_bytes > 0) {
       server.nvme_dir = absl::StrCat(server.data_dir, "/nvme");
       server.nvme_budget_bytes = options.nvme_budget_bytes;

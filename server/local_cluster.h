@@ -22,6 +22,8 @@ struct LocalClusterOptions {
   // Per server; 0: no NVMe tier.
   uint64_t nvme_budget_bytes = 0;
   absl::Duration worker_lease = absl::Seconds(3);
+  // Serve every daemon's Prometheus metrics on a free loopback port.
+  bool serve_metrics = false;
 };
 
 class LocalCluster {
@@ -30,6 +32,7 @@ class LocalCluster {
   ~LocalCluster();
 
   const std::string& coordinator_address() const { return coordinator_->address(); }
+  const std::string& coordinator_metrics_address() const { return coordinator_->metrics_address(); }
   const std::vector<std::unique_ptr<ShardServer>>& servers() const { return servers_; }
   const std::string& data_dir() const { return data_dir_; }
 

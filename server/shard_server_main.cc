@@ -23,10 +23,14 @@ ABSL_FLAG(bool, pin_host_memory, true,
 ABSL_FLAG(std::string, nvme_dir, "",
           "directory for the NVMe tier's preallocated file (O_DIRECT, io_uring); empty: no "
           "NVMe tier. Chunks go to host memory first, then to NVMe");
-ABSL_FLAG(uint64_t, nvme_budget_mib, 0, "NVMe-tier budget in MiB (a chunk there takes two slots)");
+ABSL_FLAG(uint64_t, nvme_budget_mib, 0,
+          "NVMe-tier budget in MiB (a chunk there takes two slots); 0: no NVMe tier");
 ABSL_FLAG(uint32_t, nvme_queue_depth, 32, "io_uring queue depth of the NVMe tier");
 ABSL_FLAG(int, executor_threads, 2, "threads that apply the optimizer to chunks");
 ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at start-up");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port to serve Prometheus metrics on (/metrics); port 0 picks a free port; "
+          "empty: no metrics endpoint");
 ABSL_FLAG(std::string, ready_file, "",
           "when set, the bound host:port is written to this file once serving");
 
@@ -46,11 +50,12 @@ int main(int argc, char** argv) {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.host_budget_bytes = absl::GetFlag(FLAGS_host_budget_mib) << 20;
   options.pin_host_memory = absl::GetFlag(FLAGS_pin_host_memory);
-  options.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
+  if (absl::GetFlag(FLAGS_nvme_budget_mib) > 0) options.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
   options.nvme_budget_bytes = absl::GetFlag(FLAGS_nvme_budget_mib) << 20;
   options.nvme_queue_depth = absl::GetFlag(FLAGS_nvme_queue_depth);
   options.executor_threads = absl::GetFlag(FLAGS_executor_threads);
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
+  options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);
   auto server = strata::ShardServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "strata-server: %s\n", server.status().ToString().c_str());

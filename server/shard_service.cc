@@ -276,7 +276,70 @@ grpc::ServerUnaryReactor* ShardService::WriteParams(grpc::CallbackServerContext*
 }
 
 void ShardService::ScheduleApply(std::shared_ptr<Chunk> chunk) {
-  executor_->Schedule([chunk = std::move(chunk)] { chunk->Apply(); });
+  executor_->Schedule([this, chunk = std::move(chunk)] {
+    absl::Time started = absl::Now();
+    chunk->Apply();
+    if (apply_seconds_ != nullptr)
+      apply_seconds_->Observe(absl::ToDoubleSeconds(absl::Now() - started));
+  });
+}
+
+void ShardService::ExportMetrics(Metrics* metrics) {
+  prometheus::Registry& registry = metrics->registry();
+  pushed_bytes_ = &prometheus::BuildCounter()
+                       .Name("strata_pushed_bytes_total")
+                       .Help("Gradient bytes received in pushes")
+                       .Register(registry)
+                       .Add({});
+  pulled_bytes_ = &prometheus::BuildCounter()
+                       .Name("strata_pulled_bytes_total")
+                       .Help("Parameter bytes sent in pulls")
+                       .Register(registry)
+                       .Add({});
+  apply_seconds_ = &prometheus::BuildHistogram()
+                        .Name("strata_chunk_apply_seconds")
+                        .Help("Time to apply one step to one chunk (load, AdamW, commit)")
+                        .Register(registry)
+                        .Add({}, prometheus::Histogram::BucketBoundaries{1e-4, 1e-3, 3e-3, 1e-2,
+                                                                         3e-2, 0.1, 0.3, 1, 3});
+  collected_ = std::make_shared<CollectFunction>([this] {
+    std::map<std::string, std::pair<uint64_t, uint64_t>> per_tier;  // chunks, bytes
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [id, job] : jobs_) {
+        for (const auto& [begin, chunk] : job->chunks_by_begin) {
+          auto& [chunks, bytes] = per_tier[TierKindName(chunk->tier())];
+          ++chunks;
+          bytes += chunk->num_bytes();
+        }
+      }
+    }
+    std::vector<std::pair<prometheus::Labels, double>> budget, used, chunks, io;
+    std::vector<Tier*> tiers = {host_};
+    if (nvme_ != nullptr) tiers.push_back(nvme_);
+    for (Tier* tier : tiers) {
+      std::string name = TierKindName(tier->kind());
+      budget.push_back({{{"tier", name}}, static_cast<double>(tier->budget_bytes())});
+      used.push_back({{{"tier", name}}, static_cast<double>(tier->used_bytes())});
+      chunks.push_back({{{"tier", name}}, static_cast<double>(per_tier[name].first)});
+    }
+    if (nvme_ != nullptr) {
+      io.push_back({{{"tier", "nvme"}, {"op", "read"}}, static_cast<double>(nvme_->read_bytes())});
+      io.push_back(
+          {{{"tier", "nvme"}, {"op", "write"}}, static_cast<double>(nvme_->written_bytes())});
+    }
+    using prometheus::MetricType;
+    return std::vector<prometheus::MetricFamily>{
+        ValueFamily(MetricType::Gauge, "strata_tier_budget_bytes", "Byte budget of each tier",
+                    budget),
+        ValueFamily(MetricType::Gauge, "strata_tier_used_bytes", "Bytes allocated in each tier",
+                    used),
+        ValueFamily(MetricType::Gauge, "strata_tier_chunks",
+                    "Chunks whose state lives in each tier", chunks),
+        ValueFamily(MetricType::Counter, "strata_tier_io_bytes_total",
+                    "Bytes moved by tier I/O (rate() gives the bandwidth)", io)};
+  });
+  metrics->Register(collected_);
 }
 
 absl::StatusOr<std::shared_ptr<Chunk>> ShardService::ValidatePush(const v1::PushRequest& request) {
@@ -311,6 +374,7 @@ grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
   if (!chunk.ok()) return FinishUnary(ctx, chunk.status());
   // The chunk reads the gradients straight from the request, which stays
   // valid until the reactor finishes: when the step is applied.
+  if (pushed_bytes_ != nullptr) pushed_bytes_->Increment(request->grads().size());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::StatusOr<bool> complete =
       (*chunk)->Stage(request->step(), request->generation(), request->flat_begin(),
@@ -335,15 +399,17 @@ grpc::ServerUnaryReactor* ShardService::Pull(grpc::CallbackServerContext* ctx,
       FindChunk(request->job_id(), request->flat_begin(), request->num_params(), &dtype);
   if (!chunk.ok()) return FinishUnary(ctx, chunk.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  (*chunk)->Pull(request->step(), request->flat_begin(), request->num_params(),
-                 [reactor, response, dtype](absl::Status s, int64_t step, absl::string_view bytes) {
-                   if (s.ok()) {
-                     response->set_step(step);
-                     response->set_dtype(DTypeToProto(dtype));
-                     response->set_params(bytes.data(), bytes.size());
-                   }
-                   reactor->Finish(ToGrpcStatus(s));
-                 });
+  (*chunk)->Pull(
+      request->step(), request->flat_begin(), request->num_params(),
+      [this, reactor, response, dtype](absl::Status s, int64_t step, absl::string_view bytes) {
+        if (s.ok() && pulled_bytes_ != nullptr) pulled_bytes_->Increment(bytes.size());
+        if (s.ok()) {
+          response->set_step(step);
+          response->set_dtype(DTypeToProto(dtype));
+          response->set_params(bytes.data(), bytes.size());
+        }
+        reactor->Finish(ToGrpcStatus(s));
+      });
   return reactor;
 }
 

@@ -14,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
 #include "common/thread_pool.h"
 #include "server/chunk.h"
 #include "storage/metadata_store.h"
@@ -34,6 +35,10 @@ class ShardService final : public v1::ShardServer::CallbackService {
                                                               ThreadPool* executor);
 
   void BeginShutdown();
+  // Exports the server's metrics into `metrics` (which must outlive the
+  // service): per tier budget, bytes and chunks, NVMe bytes read and written,
+  // bytes pushed and pulled, and a histogram of chunk apply times.
+  void ExportMetrics(Metrics* metrics);
 
   grpc::ServerUnaryReactor* AllocateChunks(grpc::CallbackServerContext* ctx,
                                            const v1::AllocateChunksRequest* request,
@@ -92,6 +97,12 @@ class ShardService final : public v1::ShardServer::CallbackService {
   mutable absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+
+  // Metrics (ExportMetrics); null until then.
+  std::shared_ptr<CollectFunction> collected_;
+  prometheus::Counter* pushed_bytes_ = nullptr;
+  prometheus::Counter* pulled_bytes_ = nullptr;
+  prometheus::Histogram* apply_seconds_ = nullptr;
 };
 
 }  // namespace strata

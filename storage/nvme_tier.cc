@@ -507,6 +507,7 @@ void NvmeTier::Complete(std::unique_ptr<Op> op, absl::Status status) {
       }
     }
   }
+  if (status.ok()) (op->write ? written_bytes_ : read_bytes_) += op->num_bytes;
   std::move(op->done)(status);
 }
 

@@ -16,6 +16,7 @@
 
 #include <liburing.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,6 +52,9 @@ class NvmeTier : public Tier {
   TierKind kind() const override { return TierKind::kNvme; }
   uint64_t budget_bytes() const override { return budget_bytes_; }
   uint64_t used_bytes() const override;
+  // Bytes read and written by completed I/O since Open (for metrics).
+  uint64_t read_bytes() const { return read_bytes_.load(std::memory_order_relaxed); }
+  uint64_t written_bytes() const { return written_bytes_.load(std::memory_order_relaxed); }
   absl::StatusOr<Extent> Allocate(uint64_t num_bytes) override;
   void Free(const Extent& extent) override;
   // Reading a block never written since Allocate is FAILED_PRECONDITION.
@@ -106,6 +110,7 @@ class NvmeTier : public Tier {
   const std::string path_;
   const int fd_;
   const uint64_t budget_bytes_;
+  std::atomic<uint64_t> read_bytes_{0}, written_bytes_{0};
   const unsigned queue_depth_;
   const uint64_t max_io_bytes_;
 

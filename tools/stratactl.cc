@@ -9,6 +9,7 @@
 #include "common/command_line.h"
 #include "common/grpc_status.h"
 #include "common/grpc_util.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "tools/table.h"
@@ -17,6 +18,10 @@ ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "host:port of strata-coord
 ABSL_FLAG(std::string, job, "", "job id (placement: every job when empty)");
 ABSL_FLAG(bool, json, false, "print JSON instead of a table");
 ABSL_FLAG(int, timeout_s, 10, "RPC deadline in seconds");
+ABSL_FLAG(std::string, target, "",
+          "health: host:port of the daemon to check (default: --coordinator)");
+ABSL_FLAG(std::string, service, "",
+          "health: the service to check, e.g. strata.v1.ShardServer (default: the whole server)");
 
 namespace strata {
 namespace {
@@ -34,7 +39,10 @@ constexpr char kUsage[] =
     "  stratactl [--coordinator=HOST:PORT] [--json] --job=ID members\n"
     "      the job's generation, then its workers: rank in it (- for a worker not in it\n"
     "      yet), worker id, address, generation it runs in, last heartbeat, last\n"
-    "      completed step, steps taken since it joined, joined at";
+    "      completed step, steps taken since it joined, joined at\n"
+    "  stratactl [--target=HOST:PORT] [--service=NAME] [--json] health\n"
+    "      the standard gRPC health check (grpc.health.v1) of a coordinator or shard\n"
+    "      server; exits 0 when it is SERVING, 1 otherwise (for container health checks)";
 
 class Ctl {
  public:
@@ -143,6 +151,32 @@ class Ctl {
     return absl::OkStatus();
   }
 
+  absl::Status Health() {
+    std::string target = absl::GetFlag(FLAGS_target);
+    if (target.empty()) target = absl::GetFlag(FLAGS_coordinator);
+    auto stub = grpc::health::v1::Health::NewStub(MakeChannel(target));
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(absl::GetFlag(FLAGS_service));
+    grpc::health::v1::HealthCheckResponse response;
+    absl::Status s = CallUnary(stub.get(), &grpc::health::v1::Health::Stub::Check, request,
+                               &response, absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(target, ": ", s.message()));
+    std::string status =
+        grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
+    std::string service = request.service().empty() ? "(server)" : request.service();
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf(
+          "%s\n",
+          json({{"target", target}, {"service", service}, {"status", status}}).dump().c_str());
+    } else {
+      std::printf("%s %s %s\n", target.c_str(), service.c_str(), status.c_str());
+    }
+    if (response.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+      return absl::UnavailableError(absl::StrCat(target, " ", service, " is ", status));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Members() {
     if (absl::GetFlag(FLAGS_job).empty()) return absl::InvalidArgumentError("members needs --job");
     v1::ListMembersRequest request;
@@ -218,6 +252,8 @@ int main(int argc, char** argv) {
     s = ctl.Placement();
   } else if (args[0] == "members") {
     s = ctl.Members();
+  } else if (args[0] == "health") {
+    s = ctl.Health();
   } else {
     std::fprintf(stderr, "stratactl: unknown command '%s'\n\n%s\n", args[0].c_str(),
                  strata::kUsage);

@@ -1,0 +1,120 @@
+// The daemons' Prometheus endpoints, scraped over HTTP while a job trains:
+// tier budgets and chunks, bytes pushed and pulled, apply times, RPCs by
+// method and code (errors included), and the job's members and generation.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <regex>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/grpc_util.h"
+#include "gtest/gtest.h"
+#include "server/local_cluster.h"
+#include "strata/client.h"
+#include "strata/v1/shard.grpc.pb.h"
+#include "tests/testing/job_runner.h"
+
+namespace strata {
+namespace {
+
+// GET http://address/metrics; the body, or "" on failure.
+std::string Scrape(const std::string& address) {
+  std::vector<std::string> host_port = absl::StrSplit(address, ':');
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(host_port[1])));
+  inet_pton(AF_INET, host_port[0].c_str(), &addr.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return "";
+  }
+  std::string response;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) response.append(buffer, n);
+  close(fd);
+  size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+// The value of the sample `series` (name and labels exactly as exposed), or -1.
+double Value(const std::string& text, const std::string& series) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::ConsumePrefix(&line, series + " ")) continue;
+    double value;
+    if (absl::SimpleAtod(line, &value)) return value;
+  }
+  return -1;
+}
+
+TEST(MetricsTest, ServersAndCoordinatorExportWhatOperatorsWatch) {
+  LocalClusterOptions options;
+  options.num_servers = 1;
+  options.host_budget_bytes = uint64_t{64} << 20;
+  options.serve_metrics = true;
+  auto cluster = LocalCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ClientOptions o;
+  o.coordinator_address = (*cluster)->coordinator_address();
+  o.job_id = "metrics-job";
+  o.tensors = testing::SmallModel();
+  o.chunk_num_params = 256;
+  const int kSteps = 3;
+  testing::RunResult run = testing::RunWorkers(o, kSteps, 1, [&](int rank, int64_t step, int m) {
+    return testing::Gradient(FlatLayout::Create(o.tensors, 256)->num_params(), rank, step, m);
+  });
+  ASSERT_EQ(run.master.step, kSteps);
+  // One refused push: counted by its code.
+  const std::string server = (*cluster)->servers()[0]->address();
+  auto stub = v1::ShardServer::NewStub(MakeChannel(server));
+  v1::PushRequest bad;
+  bad.set_job_id("no-such-job");
+  bad.set_step(1);
+  bad.set_num_params(1);
+  bad.set_dtype(v1::DTYPE_FP16);
+  bad.set_grads("xx");
+  v1::PushResponse unused;
+  ASSERT_FALSE(
+      CallUnary(stub.get(), &v1::ShardServer::Stub::Push, bad, &unused, absl::Seconds(10)).ok());
+
+  std::string text = Scrape((*cluster)->servers()[0]->metrics_address());
+  ASSERT_FALSE(text.empty());
+  const uint64_t n = FlatLayout::Create(o.tensors, 256)->num_params();
+  const double chunks = static_cast<double>((n + 255) / 256);
+  EXPECT_EQ(Value(text, "strata_tier_budget_bytes{tier=\"host\"}"), options.host_budget_bytes);
+  EXPECT_EQ(Value(text, "strata_tier_chunks{tier=\"host\"}"), chunks);
+  // The chunks' bytes, each extent rounded up to the tier's 64-byte alignment.
+  const double used = Value(text, "strata_tier_used_bytes{tier=\"host\"}");
+  EXPECT_GE(used, static_cast<double>(Chunk::NumBytes(n, DType::kFp16)));
+  EXPECT_LE(used, static_cast<double>(Chunk::NumBytes(n, DType::kFp16)) + 2 * 64 * chunks);
+  // Every parameter pushed once per step (2 bytes), pulled at connect and per step.
+  EXPECT_EQ(Value(text, "strata_pushed_bytes_total"), 2.0 * n * kSteps);
+  EXPECT_EQ(Value(text, "strata_pulled_bytes_total"), 2.0 * n * (kSteps + 1));
+  EXPECT_EQ(Value(text, "strata_chunk_apply_seconds_count"), chunks * kSteps);
+  EXPECT_GE(Value(text, "strata_rpcs_total{code=\"OK\",method=\"/strata.v1.ShardServer/Push\"}"),
+            chunks * kSteps);
+  EXPECT_EQ(
+      Value(text, "strata_rpcs_total{code=\"NOT_FOUND\",method=\"/strata.v1.ShardServer/Push\"}"),
+      1);
+
+  std::string coordinator = Scrape((*cluster)->coordinator_metrics_address());
+  EXPECT_EQ(Value(coordinator, "strata_servers"), 1);
+  EXPECT_EQ(Value(coordinator, "strata_jobs"), 1);
+  EXPECT_EQ(Value(coordinator, "strata_job_generation{job=\"metrics-job\"}"), 1);
+  EXPECT_EQ(Value(coordinator, "strata_job_members{job=\"metrics-job\"}"), 1);
+  EXPECT_GE(Value(coordinator,
+                  "strata_rpcs_total{code=\"OK\",method=\"/strata.v1.Coordinator/JoinJob\"}"),
+            1);
+}
+
+}  // namespace
+}  // namespace strata
