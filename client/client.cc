@@ -16,6 +16,7 @@
 #include "common/grpc_status.h"
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "kernels/elementwise.h"
 #include "kernels/grad_stats.h"
@@ -149,6 +150,12 @@ class ClientImpl : public Client {
   // Pushes this worker's slice of the gradients for `step` (when `push`) and
   // pulls the slice's parameters after it, concurrently, into params_.
   absl::Status PushPull(int64_t step, float coef, bool push);
+  // PushPull(step, coef, true) until it has succeeded on every worker of the
+  // generation (one all-reduce tells): a shard server that fails or restarts
+  // mid-step (UNAVAILABLE, DEADLINE_EXCEEDED) makes every worker push and
+  // pull the step again -- chunks that applied it answer from the stored
+  // result -- for up to step_timeout. Other errors end the step everywhere.
+  absl::Status PushPullEverywhere(int64_t step, float coef);
   // Cancels the RPCs in flight (a worker of the generation was lost).
   void CancelInFlight();
 
@@ -464,6 +471,28 @@ absl::Status ClientImpl::PushPull(int64_t step, float coef, bool push) {
   return first_error;
 }
 
+absl::Status ClientImpl::PushPullEverywhere(int64_t step, float coef) {
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
+  absl::Duration backoff = absl::Milliseconds(50);
+  while (true) {
+    absl::Status s = PushPull(step, coef, /*push=*/true);
+    bool retryable = absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+    // {failed and retryable here, failed for good here}: every worker acts on the sums.
+    double failed[2] = {!s.ok() && retryable ? 1.0 : 0.0, !s.ok() && !retryable ? 1.0 : 0.0};
+    RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(failed)));
+    if (failed[0] == 0 && failed[1] == 0) return absl::OkStatus();
+    if (failed[1] > 0 || absl::Now() > deadline) {
+      return s.ok() ? absl::AbortedError(absl::StrCat("step ", step, " failed at another worker"))
+                    : s;
+    }
+    LogEventCat("client", "step ", step, ": ",
+                s.ok() ? std::string("another worker's push or pull failed") : s.ToString(),
+                "; pushing and pulling it again");
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
 absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   const DType dtype = options_.dtype;
   StepResult result;
@@ -494,7 +523,7 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   }
   float coef = static_cast<float>(result.clip_factor / divisor);
   started = absl::Now();
-  RETURN_IF_ERROR(PushPull(step_ + 1, coef, /*push=*/true));
+  RETURN_IF_ERROR(PushPullEverywhere(step_ + 1, coef));
   result.push_pull_seconds = absl::ToDoubleSeconds(absl::Now() - started);
   std::fill(grads_.begin(), grads_.end(), 0);
   started = absl::Now();

@@ -1,7 +1,9 @@
 // A shard server whose chunks are on NVMe is killed with SIGKILL between
-// steps and restarted on the same directories: it finds its chunks, the
-// placement is the same, the worker (which does not restart) continues, and
-// the final weights equal those of an uninterrupted run, bit for bit.
+// steps, and again in the middle of steps, and restarted on the same
+// directories: it finds its chunks, the placement is the same, the worker
+// (which does not restart, and sees no error: it pushes and pulls an
+// interrupted step again) continues, and the final weights equal those of an
+// uninterrupted run, bit for bit.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -78,7 +80,7 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
     ASSERT_TRUE(cluster.ok());
     auto client = Client::Connect(JobOptions((*cluster)->coordinator_address()));
     ASSERT_TRUE(client.ok()) << client.status();
-    Train(**client, 6);
+    Train(**client, 7);
     auto state = (*client)->ReadMasterState();
     ASSERT_TRUE(state.ok()) << state.status();
     want = *std::move(state);
@@ -132,12 +134,26 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
   ASSERT_EQ(WaitReady(dir + "/server.addr"), server_address);
   EXPECT_EQ(Placement(coordinator_address), before);  // same chunks, same steps
 
-  Train(**client, 3);  // the same worker, not restarted
+  // The same worker, not restarted, trains on while the server is killed
+  // mid-step (once a chunk has applied step 5) and restarted.
+  std::thread training([&] { Train(**client, 4); });
+  for (int i = 0; i < 2000 && Placement(coordinator_address).find(" 5\n") == std::string::npos;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  kill(server, SIGKILL);
+  waitpid(server, nullptr, 0);
+  daemons.pids.pop_back();
+  std::filesystem::remove(dir + "/server.addr");
+  server = Spawn(server_args(server_address), dir + "/server.log");
+  daemons.pids.push_back(server);
+  ASSERT_EQ(WaitReady(dir + "/server.addr"), server_address);
+  training.join();
   ASSERT_FALSE(::testing::Test::HasFailure());
   auto state = (*client)->ReadMasterState();
   ASSERT_TRUE(state.ok()) << state.status();
   const MasterState& got = *state;
-  EXPECT_EQ(got.step, 6);
+  EXPECT_EQ(got.step, 7);
   EXPECT_EQ(got.params, want.params);
   EXPECT_EQ(got.exp_avg, want.exp_avg);
   EXPECT_EQ(got.exp_avg_sq, want.exp_avg_sq);
