@@ -5,11 +5,12 @@
 #   make build   configure and build everything into build/
 #   make check   clang-format check + the test suite under ASan/UBSan (build-asan/)
 #   make bench   strata-bench step on 64 Mi parameters (see README)
+#   make deploy-test  docker-compose on a real Docker engine (deploy/deploy-test.sh; root)
 
 CTEST_ARGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: deps build test demo check format-check bench clean
+.PHONY: deps build test demo check format-check bench deploy-test clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -34,6 +35,10 @@ check: format-check
 
 bench: build
 	build/bin/strata-bench step --params 67108864 --workers 2 --servers 2 --json
+
+deploy-test: build
+	@bash deploy/install-deps.sh --deploy
+	bash deploy/deploy-test.sh
 
 clean:
 	rm -rf build build-asan

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that strata needs to build, test and run its
-# demo. Idempotent: installs only what is missing. Run as root (or via sudo).
+# demo; with --deploy also a Docker engine, debootstrap and curl for
+# `make deploy-test`. Idempotent: installs only what is missing. Run as root
+# (or via sudo).
 set -euo pipefail
 
 packages=(
@@ -13,6 +15,10 @@ packages=(
 # Installed without recommends: docker-compose would otherwise pull in a whole
 # container runtime, and only `docker-compose config` is needed to validate.
 packages_no_recommends=(docker-compose)
+if [ "${1:-}" = --deploy ]; then
+  packages+=(debootstrap curl)
+  packages_no_recommends+=(docker.io)
+fi
 
 missing=()
 for p in "${packages[@]}" "${packages_no_recommends[@]}"; do

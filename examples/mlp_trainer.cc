@@ -12,6 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/command_line.h"
 #include "kernels/half.h"
 #include "strata/client.h"
@@ -21,6 +22,7 @@ ABSL_FLAG(std::string, job, "mlp-demo", "job id");
 ABSL_FLAG(std::string, worker_id, "", "unique worker id (default: hostname-pid)");
 ABSL_FLAG(int, workers, 2, "number of workers (processes) in the job");
 ABSL_FLAG(int, steps, 100, "optimizer steps to run");
+ABSL_FLAG(int, step_delay_ms, 0, "pause after each step (to watch a run, or restart a server under it)");
 ABSL_FLAG(int, batch, 64, "global batch size (split among workers)");
 ABSL_FLAG(int, accumulation, 1, "micro-batches accumulated per step");
 ABSL_FLAG(int, input_dim, 32, "input features");
@@ -219,6 +221,7 @@ int main(int argc, char** argv) {
                   result->skipped ? "  (skipped: overflow)" : "", ms);
       std::fflush(stdout);
     }
+    absl::SleepFor(absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms)));
   }
   if (rank == 0) {
     std::sort(step_ms.begin(), step_ms.end());
