@@ -22,7 +22,8 @@ ABSL_FLAG(std::string, job, "mlp-demo", "job id");
 ABSL_FLAG(std::string, worker_id, "", "unique worker id (default: hostname-pid)");
 ABSL_FLAG(int, workers, 2, "number of workers (processes) in the job");
 ABSL_FLAG(int, steps, 100, "optimizer steps to run");
-ABSL_FLAG(int, step_delay_ms, 0, "pause after each step (to watch a run, or restart a server under it)");
+ABSL_FLAG(int, step_delay_ms, 0,
+          "pause after each step (to watch a run, or restart a server under it)");
 ABSL_FLAG(int, batch, 64, "global batch size (split among workers)");
 ABSL_FLAG(int, accumulation, 1, "micro-batches accumulated per step");
 ABSL_FLAG(int, input_dim, 32, "input features");
