@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
       "workers (leases renewed by heartbeats) and their generations, and serves the\n"
       "rendezvous store the collectives use. State is kept in RocksDB under\n"
       "--data_dir; stops cleanly on SIGINT/SIGTERM.\n\n"
-      "  strata-coordinator --listen=HOST:PORT --data_dir=DIR [--worker_lease_ms=MS]");
+      "  strata-coordinator --listen=HOST:PORT --data_dir=DIR [--worker_lease_ms=MS]\n"
+      "  strata-coordinator --flagfile=FILE    (the same flags, one --flag=value per line)");
   strata::BlockShutdownSignals();
   strata::CoordinatorOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);

@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
     return absl::InvalidArgumentError("executor threads must be >= 1");
   }
   std::unique_ptr<ShardServer> server(new ShardServer());
+  server->save_host_chunks_ = options.save_host_chunks;
   ASSIGN_OR_RETURN(server->metadata_, OpenMetadata(options.data_dir));
   server->tier_ = std::make_unique<HostTier>(options.host_budget_bytes, options.pin_host_memory);
   if (!options.nvme_dir.empty()) {
@@ -103,7 +104,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   server->executor_ = std::make_unique<ThreadPool>(options.executor_threads);
   ASSIGN_OR_RETURN(server->service_,
                    ShardService::Create(server->tier_.get(), server->nvme_.get(),
-                                        server->metadata_.get(), server->executor_.get()));
+                                        server->metadata_.get(), server->executor_.get(),
+                                        absl::StrCat(options.data_dir, "/saved-chunks")));
   ASSIGN_OR_RETURN(server->metrics_, Metrics::Start(options.metrics_listen_address));
   server->service_->ExportMetrics(server->metrics_.get());
   std::string bound;
@@ -132,7 +134,8 @@ void ShardServer::Shutdown() {
   server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
   server_.reset();
   executor_.reset();  // in-flight steps finish
-  metrics_.reset();   // before the service its scrapes read
+  if (save_host_chunks_) service_->SaveHostChunks();
+  metrics_.reset();  // before the service its scrapes read
   service_.reset();
   metadata_.reset();  // closes RocksDB
   LogEventCat("server", "shut down ", address_);

@@ -3,7 +3,8 @@
 // and step executor. The main()s run them; tests and strata-bench start
 // several in one process. Start() returns once serving; Shutdown() (also run
 // by the destructor) answers waiting pulls, lets in-flight steps finish,
-// stops gRPC and closes RocksDB. Not thread-safe: one owner calls Shutdown.
+// stops gRPC, saves host-memory chunks (shard server) and closes RocksDB. Not thread-safe: one
+// owner calls Shutdown.
 #ifndef STRATA_SERVER_DAEMONS_H_
 #define STRATA_SERVER_DAEMONS_H_
 
@@ -41,6 +42,9 @@ struct ShardServerOptions {
   absl::Duration register_timeout = absl::Seconds(30);
   // host:port of the Prometheus endpoint (/metrics); empty: none.
   std::string metrics_listen_address;
+  // Save host-memory chunk states to data_dir at a clean shutdown, for the
+  // next start-up (ShardService::SaveHostChunks).
+  bool save_host_chunks = true;
 };
 
 class ShardServer {
@@ -57,6 +61,7 @@ class ShardServer {
   ShardServer() = default;
   std::string address_;
   std::unique_ptr<Metrics> metrics_;
+  bool save_host_chunks_ = true;
   std::unique_ptr<MetadataStore> metadata_;
   std::unique_ptr<HostTier> tier_;
   std::unique_ptr<NvmeTier> nvme_;

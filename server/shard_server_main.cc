@@ -26,6 +26,9 @@ ABSL_FLAG(std::string, nvme_dir, "",
 ABSL_FLAG(uint64_t, nvme_budget_mib, 0,
           "NVMe-tier budget in MiB (a chunk there takes two slots); 0: no NVMe tier");
 ABSL_FLAG(uint32_t, nvme_queue_depth, 32, "io_uring queue depth of the NVMe tier");
+ABSL_FLAG(bool, save_host_chunks, true,
+          "at a clean shutdown (SIGTERM), save the chunk states held in host memory under "
+          "--data_dir, so that a restart continues them (a crash loses them)");
 ABSL_FLAG(int, executor_threads, 2, "threads that apply the optimizer to chunks");
 ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at start-up");
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -41,7 +44,8 @@ int main(int argc, char** argv) {
       "moments of jobs in its host tier, applies AdamW as workers push gradients, and\n"
       "serves the updated low-precision parameters. Registers with the coordinator at\n"
       "start-up; stops cleanly on SIGINT/SIGTERM.\n\n"
-      "  strata-server --coordinator=HOST:PORT --listen=HOST:PORT --data_dir=DIR");
+      "  strata-server --coordinator=HOST:PORT --listen=HOST:PORT --data_dir=DIR\n"
+      "  strata-server --flagfile=FILE    (the same flags, one --flag=value per line)");
   strata::BlockShutdownSignals();
   strata::ShardServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
@@ -54,6 +58,7 @@ int main(int argc, char** argv) {
   options.nvme_budget_bytes = absl::GetFlag(FLAGS_nvme_budget_mib) << 20;
   options.nvme_queue_depth = absl::GetFlag(FLAGS_nvme_queue_depth);
   options.executor_threads = absl::GetFlag(FLAGS_executor_threads);
+  options.save_host_chunks = absl::GetFlag(FLAGS_save_host_chunks);
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);
   auto server = strata::ShardServer::Start(options);

@@ -1,6 +1,7 @@
 #include "server/shard_service.h"
 
 #include <cmath>
+#include <filesystem>
 #include <utility>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "server/saved_chunk.h"
 
 namespace strata {
 namespace {
@@ -18,17 +20,26 @@ constexpr char kJobPrefix[] = "job/";
 }  // namespace
 
 ShardService::ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata,
-                           ThreadPool* executor)
+                           ThreadPool* executor, std::string saved_chunks_dir)
     : host_(host),
       nvme_(nvme),
       metadata_(metadata),
       executor_(executor),
+      saved_chunks_dir_(std::move(saved_chunks_dir)),
       staging_buffers_(executor->num_threads() + 1) {}
 
 absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(Tier* host, NvmeTier* nvme,
                                                                    MetadataStore* metadata,
-                                                                   ThreadPool* executor) {
-  std::unique_ptr<ShardService> service(new ShardService(host, nvme, metadata, executor));
+                                                                   ThreadPool* executor,
+                                                                   std::string saved_chunks_dir) {
+  std::error_code error;
+  std::filesystem::create_directories(saved_chunks_dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create directory ", saved_chunks_dir, ": ", error.message()));
+  }
+  std::unique_ptr<ShardService> service(
+      new ShardService(host, nvme, metadata, executor, std::move(saved_chunks_dir)));
   ASSIGN_OR_RETURN(auto records, metadata->Scan(kJobPrefix));
   for (const auto& [key, value] : records) {
     v1::AllocateChunksRequest record;
@@ -48,44 +59,116 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(Tier* host, N
 absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
   const std::string& job_id = request.spec().job_id();
   ASSIGN_OR_RETURN(auto records, metadata_->Scan(Chunk::RecordPrefix(job_id)));
-  if (nvme_ == nullptr || records.size() != static_cast<size_t>(request.chunks_size())) {
+  if (records.size() != static_cast<size_t>(request.chunks_size())) {
     return absl::FailedPreconditionError(
         absl::StrCat(request.chunks_size() - static_cast<int>(records.size()),
-                     " of its chunks were in host memory, which does not survive a restart"));
+                     " of its chunks were in host memory, which survives only a clean shutdown"));
   }
   ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request.spec().dtype()));
-  ASSIGN_OR_RETURN(
-      auto staging,
-      StagingPool::Create(host_, NvmeChunkState::StagingBytes(request.spec().chunk_num_params()),
-                          staging_buffers_));
-  std::shared_ptr<StagingPool> pool = std::move(staging);
+  std::shared_ptr<StagingPool> staging;  // made for the first NVMe chunk
   auto job = std::make_shared<Job>();
   job->record = request;
   job->dtype = dtype;
   const AdamConfig adam = AdamFromProto(request.spec().adam());
   int64_t step = -1;
+  std::vector<std::string> saved_files;
   for (const auto& [key, value] : records) {
     v1::ChunkRecord record;
     if (!record.ParseFromString(value)) {
       return absl::DataLossError(absl::StrCat("server metadata: cannot parse record ", key));
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<ChunkState> state,
-                     NvmeChunkState::Restore(nvme_, pool, record));
-    ASSIGN_OR_RETURN(Extent copy,
-                     host_->Allocate(Chunk::CopyBytes(record.chunk().num_params(), dtype)));
+    const uint64_t n = record.chunk().num_params();
+    std::unique_ptr<ChunkState> state;
+    if (!record.saved_file().empty()) {
+      ASSIGN_OR_RETURN(state, HostChunkState::Create(host_, n));
+      ASSIGN_OR_RETURN(StateView view, state->Load());
+      RETURN_IF_ERROR(LoadChunkState(record.saved_file(), record.saved_checksum(), n, view));
+      saved_files.push_back(record.saved_file());
+    } else {
+      if (nvme_ == nullptr) {
+        return absl::FailedPreconditionError("its chunks were on an NVMe tier this server lacks");
+      }
+      if (staging == nullptr) {
+        ASSIGN_OR_RETURN(staging,
+                         StagingPool::Create(
+                             host_, NvmeChunkState::StagingBytes(request.spec().chunk_num_params()),
+                             staging_buffers_));
+      }
+      ASSIGN_OR_RETURN(state, NvmeChunkState::Restore(nvme_, staging, record));
+    }
+    ASSIGN_OR_RETURN(Extent copy, host_->Allocate(Chunk::CopyBytes(n, dtype)));
     uint64_t begin = record.chunk().flat_begin();
-    auto chunk = std::make_shared<Chunk>(
-        job_id, record.chunk().chunk_id(), FlatRange{begin, begin + record.chunk().num_params()},
-        dtype, adam, std::move(state), host_, copy, metadata_, record.applied_step());
+    auto chunk = std::make_shared<Chunk>(job_id, record.chunk().chunk_id(),
+                                         FlatRange{begin, begin + n}, dtype, adam, std::move(state),
+                                         host_, copy, metadata_, record.applied_step());
     RETURN_IF_ERROR(chunk->RebuildCopy());
     job->chunks_by_begin[begin] = std::move(chunk);
     step = step < 0 ? record.applied_step() : std::min(step, record.applied_step());
   }
+  // The saved states live in memory again: their records and files go, so
+  // that a later crash cannot bring back these steps.
+  for (const auto& [begin, chunk] : job->chunks_by_begin) {
+    if (chunk->tier() == TierKind::kHost) {
+      RETURN_IF_ERROR(metadata_->Delete(Chunk::RecordKey(job_id, chunk->chunk_id())));
+    }
+  }
+  for (const std::string& file : saved_files) std::filesystem::remove(file);
   absl::MutexLock lock(&mu_);
   jobs_[job_id] = std::move(job);
-  LogEventCat("server", "recovered job ", job_id, ": ", records.size(),
-              " chunks from the nvme tier, at step ", step);
+  LogEventCat("server", "recovered job ", job_id, ": ", records.size() - saved_files.size(),
+              " chunks from the nvme tier and ", saved_files.size(),
+              " saved at the last clean shutdown, at step ", step);
   return absl::OkStatus();
+}
+
+void ShardService::SaveHostChunks() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  for (const auto& job : jobs) {
+    const std::string& job_id = job->record.spec().job_id();
+    int saved = 0;
+    absl::Status status;
+    for (const auto& [begin, chunk] : job->chunks_by_begin) {
+      if (chunk->tier() != TierKind::kHost) continue;
+      const uint64_t n = chunk->range().size();
+      std::vector<float> state(3 * n);
+      absl::StatusOr<int64_t> step =
+          chunk->ReadState(begin, n, state.data(), state.data() + n, state.data() + 2 * n);
+      std::string file = absl::StrCat(saved_chunks_dir_, "/", job_id, "-", chunk->chunk_id());
+      absl::StatusOr<uint64_t> checksum =
+          step.ok()
+              ? SaveChunkState(
+                    file, StateView{state.data(), state.data() + n, state.data() + 2 * n, nullptr},
+                    n)
+              : step.status();
+      if (checksum.ok()) {
+        v1::ChunkRecord record;
+        record.mutable_chunk()->set_chunk_id(chunk->chunk_id());
+        record.mutable_chunk()->set_flat_begin(begin);
+        record.mutable_chunk()->set_num_params(n);
+        record.set_tier(TierKindName(TierKind::kHost));
+        record.set_saved_file(file);
+        record.set_saved_checksum(*checksum);
+        record.set_applied_step(*step);
+        status = metadata_->Put(Chunk::RecordKey(job_id, chunk->chunk_id()),
+                                record.SerializeAsString(), /*sync=*/true);
+      } else {
+        status = checksum.status();
+      }
+      if (!status.ok()) break;
+      ++saved;
+    }
+    if (!status.ok()) {
+      LogEventCat("server", "job ", job_id, ": cannot save its host-memory chunks (",
+                  status.ToString(), "); the job will be discarded at the next start");
+    } else if (saved > 0) {
+      LogEventCat("server", "job ", job_id, ": saved ", saved, " host-memory chunk(s) to ",
+                  saved_chunks_dir_);
+    }
+  }
 }
 
 void ShardService::BeginShutdown() {

@@ -27,14 +27,19 @@ namespace strata {
 class ShardService final : public v1::ShardServer::CallbackService {
  public:
   // Chunk states go to `host` first, then to `nvme` (nullptr: none). Jobs a
-  // previous run recorded in `metadata` come back when all their chunks were
-  // on NVMe (at the steps recorded); the others are discarded, with a log line
-  // saying why.
+  // previous run recorded in `metadata` come back when every chunk was on NVMe
+  // or saved by SaveHostChunks() into `saved_chunks_dir` (at the steps
+  // recorded); the others are discarded, with a log line saying why.
   static absl::StatusOr<std::unique_ptr<ShardService>> Create(Tier* host, NvmeTier* nvme,
                                                               MetadataStore* metadata,
-                                                              ThreadPool* executor);
+                                                              ThreadPool* executor,
+                                                              std::string saved_chunks_dir);
 
   void BeginShutdown();
+  // At a clean shutdown, once no step is being applied: saves every chunk
+  // state in host memory to a file (synced) and records it, so that the next
+  // start-up finds it. Chunks that fail to save are logged and lost.
+  void SaveHostChunks();
   // Exports the server's metrics into `metrics` (which must outlive the
   // service): per tier budget, bytes and chunks, NVMe bytes read and written,
   // bytes pushed and pulled, and a histogram of chunk apply times.
@@ -67,7 +72,8 @@ class ShardService final : public v1::ShardServer::CallbackService {
     std::map<uint64_t, std::shared_ptr<Chunk>> chunks_by_begin;
   };
 
-  ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor);
+  ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
+               std::string saved_chunks_dir);
   // Rebuilds a job of a previous run from its chunk records.
   absl::Status Recover(const v1::AllocateChunksRequest& request);
   absl::Status DoAllocate(const v1::AllocateChunksRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
@@ -92,6 +98,7 @@ class ShardService final : public v1::ShardServer::CallbackService {
   NvmeTier* const nvme_;
   MetadataStore* const metadata_;
   ThreadPool* const executor_;
+  const std::string saved_chunks_dir_;
   // Staging buffers per job on NVMe: one per executor thread, one to prefetch.
   const int staging_buffers_;
   mutable absl::Mutex mu_;

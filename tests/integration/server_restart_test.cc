@@ -72,19 +72,20 @@ std::string Placement(const std::string& coordinator) {
   return text;
 }
 
+// The uninterrupted run: `steps` steps of JobOptions on an in-process cluster.
+MasterState Uninterrupted(int steps) {
+  auto cluster = LocalCluster::Start({1, uint64_t{256} << 20, 1});
+  EXPECT_TRUE(cluster.ok());
+  if (!cluster.ok()) return {};
+  auto client = Client::Connect(JobOptions((*cluster)->coordinator_address()));
+  EXPECT_TRUE(client.ok()) << client.status();
+  if (!client.ok()) return {};
+  Train(**client, steps);
+  return *(*client)->ReadMasterState();
+}
+
 TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
-  // The uninterrupted run.
-  MasterState want;
-  {
-    auto cluster = LocalCluster::Start({1, uint64_t{256} << 20, 1});
-    ASSERT_TRUE(cluster.ok());
-    auto client = Client::Connect(JobOptions((*cluster)->coordinator_address()));
-    ASSERT_TRUE(client.ok()) << client.status();
-    Train(**client, 7);
-    auto state = (*client)->ReadMasterState();
-    ASSERT_TRUE(state.ok()) << state.status();
-    want = *std::move(state);
-  }
+  const MasterState want = Uninterrupted(7);
   testing::Processes daemons;
 
   std::string dir = ::testing::TempDir() + "/server_restart_test_" + std::to_string(getpid());
@@ -166,6 +167,69 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);  // clean shutdown
   }
   daemons.pids.clear();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ServerRestartTest, CleanlyStoppedServerBringsBackItsHostMemoryChunks) {
+  const MasterState want = Uninterrupted(6);
+  testing::Processes daemons;
+  std::string dir = ::testing::TempDir() + "/server_clean_restart_test_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string bin = STRATA_BIN_DIR;
+  daemons.pids.push_back(
+      Spawn({bin + "/strata-coordinator", "--listen=127.0.0.1:0",
+             "--data_dir=" + dir + "/coordinator", "--ready_file=" + dir + "/coordinator.addr"},
+            dir + "/coordinator.log"));
+  std::string coordinator_address = WaitReady(dir + "/coordinator.addr");
+  ASSERT_FALSE(coordinator_address.empty());
+  auto start_server = [&](const std::string& listen) {
+    std::filesystem::remove(dir + "/server.addr");
+    daemons.pids.push_back(
+        Spawn({bin + "/strata-server", "--listen=" + listen, "--coordinator=" + coordinator_address,
+               "--data_dir=" + dir + "/server", "--host_budget_mib=256", "--pin_host_memory=false",
+               "--ready_file=" + dir + "/server.addr"},
+              dir + "/server.log"));
+    return WaitReady(dir + "/server.addr");
+  };
+  std::string server_address = start_server("127.0.0.1:0");
+  ASSERT_FALSE(server_address.empty());
+  auto client = Client::Connect(JobOptions(coordinator_address));
+  ASSERT_TRUE(client.ok()) << client.status();
+  Train(**client, 3);
+  std::string before = Placement(coordinator_address);
+  EXPECT_NE(before.find("host 3"), std::string::npos) << before;
+
+  // SIGTERM: a clean stop saves the 16 chunks; the restart loads them (and
+  // removes the files, so that a later crash cannot bring back step 3).
+  pid_t server = daemons.pids.back();
+  kill(server, SIGTERM);
+  int status = 0;
+  waitpid(server, &status, 0);
+  daemons.Forget(server);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string saved = dir + "/server/saved-chunks";
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(saved), {}), 16);
+  ASSERT_EQ(start_server(server_address), server_address);
+  EXPECT_EQ(Placement(coordinator_address), before);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(saved), {}), 0);
+
+  Train(**client, 3);  // the same worker goes on
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  MasterState got = *(*client)->ReadMasterState();
+  EXPECT_EQ(got.step, 6);
+  EXPECT_EQ(got.params, want.params);
+  EXPECT_EQ(got.exp_avg, want.exp_avg);
+  EXPECT_EQ(got.exp_avg_sq, want.exp_avg_sq);
+
+  // A crash (SIGKILL) loses host memory: the job is not brought back.
+  client->reset();
+  server = daemons.pids.back();
+  kill(server, SIGKILL);
+  waitpid(server, nullptr, 0);
+  daemons.Forget(server);
+  ASSERT_EQ(start_server(server_address), server_address);
+  EXPECT_NE(Placement(coordinator_address).find("missing -1"), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 
