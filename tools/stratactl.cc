@@ -1,6 +1,8 @@
 // stratactl: inspect a strata cluster. See --help.
 #include <cstdio>
+#include <filesystem>
 #include <map>
+#include <set>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -9,9 +11,14 @@
 #include "common/command_line.h"
 #include "common/grpc_status.h"
 #include "common/grpc_util.h"
+#include "common/job_spec.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "strata/client.h"
+#include "strata/flat_layout.h"
 #include "strata/v1/coordinator.grpc.pb.h"
+#include "strata/v1/shard.grpc.pb.h"
+#include "tools/safetensors.h"
 #include "tools/table.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "host:port of strata-coordinator");
@@ -20,6 +27,9 @@ ABSL_FLAG(bool, json, false, "print JSON instead of a table");
 ABSL_FLAG(int, timeout_s, 10, "RPC deadline in seconds");
 ABSL_FLAG(std::string, target, "",
           "health: host:port of the daemon to check (default: --coordinator)");
+ABSL_FLAG(std::string, out, "", "export: the directory to write model.safetensors into");
+ABSL_FLAG(bool, with_optimizer_state, false,
+          "export: also write each tensor's Adam moments, as NAME.exp_avg and NAME.exp_avg_sq");
 ABSL_FLAG(std::string, service, "",
           "health: the service to check, e.g. strata.v1.ShardServer (default: the whole server)");
 
@@ -40,6 +50,9 @@ constexpr char kUsage[] =
     "      the job's generation, then its workers: rank in it (- for a worker not in it\n"
     "      yet), worker id, address, generation it runs in, last heartbeat, last\n"
     "      completed step, steps taken since it joined, joined at\n"
+    "  stratactl [--coordinator=HOST:PORT] --job=ID --out=DIR [--with_optimizer_state] export\n"
+    "      writes the job's FP32 master weights (and Adam moments) at one step to\n"
+    "      DIR/model.safetensors, per tensor with its registered name and shape\n"
     "  stratactl [--target=HOST:PORT] [--service=NAME] [--json] health\n"
     "      the standard gRPC health check (grpc.health.v1) of a coordinator or shard\n"
     "      server; exits 0 when it is SERVING, 1 otherwise (for container health checks)";
@@ -151,6 +164,57 @@ class Ctl {
     return absl::OkStatus();
   }
 
+  absl::Status Export() {
+    const std::string job_id = absl::GetFlag(FLAGS_job);
+    const std::string dir = absl::GetFlag(FLAGS_out);
+    if (job_id.empty() || dir.empty())
+      return absl::InvalidArgumentError("export needs --job and --out");
+    v1::GetJobRequest get;
+    get.set_job_id(job_id);
+    v1::JobInfo job;
+    if (absl::Status s = Call(&v1::Coordinator::Stub::GetJob, get, &job); !s.ok()) return s;
+    absl::StatusOr<FlatLayout> layout =
+        FlatLayout::Create(TensorsFromProto(job.spec()), job.spec().chunk_num_params());
+    if (!layout.ok()) return layout.status();
+    absl::StatusOr<MasterState> state = ReadConsistentState(job);
+    if (!state.ok()) return state.status();
+
+    const bool moments = absl::GetFlag(FLAGS_with_optimizer_state);
+    std::vector<SafetensorsTensor> tensors;
+    for (size_t i = 0; i < job.spec().tensors_size(); ++i) {
+      const v1::TensorSpec& spec = job.spec().tensors(i);
+      std::vector<int64_t> shape(spec.shape().begin(), spec.shape().end());
+      uint64_t begin = layout->tensor_range(i).begin;
+      tensors.push_back({spec.name(), shape, &state->params[begin]});
+      if (moments) {
+        tensors.push_back({spec.name() + ".exp_avg", shape, &state->exp_avg[begin]});
+        tensors.push_back({spec.name() + ".exp_avg_sq", shape, &state->exp_avg_sq[begin]});
+      }
+    }
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    if (error) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create directory ", dir, ": ", error.message()));
+    }
+    const std::string path = dir + "/model.safetensors";
+    absl::Status written = WriteSafetensors(
+        path, tensors,
+        {{"format", "pt"}, {"strata_job", job_id}, {"strata_step", absl::StrCat(state->step)}});
+    if (!written.ok()) return written;
+    json out = {{"job", job_id},
+                {"step", state->step},
+                {"file", path},
+                {"tensors", tensors.size()},
+                {"with_optimizer_state", moments}};
+    std::printf("%s\n", absl::GetFlag(FLAGS_json)
+                            ? out.dump().c_str()
+                            : absl::StrCat("exported job ", job_id, " at step ", state->step,
+                                           " to ", path, " (", tensors.size(), " tensors)")
+                                  .c_str());
+    return absl::OkStatus();
+  }
+
   absl::Status Health() {
     std::string target = absl::GetFlag(FLAGS_target);
     if (target.empty()) target = absl::GetFlag(FLAGS_coordinator);
@@ -224,6 +288,51 @@ class Ctl {
   }
 
  private:
+  // p, m and v of every chunk of `job`, all at the same step: a chunk read
+  // while the job is between two steps is read again (ABORTED after ~5 s).
+  absl::StatusOr<MasterState> ReadConsistentState(const v1::JobInfo& job) {
+    constexpr uint64_t kPieceParams = uint64_t{1} << 20;  // the servers' limit per read
+    MasterState state;
+    const uint64_t n = job.flat_num_params();
+    state.params.resize(n);
+    state.exp_avg.resize(n);
+    state.exp_avg_sq.resize(n);
+    std::map<std::string, std::unique_ptr<v1::ShardServer::Stub>> servers;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      std::set<int64_t> steps;
+      for (const v1::ChunkAssignment& c : job.chunks()) {
+        auto& stub = servers[c.server_address()];
+        if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(c.server_address()));
+        const uint64_t end = c.chunk().flat_begin() + c.chunk().num_params();
+        for (uint64_t begin = c.chunk().flat_begin(); begin < end; begin += kPieceParams) {
+          v1::ReadStateRequest read;
+          read.set_job_id(job.spec().job_id());
+          read.set_flat_begin(begin);
+          read.set_num_params(std::min(kPieceParams, end - begin));
+          v1::ReadStateResponse response;
+          absl::Status s = CallUnary(stub.get(), &v1::ShardServer::Stub::ReadState, read, &response,
+                                     absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+          if (!s.ok()) {
+            return absl::Status(
+                s.code(), absl::StrCat("shard server ", c.server_address(), ": ", s.message()));
+          }
+          std::copy(response.params().begin(), response.params().end(), &state.params[begin]);
+          std::copy(response.exp_avg().begin(), response.exp_avg().end(), &state.exp_avg[begin]);
+          std::copy(response.exp_avg_sq().begin(), response.exp_avg_sq().end(),
+                    &state.exp_avg_sq[begin]);
+          steps.insert(response.applied_step());
+        }
+      }
+      if (steps.size() == 1) {
+        state.step = *steps.begin();
+        return state;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return absl::AbortedError(absl::StrCat("job '", job.spec().job_id(),
+                                           "' kept changing steps while it was read; retry"));
+  }
+
   void Emit(const json& out, const Table& table) {
     if (absl::GetFlag(FLAGS_json)) {
       std::printf("%s\n", out.dump().c_str());
@@ -252,6 +361,8 @@ int main(int argc, char** argv) {
     s = ctl.Placement();
   } else if (args[0] == "members") {
     s = ctl.Members();
+  } else if (args[0] == "export") {
+    s = ctl.Export();
   } else if (args[0] == "health") {
     s = ctl.Health();
   } else {
