@@ -41,9 +41,11 @@ int main(int argc, char** argv) {
   strata::InitCommandLine(
       argc, argv,
       "strata-server: a shard server. Holds chunks of the FP32 master weights and Adam\n"
-      "moments of jobs in its host tier, applies AdamW as workers push gradients, and\n"
-      "serves the updated low-precision parameters. Registers with the coordinator at\n"
-      "start-up; stops cleanly on SIGINT/SIGTERM.\n\n"
+      "moments of jobs in its host tier (then its NVMe tier), applies AdamW as workers\n"
+      "push gradients, and serves the updated low-precision parameters; also the gRPC\n"
+      "health service and, with --metrics_listen, Prometheus metrics. Registers with\n"
+      "the coordinator at start-up; stops cleanly on SIGINT/SIGTERM, saving the chunks\n"
+      "held in host memory for its next start.\n\n"
       "  strata-server --coordinator=HOST:PORT --listen=HOST:PORT --data_dir=DIR\n"
       "  strata-server --flagfile=FILE    (the same flags, one --flag=value per line)");
   strata::BlockShutdownSignals();
