@@ -4,6 +4,8 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace strata {
 
@@ -15,7 +17,12 @@ std::vector<std::string> InitCommandLine(int argc, char** argv, const char* usag
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);
-  absl::SetProgramUsageMessage(usage);
+  // abseil prints "<program>: " before the usage text, which names it too.
+  absl::string_view text = usage;
+  absl::string_view program = argv[0];
+  program = program.substr(program.rfind('/') + 1);
+  absl::ConsumePrefix(&text, absl::StrCat(program, ": "));
+  absl::SetProgramUsageMessage(text);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   return std::vector<std::string>(rest.begin() + 1, rest.end());
 }
