@@ -7,8 +7,11 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/collective.h"
@@ -17,6 +20,7 @@
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
 #include "common/log.h"
+#include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "kernels/elementwise.h"
 #include "kernels/grad_stats.h"
@@ -131,6 +135,8 @@ class ClientImpl : public Client {
   // The lowest and highest step the job's chunks have applied.
   absl::StatusOr<std::pair<int64_t, int64_t>> AppliedSteps();
   absl::Status WriteInitialParams();
+  // Writes options_.initial_state_path's state to the servers (a new job).
+  absl::Status WriteInitialState();
   // Pieces of `range`, each within one chunk and at most `max_params` long.
   std::vector<Piece> PiecesOf(FlatRange range, uint64_t max_params) const;
   // Waits for a generation newer than `than` that includes this worker and
@@ -264,6 +270,64 @@ absl::Status ClientImpl::WriteInitialParams() {
   return absl::OkStatus();
 }
 
+absl::Status ClientImpl::WriteInitialState() {
+  const std::string& path = options_.initial_state_path;
+  ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path));
+  const uint64_t n = layout_.num_params();
+  std::vector<float> p(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
+  // Moments come for every tensor or for none.
+  std::optional<bool> with_moments;
+  for (size_t i = 0; i < options_.tensors.size(); ++i) {
+    const TensorSpec& spec = options_.tensors[i];
+    const FlatRange range = layout_.tensor_range(i);
+    auto copy_tensor = [&](const std::string& name, std::vector<float>& to) -> absl::Status {
+      auto it = file.tensors.find(name);
+      if (it == file.tensors.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, " has no tensor '", name, "'"));
+      }
+      if (it->second.shape != spec.shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", name, "' of ", path, " has shape [", absl::StrJoin(it->second.shape, ","),
+            "]; the model registers [", absl::StrJoin(spec.shape, ","), "]"));
+      }
+      std::copy(it->second.values.begin(), it->second.values.end(), to.begin() + range.begin);
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(copy_tensor(spec.name, p));
+    bool has = file.tensors.count(spec.name + ".exp_avg") > 0;
+    if (with_moments.has_value() && *with_moments != has) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " has Adam moments for some tensors and not for '", spec.name, "'"));
+    }
+    with_moments = has;
+    if (has) {
+      RETURN_IF_ERROR(copy_tensor(spec.name + ".exp_avg", m));
+      RETURN_IF_ERROR(copy_tensor(spec.name + ".exp_avg_sq", v));
+    }
+  }
+  int64_t step = 0;
+  if (with_moments.value_or(false) && !absl::SimpleAtoi(file.metadata["strata_step"], &step)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " has Adam moments but no strata_step in its metadata"));
+  }
+  constexpr uint64_t kStateBytesPerParam = 3 * sizeof(float);
+  for (const Piece& piece : PiecesOf({0, n}, kMaxPayloadBytes / kStateBytesPerParam)) {
+    v1::WriteStateRequest request;
+    request.set_job_id(options_.job_id);
+    request.set_flat_begin(piece.begin);
+    request.set_step(step);
+    request.mutable_params()->Add(p.begin() + piece.begin, p.begin() + piece.begin + piece.n);
+    request.mutable_exp_avg()->Add(m.begin() + piece.begin, m.begin() + piece.begin + piece.n);
+    request.mutable_exp_avg_sq()->Add(v.begin() + piece.begin, v.begin() + piece.begin + piece.n);
+    v1::WriteStateResponse response;
+    RETURN_IF_ERROR(WithAddress(CallUnary(piece.stub, &v1::ShardServer::Stub::WriteState, request,
+                                          &response, kControlRpcTimeout),
+                                piece.address));
+  }
+  LogEventCat("client", "job ", options_.job_id, ": state of step ", step, " written from ", path);
+  return absl::OkStatus();
+}
+
 absl::Status ClientImpl::Init() {
   RETURN_IF_ERROR(CreateJob());
   for (const auto& c : job_.chunks()) {
@@ -324,6 +388,10 @@ absl::Status ClientImpl::Reform(uint64_t than) {
   double state[5] = {0, 0, 0, 0, 0};
   if (rank_ == 0) {
     ASSIGN_OR_RETURN(auto steps, AppliedSteps());
+    if (steps.second == 0 && !options_.initial_state_path.empty()) {
+      RETURN_IF_ERROR(WriteInitialState());
+      ASSIGN_OR_RETURN(steps, AppliedSteps());
+    }
     state[0] = static_cast<double>(steps.first);
     state[1] = steps.second == 0 ? 1 : 0;
   }
@@ -649,6 +717,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   }
   ASSIGN_OR_RETURN(FlatLayout layout,
                    FlatLayout::Create(options.tensors, options.chunk_num_params));
+  if (!options.initial_params.empty() && !options.initial_state_path.empty()) {
+    return absl::InvalidArgumentError("give initial_params or initial_state_path, not both");
+  }
   if (!options.initial_params.empty() && options.initial_params.size() != layout.num_params()) {
     return absl::InvalidArgumentError(
         absl::StrCat("initial_params has ", options.initial_params.size(),

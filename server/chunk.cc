@@ -184,6 +184,7 @@ void Chunk::Apply() {
     absl::MutexLock lock(&mu_);
     applied_step_ = step;
     applying_ = false;
+    applied_any_ = true;
     previous_copy_valid_ = true;
     staged_params_ = 0;
     for (auto it = waiters_.begin(); it != waiters_.end();) {
@@ -252,6 +253,37 @@ absl::Status Chunk::WriteParams(uint64_t begin, const float* params, uint64_t n)
   state_->Release(view);
   RETURN_IF_ERROR(committed);
   CastFromFloat(params, dtype_, copy(0) + offset * DTypeSize(dtype_), n);
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::WriteState(uint64_t begin, const float* p, const float* m, const float* v,
+                               uint64_t n, int64_t step) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (applied_any_ || applying_ || !staged_.empty() ||
+        (applied_step_ != 0 && applied_step_ != step)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
+                       applied_any_ || !staged_.empty() ? " and has been pushed to" : "",
+                       "; its state can be written only before the first push, at one step"));
+    }
+    applied_step_ = step;
+    previous_copy_valid_ = false;
+  }
+  absl::MutexLock state_lock(&state_mu_);
+  ASSIGN_OR_RETURN(StateView view, state_->Load());
+  uint64_t offset = begin - range_.begin;
+  std::memcpy(view.p + offset, p, n * sizeof(float));
+  std::memcpy(view.m + offset, m, n * sizeof(float));
+  std::memcpy(view.v + offset, v, n * sizeof(float));
+  absl::Status committed = state_->Commit(view);
+  if (committed.ok()) {
+    committed = WriteRecordLocked(step);
+    if (!committed.ok()) state_->Rollback();
+  }
+  state_->Release(view);
+  RETURN_IF_ERROR(committed);
+  CastFromFloat(p, dtype_, copy(step) + offset * DTypeSize(dtype_), n);
   return absl::OkStatus();
 }
 

@@ -111,6 +111,11 @@ class Chunk {
   // FAILED_PRECONDITION once a step was pushed or applied; the tier's error
   // when the state cannot be loaded or committed.
   absl::Status WriteParams(uint64_t begin, const float* params, uint64_t n);
+  // Sets p, m, v of [begin, begin + n) and the applied step to `step`, before
+  // any push: FAILED_PRECONDITION once a step was pushed or applied, or when
+  // the chunk was written at another step; the tier's error otherwise.
+  absl::Status WriteState(uint64_t begin, const float* p, const float* m, const float* v,
+                          uint64_t n, int64_t step);
   // Copies p, m, v of [begin, begin + n) out (waiting out an Apply() in
   // progress); returns the applied step they hold, or the tier's error.
   absl::StatusOr<int64_t> ReadState(uint64_t begin, uint64_t n, float* p, float* m, float* v);
@@ -155,6 +160,7 @@ class Chunk {
   mutable absl::Mutex mu_;
   int64_t applied_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool applying_ ABSL_GUARDED_BY(mu_) = false;
+  bool applied_any_ ABSL_GUARDED_BY(mu_) = false;  // Apply() succeeded once
   // Whether copy(applied_step_ - 1) holds that step's parameters.
   bool previous_copy_valid_ ABSL_GUARDED_BY(mu_) = false;
   // Pushes staged for step applied_step_ + 1 by workers of staged_generation_, by begin.

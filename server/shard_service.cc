@@ -358,6 +358,35 @@ grpc::ServerUnaryReactor* ShardService::WriteParams(grpc::CallbackServerContext*
   return FinishUnary(ctx, DoWriteParams(*request));
 }
 
+absl::Status ShardService::DoWriteState(const v1::WriteStateRequest& request) {
+  const int n = request.params_size();
+  if (request.exp_avg_size() != n || request.exp_avg_sq_size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("params, exp_avg and exp_avg_sq have ", n, ", ", request.exp_avg_size(),
+                     " and ", request.exp_avg_sq_size(), " values; they must have as many"));
+  }
+  if (request.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 0"));
+  }
+  for (const auto* values : {&request.params(), &request.exp_avg(), &request.exp_avg_sq()}) {
+    for (float x : *values) {
+      if (!std::isfinite(x)) return absl::InvalidArgumentError("the state must be finite");
+    }
+  }
+  for (float x : request.exp_avg_sq()) {
+    if (x < 0) return absl::InvalidArgumentError("exp_avg_sq must not be negative");
+  }
+  ASSIGN_OR_RETURN(auto chunk, FindChunk(request.job_id(), request.flat_begin(), n));
+  return chunk->WriteState(request.flat_begin(), request.params().data(), request.exp_avg().data(),
+                           request.exp_avg_sq().data(), n, request.step());
+}
+
+grpc::ServerUnaryReactor* ShardService::WriteState(grpc::CallbackServerContext* ctx,
+                                                   const v1::WriteStateRequest* request,
+                                                   v1::WriteStateResponse*) {
+  return FinishUnary(ctx, DoWriteState(*request));
+}
+
 void ShardService::ScheduleApply(std::shared_ptr<Chunk> chunk) {
   executor_->Schedule([this, chunk = std::move(chunk)] {
     absl::Time started = absl::Now();

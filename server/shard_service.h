@@ -54,6 +54,9 @@ class ShardService final : public v1::ShardServer::CallbackService {
   grpc::ServerUnaryReactor* WriteParams(grpc::CallbackServerContext* ctx,
                                         const v1::WriteParamsRequest* request,
                                         v1::WriteParamsResponse* response) override;
+  grpc::ServerUnaryReactor* WriteState(grpc::CallbackServerContext* ctx,
+                                       const v1::WriteStateRequest* request,
+                                       v1::WriteStateResponse* response) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const v1::PushRequest* request,
                                  v1::PushResponse* response) override;
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const v1::PullRequest* request,
@@ -82,6 +85,7 @@ class ShardService final : public v1::ShardServer::CallbackService {
   absl::Status PlaceChunks(const v1::AllocateChunksRequest& request, DType dtype,
                            std::shared_ptr<StagingPool> staging, Job* job);
   absl::Status DoWriteParams(const v1::WriteParamsRequest& request);
+  absl::Status DoWriteState(const v1::WriteStateRequest& request);
   // The chunk a push goes to, after checking everything but the step rules.
   absl::StatusOr<std::shared_ptr<Chunk>> ValidatePush(const v1::PushRequest& request);
   absl::Status DoReadState(const v1::ReadStateRequest& request, v1::ReadStateResponse* response);

@@ -12,13 +12,13 @@
 #include "common/grpc_status.h"
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
+#include "common/safetensors.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "strata/client.h"
 #include "strata/flat_layout.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
-#include "tools/safetensors.h"
 #include "tools/table.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "host:port of strata-coordinator");

@@ -231,6 +231,31 @@ TEST_F(BadInputTest, GarbageBytesOnThePort) {
   }
 }
 
+TEST_F(BadInputTest, WriteStateRefusesBadStateAndStartedJobs) {
+  auto write = [&](int n, float p, float v, int64_t step, int m_count) {
+    v1::WriteStateRequest request;
+    request.set_job_id("bad-input");
+    request.set_flat_begin(0);
+    request.set_step(step);
+    for (int i = 0; i < n; ++i) request.add_params(p);
+    for (int i = 0; i < m_count; ++i) request.add_exp_avg(0.0f);
+    for (int i = 0; i < n; ++i) request.add_exp_avg_sq(v);
+    grpc::ClientContext context;
+    v1::WriteStateResponse response;
+    return FromGrpcStatus(shard_->WriteState(&context, request, &response));
+  };
+  absl::Status s = write(8, 1.0f, 1.0f, 2, 7);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("as many"));
+  EXPECT_EQ(write(8, NAN, 1.0f, 2, 8).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(write(8, 1.0f, -1.0f, 2, 8).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(write(8, 1.0f, 1.0f, -1, 8).code(), absl::StatusCode::kInvalidArgument);
+  // Valid state, but the job has run steps: refused, nothing changes.
+  s = write(8, 1.0f, 1.0f, 2, 8);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("before the first push"));
+}
+
 TEST_F(BadInputTest, MembershipRequestsNameTheProblem) {
   auto call = [&](auto method, const auto& request, auto* response) {
     return CallUnary(coordinator_.get(), method, request, response, absl::Seconds(10));

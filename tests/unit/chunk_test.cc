@@ -179,6 +179,32 @@ TEST_F(ChunkTest, ANewerGenerationReplacesTheStagedPushesOfAnOlderOne) {
   EXPECT_EQ(PullNow(0).first.code(), absl::StatusCode::kAborted);
 }
 
+TEST_F(ChunkTest, WriteStateSetsTheStateAndStepBeforeTheFirstPush) {
+  std::vector<float> p(kN, 0.25f), m(kN, 0.01f), v(kN, 0.04f);
+  ASSERT_TRUE(chunk_->WriteState(kBegin, p.data(), m.data(), v.data(), 60, 7).ok());
+  // The rest of the chunk at another step is refused; at the same step it is not.
+  EXPECT_EQ(chunk_->WriteState(kBegin + 60, p.data(), m.data(), v.data(), 40, 8).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(chunk_->WriteState(kBegin + 60, p.data(), m.data(), v.data(), 40, 7).ok());
+  EXPECT_EQ(chunk_->applied_step(), 7);
+  std::vector<uint16_t> half(kN, FloatToHalf(0.25f));
+  EXPECT_EQ(PullNow(7).second, std::string(reinterpret_cast<const char*>(half.data()), kN * 2));
+
+  ASSERT_TRUE(*Stage(8, kBegin, kN, Grads(kN, 0.5f), 1.0f));
+  chunk_->Apply();
+  std::vector<float> want_p = p, want_m = m, want_v = v, g(kN, 0.5f);
+  std::vector<uint16_t> copy(kN);
+  AdamUpdate(MakeAdamConstants(AdamConfig{}, 8, 1.0f), DType::kFp32, g.data(), want_p.data(),
+             want_m.data(), want_v.data(), DType::kFp16, copy.data(), kN);
+  std::vector<float> got_p(kN), got_m(kN), got_v(kN);
+  ASSERT_EQ(*chunk_->ReadState(kBegin, kN, got_p.data(), got_m.data(), got_v.data()), 8);
+  EXPECT_EQ(got_p, want_p);
+  EXPECT_EQ(got_v, want_v);
+  // Once a step was applied, the state can no longer be written.
+  EXPECT_EQ(chunk_->WriteState(kBegin, p.data(), m.data(), v.data(), kN, 8).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(ChunkTest, FailWaitersEndsPullsAndStagedPushes) {
   absl::Status got;
   chunk_->Pull(1, kBegin, kN, [&](absl::Status s, int64_t, absl::string_view) { got = s; });

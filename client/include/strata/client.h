@@ -70,6 +70,13 @@ struct ClientOptions {
   // Initial FP32 weights over the flat space (FlatLayout::num_params()); used
   // by rank 0 when the job is new. Empty: zeros.
   std::vector<float> initial_params;
+  // Or the initial state from a safetensors file that `stratactl export`
+  // wrote: each tensor by its name and shape; with the Adam moments
+  // (NAME.exp_avg, NAME.exp_avg_sq) the job starts at the exported step and
+  // continues exactly as the exported job would have. Used by rank 0 when
+  // the job is new; Connect() fails with INVALID_ARGUMENT naming a missing or
+  // mismatched tensor, or the file's error.
+  std::string initial_state_path;
 };
 
 // A micro-batch of Step(GradientFn): global sample indices
