@@ -134,6 +134,14 @@ class ClientImpl : public Client {
   absl::Status CreateJob();
   // The lowest and highest step the job's chunks have applied.
   absl::StatusOr<std::pair<int64_t, int64_t>> AppliedSteps();
+  // Sends one request per piece of the whole flat space (at most
+  // kMaxPayloadBytes of `bytes_per_param` each) with `method`, after
+  // `fill(piece, &request)` adds the piece's values.
+  template <typename Request, typename Response, typename Fill>
+  absl::Status SendPieces(uint64_t bytes_per_param,
+                          grpc::Status (v1::ShardServer::Stub::*method)(grpc::ClientContext*,
+                                                                        const Request&, Response*),
+                          Fill fill);
   absl::Status WriteInitialParams();
   // Writes options_.initial_state_path's state to the servers (a new job).
   absl::Status WriteInitialState();
@@ -255,19 +263,31 @@ std::vector<Piece> ClientImpl::PiecesOf(FlatRange range, uint64_t max_params) co
   return pieces;
 }
 
-absl::Status ClientImpl::WriteInitialParams() {
-  for (const Piece& piece : PiecesOf({0, layout_.num_params()}, kMaxPayloadBytes / 4)) {
-    v1::WriteParamsRequest request;
+template <typename Request, typename Response, typename Fill>
+absl::Status ClientImpl::SendPieces(
+    uint64_t bytes_per_param,
+    grpc::Status (v1::ShardServer::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+    Fill fill) {
+  for (const Piece& piece :
+       PiecesOf({0, layout_.num_params()}, kMaxPayloadBytes / bytes_per_param)) {
+    Request request;
     request.set_job_id(options_.job_id);
     request.set_flat_begin(piece.begin);
-    request.mutable_params()->Add(options_.initial_params.begin() + piece.begin,
-                                  options_.initial_params.begin() + piece.begin + piece.n);
-    v1::WriteParamsResponse response;
-    RETURN_IF_ERROR(WithAddress(CallUnary(piece.stub, &v1::ShardServer::Stub::WriteParams, request,
-                                          &response, kControlRpcTimeout),
-                                piece.address));
+    fill(piece, &request);
+    Response response;
+    RETURN_IF_ERROR(WithAddress(
+        CallUnary(piece.stub, method, request, &response, kControlRpcTimeout), piece.address));
   }
   return absl::OkStatus();
+}
+
+absl::Status ClientImpl::WriteInitialParams() {
+  const std::vector<float>& p = options_.initial_params;
+  return SendPieces(sizeof(float), &v1::ShardServer::Stub::WriteParams,
+                    [&](const Piece& piece, v1::WriteParamsRequest* request) {
+                      request->mutable_params()->Add(p.begin() + piece.begin,
+                                                     p.begin() + piece.begin + piece.n);
+                    });
 }
 
 absl::Status ClientImpl::WriteInitialState() {
@@ -310,20 +330,15 @@ absl::Status ClientImpl::WriteInitialState() {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " has Adam moments but no strata_step in its metadata"));
   }
-  constexpr uint64_t kStateBytesPerParam = 3 * sizeof(float);
-  for (const Piece& piece : PiecesOf({0, n}, kMaxPayloadBytes / kStateBytesPerParam)) {
-    v1::WriteStateRequest request;
-    request.set_job_id(options_.job_id);
-    request.set_flat_begin(piece.begin);
-    request.set_step(step);
-    request.mutable_params()->Add(p.begin() + piece.begin, p.begin() + piece.begin + piece.n);
-    request.mutable_exp_avg()->Add(m.begin() + piece.begin, m.begin() + piece.begin + piece.n);
-    request.mutable_exp_avg_sq()->Add(v.begin() + piece.begin, v.begin() + piece.begin + piece.n);
-    v1::WriteStateResponse response;
-    RETURN_IF_ERROR(WithAddress(CallUnary(piece.stub, &v1::ShardServer::Stub::WriteState, request,
-                                          &response, kControlRpcTimeout),
-                                piece.address));
-  }
+  RETURN_IF_ERROR(SendPieces(
+      3 * sizeof(float), &v1::ShardServer::Stub::WriteState,
+      [&](const Piece& piece, v1::WriteStateRequest* request) {
+        request->set_step(step);
+        request->mutable_params()->Add(p.begin() + piece.begin, p.begin() + piece.begin + piece.n);
+        request->mutable_exp_avg()->Add(m.begin() + piece.begin, m.begin() + piece.begin + piece.n);
+        request->mutable_exp_avg_sq()->Add(v.begin() + piece.begin,
+                                           v.begin() + piece.begin + piece.n);
+      }));
   LogEventCat("client", "job ", options_.job_id, ": state of step ", step, " written from ", path);
   return absl::OkStatus();
 }

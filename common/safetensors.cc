@@ -8,26 +8,11 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 #include "nlohmann/json.hpp"
 
 namespace strata {
 namespace {
-
-absl::Status IoError(const std::string& what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
-absl::Status WriteAll(int fd, const void* data, size_t bytes, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    ssize_t n = write(fd, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return IoError("cannot write", path);
-    p += n;
-    bytes -= n;
-  }
-  return absl::OkStatus();
-}
 
 uint64_t NumElements(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
@@ -57,17 +42,17 @@ absl::Status WriteSafetensors(const std::string& path,
   const uint64_t header_bytes = text.size();  // little-endian on every target we build for
   const std::string temporary = path + ".tmp";
   int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError("cannot create", temporary);
-  absl::Status status = WriteAll(fd, &header_bytes, sizeof(header_bytes), temporary);
-  if (status.ok()) status = WriteAll(fd, text.data(), text.size(), temporary);
+  if (fd < 0) return ErrnoError("cannot create", temporary);
+  absl::Status status = WriteFully(fd, &header_bytes, sizeof(header_bytes), temporary);
+  if (status.ok()) status = WriteFully(fd, text.data(), text.size(), temporary);
   for (const SafetensorsTensor& t : tensors) {
     if (!status.ok()) break;
-    status = WriteAll(fd, t.data, NumElements(t.shape) * sizeof(float), temporary);
+    status = WriteFully(fd, t.data, NumElements(t.shape) * sizeof(float), temporary);
   }
-  if (status.ok() && fsync(fd) != 0) status = IoError("cannot sync", temporary);
+  if (status.ok() && fsync(fd) != 0) status = ErrnoError("cannot sync", temporary);
   close(fd);
   if (status.ok() && std::rename(temporary.c_str(), path.c_str()) != 0) {
-    status = IoError("cannot rename to", path);
+    status = ErrnoError("cannot rename to", path);
   }
   if (!status.ok()) std::remove(temporary.c_str());
   return status;
@@ -77,14 +62,14 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no file ", path));
-    return IoError("cannot open", path);
+    return ErrnoError("cannot open", path);
   }
   std::string bytes;
   char buffer[1 << 16];
   for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), f)) > 0;) bytes.append(buffer, n);
   bool failed = std::ferror(f) != 0;
   std::fclose(f);
-  if (failed) return IoError("cannot read", path);
+  if (failed) return ErrnoError("cannot read", path);
   auto malformed = [&](const std::string& why) {
     return absl::DataLossError(absl::StrCat("safetensors file ", path, ": ", why));
   };

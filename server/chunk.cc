@@ -241,18 +241,25 @@ absl::Status Chunk::WriteParams(uint64_t begin, const float* params, uint64_t n)
                        "; parameters can be written only before the first step"));
     }
   }
+  return WriteAndCommit(begin, n, /*step=*/0, params, [&](const StateView& view, uint64_t offset) {
+    std::memcpy(view.p + offset, params, n * sizeof(float));
+  });
+}
+
+absl::Status Chunk::WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, const float* params,
+                                   absl::FunctionRef<void(const StateView&, uint64_t)> write) {
   absl::MutexLock state_lock(&state_mu_);
   ASSIGN_OR_RETURN(StateView view, state_->Load());
   uint64_t offset = begin - range_.begin;
-  std::memcpy(view.p + offset, params, n * sizeof(float));
+  write(view, offset);
   absl::Status committed = state_->Commit(view);
   if (committed.ok()) {
-    committed = WriteRecordLocked(0);
+    committed = WriteRecordLocked(step);
     if (!committed.ok()) state_->Rollback();
   }
   state_->Release(view);
   RETURN_IF_ERROR(committed);
-  CastFromFloat(params, dtype_, copy(0) + offset * DTypeSize(dtype_), n);
+  CastFromFloat(params, dtype_, copy(step) + offset * DTypeSize(dtype_), n);
   return absl::OkStatus();
 }
 
@@ -270,21 +277,11 @@ absl::Status Chunk::WriteState(uint64_t begin, const float* p, const float* m, c
     applied_step_ = step;
     previous_copy_valid_ = false;
   }
-  absl::MutexLock state_lock(&state_mu_);
-  ASSIGN_OR_RETURN(StateView view, state_->Load());
-  uint64_t offset = begin - range_.begin;
-  std::memcpy(view.p + offset, p, n * sizeof(float));
-  std::memcpy(view.m + offset, m, n * sizeof(float));
-  std::memcpy(view.v + offset, v, n * sizeof(float));
-  absl::Status committed = state_->Commit(view);
-  if (committed.ok()) {
-    committed = WriteRecordLocked(step);
-    if (!committed.ok()) state_->Rollback();
-  }
-  state_->Release(view);
-  RETURN_IF_ERROR(committed);
-  CastFromFloat(p, dtype_, copy(step) + offset * DTypeSize(dtype_), n);
-  return absl::OkStatus();
+  return WriteAndCommit(begin, n, step, p, [&](const StateView& view, uint64_t offset) {
+    std::memcpy(view.p + offset, p, n * sizeof(float));
+    std::memcpy(view.m + offset, m, n * sizeof(float));
+    std::memcpy(view.v + offset, v, n * sizeof(float));
+  });
 }
 
 absl::StatusOr<int64_t> Chunk::ReadState(uint64_t begin, uint64_t n, float* p_out, float* m_out,

@@ -31,6 +31,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -141,6 +142,12 @@ class Chunk {
   }
   absl::string_view CopyView(int64_t step, uint64_t begin, uint64_t n) const;
   absl::Status WriteRecordLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Loads the state, has `write(view, offset of begin)` change [begin,
+  // begin + n), commits it with the record of `step`, and sets the copy of
+  // `step` there from `params`. The tier's error leaves the state as it was.
+  absl::Status WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, const float* params,
+                              absl::FunctionRef<void(const StateView&, uint64_t)> write)
+      ABSL_LOCKS_EXCLUDED(state_mu_);
   // Ends a failed Apply(): the step stays unapplied and `pushes` get `status`.
   void FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status);
 

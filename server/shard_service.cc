@@ -56,6 +56,12 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(Tier* host, N
   return service;
 }
 
+absl::StatusOr<std::unique_ptr<StagingPool>> ShardService::MakeStagingPool(
+    const v1::JobSpec& spec) {
+  return StagingPool::Create(host_, NvmeChunkState::StagingBytes(spec.chunk_num_params()),
+                             staging_buffers_);
+}
+
 absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
   const std::string& job_id = request.spec().job_id();
   ASSIGN_OR_RETURN(auto records, metadata_->Scan(Chunk::RecordPrefix(job_id)));
@@ -89,10 +95,7 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
         return absl::FailedPreconditionError("its chunks were on an NVMe tier this server lacks");
       }
       if (staging == nullptr) {
-        ASSIGN_OR_RETURN(staging,
-                         StagingPool::Create(
-                             host_, NvmeChunkState::StagingBytes(request.spec().chunk_num_params()),
-                             staging_buffers_));
+        ASSIGN_OR_RETURN(staging, MakeStagingPool(request.spec()));
       }
       ASSIGN_OR_RETURN(state, NvmeChunkState::Restore(nvme_, staging, record));
     }
@@ -283,8 +286,7 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   // NVMe staging buffers first, host memory while it lasts, the rest on NVMe.
   absl::Status placed = PlaceChunks(request, dtype, nullptr, job.get());
   if (!placed.ok() && nvme_ != nullptr) {
-    absl::StatusOr<std::unique_ptr<StagingPool>> staging = StagingPool::Create(
-        host_, NvmeChunkState::StagingBytes(request.spec().chunk_num_params()), staging_buffers_);
+    absl::StatusOr<std::unique_ptr<StagingPool>> staging = MakeStagingPool(request.spec());
     placed = staging.ok() ? PlaceChunks(request, dtype, *std::move(staging), job.get())
                           : staging.status();
   }

@@ -77,6 +77,8 @@ class ShardService final : public v1::ShardServer::CallbackService {
 
   ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
                std::string saved_chunks_dir);
+  // The staging buffers of a job's NVMe chunks, from the host tier.
+  absl::StatusOr<std::unique_ptr<StagingPool>> MakeStagingPool(const v1::JobSpec& spec);
   // Rebuilds a job of a previous run from its chunk records.
   absl::Status Recover(const v1::AllocateChunksRequest& request);
   absl::Status DoAllocate(const v1::AllocateChunksRequest& request) ABSL_LOCKS_EXCLUDED(mu_);

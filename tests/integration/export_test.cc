@@ -13,6 +13,7 @@
 #include "server/local_cluster.h"
 #include "strata/client.h"
 #include "tests/testing/job_runner.h"
+#include "tests/testing/processes.h"
 
 namespace strata {
 namespace {
@@ -20,13 +21,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::pair<int, std::string> Stratactl(const std::string& args) {
-  std::string command = absl::StrCat(STRATA_BIN_DIR, "/stratactl ", args, " 2>&1");
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  char buffer[512];
-  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+  return testing::RunCommand(absl::StrCat(STRATA_BIN_DIR, "/stratactl ", args));
 }
 
 TEST(ExportTest, SafetensorsHoldEveryTensorAtOneStep) {

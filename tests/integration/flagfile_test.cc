@@ -13,16 +13,10 @@ namespace strata {
 namespace {
 
 TEST(FlagfileTest, TierBudgetsComeFromAConfigFile) {
-  std::string dir = ::testing::TempDir() + "/flagfile_test_" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  std::string dir = testing::FreshDir("flagfile_test");
   std::string bin = STRATA_BIN_DIR;
   testing::Processes daemons;
-  daemons.pids.push_back(testing::Spawn(
-      {bin + "/strata-coordinator", "--listen=127.0.0.1:0", "--data_dir=" + dir + "/coordinator",
-       "--ready_file=" + dir + "/coordinator.addr"},
-      dir + "/coordinator.log"));
-  std::string coordinator = testing::WaitReady(dir + "/coordinator.addr");
+  std::string coordinator = testing::StartCoordinator(bin, dir, &daemons);
   ASSERT_FALSE(coordinator.empty());
   std::ofstream(dir + "/server.flags") << "# a shard server's configuration\n"
                                        << "--listen=127.0.0.1:0\n"

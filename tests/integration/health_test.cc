@@ -9,6 +9,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "server/local_cluster.h"
+#include "tests/testing/processes.h"
 
 namespace strata {
 namespace {
@@ -29,15 +30,8 @@ absl::StatusOr<HealthCheckResponse::ServingStatus> Check(const std::string& targ
   return response.status();
 }
 
-// Runs stratactl with `args`; returns its exit status and stdout.
 std::pair<int, std::string> Stratactl(const std::string& args) {
-  std::string command = absl::StrCat(STRATA_BIN_DIR, "/stratactl ", args, " 2>&1");
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  char buffer[512];
-  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+  return testing::RunCommand(absl::StrCat(STRATA_BIN_DIR, "/stratactl ", args));
 }
 
 TEST(HealthTest, DaemonsServeTheStandardHealthService) {

@@ -88,16 +88,9 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
   const MasterState want = Uninterrupted(7);
   testing::Processes daemons;
 
-  std::string dir = ::testing::TempDir() + "/server_restart_test_" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  std::string dir = testing::FreshDir("server_restart_test");
   std::string bin = STRATA_BIN_DIR;
-  pid_t coordinator =
-      Spawn({bin + "/strata-coordinator", "--listen=127.0.0.1:0",
-             "--data_dir=" + dir + "/coordinator", "--ready_file=" + dir + "/coordinator.addr"},
-            dir + "/coordinator.log");
-  daemons.pids.push_back(coordinator);
-  std::string coordinator_address = WaitReady(dir + "/coordinator.addr");
+  std::string coordinator_address = testing::StartCoordinator(bin, dir, &daemons);
   ASSERT_FALSE(coordinator_address.empty());
   // 6 MiB of host memory holds the two copies of every chunk (4 MiB) and
   // the staging buffers (1.5 MiB), none of the 12 MiB of state: every chunk
@@ -173,15 +166,9 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
 TEST(ServerRestartTest, CleanlyStoppedServerBringsBackItsHostMemoryChunks) {
   const MasterState want = Uninterrupted(6);
   testing::Processes daemons;
-  std::string dir = ::testing::TempDir() + "/server_clean_restart_test_" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  std::string dir = testing::FreshDir("server_clean_restart_test");
   std::string bin = STRATA_BIN_DIR;
-  daemons.pids.push_back(
-      Spawn({bin + "/strata-coordinator", "--listen=127.0.0.1:0",
-             "--data_dir=" + dir + "/coordinator", "--ready_file=" + dir + "/coordinator.addr"},
-            dir + "/coordinator.log"));
-  std::string coordinator_address = WaitReady(dir + "/coordinator.addr");
+  std::string coordinator_address = testing::StartCoordinator(bin, dir, &daemons);
   ASSERT_FALSE(coordinator_address.empty());
   auto start_server = [&](const std::string& listen) {
     std::filesystem::remove(dir + "/server.addr");

@@ -1,7 +1,8 @@
 // Test helpers for tests that run real processes: Spawn() starts a binary
 // with its stderr in a log file, Processes kills (SIGKILL) and reaps whatever
 // is left when the test ends however it ends, WaitReady() reads the address a
-// daemon writes to its --ready_file.
+// daemon writes to its --ready_file, StartCoordinator() does both for a
+// strata-coordinator, RunCommand() runs a shell command for its output.
 #ifndef STRATA_TESTS_TESTING_PROCESSES_H_
 #define STRATA_TESTS_TESTING_PROCESSES_H_
 
@@ -10,11 +11,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "gtest/gtest.h"
 
 namespace strata::testing {
 
@@ -67,6 +72,35 @@ inline std::string WaitReady(const std::string& file) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   return "";
+}
+
+// An empty directory `name` under the test's temporary directory.
+inline std::string FreshDir(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Starts `bin`/strata-coordinator with its data, log and ready file in `dir`;
+// returns its address ("" when it did not come up).
+inline std::string StartCoordinator(const std::string& bin, const std::string& dir,
+                                    Processes* processes) {
+  processes->pids.push_back(
+      Spawn({bin + "/strata-coordinator", "--listen=127.0.0.1:0",
+             "--data_dir=" + dir + "/coordinator", "--ready_file=" + dir + "/coordinator.addr"},
+            dir + "/coordinator.log"));
+  return WaitReady(dir + "/coordinator.addr");
+}
+
+// Runs `command` in a shell; returns its exit status and its stdout and stderr.
+inline std::pair<int, std::string> RunCommand(const std::string& command) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  std::string output;
+  char buffer[512];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
 
 }  // namespace strata::testing
