@@ -77,6 +77,9 @@ v1::JobSpec SpecFromOptions(const ClientOptions& o) {
   spec.set_chunk_num_params(o.chunk_num_params);
   *spec.mutable_adam() = AdamToProto(o.adam);
   spec.set_dtype(DTypeToProto(o.dtype));
+  spec.set_checkpoint_every_steps(o.checkpoint_every_steps);
+  spec.set_checkpoint_dir(o.checkpoint_dir);
+  spec.set_checkpoint_keep_last(o.checkpoint_keep_last);
   return spec;
 }
 
@@ -206,6 +209,7 @@ absl::Status ClientImpl::CreateJob() {
   absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
   v1::CreateJobRequest create;
   *create.mutable_spec() = SpecFromOptions(options_);
+  create.set_restore_from(options_.restore_from);
   while (true) {
     grpc::ClientContext context;
     context.set_wait_for_ready(true);
@@ -403,12 +407,14 @@ absl::Status ClientImpl::Reform(uint64_t than) {
   double state[5] = {0, 0, 0, 0, 0};
   if (rank_ == 0) {
     ASSIGN_OR_RETURN(auto steps, AppliedSteps());
-    if (steps.second == 0 && !options_.initial_state_path.empty()) {
+    // A job restored from a checkpoint has its state already.
+    const bool fresh = steps.second == 0 && job_.restored_from().empty();
+    if (fresh && !options_.initial_state_path.empty()) {
       RETURN_IF_ERROR(WriteInitialState());
       ASSIGN_OR_RETURN(steps, AppliedSteps());
     }
     state[0] = static_cast<double>(steps.first);
-    state[1] = steps.second == 0 ? 1 : 0;
+    state[1] = fresh ? 1 : 0;
   }
   if (scaler_known_) {
     state[2] = scaler_.scale();
@@ -732,8 +738,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   }
   ASSIGN_OR_RETURN(FlatLayout layout,
                    FlatLayout::Create(options.tensors, options.chunk_num_params));
-  if (!options.initial_params.empty() && !options.initial_state_path.empty()) {
-    return absl::InvalidArgumentError("give initial_params or initial_state_path, not both");
+  if (!options.initial_params.empty() + !options.initial_state_path.empty() +
+          !options.restore_from.empty() >
+      1) {
+    return absl::InvalidArgumentError(
+        "give at most one of initial_params, initial_state_path and restore_from");
   }
   if (!options.initial_params.empty() && options.initial_params.size() != layout.num_params()) {
     return absl::InvalidArgumentError(

@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "kernels/adam.h"
 #include "kernels/elementwise.h"
+#include "server/saved_chunk.h"
 
 namespace strata {
 
@@ -157,6 +158,7 @@ void Chunk::Apply() {
       FailApply(std::move(pushes), view.status());
       return;
     }
+    KeepCheckpointState(step - 1, *view);
     // One pass per push, straight from its bytes: the update is elementwise,
     // so this gives the bits of one pass over the chunk.
     const AdamConstants constants = MakeAdamConstants(adam_, step, coef);
@@ -309,6 +311,90 @@ void Chunk::FailWaiters(const absl::Status& status) {
   }
   for (auto& [begin, push] : pushes) std::move(push.done)(status);
   for (Waiter& w : failed) std::move(w.done)(status, w.step, {});
+}
+
+}  // namespace strata
+
+namespace strata {
+
+absl::Status Chunk::ArmCheckpoint(int64_t step) {
+  // Under state_mu_, no Apply() is between its check of the armed step and
+  // its update: it applied before (and the chunk is past `step`) or will see it.
+  absl::MutexLock state_lock(&state_mu_);
+  absl::MutexLock lock(&mu_);
+  if (applied_step_ > step) {
+    return absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ",
+                                           applied_step_, ", past the checkpoint's step ", step));
+  }
+  if (checkpoint_step_ >= 0 && checkpoint_step_ != step) {
+    return absl::FailedPreconditionError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
+                                                      " is saving step ", checkpoint_step_,
+                                                      " to a checkpoint"));
+  }
+  checkpoint_step_ = step;
+  return absl::OkStatus();
+}
+
+void Chunk::KeepCheckpointState(int64_t step, const StateView& view) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (checkpoint_step_ != step) return;
+  }
+  if (checkpoint_state_ != nullptr) return;
+  const uint64_t n = range_.size();
+  checkpoint_state_.reset(new float[3 * n]);
+  std::memcpy(checkpoint_state_.get(), view.p, n * sizeof(float));
+  std::memcpy(checkpoint_state_.get() + n, view.m, n * sizeof(float));
+  std::memcpy(checkpoint_state_.get() + 2 * n, view.v, n * sizeof(float));
+}
+
+absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path, absl::Time wait_until) {
+  int64_t step;
+  {
+    absl::MutexLock lock(&mu_);
+    step = checkpoint_step_;
+    if (step < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is not armed for a checkpoint"));
+    }
+    auto reached = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return applied_step_ >= step || checkpoint_step_ != step;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&reached), wait_until);
+    if (checkpoint_step_ != step) {
+      return absl::CancelledError(absl::StrCat("the checkpoint of chunk ", chunk_id_, " of job ",
+                                               job_id_, " was cancelled"));
+    }
+    if (applied_step_ < step) {
+      checkpoint_step_ = -1;
+      return absl::DeadlineExceededError(
+          absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
+                       " and did not reach the checkpoint's step ", step, " in time"));
+    }
+  }
+  absl::MutexLock state_lock(&state_mu_);
+  absl::StatusOr<uint64_t> checksum;
+  const uint64_t n = range_.size();
+  if (checkpoint_state_ != nullptr) {
+    float* kept = checkpoint_state_.get();
+    checksum = SaveChunkState(path, StateView{kept, kept + n, kept + 2 * n, nullptr}, n);
+    checkpoint_state_.reset();
+  } else {
+    // Still at `step`: no Apply() can run while state_mu_ is held.
+    absl::StatusOr<StateView> view = state_->Load();
+    checksum = view.ok() ? SaveChunkState(path, *view, n) : view.status();
+    if (view.ok()) state_->Release(*view);
+  }
+  absl::MutexLock lock(&mu_);
+  checkpoint_step_ = -1;
+  return checksum;
+}
+
+void Chunk::CancelCheckpoint() {
+  absl::MutexLock state_lock(&state_mu_);
+  checkpoint_state_.reset();
+  absl::MutexLock lock(&mu_);
+  checkpoint_step_ = -1;
 }
 
 }  // namespace strata

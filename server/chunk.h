@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/chunk_state.h"
 #include "storage/metadata_store.h"
 #include "storage/tier.h"
@@ -124,6 +126,18 @@ class Chunk {
   // job dropped); the staged step can then be pushed again.
   void FailWaiters(const absl::Status& status);
 
+  // Keeps the state of `step` for SaveCheckpoint(): ABORTED when the chunk
+  // is past it, FAILED_PRECONDITION when armed for another step.
+  absl::Status ArmCheckpoint(int64_t step) ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
+  // Waits until the chunk reaches the armed step (DEADLINE_EXCEEDED after
+  // `wait_until`, CANCELLED by CancelCheckpoint()), writes its state at that
+  // step to `path` (synced, server/saved_chunk.h) and disarms. Returns the
+  // file's checksum, or the I/O error naming the file.
+  absl::StatusOr<uint64_t> SaveCheckpoint(const std::string& path, absl::Time wait_until)
+      ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
+  // Disarms, ending a SaveCheckpoint() that waits.
+  void CancelCheckpoint() ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
+
  private:
   struct StagedPush {
     uint64_t end;
@@ -148,6 +162,10 @@ class Chunk {
   absl::Status WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, const float* params,
                               absl::FunctionRef<void(const StateView&, uint64_t)> write)
       ABSL_LOCKS_EXCLUDED(state_mu_);
+  // In Apply(), before the state of `step` changes: copies it aside if a
+  // checkpoint of `step` is armed and not yet written.
+  void KeepCheckpointState(int64_t step, const StateView& view)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // Ends a failed Apply(): the step stays unapplied and `pushes` get `status`.
   void FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status);
 
@@ -176,6 +194,10 @@ class Chunk {
   uint64_t staged_params_ ABSL_GUARDED_BY(mu_) = 0;
   float staged_coef_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  // The armed checkpoint's step, or -1; and the state of that step once an
+  // Apply() went past it before the save (p, m, v: 3 x range_.size()).
+  int64_t checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
+  std::unique_ptr<float[]> checkpoint_state_ ABSL_GUARDED_BY(state_mu_);
 };
 
 }  // namespace strata

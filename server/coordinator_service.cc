@@ -11,8 +11,10 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "server/checkpoint_store.h"
 #include "server/chunk.h"
 #include "server/fan_out.h"
+#include "server/job_info.h"
 
 namespace strata {
 namespace {
@@ -42,28 +44,33 @@ uint64_t Capacity(const v1::ServerRecord& server) {
   return server.host_budget_bytes() + server.nvme_budget_bytes() / 2;
 }
 
-std::vector<std::string> ServersOf(const v1::JobInfo& job) {
-  std::vector<std::string> addresses;
-  for (const auto& c : job.chunks()) addresses.push_back(c.server_address());
-  std::sort(addresses.begin(), addresses.end());
-  addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
-  return addresses;
-}
-
 }  // namespace
 
 CoordinatorService::CoordinatorService(MetadataStore* metadata,
-                                       std::unique_ptr<Membership> membership)
-    : metadata_(metadata), membership_(std::move(membership)) {}
+                                       std::unique_ptr<Membership> membership,
+                                       std::string checkpoint_dir)
+    : metadata_(metadata),
+      membership_(std::move(membership)),
+      checkpointer_([this](const std::string& address) { return StubFor(address); },
+                    std::move(checkpoint_dir)) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
-    MetadataStore* metadata, absl::Duration worker_lease) {
+    MetadataStore* metadata, absl::Duration worker_lease, std::string checkpoint_dir) {
+  if (checkpoint_dir.empty() || checkpoint_dir[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint directory '", checkpoint_dir, "' is not an absolute path"));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Membership> membership,
                    Membership::Create(metadata, worker_lease));
   std::unique_ptr<CoordinatorService> service(
-      new CoordinatorService(metadata, std::move(membership)));
+      new CoordinatorService(metadata, std::move(membership), std::move(checkpoint_dir)));
   RETURN_IF_ERROR(service->Load());
   return service;
+}
+
+void CoordinatorService::BeginShutdown() {
+  membership_->Stop();
+  checkpointer_.Stop();
 }
 
 absl::Status CoordinatorService::Load() {
@@ -82,6 +89,7 @@ absl::Status CoordinatorService::Load() {
   }
   LogEventCat("coordinator", "loaded ", servers_.size(), " server(s), ", jobs_.size(),
               " job(s) from metadata");
+  for (const auto& [id, job] : jobs_) checkpointer_.StartPeriodic(job);
   return absl::OkStatus();
 }
 
@@ -185,10 +193,83 @@ void CoordinatorService::FinishCreate(const v1::JobInfo& job, absl::Status statu
   if (status.ok()) {
     jobs_[job.spec().job_id()] = job;
     LogEventCat("coordinator", "job ", job.spec().job_id(), " created: ", job.flat_num_params(),
-                " params in ", job.chunks_size(), " chunks, world size ", job.spec().world_size());
+                " params in ", job.chunks_size(), " chunks, world size ", job.spec().world_size(),
+                job.restored_from().empty() ? "" : ", restored from ", job.restored_from());
+    checkpointer_.StartPeriodic(job);
   } else {
     LogEventCat("coordinator", "job ", job.spec().job_id(), " refused: ", status.ToString());
   }
+}
+
+absl::StatusOr<v1::CheckpointManifest> CoordinatorService::PlanRestore(const std::string& path,
+                                                                       v1::JobInfo* job) {
+  if (path[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint path '", path, "' is not an absolute path"));
+  }
+  ASSIGN_OR_RETURN(v1::CheckpointManifest manifest, ReadCheckpoint(path));
+  const auto& want = job->spec().tensors();
+  const auto& have = manifest.spec().tensors();
+  for (int i = 0, n = std::max(want.size(), have.size()); i < n; ++i) {
+    if (i >= want.size() || i >= have.size() ||
+        want[i].SerializeAsString() != have[i].SerializeAsString()) {
+      const v1::TensorSpec& t = i < want.size() ? want[i] : have[i];
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", path, " is of another model: tensor ", i, " ('", t.name(),
+          "') differs from job '", job->spec().job_id(), "''s, or is missing in one of them"));
+    }
+  }
+  job->set_restored_from(path);
+  job->set_restored_step(manifest.step());
+  return manifest;
+}
+
+void CoordinatorService::LoadCheckpoint(std::shared_ptr<const v1::JobInfo> job,
+                                        std::shared_ptr<const v1::CheckpointManifest> manifest,
+                                        std::function<void(absl::Status)> done) {
+  FanOut<v1::LoadChunksResponse>(
+      ServersOf(*job), kServerCallTimeout,
+      [this, job, manifest](const std::string& address, grpc::ClientContext* context,
+                            v1::LoadChunksResponse* out, std::function<void(grpc::Status)> done) {
+        auto load = std::make_shared<v1::LoadChunksRequest>();
+        load->set_job_id(job->spec().job_id());
+        load->set_step(manifest->step());
+        load->set_dir(job->restored_from());
+        // The files whose ranges overlap the server's chunks.
+        const std::vector<v1::ChunkSpec> chunks = ChunksOn(*job, address);
+        for (const v1::CheckpointFile& f : manifest->files()) {
+          uint64_t begin = f.chunk().flat_begin(), end = begin + f.chunk().num_params();
+          if (std::any_of(chunks.begin(), chunks.end(), [&](const v1::ChunkSpec& c) {
+                return begin < c.flat_begin() + c.num_params() && c.flat_begin() < end;
+              })) {
+            *load->add_files() = f;
+          }
+        }
+        StubFor(address)->async()->LoadChunks(
+            context, load.get(), out,
+            [load, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
+      },
+      [done = std::move(done)](auto& results) {
+        absl::Status status;
+        for (auto& r : results) status.Update(r->status);
+        done(status);
+      });
+}
+
+void CoordinatorService::DropOnServers(const std::string& job_id,
+                                       const std::vector<std::string>& addresses,
+                                       std::function<void()> done) {
+  FanOut<v1::DropJobResponse>(
+      addresses, kServerCallTimeout,
+      [this, job_id](const std::string& address, grpc::ClientContext* context,
+                     v1::DropJobResponse* out, std::function<void(grpc::Status)> done) {
+        auto drop = std::make_shared<v1::DropJobRequest>();
+        drop->set_job_id(job_id);
+        StubFor(address)->async()->DropJob(
+            context, drop.get(), out,
+            [drop, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
+      },
+      [done = std::move(done)](auto&) { done(); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerContext* ctx,
@@ -197,6 +278,15 @@ grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerCont
   bool existing = false;
   absl::Status planned = PlanJob(request->spec(), response, &existing);
   if (!planned.ok() || existing) return FinishUnary(ctx, planned);
+  std::shared_ptr<const v1::CheckpointManifest> manifest;
+  if (!request->restore_from().empty()) {
+    absl::StatusOr<v1::CheckpointManifest> read = PlanRestore(request->restore_from(), response);
+    if (!read.ok()) {
+      FinishCreate(*response, read.status());
+      return FinishUnary(ctx, read.status());
+    }
+    manifest = std::make_shared<const v1::CheckpointManifest>(*std::move(read));
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   std::vector<std::string> addresses = ServersOf(*response);
   FanOut<v1::AllocateChunksResponse>(
@@ -205,35 +295,32 @@ grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerCont
                        v1::AllocateChunksResponse* out, std::function<void(grpc::Status)> done) {
         auto allocate = std::make_shared<v1::AllocateChunksRequest>();
         *allocate->mutable_spec() = response->spec();
-        for (const auto& c : response->chunks()) {
-          if (c.server_address() == address) *allocate->add_chunks() = c.chunk();
-        }
+        for (const v1::ChunkSpec& c : ChunksOn(*response, address)) *allocate->add_chunks() = c;
         StubFor(address)->async()->AllocateChunks(
             context, allocate.get(), out,
             [allocate, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
       },
-      [this, reactor, response](auto& results) {
+      [this, reactor, response, manifest, addresses](auto& results) {
         absl::Status status;
-        for (auto& r : results) status.Update(r->status);
-        if (!status.ok()) {
-          // Undo the allocations that succeeded; a server that missed the
-          // DropJob keeps reserved bytes until the job id is reused.
-          for (auto& r : results) {
-            if (!r->status.ok()) continue;
-            struct DropCall {
-              grpc::ClientContext context;
-              v1::DropJobRequest request;
-              v1::DropJobResponse response;
-            };
-            auto call = std::make_shared<DropCall>();
-            call->request.set_job_id(response->spec().job_id());
-            StubFor(r->address)
-                ->async()
-                ->DropJob(&call->context, &call->request, &call->response, [call](grpc::Status) {});
-          }
+        std::vector<std::string> allocated;
+        for (auto& r : results) {
+          status.Update(r->status);
+          if (r->status.ok()) allocated.push_back(r->address);
         }
-        FinishCreate(*response, status);
-        reactor->Finish(ToGrpcStatus(status));
+        // Undo on failure (before the id can be created again); a server
+        // that misses the DropJob keeps reserved bytes until the id is reused.
+        auto finish = [this, reactor, response](absl::Status status,
+                                                std::vector<std::string> allocated) {
+          auto answer = [this, reactor, response, status] {
+            FinishCreate(*response, status);
+            reactor->Finish(ToGrpcStatus(status));
+          };
+          if (status.ok()) return answer();
+          DropOnServers(response->spec().job_id(), allocated, answer);
+        };
+        if (!status.ok() || manifest == nullptr) return finish(status, allocated);
+        LoadCheckpoint(std::make_shared<const v1::JobInfo>(*response), manifest,
+                       [finish, addresses](absl::Status loaded) { finish(loaded, addresses); });
       });
   return reactor;
 }
@@ -482,6 +569,39 @@ grpc::ServerUnaryReactor* CoordinatorService::GetPlacement(grpc::CallbackServerC
         reactor->Finish(grpc::Status::OK);
       });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::SaveCheckpoint(
+    grpc::CallbackServerContext* ctx, const v1::SaveCheckpointRequest* request,
+    v1::CheckpointInfo* response) {
+  absl::StatusOr<v1::JobInfo> job = FindJob(request->job_id());
+  if (!job.ok()) return FinishUnary(ctx, job.status());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  checkpoint_requests_.Schedule([this, reactor, request, response, job = *std::move(job)] {
+    absl::StatusOr<v1::CheckpointInfo> saved =
+        checkpointer_.Save(job, checkpointer_.DirFor(job.spec(), request->dir()));
+    if (saved.ok()) *response = *std::move(saved);
+    reactor->Finish(ToGrpcStatus(saved.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(
+    grpc::CallbackServerContext* ctx, const v1::ListCheckpointsRequest* request,
+    v1::ListCheckpointsResponse* response) {
+  if (!IsValidId(request->job_id())) {
+    return FinishUnary(
+        ctx, absl::InvalidArgumentError(absl::StrCat("invalid job id '", request->job_id(), "'")));
+  }
+  // A job this coordinator does not know may have checkpoints to restore.
+  absl::StatusOr<v1::JobInfo> job = FindJob(request->job_id());
+  v1::JobSpec spec = job.ok() ? job->spec() : v1::JobSpec();
+  absl::StatusOr<std::vector<v1::CheckpointInfo>> listed =
+      strata::ListCheckpoints(checkpointer_.DirFor(spec, request->dir()), request->job_id());
+  if (listed.ok()) {
+    for (auto& c : *listed) *response->add_checkpoints() = std::move(c);
+  }
+  return FinishUnary(ctx, listed.status());
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::KvSet(grpc::CallbackServerContext* ctx,

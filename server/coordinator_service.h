@@ -18,6 +18,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
+#include "common/thread_pool.h"
+#include "server/checkpointer.h"
 #include "server/membership.h"
 #include "storage/metadata_store.h"
 #include "strata/v1/coordinator.grpc.pb.h"
@@ -28,12 +30,14 @@ namespace strata {
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
   // `worker_lease`: how long a worker stays a member without a heartbeat.
+  // `checkpoint_dir`: where jobs without their own directory save checkpoints.
   static absl::StatusOr<std::unique_ptr<CoordinatorService>> Create(MetadataStore* metadata,
-                                                                    absl::Duration worker_lease);
+                                                                    absl::Duration worker_lease,
+                                                                    std::string checkpoint_dir);
 
-  // Before the gRPC server shuts down: stops expiring leases and ends the
-  // generation streams.
-  void BeginShutdown() { membership_->Stop(); }
+  // Before the gRPC server shuts down: stops expiring leases, ends the
+  // generation streams and stops checkpoint saves.
+  void BeginShutdown();
   // Exports the registered servers and jobs, and per job its members,
   // generation and committed step, into `metrics` (which must outlive the
   // service).
@@ -68,18 +72,35 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* GetPlacement(grpc::CallbackServerContext* ctx,
                                          const v1::GetPlacementRequest* request,
                                          v1::GetPlacementResponse* response) override;
+  grpc::ServerUnaryReactor* SaveCheckpoint(grpc::CallbackServerContext* ctx,
+                                           const v1::SaveCheckpointRequest* request,
+                                           v1::CheckpointInfo* response) override;
+  grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* ctx,
+                                            const v1::ListCheckpointsRequest* request,
+                                            v1::ListCheckpointsResponse* response) override;
   grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx, const v1::KvSetRequest* request,
                                   v1::KvSetResponse* response) override;
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx, const v1::KvGetRequest* request,
                                   v1::KvGetResponse* response) override;
 
  private:
-  CoordinatorService(MetadataStore* metadata, std::unique_ptr<Membership> membership);
+  CoordinatorService(MetadataStore* metadata, std::unique_ptr<Membership> membership,
+                     std::string checkpoint_dir);
   absl::Status Load();
   absl::Status DoRegister(const v1::RegisterServerRequest& request);
   // Validates the spec and assigns chunks; fills `job`. Marks the job as
   // being created. OK with `*existing` set when the same job exists.
   absl::Status PlanJob(const v1::JobSpec& spec, v1::JobInfo* job, bool* existing);
+  // Checks a restore's checkpoint against `job`'s spec and notes it in `job`;
+  // returns its manifest.
+  absl::StatusOr<v1::CheckpointManifest> PlanRestore(const std::string& path, v1::JobInfo* job);
+  // Has each server load its chunks from the checkpoint, then `done(status)`.
+  void LoadCheckpoint(std::shared_ptr<const v1::JobInfo> job,
+                      std::shared_ptr<const v1::CheckpointManifest> manifest,
+                      std::function<void(absl::Status)> done);
+  // Drops the job on `addresses` (undoing a failed creation), then `done()`.
+  void DropOnServers(const std::string& job_id, const std::vector<std::string>& addresses,
+                     std::function<void()> done);
   void FinishCreate(const v1::JobInfo& job, absl::Status status);
   absl::StatusOr<v1::JobInfo> FindJob(const std::string& job_id) const;
   v1::ShardServer::Stub* StubFor(const std::string& address);
@@ -93,6 +114,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   absl::flat_hash_map<std::string, std::unique_ptr<v1::ShardServer::Stub>> stubs_
       ABSL_GUARDED_BY(mu_);
   std::shared_ptr<CollectFunction> collected_;  // ExportMetrics
+  Checkpointer checkpointer_;
+  // Runs SaveCheckpoint requests, which block (last: joined first).
+  ThreadPool checkpoint_requests_{2};
 };
 
 }  // namespace strata

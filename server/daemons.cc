@@ -144,8 +144,13 @@ void ShardServer::Shutdown() {
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
   std::unique_ptr<Coordinator> coordinator(new Coordinator());
   ASSIGN_OR_RETURN(coordinator->metadata_, OpenMetadata(options.data_dir));
-  ASSIGN_OR_RETURN(coordinator->service_,
-                   CoordinatorService::Create(coordinator->metadata_.get(), options.worker_lease));
+  ASSIGN_OR_RETURN(
+      coordinator->service_,
+      CoordinatorService::Create(coordinator->metadata_.get(), options.worker_lease,
+                                 std::filesystem::absolute(options.checkpoint_dir.empty()
+                                                               ? options.data_dir + "/checkpoints"
+                                                               : options.checkpoint_dir)
+                                     .string()));
   ASSIGN_OR_RETURN(coordinator->metrics_, Metrics::Start(options.metrics_listen_address));
   coordinator->service_->ExportMetrics(coordinator->metrics_.get());
   ASSIGN_OR_RETURN(coordinator->server_,

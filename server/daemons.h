@@ -73,6 +73,9 @@ class ShardServer {
 struct CoordinatorOptions {
   std::string listen_address = "127.0.0.1:0";
   std::string data_dir;
+  // Where jobs without a checkpoint_dir of their own save checkpoints
+  // (absolute; shared with the shard servers); empty: data_dir/checkpoints.
+  std::string checkpoint_dir;
   // A worker without a heartbeat for this long leaves its job.
   absl::Duration worker_lease = absl::Seconds(3);
   // host:port of the Prometheus endpoint (/metrics); empty: none.

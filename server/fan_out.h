@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
 
@@ -64,6 +65,23 @@ void FanOut(const std::vector<std::string>& addresses, absl::Duration timeout,
       if (--state->pending == 0) state->done(state->results);
     });
   }
+}
+
+// FanOut() for a thread that may block: returns the results once all came.
+template <typename Response>
+std::vector<std::unique_ptr<FanOutResult<Response>>> FanOutAndWait(
+    const std::vector<std::string>& addresses, absl::Duration timeout,
+    std::function<void(const std::string&, grpc::ClientContext*, Response*,
+                       std::function<void(grpc::Status)>)>
+        start) {
+  absl::Notification all_done;
+  std::vector<std::unique_ptr<FanOutResult<Response>>> out;
+  FanOut<Response>(addresses, timeout, std::move(start), [&](auto& results) {
+    out = std::move(results);
+    all_done.Notify();
+  });
+  all_done.WaitForNotification();
+  return out;
 }
 
 }  // namespace strata

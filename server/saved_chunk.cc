@@ -45,7 +45,7 @@ absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT)
-      return absl::NotFoundError(absl::StrCat("saved chunk ", path, " is missing"));
+      return absl::DataLossError(absl::StrCat("chunk file ", path, " is missing"));
     return ErrnoError("cannot open", path);
   }
   absl::Status status;
@@ -54,12 +54,12 @@ absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t
   }
   char extra;
   if (status.ok() && read(fd, &extra, 1) != 0) {
-    status = absl::DataLossError(absl::StrCat("saved chunk ", path, " is longer than recorded"));
+    status = absl::DataLossError(absl::StrCat("chunk file ", path, " is longer than recorded"));
   }
   close(fd);
   if (!status.ok()) return status;
   if (Checksum(state, bytes) != checksum) {
-    return absl::DataLossError(absl::StrCat("saved chunk ", path, ": checksum mismatch"));
+    return absl::DataLossError(absl::StrCat("chunk file ", path, ": checksum mismatch"));
   }
   return absl::OkStatus();
 }

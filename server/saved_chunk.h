@@ -1,7 +1,7 @@
-// A host-memory chunk's state saved to a file when its shard server stops
-// cleanly, and loaded back at the next start-up: p, m and v (12 bytes per
-// parameter) in one file, written and fsynced before its ChunkRecord names it,
-// with an XXH3 checksum of the contents in the record. Stateless functions.
+// A chunk's state in a file: p, m and v (12 bytes per parameter), written
+// and fsynced, with an XXH3 checksum of the contents kept by whoever names
+// the file -- a host-memory chunk's ChunkRecord when its shard server stops
+// cleanly, or a checkpoint's manifest. Stateless functions.
 #ifndef STRATA_SERVER_SAVED_CHUNK_H_
 #define STRATA_SERVER_SAVED_CHUNK_H_
 
@@ -17,8 +17,8 @@ namespace strata {
 // The I/O error naming the file on failure.
 absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const StateView& state,
                                         uint64_t num_params);
-// Reads `path` into `state`: NOT_FOUND when it is missing, DATA_LOSS naming the
-// file when its size or checksum is not the recorded one.
+// Reads `path` into `state`: DATA_LOSS naming the file when it is missing or
+// its size or checksum is not the recorded one.
 absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t num_params,
                             const StateView& state);
 

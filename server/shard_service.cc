@@ -17,6 +17,11 @@ namespace {
 
 constexpr char kJobPrefix[] = "job/";
 
+// The file of a chunk in a checkpoint directory.
+std::string CheckpointFileName(uint32_t chunk_id) {
+  return absl::StrCat("chunk-", absl::Dec(chunk_id, absl::kZeroPad8), ".bin");
+}
+
 }  // namespace
 
 ShardService::ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata,
@@ -184,7 +189,10 @@ void ShardService::BeginShutdown() {
     for (auto& [id, job] : jobs_) jobs.push_back(job);
   }
   for (auto& job : jobs) {
-    for (auto& [begin, chunk] : job->chunks_by_begin) chunk->FailWaiters(status);
+    for (auto& [begin, chunk] : job->chunks_by_begin) {
+      chunk->FailWaiters(status);
+      chunk->CancelCheckpoint();
+    }
   }
 }
 
@@ -574,6 +582,138 @@ grpc::ServerUnaryReactor* ShardService::ListChunks(grpc::CallbackServerContext* 
     }
   }
   return FinishUnary(ctx, absl::OkStatus());
+}
+
+}  // namespace strata
+
+namespace strata {
+
+absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ChunksOf(
+    const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(ServingStatus());
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "' on this shard server"));
+  }
+  std::vector<std::shared_ptr<Chunk>> chunks;
+  for (const auto& [begin, chunk] : it->second->chunks_by_begin) chunks.push_back(chunk);
+  return chunks;
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ArmChunks(
+    const v1::SaveChunksRequest& request) {
+  if (request.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 0"));
+  }
+  if (request.dir().empty() || request.dir()[0] != '/' ||
+      !std::filesystem::is_directory(request.dir())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint directory '", request.dir(), "' is not an absolute directory"));
+  }
+  ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    absl::Status armed = chunks[i]->ArmCheckpoint(request.step());
+    if (!armed.ok()) {
+      for (size_t j = 0; j < i; ++j) chunks[j]->CancelCheckpoint();
+      return armed;
+    }
+  }
+  return chunks;
+}
+
+absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
+                                        const std::vector<std::shared_ptr<Chunk>>& chunks,
+                                        v1::SaveChunksResponse* response) {
+  const absl::Time wait_until = absl::Now() + absl::Milliseconds(request.wait_ms());
+  absl::Status status;
+  for (const auto& chunk : chunks) {
+    if (!status.ok()) {
+      chunk->CancelCheckpoint();
+      continue;
+    }
+    std::string name = CheckpointFileName(chunk->chunk_id());
+    absl::StatusOr<uint64_t> checksum =
+        chunk->SaveCheckpoint(absl::StrCat(request.dir(), "/", name), wait_until);
+    if (!checksum.ok()) {
+      status = checksum.status();
+      continue;
+    }
+    v1::CheckpointFile* file = response->add_files();
+    file->mutable_chunk()->set_chunk_id(chunk->chunk_id());
+    file->mutable_chunk()->set_flat_begin(chunk->range().begin);
+    file->mutable_chunk()->set_num_params(chunk->range().size());
+    file->set_file(name);
+    file->set_num_bytes(3 * sizeof(float) * chunk->range().size());
+    file->set_checksum(*checksum);
+  }
+  if (status.ok()) {
+    LogEventCat("server", "job ", request.job_id(), ": saved ", chunks.size(), " chunk(s) of step ",
+                request.step(), " to ", request.dir());
+  }
+  return status;
+}
+
+grpc::ServerUnaryReactor* ShardService::SaveChunks(grpc::CallbackServerContext* ctx,
+                                                   const v1::SaveChunksRequest* request,
+                                                   v1::SaveChunksResponse* response) {
+  absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> chunks = ArmChunks(*request);
+  if (!chunks.ok()) return FinishUnary(ctx, chunks.status());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  checkpoint_writers_.Schedule([this, reactor, request, response, chunks = *std::move(chunks)] {
+    reactor->Finish(ToGrpcStatus(DoSaveChunks(*request, chunks, response)));
+  });
+  return reactor;
+}
+
+absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
+  if (request.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 0"));
+  }
+  ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
+  // Parameters of each local chunk the files cover.
+  std::vector<uint64_t> covered(chunks.size(), 0);
+  std::vector<float> state;
+  for (const v1::CheckpointFile& file : request.files()) {
+    const uint64_t n = file.chunk().num_params();
+    const FlatRange source{file.chunk().flat_begin(), file.chunk().flat_begin() + n};
+    const std::string path = absl::StrCat(request.dir(), "/", file.file());
+    if (file.file().empty() || file.file().find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint file name '", file.file(), "' is not a plain file name"));
+    }
+    state.resize(3 * n);
+    float* p = state.data();
+    RETURN_IF_ERROR(
+        LoadChunkState(path, file.checksum(), n, StateView{p, p + n, p + 2 * n, nullptr}));
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const FlatRange target = chunks[i]->range();
+      const uint64_t begin = std::max(source.begin, target.begin);
+      const uint64_t end = std::min(source.end, target.end);
+      if (begin >= end) continue;
+      const uint64_t offset = begin - source.begin;
+      RETURN_IF_ERROR(chunks[i]->WriteState(begin, p + offset, p + n + offset, p + 2 * n + offset,
+                                            end - begin, request.step()));
+      covered[i] += end - begin;
+    }
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (covered[i] != chunks[i]->range().size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the checkpoint's files cover ", covered[i], " of the ",
+                       chunks[i]->range().size(), " parameters of chunk ", chunks[i]->chunk_id()));
+    }
+  }
+  LogEventCat("server", "job ", request.job_id(), ": loaded ", chunks.size(), " chunk(s) at step ",
+              request.step(), " from ", request.files_size(), " checkpoint file(s) in ",
+              request.dir());
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ShardService::LoadChunks(grpc::CallbackServerContext* ctx,
+                                                   const v1::LoadChunksRequest* request,
+                                                   v1::LoadChunksResponse*) {
+  return FinishUnary(ctx, DoLoadChunks(*request));
 }
 
 }  // namespace strata

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -67,6 +68,12 @@ class ShardService final : public v1::ShardServer::CallbackService {
   grpc::ServerUnaryReactor* ListChunks(grpc::CallbackServerContext* ctx,
                                        const v1::ListChunksRequest* request,
                                        v1::ListChunksResponse* response) override;
+  grpc::ServerUnaryReactor* SaveChunks(grpc::CallbackServerContext* ctx,
+                                       const v1::SaveChunksRequest* request,
+                                       v1::SaveChunksResponse* response) override;
+  grpc::ServerUnaryReactor* LoadChunks(grpc::CallbackServerContext* ctx,
+                                       const v1::LoadChunksRequest* request,
+                                       v1::LoadChunksResponse* response) override;
 
  private:
   struct Job {
@@ -99,6 +106,15 @@ class ShardService final : public v1::ShardServer::CallbackService {
   // UNAVAILABLE once BeginShutdown() has run.
   absl::Status ServingStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleApply(std::shared_ptr<Chunk> chunk);
+  // The chunks of a known job (NOT_FOUND otherwise), in flat order.
+  absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ChunksOf(const std::string& job_id);
+  // Arms every chunk of the request, or none (the first chunk's error).
+  absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ArmChunks(
+      const v1::SaveChunksRequest& request);
+  absl::Status DoSaveChunks(const v1::SaveChunksRequest& request,
+                            const std::vector<std::shared_ptr<Chunk>>& chunks,
+                            v1::SaveChunksResponse* response);
+  absl::Status DoLoadChunks(const v1::LoadChunksRequest& request);
 
   Tier* const host_;
   NvmeTier* const nvme_;
@@ -116,6 +132,8 @@ class ShardService final : public v1::ShardServer::CallbackService {
   prometheus::Counter* pushed_bytes_ = nullptr;
   prometheus::Counter* pulled_bytes_ = nullptr;
   prometheus::Histogram* apply_seconds_ = nullptr;
+  // Checkpoint saves, which wait for steps and write files (last: joined first).
+  ThreadPool checkpoint_writers_{2};
 };
 
 }  // namespace strata

@@ -6,6 +6,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/command_line.h"
@@ -13,6 +14,7 @@
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
 #include "common/safetensors.h"
+#include "common/status_macros.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "strata/client.h"
@@ -28,6 +30,9 @@ ABSL_FLAG(int, timeout_s, 10, "RPC deadline in seconds");
 ABSL_FLAG(std::string, target, "",
           "health: host:port of the daemon to check (default: --coordinator)");
 ABSL_FLAG(std::string, out, "", "export: the directory to write model.safetensors into");
+ABSL_FLAG(std::string, dir, "",
+          "checkpoint: the directory of the job's checkpoints (default: the job's, else the "
+          "coordinator's --checkpoint_dir)");
 ABSL_FLAG(bool, with_optimizer_state, false,
           "export: also write each tensor's Adam moments, as NAME.exp_avg and NAME.exp_avg_sq");
 ABSL_FLAG(std::string, service, "",
@@ -53,6 +58,12 @@ constexpr char kUsage[] =
     "  stratactl [--coordinator=HOST:PORT] --job=ID --out=DIR [--with_optimizer_state] export\n"
     "      writes the job's FP32 master weights (and Adam moments) at one step to\n"
     "      DIR/model.safetensors, per tensor with its registered name and shape\n"
+    "  stratactl [--coordinator=HOST:PORT] [--json] --job=ID [--dir=DIR] checkpoint save\n"
+    "      saves a consistent checkpoint (every chunk at one step, the newest applied)\n"
+    "      into DIR/ID/step-N without stopping training; waits up to an hour\n"
+    "  stratactl [--coordinator=HOST:PORT] [--json] --job=ID [--dir=DIR] checkpoint list\n"
+    "      the job's complete checkpoints, oldest first: step, path, bytes, files,\n"
+    "      created, save seconds (start a job from one with ClientOptions::restore_from)\n"
     "  stratactl [--target=HOST:PORT] [--service=NAME] [--json] health\n"
     "      the standard gRPC health check (grpc.health.v1) of a coordinator or shard\n"
     "      server; exits 0 when it is SERVING, 1 otherwise (for container health checks)";
@@ -287,7 +298,58 @@ class Ctl {
     return absl::OkStatus();
   }
 
+  absl::Status SaveCheckpoint() {
+    v1::SaveCheckpointRequest request;
+    request.set_job_id(absl::GetFlag(FLAGS_job));
+    RETURN_IF_ERROR(AbsoluteDir(request.mutable_dir()));
+    v1::CheckpointInfo info;
+    RETURN_IF_ERROR(
+        CallUnary(stub_.get(), &v1::Coordinator::Stub::SaveCheckpoint, request, &info,
+                  std::max(absl::Hours(1), absl::Seconds(absl::GetFlag(FLAGS_timeout_s)))));
+    EmitCheckpoints({info});
+    return absl::OkStatus();
+  }
+
+  absl::Status ListCheckpoints() {
+    v1::ListCheckpointsRequest request;
+    request.set_job_id(absl::GetFlag(FLAGS_job));
+    RETURN_IF_ERROR(AbsoluteDir(request.mutable_dir()));
+    v1::ListCheckpointsResponse response;
+    RETURN_IF_ERROR(Call(&v1::Coordinator::Stub::ListCheckpoints, request, &response));
+    EmitCheckpoints({response.checkpoints().begin(), response.checkpoints().end()});
+    return absl::OkStatus();
+  }
+
  private:
+  // --dir made absolute (the coordinator and servers may run elsewhere).
+  static absl::Status AbsoluteDir(std::string* dir) {
+    if (absl::GetFlag(FLAGS_job).empty()) return absl::InvalidArgumentError("--job is required");
+    if (!absl::GetFlag(FLAGS_dir).empty()) {
+      *dir = std::filesystem::absolute(absl::GetFlag(FLAGS_dir)).lexically_normal().string();
+    }
+    return absl::OkStatus();
+  }
+
+  void EmitCheckpoints(const std::vector<v1::CheckpointInfo>& checkpoints) {
+    json out = json::array();
+    Table table({"JOB", "STEP", "PATH", "BYTES", "FILES", "CREATED", "SAVE_S"});
+    for (const v1::CheckpointInfo& c : checkpoints) {
+      out.push_back({{"job", c.job_id()},
+                     {"step", c.step()},
+                     {"path", c.path()},
+                     {"bytes", c.num_bytes()},
+                     {"files", c.num_files()},
+                     {"created_unix_ms", c.created_unix_ms()},
+                     {"save_seconds", c.save_seconds()}});
+      table.Add({c.job_id(), absl::StrCat(c.step()), c.path(), absl::StrCat(c.num_bytes()),
+                 absl::StrCat(c.num_files()),
+                 absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(c.created_unix_ms()),
+                                  absl::LocalTimeZone()),
+                 absl::StrFormat("%.3f", c.save_seconds())});
+    }
+    Emit(out, table);
+  }
+
   // p, m and v of every chunk of `job`, all at the same step: a chunk read
   // while the job is between two steps is read again (ABORTED after ~5 s).
   absl::StatusOr<MasterState> ReadConsistentState(const v1::JobInfo& job) {
@@ -349,6 +411,15 @@ class Ctl {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args = strata::InitCommandLine(argc, argv, strata::kUsage);
+  if (args.size() == 2 && args[0] == "checkpoint" && (args[1] == "save" || args[1] == "list")) {
+    strata::Ctl ctl;
+    absl::Status s = args[1] == "save" ? ctl.SaveCheckpoint() : ctl.ListCheckpoints();
+    if (!s.ok()) {
+      std::fprintf(stderr, "stratactl checkpoint %s: %s\n", args[1].c_str(), s.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
   if (args.size() != 1) {
     std::fprintf(stderr, "%s\n", strata::kUsage);
     return 2;

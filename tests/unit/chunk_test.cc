@@ -7,11 +7,14 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/adam.h"
 #include "kernels/half.h"
+#include "server/saved_chunk.h"
 #include "storage/host_tier.h"
 #include "storage/nvme_tier.h"
 #include "tests/storage/faulty_tier.h"
@@ -58,6 +61,8 @@ class ChunkTest : public ::testing::Test {
 
   HostTier tier_;
   std::unique_ptr<Chunk> chunk_;
+  const std::string path_ =
+      ::testing::TempDir() + "/chunk_test_checkpoint_" + std::to_string(getpid());
   std::deque<std::string> buffers_;
   std::deque<absl::Status> pushed_;
 };
@@ -202,6 +207,52 @@ TEST_F(ChunkTest, WriteStateSetsTheStateAndStepBeforeTheFirstPush) {
   EXPECT_EQ(got_v, want_v);
   // Once a step was applied, the state can no longer be written.
   EXPECT_EQ(chunk_->WriteState(kBegin, p.data(), m.data(), v.data(), kN, 8).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// A checkpoint armed for step 1 gets the state of step 1 even when steps 2
+// and 3 are applied before it is written (the chunk kept a copy); a chunk
+// past the step refuses to arm; a save that waits can be cancelled or time out.
+TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
+  std::vector<float> init(kN, 1.0f);
+  ASSERT_TRUE(chunk_->WriteParams(kBegin, init.data(), kN).ok());
+  ASSERT_TRUE(chunk_->ArmCheckpoint(1).ok());
+  EXPECT_EQ(chunk_->ArmCheckpoint(2).code(), absl::StatusCode::kFailedPrecondition);
+  for (int64_t step = 1; step <= 3; ++step) {
+    ASSERT_TRUE(*Stage(step, kBegin, kN, Grads(kN, 0.25f * step), 1.0f));
+    chunk_->Apply();
+    if (step == 1) {
+      std::vector<float> p(kN), m(kN), v(kN);
+      ASSERT_TRUE(chunk_->ReadState(kBegin, kN, p.data(), m.data(), v.data()).ok());
+      ASSERT_TRUE(
+          SaveChunkState(path_ + ".want", StateView{p.data(), m.data(), v.data()}, kN).ok());
+    }
+  }
+  absl::StatusOr<uint64_t> checksum = chunk_->SaveCheckpoint(path_, absl::Now());
+  ASSERT_TRUE(checksum.ok()) << checksum.status();
+  std::ifstream got(path_, std::ios::binary), want(path_ + ".want", std::ios::binary);
+  std::string got_bytes((std::istreambuf_iterator<char>(got)), {});
+  std::string want_bytes((std::istreambuf_iterator<char>(want)), {});
+  EXPECT_EQ(got_bytes.size(), 12 * kN);
+  EXPECT_TRUE(got_bytes == want_bytes);
+  std::vector<float> state(3 * kN);
+  float* p = state.data();
+  EXPECT_TRUE(LoadChunkState(path_, *checksum, kN, StateView{p, p + kN, p + 2 * kN}).ok());
+
+  // Disarmed by the save; past step 2 now.
+  EXPECT_EQ(chunk_->ArmCheckpoint(2).code(), absl::StatusCode::kAborted);
+  ASSERT_TRUE(chunk_->ArmCheckpoint(5).ok());
+  EXPECT_EQ(chunk_->SaveCheckpoint(path_, absl::Now() + absl::Milliseconds(20)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(chunk_->ArmCheckpoint(5).ok());
+  std::thread cancel([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    chunk_->CancelCheckpoint();
+  });
+  EXPECT_EQ(chunk_->SaveCheckpoint(path_, absl::InfiniteFuture()).status().code(),
+            absl::StatusCode::kCancelled);
+  cancel.join();
+  EXPECT_EQ(chunk_->SaveCheckpoint(path_, absl::Now()).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 

@@ -77,6 +77,19 @@ struct ClientOptions {
   // the job is new; Connect() fails with INVALID_ARGUMENT naming a missing or
   // mismatched tensor, or the file's error.
   std::string initial_state_path;
+  // Or a checkpoint directory (DIR/JOB/step-N, from `stratactl checkpoint
+  // list`) that a new job starts from, on the servers (p, m, v and the step;
+  // FP32, no conversion): the model must be the checkpoint's; the servers,
+  // the world size and the chunk size may differ. FAILED_PRECONDITION for
+  // another model, DATA_LOSS naming a missing, truncated or corrupted file.
+  std::string restore_from;
+  // Job settings: save a checkpoint every this many steps (0: only when
+  // asked, `stratactl checkpoint save`), into checkpoint_dir (an absolute
+  // path the servers and coordinator share; empty: the coordinator's
+  // --checkpoint_dir), keeping the newest checkpoint_keep_last (0: all).
+  uint64_t checkpoint_every_steps = 0;
+  std::string checkpoint_dir;
+  uint32_t checkpoint_keep_last = 0;
 };
 
 // A micro-batch of Step(GradientFn): global sample indices

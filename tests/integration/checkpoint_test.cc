@@ -1,0 +1,283 @@
+// Checkpoints: saved while a job trains (every N steps, old ones pruned),
+// restored onto another number of servers and workers with another chunk
+// size (continuing bitwise), atomic under a SIGKILL during the write, and
+// refused with DATA_LOSS / FAILED_PRECONDITION when damaged or mismatched.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server/local_cluster.h"
+#include "strata/client.h"
+#include "tests/testing/job_runner.h"
+#include "tests/testing/processes.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::pair<int, std::string> Stratactl(const std::string& coordinator, const std::string& args) {
+  return testing::RunCommand(
+      absl::StrCat(STRATA_BIN_DIR, "/stratactl --coordinator=", coordinator, " ", args));
+}
+
+// The steps of the job's complete checkpoints in `dir`, oldest first.
+std::vector<int64_t> ListedSteps(const std::string& coordinator, const std::string& job,
+                                 const std::string& dir) {
+  auto [code, output] = Stratactl(
+      coordinator, absl::StrCat("--json --job=", job, " --dir=", dir, " checkpoint list"));
+  EXPECT_EQ(code, 0) << output;
+  std::vector<int64_t> steps;
+  if (code != 0) return steps;
+  for (const auto& c : nlohmann::json::parse(output)) steps.push_back(c["step"].get<int64_t>());
+  return steps;
+}
+
+std::string StepDir(const std::string& dir, const std::string& job, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%010lld", static_cast<long long>(step));
+  return absl::StrCat(dir, "/", job, "/", name);
+}
+
+void ExpectSameState(const MasterState& got, const MasterState& want) {
+  EXPECT_EQ(got.step, want.step);
+  ASSERT_EQ(got.params.size(), want.params.size());
+  EXPECT_TRUE(got.params == want.params);
+  EXPECT_TRUE(got.exp_avg == want.exp_avg);
+  EXPECT_TRUE(got.exp_avg_sq == want.exp_avg_sq);
+}
+
+ClientOptions Fp32Job(const std::string& coordinator, const std::string& job) {
+  ClientOptions o;
+  o.coordinator_address = coordinator;
+  o.job_id = job;
+  o.tensors = testing::SmallModel();
+  o.world_size = 2;
+  o.chunk_num_params = 256;
+  o.dtype = DType::kFp32;
+  o.adam.weight_decay = 0.01f;
+  return o;
+}
+
+// Test 1: checkpoints every 5 steps of a 2-server, 2-worker job (chunks of
+// 256), the newest 3 kept; the step-10 one restored onto 3 servers and 1
+// worker with chunks of 192 trains to step 20 on the same data and ends
+// with the same FP32 state, bit for bit, as the uninterrupted job.
+TEST(CheckpointTest, RestoresOnAnotherTopologyAndChunkSizeAndContinuesBitwise) {
+  const std::string dir = testing::FreshDir("checkpoint_topology");
+  auto first = LocalCluster::Start({2, uint64_t{64} << 20, 1});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ClientOptions o = Fp32Job((*first)->coordinator_address(), "ckpt");
+  o.checkpoint_every_steps = 5;
+  o.checkpoint_keep_last = 3;
+  o.checkpoint_dir = dir;
+  const uint64_t n = FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params();
+  o.initial_params = testing::InitialParams(n);
+  auto gradient = [n](int rank, int64_t step, int micro) {
+    return testing::Gradient(n, rank, step, micro);
+  };
+  const MasterState uninterrupted = testing::RunWorkers(o, 20, 1, gradient).master;
+  ASSERT_EQ(uninterrupted.step, 20);
+
+  // The save of step 20 may still be writing when training ends.
+  std::vector<int64_t> steps;
+  for (int i = 0; i < 300; ++i) {
+    steps = ListedSteps(o.coordinator_address, "ckpt", dir);
+    if (!steps.empty() && steps.back() == 20) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{10, 15, 20}));
+  EXPECT_FALSE(fs::exists(StepDir(dir, "ckpt", 5)));
+
+  auto second = LocalCluster::Start({3, uint64_t{64} << 20, 1});
+  ASSERT_TRUE(second.ok()) << second.status();
+  ClientOptions r = Fp32Job((*second)->coordinator_address(), "ckpt");
+  r.world_size = 1;
+  r.chunk_num_params = 192;
+  r.restore_from = StepDir(dir, "ckpt", 10);
+  // One worker computes both ranks' gradients as two micro-batches; the
+  // runner numbers steps from 1: these are steps 11 to 20.
+  const MasterState restored = testing::RunWorkers(r, 10, 2, [&](int, int64_t step, int micro) {
+                                 return gradient(micro, step + 10, 0);
+                               }).master;
+  ExpectSameState(restored, uninterrupted);
+}
+
+// Test 5 and bad input: damaged or mismatched checkpoints are refused before
+// any step, naming the file; a refused restore leaves no job behind (the id
+// can be restored again), and the running job is untouched.
+TEST(CheckpointTest, DamagedOrMismatchedCheckpointsAreRefused) {
+  const std::string dir = testing::FreshDir("checkpoint_damaged");
+  auto cluster = LocalCluster::Start({2, uint64_t{64} << 20, 1});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string coordinator = (*cluster)->coordinator_address();
+  ClientOptions o = Fp32Job(coordinator, "source");
+  o.world_size = 1;
+  const uint64_t n = FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params();
+  o.initial_params = testing::InitialParams(n);
+  const MasterState saved = testing::RunWorkers(o, 3, 1, [n](int rank, int64_t step, int micro) {
+                              return testing::Gradient(n, rank, step, micro);
+                            }).master;
+  auto [code, output] =
+      Stratactl(coordinator, absl::StrCat("--json --job=source --dir=", dir, " checkpoint save"));
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_THAT(output, HasSubstr("\"step\":3"));
+  const std::string good = StepDir(dir, "source", 3);
+
+  // A copy of the checkpoint, damaged by `damage`, restored as job `job`.
+  int copies = 0;
+  auto restore = [&](const std::function<void(const std::string&)>& damage, ClientOptions options) {
+    std::string copy = absl::StrCat(dir, "/copy-", ++copies);
+    fs::copy(good, copy, fs::copy_options::recursive);
+    damage(copy);
+    options.coordinator_address = coordinator;
+    options.restore_from = copy;
+    options.initial_params.clear();
+    return Client::Connect(options).status();
+  };
+  ClientOptions target = Fp32Job(coordinator, "target");
+  target.world_size = 1;
+  target.rendezvous_timeout = absl::Seconds(10);
+  const std::string chunk1 = "/chunk-00000001.bin";
+
+  absl::Status corrupted = restore(
+      [&](const std::string& copy) {
+        std::fstream f(copy + chunk1, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(100);
+        f.put('\x5a');
+      },
+      target);
+  EXPECT_EQ(corrupted.code(), absl::StatusCode::kDataLoss) << corrupted;
+  EXPECT_THAT(corrupted.message(), HasSubstr("chunk-00000001.bin: checksum mismatch"));
+
+  absl::Status truncated =
+      restore([&](const std::string& copy) { fs::resize_file(copy + chunk1, 1000); }, target);
+  EXPECT_EQ(truncated.code(), absl::StatusCode::kDataLoss) << truncated;
+  EXPECT_THAT(truncated.message(), HasSubstr("chunk-00000001.bin has 1000 bytes"));
+
+  absl::Status missing =
+      restore([&](const std::string& copy) { fs::remove(copy + chunk1); }, target);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kDataLoss) << missing;
+  EXPECT_THAT(missing.message(), HasSubstr("chunk-00000001.bin is missing"));
+
+  absl::Status garbled = restore(
+      [&](const std::string& copy) { std::ofstream(copy + "/manifest.json") << "{\"step\": "; },
+      target);
+  EXPECT_EQ(garbled.code(), absl::StatusCode::kDataLoss) << garbled;
+  EXPECT_THAT(garbled.message(), HasSubstr("manifest.json does not parse"));
+
+  absl::Status no_manifest =
+      restore([&](const std::string& copy) { fs::remove(copy + "/manifest.json"); }, target);
+  EXPECT_EQ(no_manifest.code(), absl::StatusCode::kFailedPrecondition) << no_manifest;
+  EXPECT_THAT(no_manifest.message(), HasSubstr("is not a checkpoint"));
+
+  ClientOptions other_model = target;
+  other_model.tensors[2].shape = {29, 6};
+  absl::Status mismatched = restore([](const std::string&) {}, other_model);
+  EXPECT_EQ(mismatched.code(), absl::StatusCode::kFailedPrecondition) << mismatched;
+  EXPECT_THAT(mismatched.message(), HasSubstr("is of another model: tensor 2 ('w2')"));
+
+  // Nothing was created; the same id restores from the good checkpoint, and
+  // the source job still has its state.
+  auto [jobs_code, jobs] = Stratactl(coordinator, "--json jobs");
+  EXPECT_THAT(jobs, ::testing::Not(HasSubstr("\"target\"")));
+  target.restore_from = good;
+  target.initial_params.clear();
+  auto restored = Client::Connect(target);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  auto state = (*restored)->ReadMasterState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  ExpectSameState(*state, saved);
+}
+
+// Test 2: the shard server is SIGKILLed while it writes the chunks of a
+// second checkpoint: the save fails, nothing of it is visible, and the
+// previous checkpoint restores with every checksum verified.
+TEST(CheckpointTest, SigkillDuringASaveLeavesThePreviousCheckpointUsable) {
+  testing::Processes daemons;
+  const std::string dir = testing::FreshDir("checkpoint_sigkill");
+  const std::string bin = STRATA_BIN_DIR;
+  const std::string coordinator = testing::StartCoordinator(bin, dir, &daemons);
+  ASSERT_FALSE(coordinator.empty());
+  pid_t server = testing::Spawn(
+      {bin + "/strata-server", "--listen=127.0.0.1:0", "--coordinator=" + coordinator,
+       "--data_dir=" + dir + "/server", "--host_budget_mib=256", "--pin_host_memory=false",
+       "--executor_threads=1", "--ready_file=" + dir + "/server.addr"},
+      dir + "/server.log");
+  daemons.pids.push_back(server);
+  ASSERT_FALSE(testing::WaitReady(dir + "/server.addr").empty());
+
+  // 16 chunks of 6 MiB of state: a save writes and syncs them one by one.
+  ClientOptions o;
+  o.coordinator_address = coordinator;
+  o.job_id = "big";
+  o.tensors = {{"w", {8, 1 << 20}}};
+  o.chunk_num_params = 1 << 19;
+  o.dtype = DType::kFp16;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto train = [&](int steps) {
+    for (int s = 0; s < steps; ++s) {
+      ASSERT_TRUE((*client)->AccumulateGradients(testing::Gradient(8 << 20, 0, s, 0)).ok());
+      ASSERT_TRUE((*client)->Step().ok());
+    }
+  };
+  train(2);
+  auto at_two = (*client)->ReadMasterState();
+  ASSERT_TRUE(at_two.ok()) << at_two.status();
+  const std::string checkpoints = dir + "/checkpoints";
+  auto [code, output] =
+      Stratactl(coordinator, absl::StrCat("--job=big --dir=", checkpoints, " checkpoint save"));
+  ASSERT_EQ(code, 0) << output;
+  train(1);
+
+  FILE* save = popen(absl::StrCat(bin, "/stratactl --coordinator=", coordinator,
+                                  " --job=big --dir=", checkpoints, " checkpoint save 2>&1")
+                         .c_str(),
+                     "r");
+  ASSERT_NE(save, nullptr);
+  // Kill the server once the first chunk file of step 3 is there.
+  bool writing = false;
+  for (int i = 0; i < 20000 && !writing; ++i) {
+    for (const auto& entry : fs::directory_iterator(checkpoints + "/big")) {
+      if (entry.path().filename().string().rfind(".step-3.", 0) == 0 &&
+          fs::exists(entry.path() / "chunk-00000000.bin")) {
+        writing = true;
+      }
+    }
+    if (!writing) absl::SleepFor(absl::Microseconds(500));
+  }
+  kill(server, SIGKILL);
+  waitpid(server, nullptr, 0);
+  daemons.Forget(server);
+  ASSERT_TRUE(writing);
+  std::string save_output;
+  char buffer[512];
+  while (fgets(buffer, sizeof(buffer), save) != nullptr) save_output += buffer;
+  EXPECT_NE(pclose(save), 0) << save_output;
+  EXPECT_THAT(save_output, HasSubstr("UNAVAILABLE"));
+  EXPECT_EQ(ListedSteps(coordinator, "big", checkpoints), std::vector<int64_t>{2});
+  EXPECT_FALSE(fs::exists(StepDir(checkpoints, "big", 3)));
+
+  auto fresh = LocalCluster::Start({2, uint64_t{256} << 20, 1});
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  ClientOptions r = o;
+  r.coordinator_address = (*fresh)->coordinator_address();
+  r.chunk_num_params = 3 << 18;
+  r.restore_from = StepDir(checkpoints, "big", 2);
+  auto restored = Client::Connect(r);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  auto state = (*restored)->ReadMasterState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  ExpectSameState(*state, *at_two);
+}
+
+}  // namespace
+}  // namespace strata
