@@ -167,6 +167,7 @@ v1::CheckpointInfo InfoOf(const v1::CheckpointManifest& manifest, const std::str
   info.set_num_files(manifest.files_size());
   info.set_created_unix_ms(manifest.created_unix_ms());
   info.set_save_seconds(manifest.save_seconds());
+  info.set_write_seconds(manifest.write_seconds());
   return info;
 }
 

@@ -130,6 +130,7 @@ absl::StatusOr<v1::CheckpointInfo> Checkpointer::SaveAt(const v1::JobInfo& job,
   for (auto& r : results) {
     status.Update(r->status);
     for (auto& f : *r->response.mutable_files()) *manifest.add_files() = std::move(f);
+    manifest.set_write_seconds(std::max(manifest.write_seconds(), r->response.write_seconds()));
   }
   if (!status.ok()) {
     AbandonCheckpoint(partial);

@@ -340,54 +340,55 @@ void Chunk::KeepCheckpointState(int64_t step, const StateView& view) {
     absl::MutexLock lock(&mu_);
     if (checkpoint_step_ != step) return;
   }
-  if (checkpoint_state_ != nullptr) return;
-  const uint64_t n = range_.size();
-  checkpoint_state_.reset(new float[3 * n]);
-  std::memcpy(checkpoint_state_.get(), view.p, n * sizeof(float));
-  std::memcpy(checkpoint_state_.get() + n, view.m, n * sizeof(float));
-  std::memcpy(checkpoint_state_.get() + 2 * n, view.v, n * sizeof(float));
+  if (checkpoint_state_ == nullptr) checkpoint_state_ = CopyToStateBuffer(view, range_.size());
+}
+
+absl::Status Chunk::AwaitCheckpointStep(absl::Time wait_until) {
+  absl::MutexLock lock(&mu_);
+  const int64_t step = checkpoint_step_;
+  if (step < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is not armed for a checkpoint"));
+  }
+  auto reached = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return applied_step_ >= step || checkpoint_step_ != step;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&reached), wait_until);
+  if (checkpoint_step_ != step) {
+    return absl::CancelledError(
+        absl::StrCat("the checkpoint of chunk ", chunk_id_, " of job ", job_id_, " was cancelled"));
+  }
+  if (applied_step_ < step) {
+    checkpoint_step_ = -1;
+    return absl::DeadlineExceededError(
+        absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
+                     " and did not reach the checkpoint's step ", step, " in time"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path, absl::Time wait_until) {
-  int64_t step;
+  RETURN_IF_ERROR(AwaitCheckpointStep(wait_until));
+  // The state of `step`: the copy an Apply() made, or one made now (an
+  // Apply() waits for a copy, not for the write).
+  StateBuffer state;
   {
+    absl::MutexLock state_lock(&state_mu_);
+    state = std::move(checkpoint_state_);
+    absl::Status loaded;
+    if (state == nullptr) {
+      absl::StatusOr<StateView> view = state_->Load();
+      if (view.ok()) {
+        state = CopyToStateBuffer(*view, range_.size());
+        state_->Release(*view);
+      }
+      loaded = view.status();
+    }
     absl::MutexLock lock(&mu_);
-    step = checkpoint_step_;
-    if (step < 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is not armed for a checkpoint"));
-    }
-    auto reached = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return applied_step_ >= step || checkpoint_step_ != step;
-    };
-    mu_.AwaitWithDeadline(absl::Condition(&reached), wait_until);
-    if (checkpoint_step_ != step) {
-      return absl::CancelledError(absl::StrCat("the checkpoint of chunk ", chunk_id_, " of job ",
-                                               job_id_, " was cancelled"));
-    }
-    if (applied_step_ < step) {
-      checkpoint_step_ = -1;
-      return absl::DeadlineExceededError(
-          absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
-                       " and did not reach the checkpoint's step ", step, " in time"));
-    }
+    checkpoint_step_ = -1;
+    RETURN_IF_ERROR(loaded);
   }
-  absl::MutexLock state_lock(&state_mu_);
-  absl::StatusOr<uint64_t> checksum;
-  const uint64_t n = range_.size();
-  if (checkpoint_state_ != nullptr) {
-    float* kept = checkpoint_state_.get();
-    checksum = SaveChunkState(path, StateView{kept, kept + n, kept + 2 * n, nullptr}, n);
-    checkpoint_state_.reset();
-  } else {
-    // Still at `step`: no Apply() can run while state_mu_ is held.
-    absl::StatusOr<StateView> view = state_->Load();
-    checksum = view.ok() ? SaveChunkState(path, *view, n) : view.status();
-    if (view.ok()) state_->Release(*view);
-  }
-  absl::MutexLock lock(&mu_);
-  checkpoint_step_ = -1;
-  return checksum;
+  return SaveChunkState(path, state.get(), range_.size());
 }
 
 void Chunk::CancelCheckpoint() {

@@ -39,6 +39,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/chunk_state.h"
+#include "server/saved_chunk.h"
 #include "storage/metadata_store.h"
 #include "storage/tier.h"
 #include "strata/flat_layout.h"
@@ -129,10 +130,13 @@ class Chunk {
   // Keeps the state of `step` for SaveCheckpoint(): ABORTED when the chunk
   // is past it, FAILED_PRECONDITION when armed for another step.
   absl::Status ArmCheckpoint(int64_t step) ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
-  // Waits until the chunk reaches the armed step (DEADLINE_EXCEEDED after
-  // `wait_until`, CANCELLED by CancelCheckpoint()), writes its state at that
-  // step to `path` (synced, server/saved_chunk.h) and disarms. Returns the
-  // file's checksum, or the I/O error naming the file.
+  // Waits until the chunk reaches the armed step: DEADLINE_EXCEEDED after
+  // `wait_until` (disarmed), CANCELLED by CancelCheckpoint(),
+  // FAILED_PRECONDITION when not armed.
+  absl::Status AwaitCheckpointStep(absl::Time wait_until) ABSL_LOCKS_EXCLUDED(mu_);
+  // AwaitCheckpointStep(), then writes the chunk's state at that step to
+  // `path` (synced, server/saved_chunk.h) and disarms. Returns the file's
+  // checksum, or the I/O error naming the file.
   absl::StatusOr<uint64_t> SaveCheckpoint(const std::string& path, absl::Time wait_until)
       ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
   // Disarms, ending a SaveCheckpoint() that waits.
@@ -197,7 +201,7 @@ class Chunk {
   // The armed checkpoint's step, or -1; and the state of that step once an
   // Apply() went past it before the save (p, m, v: 3 x range_.size()).
   int64_t checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
-  std::unique_ptr<float[]> checkpoint_state_ ABSL_GUARDED_BY(state_mu_);
+  StateBuffer checkpoint_state_ ABSL_GUARDED_BY(state_mu_);
 };
 
 }  // namespace strata

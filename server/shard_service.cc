@@ -142,16 +142,12 @@ void ShardService::SaveHostChunks() {
     for (const auto& [begin, chunk] : job->chunks_by_begin) {
       if (chunk->tier() != TierKind::kHost) continue;
       const uint64_t n = chunk->range().size();
-      std::vector<float> state(3 * n);
+      StateBuffer state = AllocateStateBuffer(n);
       absl::StatusOr<int64_t> step =
-          chunk->ReadState(begin, n, state.data(), state.data() + n, state.data() + 2 * n);
+          chunk->ReadState(begin, n, state.get(), state.get() + n, state.get() + 2 * n);
       std::string file = absl::StrCat(saved_chunks_dir_, "/", job_id, "-", chunk->chunk_id());
       absl::StatusOr<uint64_t> checksum =
-          step.ok()
-              ? SaveChunkState(
-                    file, StateView{state.data(), state.data() + n, state.data() + 2 * n, nullptr},
-                    n)
-              : step.status();
+          step.ok() ? SaveChunkState(file, state.get(), n) : step.status();
       if (checksum.ok()) {
         v1::ChunkRecord record;
         record.mutable_chunk()->set_chunk_id(chunk->chunk_id());
@@ -632,9 +628,17 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
       chunk->CancelCheckpoint();
       continue;
     }
-    std::string name = CheckpointFileName(chunk->chunk_id());
+    status = chunk->AwaitCheckpointStep(wait_until);
+  }
+  const absl::Time writing = absl::Now();
+  for (const auto& chunk : chunks) {
+    if (!status.ok()) {
+      chunk->CancelCheckpoint();
+      continue;
+    }
+    const std::string name = CheckpointFileName(chunk->chunk_id());
     absl::StatusOr<uint64_t> checksum =
-        chunk->SaveCheckpoint(absl::StrCat(request.dir(), "/", name), wait_until);
+        chunk->SaveCheckpoint(absl::StrCat(request.dir(), "/", name), absl::Now());
     if (!checksum.ok()) {
       status = checksum.status();
       continue;
@@ -647,9 +651,10 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
     file->set_num_bytes(3 * sizeof(float) * chunk->range().size());
     file->set_checksum(*checksum);
   }
+  response->set_write_seconds(absl::ToDoubleSeconds(absl::Now() - writing));
   if (status.ok()) {
     LogEventCat("server", "job ", request.job_id(), ": saved ", chunks.size(), " chunk(s) of step ",
-                request.step(), " to ", request.dir());
+                request.step(), " to ", request.dir(), " in ", response->write_seconds(), " s");
   }
   return status;
 }

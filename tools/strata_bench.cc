@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "common/command_line.h"
 #include "kernels/isa.h"
+#include "tools/bench/checkpoint_bench.h"
 #include "tools/bench/elastic_bench.h"
 #include "tools/bench/kernel_bench.h"
 #include "tools/bench/server_step_bench.h"
@@ -18,11 +19,13 @@ ABSL_FLAG(std::string, grad, "fp16", "adam, grad-stats, cast: fp16, bf16 or fp32
 ABSL_FLAG(std::string, op, "to_float", "cast: to_float (16-bit -> fp32) or from_float");
 ABSL_FLAG(int, reps, 5, "adam, grad-stats, cast: timed repetitions (median reported)");
 ABSL_FLAG(int, workers, 2, "step: workers (threads with their own client and Gloo pairs)");
-ABSL_FLAG(int, servers, 2, "step: shard servers (in this process, on loopback)");
-ABSL_FLAG(int, executor_threads, 1, "step: optimizer threads per shard server");
+ABSL_FLAG(int, servers, 2, "step, checkpoint: shard servers (in this process, on loopback)");
+ABSL_FLAG(int, executor_threads, 1, "step, checkpoint: optimizer threads per shard server");
 ABSL_FLAG(std::string, dtype, "fp16", "step: fp16 or bf16");
 ABSL_FLAG(int, steps, 5, "step: timed steps (after one warm-up step)");
-ABSL_FLAG(std::string, dir, "", "nvme-step: directory for the NVMe tier's file and fio's");
+ABSL_FLAG(std::string, dir, "",
+          "nvme-step: directory for the NVMe tier's file and fio's; checkpoint: for the "
+          "checkpoint and fio's file");
 ABSL_FLAG(uint32_t, queue_depth, 32, "nvme-step: io_uring (and fio) queue depth");
 ABSL_FLAG(uint64_t, io_bytes, uint64_t{1} << 20, "nvme-step: bytes per I/O (and fio's block size)");
 ABSL_FLAG(int64_t, lease_ms, 1000, "elastic: the coordinator's worker lease");
@@ -49,6 +52,10 @@ constexpr char kUsage[] =
     "      against fio (io_uring, O_DIRECT) on DIR with the same I/O size and depth\n"
     "  strata-bench step --params N --workers W --servers S [--dtype fp16|bf16]\n"
     "      the whole optimizer path of a step on loopback, against iperf3\n"
+    "  strata-bench checkpoint --params N --dir DIR [--servers S]\n"
+    "      saves a checkpoint of a training job (host-tier chunks) into DIR while it\n"
+    "      trains, and restores a new job from it, against fio's direct write on DIR;\n"
+    "      reports the training pause the save caused\n"
     "  strata-bench elastic [--params N (default 4 Mi)] [--lease_ms MS]\n"
     "      worker processes train an elastic job; one joins, one leaves, one is\n"
     "      killed: the pauses each change causes, against the targets\n"
@@ -77,6 +84,14 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
     if (absl::GetFlag(FLAGS_params) != 0) o.num_params = absl::GetFlag(FLAGS_params);
     o.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
     return strata::BenchElastic(o);
+  }
+  if (command == "checkpoint") {
+    strata::CheckpointBenchOptions o;
+    o.num_params = NumParams();
+    o.dir = absl::GetFlag(FLAGS_dir);
+    o.servers = absl::GetFlag(FLAGS_servers);
+    o.executor_threads = absl::GetFlag(FLAGS_executor_threads);
+    return strata::BenchCheckpoint(o);
   }
   if (command == "step") {
     strata::StepBenchOptions o;

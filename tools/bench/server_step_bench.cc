@@ -17,6 +17,7 @@
 #include "storage/host_tier.h"
 #include "storage/nvme_tier.h"
 #include "tools/bench/bench_util.h"
+#include "tools/bench/fio.h"
 
 namespace strata {
 namespace {
@@ -122,31 +123,6 @@ absl::Status CheckDtype(const KernelBenchOptions& o) {
   return absl::OkStatus();
 }
 
-// fio's bandwidth in GB/s for `rw` (read or write) on a file in `dir`.
-absl::StatusOr<double> Fio(const std::string& dir, const std::string& rw,
-                           const NvmeBenchOptions& nvme) {
-  std::string command =
-      absl::StrCat("fio --name=strata --directory=", dir, " --filename=strata-fio.data --size=2G",
-                   " --bs=", nvme.io_bytes, " --iodepth=", nvme.queue_depth,
-                   " --ioengine=io_uring --direct=1 --rw=", rw,
-                   " --runtime=4 --time_based --output-format=json 2>/dev/null");
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return absl::FailedPreconditionError("cannot run fio");
-  std::string output;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  if (pclose(pipe) != 0) {
-    return absl::FailedPreconditionError(
-        "fio failed or is not installed (deploy/install-deps.sh installs it)");
-  }
-  json result = json::parse(output, nullptr, /*allow_exceptions=*/false);
-  if (result.is_discarded() || !result.contains("jobs")) {
-    return absl::InternalError("fio printed no JSON");
-  }
-  return result["jobs"][0][rw]["bw_bytes"].get<double>() / 1e9;
-}
-
 }  // namespace
 
 absl::StatusOr<json> BenchServerStep(const KernelBenchOptions& o) {
@@ -193,9 +169,9 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
   std::error_code ignored;
   std::filesystem::remove(nvme.dir + "/strata-nvme.data", ignored);
   // fio writes its file first, then reads it back.
-  absl::StatusOr<double> w = Fio(nvme.dir, "write", nvme);
+  absl::StatusOr<double> w = Fio(nvme.dir, "write", nvme.io_bytes, nvme.queue_depth);
   if (!w.ok()) return w.status();
-  absl::StatusOr<double> r = Fio(nvme.dir, "read", nvme);
+  absl::StatusOr<double> r = Fio(nvme.dir, "read", nvme.io_bytes, nvme.queue_depth);
   std::filesystem::remove(nvme.dir + "/strata-fio.data", ignored);
   if (!r.ok()) return r.status();
   fio_read = *r;

@@ -1,0 +1,185 @@
+#include "tools/bench/checkpoint_bench.h"
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "common/grpc_util.h"
+#include "server/chunk.h"
+#include "server/local_cluster.h"
+#include "strata/client.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/fio.h"
+
+namespace strata {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kChunkParams = uint64_t{4} << 20;
+
+// One worker stepping in a loop; every step's [start, end) is recorded.
+class Trainer {
+ public:
+  explicit Trainer(Client* client, uint64_t num_params)
+      : client_(client), grads_(num_params, 1e-3f), thread_([this] { Loop(); }) {}
+  ~Trainer() { Stop(); }
+
+  absl::Status Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+  // Waits until `n` steps have run.
+  void WaitSteps(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return steps_.size() >= n || !status_.ok();
+    };
+    mu_.Await(absl::Condition(&enough));
+  }
+  std::vector<std::pair<absl::Time, absl::Time>> steps() {
+    absl::MutexLock lock(&mu_);
+    return steps_;
+  }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      absl::Time started = absl::Now();
+      absl::Status s = client_->AccumulateGradients(grads_);
+      if (s.ok()) s = client_->Step().status();
+      absl::MutexLock lock(&mu_);
+      if (!s.ok()) {
+        status_ = s;
+        return;
+      }
+      steps_.push_back({started, absl::Now()});
+    }
+  }
+
+  Client* const client_;
+  const std::vector<float> grads_;
+  std::atomic<bool> stop_{false};
+  absl::Mutex mu_;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<absl::Time, absl::Time>> steps_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace
+
+absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
+  if (o.dir.empty()) return absl::InvalidArgumentError("--dir is required");
+  if (o.num_params == 0 || o.num_params % 64 != 0) {
+    return absl::InvalidArgumentError("--params must be a positive multiple of 64");
+  }
+  const std::string dir =
+      (std::filesystem::absolute(o.dir) / "strata-bench-checkpoints").lexically_normal().string();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+
+  LocalClusterOptions cluster_options;
+  cluster_options.num_servers = o.servers;
+  cluster_options.executor_threads = o.executor_threads;
+  // Two jobs (the trained one and the restored one), with room for a chunk more each.
+  const uint64_t per_server = o.num_params / o.servers + kChunkParams;
+  cluster_options.host_budget_bytes = 2 * Chunk::NumBytes(per_server, DType::kFp16);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(cluster_options);
+  if (!cluster.ok()) return cluster.status();
+
+  ClientOptions options;
+  options.coordinator_address = (*cluster)->coordinator_address();
+  options.job_id = "bench";
+  options.tensors = {{"w", {static_cast<int64_t>(o.num_params)}}};
+  options.chunk_num_params = kChunkParams;
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  if (!client.ok()) return client.status();
+
+  auto coordinator = v1::Coordinator::NewStub(MakeChannel(options.coordinator_address));
+  v1::SaveCheckpointRequest save;
+  save.set_job_id(options.job_id);
+  save.set_dir(dir);
+  v1::CheckpointInfo info;
+  double save_s = 0, step_s = 0, pause_s = 0;
+  int steps_during_save = 0;
+  {
+    Trainer trainer(client->get(), o.num_params);
+    trainer.WaitSteps(6);  // one warm-up, five timed
+    std::vector<double> durations;
+    for (const auto& [begin, end] : trainer.steps()) {
+      durations.push_back(absl::ToDoubleSeconds(end - begin));
+    }
+    durations.erase(durations.begin());
+    step_s = Median(durations);
+    const absl::Time save_started = absl::Now();
+    absl::Status saved = CallUnary(coordinator.get(), &v1::Coordinator::Stub::SaveCheckpoint, save,
+                                   &info, absl::Hours(1));
+    const absl::Time save_ended = absl::Now();
+    if (!saved.ok()) return saved;
+    save_s = absl::ToDoubleSeconds(save_ended - save_started);
+    trainer.WaitSteps(trainer.steps().size() + 2);
+    if (absl::Status s = trainer.Stop(); !s.ok()) return s;
+    for (const auto& [begin, end] : trainer.steps()) {
+      if (end <= save_started || begin >= save_ended) continue;
+      ++steps_during_save;
+      pause_s += std::max(0.0, absl::ToDoubleSeconds(end - begin) - step_s);
+    }
+  }
+
+  v1::GetJobRequest get;
+  get.set_job_id(options.job_id);
+  v1::JobInfo job;
+  if (absl::Status s = CallUnary(coordinator.get(), &v1::Coordinator::Stub::GetJob, get, &job,
+                                 absl::Seconds(10));
+      !s.ok()) {
+    return s;
+  }
+  v1::CreateJobRequest restore;
+  *restore.mutable_spec() = job.spec();
+  restore.mutable_spec()->set_job_id("bench-restored");
+  restore.set_restore_from(info.path());
+  v1::JobInfo restored;
+  const absl::Time restore_started = absl::Now();
+  if (absl::Status s = CallUnary(coordinator.get(), &v1::Coordinator::Stub::CreateJob, restore,
+                                 &restored, absl::Hours(1));
+      !s.ok()) {
+    return s;
+  }
+  const double restore_s = absl::ToDoubleSeconds(absl::Now() - restore_started);
+  client->reset();
+  cluster->reset();
+
+  absl::StatusOr<double> fio_write = Fio(o.dir, "write", uint64_t{1} << 20, 32);
+  std::filesystem::remove(std::filesystem::path(o.dir) / "strata-fio.data", ignored);
+  std::filesystem::remove_all(dir, ignored);
+  if (!fio_write.ok()) return fio_write.status();
+  const double bytes = static_cast<double>(info.num_bytes());
+  return json{{"bench", "checkpoint"},
+              {"params", o.num_params},
+              {"servers", o.servers},
+              {"bytes", info.num_bytes()},
+              {"step", info.step()},
+              {"save_s", save_s},
+              {"save_GBps", bytes / save_s / 1e9},
+              {"restore_s", restore_s},
+              {"restore_GBps", bytes / restore_s / 1e9},
+              {"write_s", info.write_seconds()},
+              {"write_GBps", bytes / info.write_seconds() / 1e9},
+              {"fio_write_GBps", *fio_write},
+              {"write_fraction_of_fio", bytes / info.write_seconds() / 1e9 / *fio_write},
+              {"save_fraction_of_fio", bytes / save_s / 1e9 / *fio_write},
+              {"step_s", step_s},
+              {"steps_during_save", steps_during_save},
+              {"pause_s", pause_s},
+              {"pause_fraction_of_save", pause_s / save_s}};
+}
+
+}  // namespace strata

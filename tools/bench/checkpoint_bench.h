@@ -1,0 +1,29 @@
+// strata-bench checkpoint: a job of N parameters on S in-process shard
+// servers (host-tier chunks) trains without pause while a checkpoint of it is
+// saved into DIR; then a new job is restored from that checkpoint. Against
+// fio's sequential direct write on DIR in the same run. Reports the save's
+// and restore's times and rates, and the training pause the save caused:
+// the time the steps overlapping the save took beyond the median step.
+// Returns the JSON object to print.
+#ifndef STRATA_TOOLS_BENCH_CHECKPOINT_BENCH_H_
+#define STRATA_TOOLS_BENCH_CHECKPOINT_BENCH_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace strata {
+
+struct CheckpointBenchOptions {
+  uint64_t num_params = uint64_t{64} << 20;
+  std::string dir;
+  int servers = 2;
+  int executor_threads = 1;
+};
+
+absl::StatusOr<nlohmann::json> BenchCheckpoint(const CheckpointBenchOptions& options);
+
+}  // namespace strata
+
+#endif  // STRATA_TOOLS_BENCH_CHECKPOINT_BENCH_H_
