@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_split.h"
@@ -254,6 +255,79 @@ TEST_F(BadInputTest, WriteStateRefusesBadStateAndStartedJobs) {
   s = write(8, 1.0f, 1.0f, 2, 8);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("before the first push"));
+}
+
+TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {
+  const std::string dir = ::testing::TempDir() + "bad_input_checkpoints";
+  std::filesystem::create_directories(dir);
+  auto save_chunks = [&](const std::string& job, int64_t step, const std::string& to) {
+    v1::SaveChunksRequest request;
+    request.set_job_id(job);
+    request.set_step(step);
+    request.set_dir(to);
+    grpc::ClientContext context;
+    v1::SaveChunksResponse response;
+    return FromGrpcStatus(shard_->SaveChunks(&context, request, &response));
+  };
+  absl::Status s = save_chunks("nope", 2, dir);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("unknown job 'nope'"));
+  s = save_chunks("bad-input", 2, "relative/dir");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("not an absolute directory"));
+  EXPECT_EQ(save_chunks("bad-input", -1, dir).code(), absl::StatusCode::kInvalidArgument);
+  // A step the job is past: ABORTED, and nothing stays armed (TearDown steps on).
+  s = save_chunks("bad-input", 1, dir);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(s.message(), HasSubstr("past the checkpoint's step 1"));
+
+  // Loading into a job that has run steps, or from files that do not exist.
+  v1::LoadChunksRequest load;
+  load.set_job_id("bad-input");
+  load.set_step(2);
+  load.set_dir(dir);
+  v1::CheckpointFile* file = load.add_files();
+  *file->mutable_chunk() = job_.chunks(0).chunk();
+  file->set_file("chunk-00000000.bin");
+  grpc::ClientContext load_context;
+  v1::LoadChunksResponse loaded;
+  s = FromGrpcStatus(shard_->LoadChunks(&load_context, load, &loaded));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("chunk-00000000.bin is missing"));
+  file->set_file("../escape.bin");
+  grpc::ClientContext escape_context;
+  s = FromGrpcStatus(shard_->LoadChunks(&escape_context, load, &loaded));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+
+  // The coordinator: unknown job, relative directory, a restore from nowhere.
+  v1::SaveCheckpointRequest save;
+  save.set_job_id("nope");
+  v1::CheckpointInfo info;
+  grpc::ClientContext unknown_context;
+  s = FromGrpcStatus(coordinator_->SaveCheckpoint(&unknown_context, save, &info));
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  save.set_job_id("bad-input");
+  save.set_dir("relative");
+  grpc::ClientContext relative_context;
+  s = FromGrpcStatus(coordinator_->SaveCheckpoint(&relative_context, save, &info));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("not an absolute path"));
+  v1::ListCheckpointsRequest list;
+  list.set_job_id("../x");
+  v1::ListCheckpointsResponse listed;
+  grpc::ClientContext list_context;
+  EXPECT_EQ(FromGrpcStatus(coordinator_->ListCheckpoints(&list_context, list, &listed)).code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::CreateJobRequest create;
+  *create.mutable_spec() = job_.spec();
+  create.mutable_spec()->set_job_id("from-nowhere");
+  create.set_restore_from(dir + "/nothing-here");
+  v1::JobInfo created;
+  grpc::ClientContext create_context;
+  s = FromGrpcStatus(coordinator_->CreateJob(&create_context, create, &created));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("is not a checkpoint"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(BadInputTest, MembershipRequestsNameTheProblem) {
