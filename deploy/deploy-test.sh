@@ -103,6 +103,14 @@ for port in $STRATA_SERVER0_PORT $STRATA_SERVER1_PORT; do
 done
 echo "$placement" | grep -q '"tier":"nvme"' || { log "no chunk on NVMe"; exit 1; }
 
+log "saving a checkpoint into the volume the daemons share"
+checkpoint=$(build/bin/stratactl --coordinator=$coordinator --job=deploy-test --json checkpoint save)
+echo "$checkpoint"
+echo "$checkpoint" | grep -q '"step":20' || { log "no checkpoint of step 20"; exit 1; }
+build/bin/stratactl --coordinator=$coordinator --job=deploy-test --json checkpoint list |
+  grep -q '"path":"/var/lib/strata/checkpoints/deploy-test/step-0000000020"' ||
+  { log "the checkpoint is not listed"; exit 1; }
+
 log "reading strata_pushed_bytes_total through Prometheus"
 query="http://127.0.0.1:$STRATA_PROMETHEUS_PORT/api/v1/query?query=sum(strata_pushed_bytes_total)"
 for _ in $(seq 100); do
