@@ -63,7 +63,8 @@ constexpr char kUsage[] =
     "      into DIR/ID/step-N without stopping training; waits up to an hour\n"
     "  stratactl [--coordinator=HOST:PORT] [--json] --job=ID [--dir=DIR] checkpoint list\n"
     "      the job's complete checkpoints, oldest first: step, path, bytes, files,\n"
-    "      created, save seconds (start a job from one with ClientOptions::restore_from)\n"
+    "      created, seconds of the save and of its writing (start a job from one with\n"
+    "      ClientOptions::restore_from)\n"
     "  stratactl [--target=HOST:PORT] [--service=NAME] [--json] health\n"
     "      the standard gRPC health check (grpc.health.v1) of a coordinator or shard\n"
     "      server; exits 0 when it is SERVING, 1 otherwise (for container health checks)";
@@ -332,7 +333,7 @@ class Ctl {
 
   void EmitCheckpoints(const std::vector<v1::CheckpointInfo>& checkpoints) {
     json out = json::array();
-    Table table({"JOB", "STEP", "PATH", "BYTES", "FILES", "CREATED", "SAVE_S"});
+    Table table({"JOB", "STEP", "PATH", "BYTES", "FILES", "CREATED", "SAVE_S", "WRITE_S"});
     for (const v1::CheckpointInfo& c : checkpoints) {
       out.push_back({{"job", c.job_id()},
                      {"step", c.step()},
@@ -340,12 +341,14 @@ class Ctl {
                      {"bytes", c.num_bytes()},
                      {"files", c.num_files()},
                      {"created_unix_ms", c.created_unix_ms()},
-                     {"save_seconds", c.save_seconds()}});
+                     {"save_seconds", c.save_seconds()},
+                     {"write_seconds", c.write_seconds()}});
       table.Add({c.job_id(), absl::StrCat(c.step()), c.path(), absl::StrCat(c.num_bytes()),
                  absl::StrCat(c.num_files()),
                  absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(c.created_unix_ms()),
                                   absl::LocalTimeZone()),
-                 absl::StrFormat("%.3f", c.save_seconds())});
+                 absl::StrFormat("%.3f", c.save_seconds()),
+                 absl::StrFormat("%.3f", c.write_seconds())});
     }
     Emit(out, table);
   }

@@ -29,11 +29,11 @@ class Trainer {
  public:
   explicit Trainer(Client* client, uint64_t num_params)
       : client_(client), grads_(num_params, 1e-3f), thread_([this] { Loop(); }) {}
-  ~Trainer() { Stop(); }
+  ~Trainer() { Join(); }
 
+  // Ends the loop; returns the first step's error, if any.
   absl::Status Stop() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
+    Join();
     absl::MutexLock lock(&mu_);
     return status_;
   }
@@ -63,6 +63,11 @@ class Trainer {
       }
       steps_.push_back({started, absl::Now()});
     }
+  }
+
+  void Join() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
   }
 
   Client* const client_;
