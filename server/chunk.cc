@@ -313,10 +313,6 @@ void Chunk::FailWaiters(const absl::Status& status) {
   for (Waiter& w : failed) std::move(w.done)(status, w.step, {});
 }
 
-}  // namespace strata
-
-namespace strata {
-
 absl::Status Chunk::ArmCheckpoint(int64_t step) {
   // Under state_mu_, no Apply() is between its check of the armed step and
   // its update: it applied before (and the chunk is past `step`) or will see it.
@@ -367,8 +363,8 @@ absl::Status Chunk::AwaitCheckpointStep(absl::Time wait_until) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path, absl::Time wait_until) {
-  RETURN_IF_ERROR(AwaitCheckpointStep(wait_until));
+absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path) {
+  RETURN_IF_ERROR(AwaitCheckpointStep(absl::InfinitePast()));
   // The state of `step`: the copy an Apply() made, or one made now (an
   // Apply() waits for a copy, not for the write).
   StateBuffer state;

@@ -134,12 +134,13 @@ class Chunk {
   // `wait_until` (disarmed), CANCELLED by CancelCheckpoint(),
   // FAILED_PRECONDITION when not armed.
   absl::Status AwaitCheckpointStep(absl::Time wait_until) ABSL_LOCKS_EXCLUDED(mu_);
-  // AwaitCheckpointStep(), then writes the chunk's state at that step to
-  // `path` (synced, server/saved_chunk.h) and disarms. Returns the file's
-  // checksum, or the I/O error naming the file.
-  absl::StatusOr<uint64_t> SaveCheckpoint(const std::string& path, absl::Time wait_until)
+  // Once AwaitCheckpointStep() returned OK: writes the chunk's state at the
+  // armed step to `path` (synced, server/saved_chunk.h) and disarms. Returns
+  // the file's checksum, AwaitCheckpointStep()'s error when the step is not
+  // reached (or the checkpoint was cancelled), or the I/O error naming the file.
+  absl::StatusOr<uint64_t> SaveCheckpoint(const std::string& path)
       ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
-  // Disarms, ending a SaveCheckpoint() that waits.
+  // Disarms, ending an AwaitCheckpointStep() that waits.
   void CancelCheckpoint() ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
 
  private:

@@ -638,7 +638,7 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
     }
     const std::string name = CheckpointFileName(chunk->chunk_id());
     absl::StatusOr<uint64_t> checksum =
-        chunk->SaveCheckpoint(absl::StrCat(request.dir(), "/", name), absl::Now());
+        chunk->SaveCheckpoint(absl::StrCat(request.dir(), "/", name));
     if (!checksum.ok()) {
       status = checksum.status();
       continue;

@@ -228,7 +228,7 @@ TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
       ASSERT_TRUE(SaveChunkState(path_ + ".want", p, kN).ok());
     }
   }
-  absl::StatusOr<uint64_t> checksum = chunk_->SaveCheckpoint(path_, absl::Now());
+  absl::StatusOr<uint64_t> checksum = chunk_->SaveCheckpoint(path_);
   ASSERT_TRUE(checksum.ok()) << checksum.status();
   std::ifstream got(path_, std::ios::binary), want(path_ + ".want", std::ios::binary);
   std::string got_bytes((std::istreambuf_iterator<char>(got)), {});
@@ -242,18 +242,17 @@ TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
   // Disarmed by the save; past step 2 now.
   EXPECT_EQ(chunk_->ArmCheckpoint(2).code(), absl::StatusCode::kAborted);
   ASSERT_TRUE(chunk_->ArmCheckpoint(5).ok());
-  EXPECT_EQ(chunk_->SaveCheckpoint(path_, absl::Now() + absl::Milliseconds(20)).status().code(),
+  EXPECT_EQ(chunk_->AwaitCheckpointStep(absl::Now() + absl::Milliseconds(20)).code(),
             absl::StatusCode::kDeadlineExceeded);
   ASSERT_TRUE(chunk_->ArmCheckpoint(5).ok());
   std::thread cancel([&] {
     absl::SleepFor(absl::Milliseconds(20));
     chunk_->CancelCheckpoint();
   });
-  EXPECT_EQ(chunk_->SaveCheckpoint(path_, absl::InfiniteFuture()).status().code(),
+  EXPECT_EQ(chunk_->AwaitCheckpointStep(absl::InfiniteFuture()).code(),
             absl::StatusCode::kCancelled);
   cancel.join();
-  EXPECT_EQ(chunk_->SaveCheckpoint(path_, absl::Now()).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(chunk_->SaveCheckpoint(path_).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(ChunkTest, FailWaitersEndsPullsAndStagedPushes) {
