@@ -19,22 +19,14 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/subprocess.h"
 #include "gtest/gtest.h"
 
 namespace strata::testing {
 
 // Starts `args[0]` with `args`, stderr appended to `log`; returns its pid.
 inline pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (freopen(log.c_str(), "a", stderr) == nullptr) _exit(126);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
+  return SpawnProcess(args, log);
 }
 
 // The exit status of `pid` (waitpid's), or -1 when it is not done within

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/subprocess.h"
 #include "server/local_cluster.h"
 #include "strata/client.h"
 #include "tools/bench/bench_util.h"
@@ -83,15 +84,7 @@ pid_t SpawnWorker(const std::string& coordinator, const std::string& id, uint64_
                                    absl::StrCat(kSteps),
                                    absl::StrCat(leave_after_step),
                                    log};
-  pid_t pid = fork();
-  if (pid == 0) {
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
+  return SpawnProcess(args);
 }
 
 // Waits until `done()` or the time-out; false on time-out.
