@@ -102,6 +102,13 @@ class ClientImpl : public Client {
   const FlatLayout& layout() const override { return layout_; }
   int64_t step() const override { return step_; }
   float loss_scale() const override { return scaler_.scale(); }
+  absl::Status SetLearningRate(float lr) override {
+    if (!(std::isfinite(lr) && lr >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("learning rate ", lr, " must be finite and >= 0"));
+    }
+    lr_ = lr;
+    return absl::OkStatus();
+  }
   ReformStats last_reform() const override { return reform_stats_; }
 
   absl::Status CopyParams(absl::Span<float> out) const override {
@@ -181,6 +188,7 @@ class ClientImpl : public Client {
   const FlatLayout layout_;
   const size_t esize_;
   LossScaler scaler_;
+  std::optional<float> lr_;  // SetLearningRate()'s; unset: the job's
   bool scaler_known_ = false;  // it has run steps in some generation
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
   std::unique_ptr<WorkerMembership> membership_;
@@ -522,6 +530,7 @@ absl::Status ClientImpl::PushPull(int64_t step, float coef, bool push) {
       c->push_request.set_num_params(piece.n);
       c->push_request.set_dtype(DTypeToProto(options_.dtype));
       c->push_request.set_coef(coef);
+      if (lr_.has_value()) c->push_request.set_lr(*lr_);
       c->push_request.set_grads(grads_.data() + piece.begin * esize_, piece.n * esize_);
       SetDeadline(&c->push_context, options_.step_timeout);
       c->push_context.set_wait_for_ready(true);  // a restarting server is waited for

@@ -85,7 +85,8 @@ uint64_t Chunk::staged_params() const {
 }
 
 absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t generation, uint64_t begin, uint64_t n,
-                                  absl::string_view grads, float coef, PushDone done) {
+                                  absl::string_view grads, StepScalars scalars, PushDone done) {
+  const float lr = scalars.lr.value_or(adam_.lr);
   std::map<uint64_t, StagedPush> superseded;
   bool staged = false;
   bool complete = false;
@@ -117,14 +118,16 @@ absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t generation, uint64_t be
             "push of [", begin, ", ", end, ") for step ", step,
             " overlaps a range already pushed to chunk ", chunk_id_, " of job ", job_id_));
       }
-      if (!staged_.empty() && coef != staged_coef_) {
+      if (!staged_.empty() && (scalars.coef != staged_coef_ || lr != staged_lr_)) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "coef ", coef, " differs from the coef ", staged_coef_, " of other pushes of step ",
-            step, " to chunk ", chunk_id_, " of job ", job_id_));
+            "coef ", scalars.coef, " and lr ", lr, " differ from the coef ", staged_coef_,
+            " and lr ", staged_lr_, " of other pushes of step ", step, " to chunk ", chunk_id_,
+            " of job ", job_id_));
       }
       staged_.emplace(begin, StagedPush{end, grads, std::move(done)});
       staged_params_ += n;
-      staged_coef_ = coef;
+      staged_coef_ = scalars.coef;
+      staged_lr_ = lr;
       staged_generation_ = generation;
       staged = true;
       complete = staged_params_ == range_.size();
@@ -143,11 +146,13 @@ absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t generation, uint64_t be
 void Chunk::Apply() {
   int64_t step;
   float coef;
+  AdamConfig adam = adam_;
   std::map<uint64_t, StagedPush> pushes;
   {
     absl::MutexLock lock(&mu_);
     step = applied_step_ + 1;
     coef = staged_coef_;
+    adam.lr = staged_lr_;
     pushes.swap(staged_);
   }
   std::vector<Waiter> ready;
@@ -161,7 +166,7 @@ void Chunk::Apply() {
     KeepCheckpointState(step - 1, *view);
     // One pass per push, straight from its bytes: the update is elementwise,
     // so this gives the bits of one pass over the chunk.
-    const AdamConstants constants = MakeAdamConstants(adam_, step, coef);
+    const AdamConstants constants = MakeAdamConstants(adam, step, coef);
     const size_t esize = DTypeSize(dtype_);
     // The copy of `step` takes the place of step - 2's, which no pull can
     // ask for while applying_.

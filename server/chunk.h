@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,13 @@
 #include "strata/types.h"
 
 namespace strata {
+
+// What each push of a step carries besides its gradients; all pushes of a
+// step to a chunk must carry the same.
+struct StepScalars {
+  float coef = 1.0f;        // the gradients are multiplied by coef
+  std::optional<float> lr;  // the step's learning rate; unset: the job's
+};
 
 class Chunk {
  public:
@@ -99,10 +107,10 @@ class Chunk {
   // applied, or the range is already staged), else when the step is applied
   // or fails, or with ABORTED when a newer generation's push replaces it.
   // ABORTED for old or future steps and older generations; INVALID_ARGUMENT
-  // for a range that overlaps another push of the step or a coef that
-  // differs from theirs; on error `done` is not called.
+  // for a range that overlaps another push of the step or scalars that
+  // differ from theirs; on error `done` is not called.
   absl::StatusOr<bool> Stage(int64_t step, uint64_t generation, uint64_t begin, uint64_t n,
-                             absl::string_view grads, float coef, PushDone done);
+                             absl::string_view grads, StepScalars scalars, PushDone done);
   // Applies the staged step. Called once per step, after Stage() returned
   // true. If the state cannot be loaded or committed, the step is not
   // applied: the staged pushes get the error and may be pushed again.
@@ -198,6 +206,7 @@ class Chunk {
   uint64_t staged_generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t staged_params_ ABSL_GUARDED_BY(mu_) = 0;
   float staged_coef_ ABSL_GUARDED_BY(mu_) = 0;
+  float staged_lr_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   // The armed checkpoint's step, or -1; and the state of that step once an
   // Apply() went past it before the save (p, m, v: 3 x range_.size()).

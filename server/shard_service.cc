@@ -467,6 +467,10 @@ absl::StatusOr<std::shared_ptr<Chunk>> ShardService::ValidatePush(const v1::Push
   if (!std::isfinite(request.coef())) {
     return absl::InvalidArgumentError(absl::StrCat("coef ", request.coef(), " is not finite"));
   }
+  if (request.has_lr() && !(std::isfinite(request.lr()) && request.lr() >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lr ", request.lr(), " must be finite and >= 0"));
+  }
   ASSIGN_OR_RETURN(DType grad_dtype, DTypeFromProto(request.dtype()));
   DType job_dtype;
   ASSIGN_OR_RETURN(auto chunk, FindChunk(request.job_id(), request.flat_begin(),
@@ -496,7 +500,10 @@ grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::StatusOr<bool> complete =
       (*chunk)->Stage(request->step(), request->generation(), request->flat_begin(),
-                      request->num_params(), request->grads(), request->coef(),
+                      request->num_params(), request->grads(),
+                      StepScalars{request->coef(), request->has_lr()
+                                                       ? std::optional<float>(request->lr())
+                                                       : std::nullopt},
                       [reactor, response, step = request->step()](absl::Status s) {
                         response->set_applied_step(step);
                         reactor->Finish(ToGrpcStatus(s));

@@ -46,7 +46,7 @@ class ChunkTest : public ::testing::Test {
                              float coef, uint64_t generation = 1) {
     size_t index = pushed_.size();
     pushed_.push_back(absl::UnknownError("not answered"));
-    return chunk_->Stage(step, generation, begin, n, grads, coef,
+    return chunk_->Stage(step, generation, begin, n, grads, {coef},
                          [this, index](absl::Status s) { pushed_[index] = s; });
   }
 
@@ -66,6 +66,38 @@ class ChunkTest : public ::testing::Test {
   std::deque<std::string> buffers_;
   std::deque<absl::Status> pushed_;
 };
+
+TEST_F(ChunkTest, AppliesThePushedLearningRate) {
+  std::vector<float> init(kN, 1.0f);
+  ASSERT_TRUE(chunk_->WriteParams(kBegin, init.data(), kN).ok());
+  absl::Status first = absl::UnknownError("not answered");
+  auto staged = chunk_->Stage(1, 1, kBegin, 50, Grads(50, 0.5f), {1.0f, 0.25f},
+                              [&](absl::Status s) { first = s; });
+  ASSERT_TRUE(staged.ok());
+  // A push of the same step with another learning rate (or the job's) is refused.
+  for (std::optional<float> lr : {std::optional<float>(0.5f), std::optional<float>()}) {
+    auto other = chunk_->Stage(1, 1, kBegin + 50, 50, Grads(50, 0.5f), {1.0f, lr},
+                               [](absl::Status) { ADD_FAILURE() << "a refused push answered"; });
+    EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument) << other.status();
+  }
+  auto last = chunk_->Stage(1, 1, kBegin + 50, 50, Grads(50, 0.5f), {1.0f, 0.25f},
+                            [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+  ASSERT_TRUE(last.ok() && *last);
+  chunk_->Apply();
+  EXPECT_TRUE(first.ok()) << first;
+
+  // Independent expectation: one Adam step with lr 0.25 instead of the job's.
+  AdamConfig adam;
+  adam.lr = 0.25f;
+  std::vector<float> p(kN, 1.0f), m(kN, 0.0f), v(kN, 0.0f), g(kN, 0.5f);
+  std::vector<uint16_t> copy(kN);
+  AdamUpdate(MakeAdamConstants(adam, 1, 1.0f), DType::kFp32, g.data(), p.data(), m.data(),
+             v.data(), DType::kFp16, copy.data(), kN);
+  std::vector<float> got_p(kN), got_m(kN), got_v(kN);
+  EXPECT_EQ(*chunk_->ReadState(kBegin, kN, got_p.data(), got_m.data(), got_v.data()), 1);
+  EXPECT_EQ(got_p, p);
+  EXPECT_NEAR(got_p[0], 0.75f, 1e-6);
+}
 
 TEST_F(ChunkTest, AppliesOnceWhenTheWholeRangeIsPushed) {
   std::vector<float> init(kN, 1.0f);
@@ -306,7 +338,7 @@ class NvmeChunkTest : public ::testing::Test {
   absl::Status PushAndApply(int64_t step) {
     absl::Status pushed = absl::UnknownError("not answered");
     auto complete =
-        chunk_->Stage(step, 1, 0, kNvmeN, grads_, 1.0f, [&](absl::Status s) { pushed = s; });
+        chunk_->Stage(step, 1, 0, kNvmeN, grads_, {1.0f}, [&](absl::Status s) { pushed = s; });
     if (!complete.ok()) return complete.status();
     if (*complete) chunk_->Apply();
     return pushed;

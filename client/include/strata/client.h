@@ -159,6 +159,11 @@ class Client {
   virtual int64_t step() const = 0;
   virtual float loss_scale() const = 0;
   virtual ReformStats last_reform() const = 0;
+  // The learning rate of the following steps (a schedule's value),
+  // overriding the job's AdamConfig.lr. Every worker must set the same
+  // before a step: the servers refuse a step whose pushes disagree.
+  // INVALID_ARGUMENT unless finite and >= 0.
+  virtual absl::Status SetLearningRate(float lr) = 0;
 
   // The current low-precision parameters as FP32, flat (layout().num_params()).
   virtual absl::Status CopyParams(absl::Span<float> out) const = 0;
