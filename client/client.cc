@@ -102,6 +102,17 @@ class ClientImpl : public Client {
   const FlatLayout& layout() const override { return layout_; }
   int64_t step() const override { return step_; }
   float loss_scale() const override { return scaler_.scale(); }
+  int loss_scale_good_steps() const override { return scaler_.good_steps(); }
+  absl::Status RestoreLossScale(float scale, int good_steps) override {
+    if (!(std::isfinite(scale) && scale > 0) || good_steps < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("loss scale ", scale, " with ", good_steps,
+                                                     " good steps: the scale must be finite and "
+                                                     "> 0, the steps >= 0"));
+    }
+    scaler_.Restore(scale, good_steps);
+    scaler_known_ = true;
+    return absl::OkStatus();
+  }
   absl::Status SetLearningRate(float lr) override {
     if (!(std::isfinite(lr) && lr >= 0)) {
       return absl::InvalidArgumentError(absl::StrCat("learning rate ", lr, " must be finite and >= 0"));

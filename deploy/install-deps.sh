@@ -11,10 +11,13 @@ packages=(
   librocksdb-dev liburing-dev libabsl-dev libgloo-dev libxxhash-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev prometheus-cpp-dev
   clang-format iperf3 fio procps
+  pybind11-dev python3-dev libjemalloc2
 )
 # Installed without recommends: docker-compose would otherwise pull in a whole
-# container runtime, and only `docker-compose config` is needed to validate.
-packages_no_recommends=(docker-compose)
+# container runtime (only `docker-compose config` is needed to validate), and
+# torch and scikit-learn (the Python package's tests and example: the digits
+# data set) some hundred packages nothing here uses.
+packages_no_recommends=(docker-compose python3-torch python3-sklearn)
 if [ "${1:-}" = --deploy ]; then
   packages+=(debootstrap curl)
   packages_no_recommends+=(docker.io)

@@ -158,6 +158,11 @@ class Client {
   // The last step applied (0 before the first).
   virtual int64_t step() const = 0;
   virtual float loss_scale() const = 0;
+  // Good steps in a row since the dynamic loss scale last changed.
+  virtual int loss_scale_good_steps() const = 0;
+  // Sets the loss scaler's state (a trainer restoring its saved state);
+  // INVALID_ARGUMENT unless scale is finite and > 0 and good_steps >= 0.
+  virtual absl::Status RestoreLossScale(float scale, int good_steps) = 0;
   virtual ReformStats last_reform() const = 0;
   // The learning rate of the following steps (a schedule's value),
   // overriding the job's AdamConfig.lr. Every worker must set the same

@@ -1,0 +1,105 @@
+"""LocalCluster: a strata coordinator and shard servers on loopback, as child
+processes, for the launcher, tests and benchmarks.
+
+    with LocalCluster(servers=2) as cluster:
+        ... cluster.coordinator ...   # "127.0.0.1:PORT"
+
+The daemons' data and logs go to a temporary directory (removed on exit unless
+`data_dir` is given); their binaries come from `binaries_dir()`. Not
+thread-safe: one thread starts and stops a cluster.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+
+def binaries_dir():
+    """Where strata-coordinator and strata-server are: $STRATA_BIN, else the
+    build tree this package was built in (build/python/strata -> build/bin),
+    else the directory of the ones on PATH."""
+    if os.environ.get("STRATA_BIN"):
+        return os.environ["STRATA_BIN"]
+    in_build = os.path.join(os.path.dirname(__file__), "..", "..", "bin")
+    if os.path.exists(os.path.join(in_build, "strata-coordinator")):
+        return os.path.abspath(in_build)
+    on_path = shutil.which("strata-coordinator")
+    if on_path:
+        return os.path.dirname(on_path)
+    raise FileNotFoundError(
+        "strata-coordinator not found: set STRATA_BIN to the directory of the "
+        "strata binaries (for example build/bin after `make build`)")
+
+
+class LocalCluster:
+    def __init__(self, servers=2, host_budget_mib=1024, data_dir=None, start_timeout_s=30.0):
+        self.servers = servers
+        self.host_budget_mib = host_budget_mib
+        self.start_timeout_s = start_timeout_s
+        self._own_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="strata-cluster-")
+        self.coordinator = None
+        self.server_addresses = []
+        self._processes = []
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def start(self):
+        bin_dir = binaries_dir()
+        self.coordinator = self._start_daemon(
+            "coordinator",
+            [os.path.join(bin_dir, "strata-coordinator"), "--listen=127.0.0.1:0",
+             "--data_dir=" + os.path.join(self.data_dir, "coordinator")])
+        for i in range(self.servers):
+            name = "server%d" % i
+            self.server_addresses.append(self._start_daemon(
+                name,
+                [os.path.join(bin_dir, "strata-server"), "--listen=127.0.0.1:0",
+                 "--coordinator=" + self.coordinator,
+                 "--data_dir=" + os.path.join(self.data_dir, name),
+                 "--host_budget_mib=%d" % self.host_budget_mib]))
+
+    def _start_daemon(self, name, argv):
+        ready = os.path.join(self.data_dir, name + ".addr")
+        log_path = os.path.join(self.data_dir, name + ".log")
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(argv + ["--ready_file=" + ready], stdout=log,
+                                       stderr=subprocess.STDOUT)
+        self._processes.append(process)
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if os.path.exists(ready) and os.path.getsize(ready) > 0:
+                with open(ready) as f:
+                    return f.read().strip()
+            if process.poll() is not None:
+                raise RuntimeError("strata %s exited with %d during start-up; see %s"
+                                   % (name, process.returncode, log_path))
+            time.sleep(0.05)
+        raise TimeoutError("strata %s did not start within %.0f s; see %s"
+                           % (name, self.start_timeout_s, log_path))
+
+    def stop(self):
+        """SIGTERM to every daemon (servers first), then waits for them."""
+        for process in reversed(self._processes):
+            if process.poll() is None:
+                process.terminate()
+        for process in reversed(self._processes):
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._processes = []
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)

@@ -1,0 +1,98 @@
+"""python -m strata.launch: starts the worker processes of a strata job.
+
+    python3 -m strata.launch --workers 2 train.py [train.py's arguments]
+
+Runs `train.py` in N processes with the interpreter running the launcher.
+Each worker finds its job in its environment, which strata.torch's
+ShardedOptimizer reads by default:
+
+    STRATA_COORDINATOR  host:port of the coordinator
+    STRATA_JOB          the job id (all workers of a launch share it)
+    STRATA_WORLD_SIZE   the number of workers the job starts with
+    STRATA_WORKER_ID    unique per worker: worker-0, worker-1, ...
+    STRATA_LOCAL_RANK   0 .. N-1 (the rank is the client's, not this)
+
+Without --coordinator it starts a local cluster (a coordinator and --servers
+shard servers on loopback, see strata.cluster) and stops it afterwards. If a
+worker fails, the others are stopped and the launcher exits with its status.
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from strata.cluster import LocalCluster
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="python3 -m strata.launch",
+        description="Start the workers of a strata job (and a local cluster when no "
+                    "coordinator is given).")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--coordinator", default="",
+                        help="host:port of a running coordinator; default: start a local "
+                             "cluster")
+    parser.add_argument("--servers", type=int, default=2,
+                        help="shard servers of the local cluster (default 2)")
+    parser.add_argument("--host-budget-mib", type=int, default=1024,
+                        help="host-tier budget of each local shard server (default 1024)")
+    parser.add_argument("--job", default="",
+                        help="job id (default: the script's name and the launcher's pid)")
+    parser.add_argument("script", help="the training script")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER,
+                        help="arguments passed to the script")
+    args = parser.parse_args(argv)
+    if args.workers < 1 or args.servers < 1:
+        parser.error("--workers and --servers must be >= 1")
+    return args
+
+
+def run_workers(args, coordinator):
+    job = args.job or "%s-%d" % (os.path.splitext(os.path.basename(args.script))[0], os.getpid())
+    workers = []
+    for i in range(args.workers):
+        env = dict(os.environ, STRATA_COORDINATOR=coordinator, STRATA_JOB=job,
+                   STRATA_WORLD_SIZE=str(args.workers), STRATA_WORKER_ID="worker-%d" % i,
+                   STRATA_LOCAL_RANK=str(i))
+        workers.append(subprocess.Popen([sys.executable, args.script] + args.script_args,
+                                        env=env))
+    status = 0
+    try:
+        running = list(workers)
+        while running:
+            for worker in list(running):
+                code = worker.poll()
+                if code is None:
+                    continue
+                running.remove(worker)
+                if code != 0 and status == 0:
+                    status = code if code > 0 else 128 - code
+                    print("strata.launch: worker %d exited with %d; stopping the others"
+                          % (workers.index(worker), code), file=sys.stderr)
+                    for other in running:
+                        other.terminate()
+            time.sleep(0.05)
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    return status
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    # SIGTERM ends the launch like Ctrl-C: workers and cluster are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.coordinator:
+        return run_workers(args, args.coordinator)
+    with LocalCluster(servers=args.servers, host_budget_mib=args.host_budget_mib) as cluster:
+        return run_workers(args, cluster.coordinator)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""strata.torch: strata as a torch optimizer.
+
+    import strata.torch
+    opt = strata.torch.ShardedOptimizer(model, lr=1e-3, dtype=torch.bfloat16)
+    for x, y in my_shard_of_the_data(opt.rank, opt.world_size):
+        opt.zero_grad()
+        opt.backward(loss_fn(model(x), y))   # or loss.backward()
+        opt.step()
+
+The FP32 master weights and the Adam moments live on the shard servers;
+each worker holds the whole model in the job's dtype (rounded values in the
+model's own parameter tensors) and its gradients. step() sends the gradients
+(mean over the workers and the accumulated micro-batches, rounded to the
+job's dtype and loss-scaled) through strata's client (reduce-scatter, push,
+pull, all-gather) and writes the updated parameters into the model.
+
+Run workers with `python3 -m strata.launch --workers N script.py`; the
+coordinator, job id and world size then come from the environment.
+
+Not thread-safe: one thread drives an optimizer (as with any torch one).
+"""
+
+import os
+
+import numpy as np
+import torch
+
+from strata import _strata
+
+_DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+class ShardedOptimizer(torch.optim.Optimizer):
+    """AdamW (or Adam with `adamw=False`) over `model`'s trainable parameters,
+    one parameter group, whose state lives on strata's shard servers.
+
+    Learning-rate changes through `param_groups[0]["lr"]` (and so any
+    torch.optim.lr_scheduler) reach the servers at the next step; betas, eps
+    and weight decay are the job's and cannot change (step() raises
+    ValueError). Rank 0's model weights initialise a new job; joining an
+    existing job (or `restore_from`, a checkpoint directory) takes its weights.
+    """
+
+    def __init__(self, model, coordinator=None, job=None, lr=1e-3, betas=(0.9, 0.999),
+                 eps=1e-8, weight_decay=0.0, dtype=torch.float16, loss_scale="dynamic",
+                 max_grad_norm=0.0, accumulation_steps=1, adamw=True, world_size=None,
+                 worker_id=None, chunk_params=1 << 22, restore_from="", timeout_s=60.0):
+        if dtype not in _DTYPE_NAMES:
+            raise ValueError("dtype must be torch.float16, torch.bfloat16 or torch.float32, "
+                             "not %s" % (dtype,))
+        if accumulation_steps < 1:
+            raise ValueError("accumulation_steps must be >= 1, not %s" % accumulation_steps)
+        coordinator = coordinator or os.environ.get("STRATA_COORDINATOR", "127.0.0.1:7700")
+        job = job or os.environ.get("STRATA_JOB")
+        if not job:
+            raise ValueError("no job: pass job= or run under `python3 -m strata.launch`")
+        world_size = world_size or int(os.environ.get("STRATA_WORLD_SIZE", "1"))
+        worker_id = worker_id or os.environ.get("STRATA_WORKER_ID", "")
+
+        named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        if not named:
+            raise ValueError("the model has no trainable parameters")
+        super().__init__([p for _, p in named],
+                         dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+        self._hyper = dict(betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        self._accumulation_steps = accumulation_steps
+        self._micro_batches = 0
+        self.last_result = None
+
+        tensors = [(name, list(p.shape)) for name, p in named]
+        offsets, num_params = _strata.flat_layout(tensors, chunk_params)
+        self._names = [name for name, _ in named]
+        self._params = [p for _, p in named]
+        self._flat = np.zeros(num_params, dtype=np.float32)
+        self._grad_flat = np.zeros(num_params, dtype=np.float32)
+        flat_t, grad_t = torch.from_numpy(self._flat), torch.from_numpy(self._grad_flat)
+        self._views = [flat_t[o:o + p.numel()].view(p.shape) for o, p in zip(offsets, self._params)]
+        self._grad_views = [grad_t[o:o + p.numel()] for o, p in zip(offsets, self._params)]
+        with torch.no_grad():
+            for view, p in zip(self._views, self._params):
+                view.copy_(p.detach().float())
+        self._client = _strata.connect(
+            coordinator=coordinator, job=job, worker_id=worker_id, tensors=tensors,
+            world_size=world_size, chunk_params=chunk_params, lr=lr, betas=tuple(betas), eps=eps,
+            weight_decay=weight_decay, adamw=adamw, dtype=_DTYPE_NAMES[dtype],
+            loss_scale=loss_scale, max_grad_norm=max_grad_norm,
+            initial_params=None if restore_from else self._flat, restore_from=restore_from,
+            timeout_s=timeout_s)
+        self._pull_into_model()
+
+    # Where this worker stands in the job's current generation.
+    @property
+    def rank(self):
+        return self._client.rank
+
+    @property
+    def world_size(self):
+        return self._client.world_size
+
+    @property
+    def step_count(self):
+        """The last step the servers applied (0 before the first)."""
+        return self._client.applied_step
+
+    @property
+    def loss_scale(self):
+        return self._client.loss_scale
+
+    def zero_grad(self, set_to_none=True):
+        for p in self._params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    def backward(self, loss):
+        """loss.backward() with the loss multiplied by the loss scale (which
+        keeps FP16 gradients of an FP16 model from underflowing); the
+        gradients are taken into this step's accumulator."""
+        scale = self._client.loss_scale
+        (loss * scale).backward()
+        self._accumulate(scale)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Takes the gradients in the model (from loss.backward() or
+        backward()) as one micro-batch; once `accumulation_steps` of them are
+        in, runs one strata step and writes the new parameters into the
+        model. Returns the closure's loss, if any. `last_result` holds the
+        last step's figures (step, skipped, grad_norm, loss_scale, seconds)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if any(p.grad is not None for p in self._params):
+            self._accumulate(1.0)
+        if self._micro_batches < self._accumulation_steps:
+            return loss
+        group = self.param_groups[0]
+        for key, value in self._hyper.items():
+            got = tuple(group[key]) if key == "betas" else group[key]
+            if got != value:
+                raise ValueError("%s is %s for this job; only lr can change (got %s)"
+                                 % (key, value, got))
+        self._client.set_learning_rate(float(group["lr"]))
+        self._micro_batches = 0
+        self.last_result = self._client.step()
+        self._pull_into_model()
+        return loss
+
+    def state_dict(self):
+        """The client side: hyper-parameters and lr (param_groups), step,
+        loss scale. The weights and moments are the servers' (checkpoints)."""
+        state = super().state_dict()
+        state["strata"] = dict(step=self._client.applied_step, loss_scale=self._client.loss_scale,
+                               loss_scale_good_steps=self._client.loss_scale_good_steps)
+        return state
+
+    def load_state_dict(self, state_dict):
+        """Restores what state_dict() saved. ValueError when the servers'
+        job is at another step than the saved one (restore the matching
+        checkpoint with restore_from=)."""
+        strata_state = state_dict["strata"]
+        if strata_state["step"] != self._client.applied_step:
+            raise ValueError("the saved optimizer state is of step %d; the job is at step %d"
+                             % (strata_state["step"], self._client.applied_step))
+        super().load_state_dict({k: v for k, v in state_dict.items() if k != "strata"})
+        self._client.restore_loss_scale(strata_state["loss_scale"],
+                                        strata_state["loss_scale_good_steps"])
+
+    def all_reduce_sum(self, values):
+        """Sums a list of floats over the workers (losses, sample counts)."""
+        array = np.asarray(values, dtype=np.float64).copy()
+        self._client.all_reduce_sum(array)
+        return array.tolist()
+
+    def master_state(self):
+        """{name: (p, exp_avg, exp_avg_sq)} FP32 tensors read from the servers."""
+        _, *flat_state = self._client.read_master_state()
+        out = {}
+        for name, view in zip(self._names, self._views):
+            begin = view.storage_offset()
+            out[name] = tuple(torch.from_numpy(a[begin:begin + view.numel()].copy()).view(view.shape)
+                              for a in flat_state)
+        return out
+
+    def leave(self):
+        """Leaves the job at a step boundary; the other workers go on."""
+        self._client.leave()
+
+    def _accumulate(self, scale):
+        for p, view in zip(self._params, self._grad_views):
+            if p.grad is None:
+                view.zero_()
+            else:
+                view.copy_(p.grad.reshape(-1))
+            p.grad = None
+        if scale != 1.0:
+            self._grad_flat /= scale
+        self._client.accumulate_gradients(self._grad_flat)
+        self._micro_batches += 1
+
+    @torch.no_grad()
+    def _pull_into_model(self):
+        self._client.copy_params(self._flat)
+        for p, view in zip(self._params, self._views):
+            p.copy_(view)

@@ -1,0 +1,227 @@
+// strata._strata: the Python binding of strata::Client (pybind11), on which
+// the pure-Python package (strata.torch, strata.launch) is built. Arrays are
+// NumPy arrays (torch tensors pass through .numpy() without a copy). Errors
+// are strata.StrataError whose message starts with the status code name
+// ("INVALID_ARGUMENT: ..."). Every call that waits (for peers, servers or
+// collectives) releases the GIL.
+//
+// Thread-safety: that of strata::Client: one thread drives a client.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "strata/client.h"
+
+namespace py = pybind11;
+
+namespace strata {
+namespace {
+
+// Thrown for a non-OK absl::Status; registered as strata.StrataError.
+class StatusError : public std::runtime_error {
+ public:
+  explicit StatusError(const absl::Status& status) : std::runtime_error(status.ToString()) {}
+};
+
+void ThrowIfError(const absl::Status& status) {
+  if (!status.ok()) throw StatusError(status);
+}
+
+template <typename T>
+T ValueOrThrow(absl::StatusOr<T> value) {
+  ThrowIfError(value.status());
+  return *std::move(value);
+}
+
+using FloatArray = py::array_t<float, py::array::c_style>;
+using DoubleArray = py::array_t<double, py::array::c_style>;
+
+DType ParseDType(const std::string& name) {
+  if (name == "fp16") return DType::kFp16;
+  if (name == "bf16") return DType::kBf16;
+  if (name == "fp32") return DType::kFp32;
+  throw StatusError(absl::InvalidArgumentError(
+      absl::StrCat("dtype '", name, "' is not one of fp16, bf16, fp32")));
+}
+
+// A contiguous float32 array of exactly `n` elements, or INVALID_ARGUMENT.
+void CheckSize(const py::buffer_info& info, uint64_t n, const char* what) {
+  if (static_cast<uint64_t>(info.size) != n) {
+    throw StatusError(absl::InvalidArgumentError(
+        absl::StrCat(what, " has ", info.size, " elements; the model has ", n)));
+  }
+}
+
+std::unique_ptr<Client> Connect(const std::string& coordinator, const std::string& job,
+                                const std::string& worker_id,
+                                const std::vector<std::pair<std::string, std::vector<int64_t>>>&
+                                    tensors,
+                                uint32_t world_size, uint64_t chunk_params, float lr,
+                                std::pair<float, float> betas, float eps, float weight_decay,
+                                bool adamw, const std::string& dtype, py::object loss_scale,
+                                double max_grad_norm, py::object initial_params,
+                                const std::string& restore_from, double timeout_s) {
+  ClientOptions options;
+  options.coordinator_address = coordinator;
+  options.job_id = job;
+  options.worker_id = worker_id;
+  for (const auto& [name, shape] : tensors) options.tensors.push_back(TensorSpec{name, shape});
+  options.world_size = world_size;
+  options.chunk_num_params = chunk_params;
+  options.adam = AdamConfig{lr, betas.first, betas.second, eps, weight_decay, adamw};
+  options.dtype = ParseDType(dtype);
+  if (py::isinstance<py::str>(loss_scale)) {
+    if (loss_scale.cast<std::string>() != "dynamic") {
+      throw StatusError(absl::InvalidArgumentError("loss_scale must be \"dynamic\" or a number"));
+    }
+  } else {
+    options.loss_scale.dynamic = false;
+    options.loss_scale.initial_scale = loss_scale.cast<float>();
+  }
+  options.max_grad_norm = max_grad_norm;
+  if (!initial_params.is_none()) {
+    FloatArray params = initial_params.cast<FloatArray>();
+    options.initial_params.assign(params.data(), params.data() + params.size());
+  }
+  options.restore_from = restore_from;
+  options.rendezvous_timeout = absl::Seconds(timeout_s);
+  options.collective_timeout = absl::Seconds(timeout_s);
+  py::gil_scoped_release release;
+  return ValueOrThrow(Client::Connect(std::move(options)));
+}
+
+py::dict StepResultToDict(const StepResult& r) {
+  py::dict d;
+  d["step"] = r.step;
+  d["skipped"] = r.skipped;
+  d["grad_norm"] = r.grad_norm;
+  d["clip_factor"] = r.clip_factor;
+  d["loss_scale"] = r.loss_scale;
+  d["collective_seconds"] = r.collective_seconds;
+  d["push_pull_seconds"] = r.push_pull_seconds;
+  d["generation"] = r.generation;
+  d["world_size"] = r.world_size;
+  return d;
+}
+
+}  // namespace
+}  // namespace strata
+
+PYBIND11_MODULE(_strata, m) {
+  using namespace strata;
+  m.doc() = "strata's client (strata::Client); use strata.torch for torch training loops";
+  py::register_exception<StatusError>(m, "StrataError", PyExc_RuntimeError);
+
+  py::class_<Client>(m, "Client")
+      .def_property_readonly("rank", &Client::rank)
+      .def_property_readonly("world_size", &Client::world_size)
+      .def_property_readonly("generation", &Client::generation)
+      .def_property_readonly("num_servers", &Client::num_servers)
+      .def_property_readonly("applied_step", &Client::step)
+      .def_property_readonly("loss_scale", &Client::loss_scale)
+      .def_property_readonly("loss_scale_good_steps", &Client::loss_scale_good_steps)
+      .def_property_readonly("num_params", [](const Client& c) { return c.layout().num_params(); })
+      .def(
+          "copy_params",
+          [](const Client& c, FloatArray out) {
+            py::buffer_info info = out.request(/*writable=*/true);
+            CheckSize(info, c.layout().num_params(), "copy_params' array");
+            ThrowIfError(c.CopyParams(absl::MakeSpan(static_cast<float*>(info.ptr), info.size)));
+          },
+          py::arg("out").noconvert(),
+          "Writes the current parameters (the job's dtype, as float32) into `out`")
+      .def(
+          "accumulate_gradients",
+          [](Client& c, FloatArray grads) {
+            py::buffer_info info = grads.request();
+            CheckSize(info, c.layout().num_params(), "accumulate_gradients' array");
+            ThrowIfError(c.AccumulateGradients(
+                absl::MakeConstSpan(static_cast<const float*>(info.ptr), info.size)));
+          },
+          py::arg("grads").noconvert(),
+          "Adds one micro-batch's unscaled float32 gradient (flat) to the accumulator")
+      .def(
+          "step",
+          [](Client& c) {
+            absl::StatusOr<StepResult> result;
+            {
+              py::gil_scoped_release release;
+              result = c.Step();
+            }
+            return StepResultToDict(ValueOrThrow(std::move(result)));
+          },
+          "One optimizer step over the accumulated micro-batches; returns its StepResult")
+      .def(
+          "set_learning_rate",
+          [](Client& c, float lr) { ThrowIfError(c.SetLearningRate(lr)); }, py::arg("lr"))
+      .def(
+          "restore_loss_scale",
+          [](Client& c, float scale, int good_steps) {
+            ThrowIfError(c.RestoreLossScale(scale, good_steps));
+          },
+          py::arg("scale"), py::arg("good_steps"))
+      .def(
+          "all_reduce_sum",
+          [](Client& c, DoubleArray values) {
+            py::buffer_info info = values.request(/*writable=*/true);
+            py::gil_scoped_release release;
+            ThrowIfError(
+                c.AllReduceSum(absl::MakeSpan(static_cast<double*>(info.ptr), info.size)));
+          },
+          py::arg("values").noconvert(), "Sums a float64 array over the workers, in place")
+      .def(
+          "read_master_state",
+          [](const Client& c) {
+            absl::StatusOr<MasterState> state;
+            {
+              py::gil_scoped_release release;
+              state = c.ReadMasterState();
+            }
+            MasterState s = ValueOrThrow(std::move(state));
+            auto array = [](const std::vector<float>& v) {
+              return FloatArray(static_cast<py::ssize_t>(v.size()), v.data());
+            };
+            return py::make_tuple(s.step, array(s.params), array(s.exp_avg),
+                                  array(s.exp_avg_sq));
+          },
+          "(step, params, exp_avg, exp_avg_sq): the FP32 master state from the servers")
+      .def(
+          "leave",
+          [](Client& c) {
+            py::gil_scoped_release release;
+            ThrowIfError(c.Leave());
+          },
+          "Leaves the job at a step boundary; the others go on without this worker");
+
+  m.def(
+      "flat_layout",
+      [](const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
+         uint64_t chunk_params) {
+        std::vector<TensorSpec> specs;
+        for (const auto& [name, shape] : tensors) specs.push_back(TensorSpec{name, shape});
+        FlatLayout layout = ValueOrThrow(FlatLayout::Create(std::move(specs), chunk_params));
+        std::vector<uint64_t> offsets;
+        for (size_t i = 0; i < layout.tensors().size(); ++i) {
+          offsets.push_back(layout.tensor_range(i).begin);
+        }
+        return py::make_tuple(offsets, layout.num_params());
+      },
+      py::arg("tensors"), py::arg("chunk_params"),
+      "(offsets, num_params): where each tensor lies in the job's flat space");
+  m.def("connect", &Connect, py::arg("coordinator"), py::arg("job"), py::arg("worker_id"),
+        py::arg("tensors"), py::arg("world_size"), py::arg("chunk_params"), py::arg("lr"),
+        py::arg("betas"), py::arg("eps"), py::arg("weight_decay"), py::arg("adamw"),
+        py::arg("dtype"), py::arg("loss_scale"), py::arg("max_grad_norm"),
+        py::arg("initial_params"), py::arg("restore_from"), py::arg("timeout_s"),
+        "Creates or joins a job and returns its Client (strata::Client::Connect)");
+}
