@@ -115,7 +115,8 @@ class ClientImpl : public Client {
   }
   absl::Status SetLearningRate(float lr) override {
     if (!(std::isfinite(lr) && lr >= 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("learning rate ", lr, " must be finite and >= 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("learning rate ", lr, " must be finite and >= 0"));
     }
     lr_ = lr;
     return absl::OkStatus();
@@ -199,7 +200,7 @@ class ClientImpl : public Client {
   const FlatLayout layout_;
   const size_t esize_;
   LossScaler scaler_;
-  std::optional<float> lr_;  // SetLearningRate()'s; unset: the job's
+  std::optional<float> lr_;    // SetLearningRate()'s; unset: the job's
   bool scaler_known_ = false;  // it has run steps in some generation
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
   std::unique_ptr<WorkerMembership> membership_;

@@ -62,15 +62,12 @@ void CheckSize(const py::buffer_info& info, uint64_t n, const char* what) {
   }
 }
 
-std::unique_ptr<Client> Connect(const std::string& coordinator, const std::string& job,
-                                const std::string& worker_id,
-                                const std::vector<std::pair<std::string, std::vector<int64_t>>>&
-                                    tensors,
-                                uint32_t world_size, uint64_t chunk_params, float lr,
-                                std::pair<float, float> betas, float eps, float weight_decay,
-                                bool adamw, const std::string& dtype, py::object loss_scale,
-                                double max_grad_norm, py::object initial_params,
-                                const std::string& restore_from, double timeout_s) {
+std::unique_ptr<Client> Connect(
+    const std::string& coordinator, const std::string& job, const std::string& worker_id,
+    const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors, uint32_t world_size,
+    uint64_t chunk_params, float lr, std::pair<float, float> betas, float eps, float weight_decay,
+    bool adamw, const std::string& dtype, py::object loss_scale, double max_grad_norm,
+    py::object initial_params, const std::string& restore_from, double timeout_s) {
   ClientOptions options;
   options.coordinator_address = coordinator;
   options.job_id = job;
@@ -162,8 +159,8 @@ PYBIND11_MODULE(_strata, m) {
           },
           "One optimizer step over the accumulated micro-batches; returns its StepResult")
       .def(
-          "set_learning_rate",
-          [](Client& c, float lr) { ThrowIfError(c.SetLearningRate(lr)); }, py::arg("lr"))
+          "set_learning_rate", [](Client& c, float lr) { ThrowIfError(c.SetLearningRate(lr)); },
+          py::arg("lr"))
       .def(
           "restore_loss_scale",
           [](Client& c, float scale, int good_steps) {
@@ -175,8 +172,7 @@ PYBIND11_MODULE(_strata, m) {
           [](Client& c, DoubleArray values) {
             py::buffer_info info = values.request(/*writable=*/true);
             py::gil_scoped_release release;
-            ThrowIfError(
-                c.AllReduceSum(absl::MakeSpan(static_cast<double*>(info.ptr), info.size)));
+            ThrowIfError(c.AllReduceSum(absl::MakeSpan(static_cast<double*>(info.ptr), info.size)));
           },
           py::arg("values").noconvert(), "Sums a float64 array over the workers, in place")
       .def(
@@ -191,8 +187,7 @@ PYBIND11_MODULE(_strata, m) {
             auto array = [](const std::vector<float>& v) {
               return FloatArray(static_cast<py::ssize_t>(v.size()), v.data());
             };
-            return py::make_tuple(s.step, array(s.params), array(s.exp_avg),
-                                  array(s.exp_avg_sq));
+            return py::make_tuple(s.step, array(s.params), array(s.exp_avg), array(s.exp_avg_sq));
           },
           "(step, params, exp_avg, exp_avg_sq): the FP32 master state from the servers")
       .def(

@@ -119,10 +119,10 @@ absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t generation, uint64_t be
             " overlaps a range already pushed to chunk ", chunk_id_, " of job ", job_id_));
       }
       if (!staged_.empty() && (scalars.coef != staged_coef_ || lr != staged_lr_)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "coef ", scalars.coef, " and lr ", lr, " differ from the coef ", staged_coef_,
-            " and lr ", staged_lr_, " of other pushes of step ", step, " to chunk ", chunk_id_,
-            " of job ", job_id_));
+        return absl::InvalidArgumentError(
+            absl::StrCat("coef ", scalars.coef, " and lr ", lr, " differ from the coef ",
+                         staged_coef_, " and lr ", staged_lr_, " of other pushes of step ", step,
+                         " to chunk ", chunk_id_, " of job ", job_id_));
       }
       staged_.emplace(begin, StagedPush{end, grads, std::move(done)});
       staged_params_ += n;

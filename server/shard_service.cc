@@ -498,16 +498,15 @@ grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
   // valid until the reactor finishes: when the step is applied.
   if (pushed_bytes_ != nullptr) pushed_bytes_->Increment(request->grads().size());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  absl::StatusOr<bool> complete =
-      (*chunk)->Stage(request->step(), request->generation(), request->flat_begin(),
-                      request->num_params(), request->grads(),
-                      StepScalars{request->coef(), request->has_lr()
-                                                       ? std::optional<float>(request->lr())
-                                                       : std::nullopt},
-                      [reactor, response, step = request->step()](absl::Status s) {
-                        response->set_applied_step(step);
-                        reactor->Finish(ToGrpcStatus(s));
-                      });
+  absl::StatusOr<bool> complete = (*chunk)->Stage(
+      request->step(), request->generation(), request->flat_begin(), request->num_params(),
+      request->grads(),
+      StepScalars{request->coef(),
+                  request->has_lr() ? std::optional<float>(request->lr()) : std::nullopt},
+      [reactor, response, step = request->step()](absl::Status s) {
+        response->set_applied_step(step);
+        reactor->Finish(ToGrpcStatus(s));
+      });
   if (!complete.ok()) {
     reactor->Finish(ToGrpcStatus(complete.status()));
   } else if (*complete) {

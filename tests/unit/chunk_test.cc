@@ -91,8 +91,8 @@ TEST_F(ChunkTest, AppliesThePushedLearningRate) {
   adam.lr = 0.25f;
   std::vector<float> p(kN, 1.0f), m(kN, 0.0f), v(kN, 0.0f), g(kN, 0.5f);
   std::vector<uint16_t> copy(kN);
-  AdamUpdate(MakeAdamConstants(adam, 1, 1.0f), DType::kFp32, g.data(), p.data(), m.data(),
-             v.data(), DType::kFp16, copy.data(), kN);
+  AdamUpdate(MakeAdamConstants(adam, 1, 1.0f), DType::kFp32, g.data(), p.data(), m.data(), v.data(),
+             DType::kFp16, copy.data(), kN);
   std::vector<float> got_p(kN), got_m(kN), got_v(kN);
   EXPECT_EQ(*chunk_->ReadState(kBegin, kN, got_p.data(), got_m.data(), got_v.data()), 1);
   EXPECT_EQ(got_p, p);

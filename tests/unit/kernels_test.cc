@@ -110,13 +110,19 @@ TEST_P(AdamTest, MatchesDoubleReference) {
     std::vector<uint16_t> copy(n);
     AdamUpdate(MakeAdamConstants(config, tc.step, coef), tc.grad_dtype, grads, p.data(), m.data(),
                v.data(), DType::kFp16, copy.data(), n);
-    // The reference works in double on the same (float) hyper-parameters. Its
-    // tolerances bound float rounding relative to the magnitude of each
-    // expression's terms (sums may cancel), and carry m's error into p.
-    const double b1 = config.beta1, b2 = config.beta2, lr = config.lr, eps = config.eps;
+    // The reference works in double, with torch's semantics: beta1, beta2
+    // and L2's weight decay multiply as the floats they are; 1 - beta, the
+    // bias corrections, lr and AdamW's 1 - lr * wd come from the decimals
+    // written above. Its tolerances bound float rounding relative to the
+    // magnitude of each expression's terms (sums may cancel), and carry m's
+    // error into p.
+    ASSERT_TRUE(tc.weight_decay == 0.0f || tc.weight_decay == 0.01f);
+    const double b1 = config.beta1, b2 = config.beta2, eps = config.eps;
+    const double one_minus_b1 = 1 - 0.9, one_minus_b2 = 1 - 0.999, lr = 1e-3;
     const double wd = config.weight_decay;
-    const double bc1 = 1 - std::pow(b1, static_cast<double>(tc.step));
-    const double bc2 = 1 - std::pow(b2, static_cast<double>(tc.step));
+    const double decay = 1 - lr * (tc.weight_decay == 0.0f ? 0.0 : 0.01);
+    const double bc1 = 1 - std::pow(0.9, static_cast<double>(tc.step));
+    const double bc2 = 1 - std::pow(0.999, static_cast<double>(tc.step));
     const double u = std::ldexp(1.0, -24);  // float unit roundoff
     for (size_t i = 0; i < n; ++i) {
       double g =
@@ -128,17 +134,17 @@ TEST_P(AdamTest, MatchesDoubleReference) {
       // |terms| of g: the float sum g = coef * grad + wd * p may cancel.
       double g_magnitude = std::fabs(g);
       if (tc.adamw) {
-        param *= 1.0 - lr * wd;
+        param *= decay;
       } else {
         g_magnitude += std::fabs(wd * param);
         g += wd * param;
       }
-      double mi = b1 * m0[i] + (1 - b1) * g;
-      double vi = b2 * v0[i] + (1 - b2) * g * g;
+      double mi = b1 * m0[i] + one_minus_b1 * g;
+      double vi = b2 * v0[i] + one_minus_b2 * g * g;
       double denom = std::sqrt(vi) / std::sqrt(bc2) + eps;
       double update = lr / bc1 * mi / denom;
-      double tol_m = 8 * u * (b1 * std::fabs(m0[i]) + (1 - b1) * g_magnitude) + 1e-30;
-      double tol_v = 8 * u * (b2 * v0[i] + (1 - b2) * g_magnitude * g_magnitude) + 1e-30;
+      double tol_m = 8 * u * (b1 * std::fabs(m0[i]) + one_minus_b1 * g_magnitude) + 1e-30;
+      double tol_v = 8 * u * (b2 * v0[i] + one_minus_b2 * g_magnitude * g_magnitude) + 1e-30;
       double tol_p = 8 * u * (std::fabs(param) + std::fabs(update)) + 2 * lr / bc1 * tol_m / denom +
                      std::fabs(update) * tol_v / vi;
       param -= update;
