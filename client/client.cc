@@ -133,13 +133,10 @@ class ClientImpl : public Client {
   }
 
   absl::Status AccumulateGradients(absl::Span<const float> grads) override {
-    if (grads.size() != layout_.num_params()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gradients have ", grads.size(), " elements; the model has ", layout_.num_params()));
-    }
-    AccumulateScaled(options_.dtype, grads.data(), scaler_.scale(), grads_.data(), grads.size());
-    ++micro_batches_;
-    return absl::OkStatus();
+    return Accumulate(grads, scaler_.scale());
+  }
+  absl::Status AccumulateScaledGradients(absl::Span<const float> scaled_grads) override {
+    return Accumulate(scaled_grads, 1.0f);
   }
 
   absl::StatusOr<StepResult> Step() override;
@@ -154,6 +151,16 @@ class ClientImpl : public Client {
 
  private:
   absl::Status CreateJob();
+  // Adds `grads` * `multiplier` to the accumulator as one micro-batch.
+  absl::Status Accumulate(absl::Span<const float> grads, float multiplier) {
+    if (grads.size() != layout_.num_params()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradients have ", grads.size(), " elements; the model has ", layout_.num_params()));
+    }
+    AccumulateScaled(options_.dtype, grads.data(), multiplier, grads_.data(), grads.size());
+    ++micro_batches_;
+    return absl::OkStatus();
+  }
   // The lowest and highest step the job's chunks have applied.
   absl::StatusOr<std::pair<int64_t, int64_t>> AppliedSteps();
   // Sends one request per piece of the whole flat space (at most

@@ -139,14 +139,15 @@ PYBIND11_MODULE(_strata, m) {
           "Writes the current parameters (the job's dtype, as float32) into `out`")
       .def(
           "accumulate_gradients",
-          [](Client& c, FloatArray grads) {
+          [](Client& c, FloatArray grads, bool scaled) {
             py::buffer_info info = grads.request();
             CheckSize(info, c.layout().num_params(), "accumulate_gradients' array");
-            ThrowIfError(c.AccumulateGradients(
-                absl::MakeConstSpan(static_cast<const float*>(info.ptr), info.size)));
+            auto span = absl::MakeConstSpan(static_cast<const float*>(info.ptr), info.size);
+            ThrowIfError(scaled ? c.AccumulateScaledGradients(span) : c.AccumulateGradients(span));
           },
-          py::arg("grads").noconvert(),
-          "Adds one micro-batch's unscaled float32 gradient (flat) to the accumulator")
+          py::arg("grads").noconvert(), py::arg("scaled") = false,
+          "Adds one micro-batch's float32 gradient (flat) to the accumulator; scaled: it is "
+          "already multiplied by the loss scale")
       .def(
           "step",
           [](Client& c) {

@@ -75,10 +75,25 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._grad_flat = np.zeros(num_params, dtype=np.float32)
         flat_t, grad_t = torch.from_numpy(self._flat), torch.from_numpy(self._grad_flat)
         self._views = [flat_t[o:o + p.numel()].view(p.shape) for o, p in zip(offsets, self._params)]
-        self._grad_views = [grad_t[o:o + p.numel()] for o, p in zip(offsets, self._params)]
+        self._grad_views = [grad_t[o:o + p.numel()].view(p.shape)
+                            for o, p in zip(offsets, self._params)]
         with torch.no_grad():
             for view, p in zip(self._views, self._params):
                 view.copy_(p.detach().float())
+        # An FP32 model on the CPU keeps its parameters and gradients in the
+        # flat buffers the client reads and writes (no copies); others are
+        # copied in and out.
+        self._in_place = all(p.dtype == torch.float32 and p.device.type == "cpu"
+                             for p in self._params)
+        if self._in_place:
+            for p, view, grad_view in zip(self._params, self._views, self._grad_views):
+                p.data = view
+                p.grad = grad_view
+        # Set by a hook when backward reaches a parameter: gradients wait.
+        self._grads_pending = [False]
+        pending = self._grads_pending
+        for p in self._params:
+            p.register_hook(lambda grad: pending.__setitem__(0, True))
         self._client = _strata.connect(
             coordinator=coordinator, job=job, worker_id=worker_id, tensors=tensors,
             world_size=world_size, chunk_params=chunk_params, lr=lr, betas=tuple(betas), eps=eps,
@@ -107,6 +122,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
         return self._client.loss_scale
 
     def zero_grad(self, set_to_none=True):
+        """Drops gradients not yet taken by backward() or step()."""
+        self._grads_pending[0] = False
+        if self._in_place:
+            self._grad_flat.fill(0)
+            self._attach_grads()
+            return
         for p in self._params:
             if set_to_none:
                 p.grad = None
@@ -117,9 +138,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """loss.backward() with the loss multiplied by the loss scale (which
         keeps FP16 gradients of an FP16 model from underflowing); the
         gradients are taken into this step's accumulator."""
-        scale = self._client.loss_scale
-        (loss * scale).backward()
-        self._accumulate(scale)
+        (loss * self._client.loss_scale).backward()
+        self._accumulate(scaled=True)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -132,8 +152,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if any(p.grad is not None for p in self._params):
-            self._accumulate(1.0)
+        self._accumulate(scaled=False)
         if self._micro_batches < self._accumulation_steps:
             return loss
         group = self.param_groups[0]
@@ -188,20 +207,35 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """Leaves the job at a step boundary; the other workers go on."""
         self._client.leave()
 
-    def _accumulate(self, scale):
+    @torch.no_grad()
+    def _accumulate(self, scaled):
+        """Hands the gradients in the model to the client as one micro-batch
+        (if backward ran since the last one); `scaled`: they are of the loss
+        multiplied by the loss scale."""
+        if not self._grads_pending[0]:
+            return
+        self._grads_pending[0] = False
         for p, view in zip(self._params, self._grad_views):
             if p.grad is None:
                 view.zero_()
-            else:
-                view.copy_(p.grad.reshape(-1))
-            p.grad = None
-        if scale != 1.0:
-            self._grad_flat /= scale
-        self._client.accumulate_gradients(self._grad_flat)
+            elif p.grad.data_ptr() != view.data_ptr():  # not in place, or replaced
+                view.copy_(p.grad)
+            if not self._in_place:
+                p.grad = None
+        self._client.accumulate_gradients(self._grad_flat, scaled=scaled)
         self._micro_batches += 1
+        self._grad_flat.fill(0)
+        if self._in_place:
+            self._attach_grads()
+
+    def _attach_grads(self):
+        for p, view in zip(self._params, self._grad_views):
+            if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+                p.grad = view
 
     @torch.no_grad()
     def _pull_into_model(self):
         self._client.copy_params(self._flat)
-        for p, view in zip(self._params, self._views):
-            p.copy_(view)
+        if not self._in_place:
+            for p, view in zip(self._params, self._views):
+                p.copy_(view)

@@ -175,6 +175,9 @@ class Client {
   // Adds one micro-batch's gradient (FP32, flat, unscaled) to the accumulator,
   // multiplied by the loss scale and rounded to the job's dtype.
   virtual absl::Status AccumulateGradients(absl::Span<const float> grads) = 0;
+  // The same for a gradient already multiplied by loss_scale() (the
+  // backward pass of the scaled loss): rounded to the job's dtype as is.
+  virtual absl::Status AccumulateScaledGradients(absl::Span<const float> scaled_grads) = 0;
   // One optimizer step over the accumulated micro-batches (their mean), then
   // clears the accumulator. FAILED_PRECONDITION with nothing accumulated.
   // A lost worker ends the step with a retryable error (UNAVAILABLE,

@@ -1,0 +1,1 @@
+"""Benchmarks of the Python package (python3 -m strata.bench.peers)."""

@@ -1,0 +1,209 @@
+"""python3 -m strata.bench.peers: strata against what its users run today.
+
+Trains the same model (an MLP of --layers Linear(--width, --width) layers,
+50 M parameters by default) with the same global batch on --workers worker
+processes three ways, one after the other:
+
+  strata  strata.torch.ShardedOptimizer, a local cluster of --servers shard
+          servers (strata.launch), --dtype gradients and parameters
+  ddp     torch.nn.parallel.DistributedDataParallel + torch.optim.AdamW (Gloo)
+  zero    torch.distributed.optim.ZeroRedundancyOptimizer(AdamW) (Gloo)
+
+Every worker process uses --threads torch threads. With --jemalloc the torch
+runs are repeated with Debian's libjemalloc2 preloaded (it makes torch's CPU
+optimizer much faster here) and the faster of each pair is compared. Prints
+one line per run and, last, one JSON object: model_params, strata_step_s,
+ddp_step_s, zero_step_s, strata_optimizer_s, zero_optimizer_s, ddp_optimizer_s,
+the ratios, and where strata's step goes (forward/backward, gradient copy,
+collectives, push/pull with the servers' apply, parameter copy-back). A step
+is the median over --steps steps after --warmup.
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python3 -m strata.bench.peers",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--width", type=int, default=4096)
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=32, help="global batch")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--servers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="bf16",
+                        help="strata's gradient and parameter dtype")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--systems", default="strata,ddp,zero")
+    parser.add_argument("--jemalloc", action="store_true",
+                        help="also run ddp and zero with libjemalloc2 preloaded")
+    parser.add_argument("--json", action="store_true", help="(the JSON line is always printed)")
+    # Internal: one worker of one system.
+    parser.add_argument("--worker", choices=["strata", "ddp", "zero"], help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def make_model(args):
+    import torch
+    torch.manual_seed(0)
+    layers = []
+    for i in range(args.layers):
+        layers.append(torch.nn.Linear(args.width, args.width))
+        if i + 1 < args.layers:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def run_worker(args):
+    """One worker: times its steps; rank 0 writes them to args.out."""
+    import torch
+    torch.set_num_threads(args.threads)
+    model = make_model(args)
+    share = args.batch // args.workers
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(args.batch, args.width, generator=generator)
+    y = torch.randn(args.batch, args.width, generator=generator)
+    times = {"step": [], "optimizer": [], "forward_backward": []}
+    if args.worker == "strata":
+        import strata.torch
+        dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+        opt = strata.torch.ShardedOptimizer(model, dtype=dtypes[args.dtype], lr=1e-4,
+                                            timeout_s=600)
+        rank, train = opt.rank, model
+        for key in ("collective", "push_pull"):
+            times[key] = []
+    else:
+        import torch.distributed as dist
+        dist.init_process_group("gloo", rank=int(os.environ["RANK"]),
+                                world_size=args.workers)
+        rank = dist.get_rank()
+        train = torch.nn.parallel.DistributedDataParallel(model)
+        if args.worker == "ddp":
+            opt = torch.optim.AdamW(train.parameters(), lr=1e-4)
+        else:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+            opt = ZeroRedundancyOptimizer(train.parameters(), optimizer_class=torch.optim.AdamW,
+                                          lr=1e-4)
+    mine = slice(rank * share, (rank + 1) * share)
+    for i in range(args.warmup + args.steps):
+        started = time.perf_counter()
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(train(x[mine]), y[mine])
+        loss.backward()
+        backward_done = time.perf_counter()
+        opt.step()
+        done = time.perf_counter()
+        if i >= args.warmup:
+            times["step"].append(done - started)
+            times["forward_backward"].append(backward_done - started)
+            times["optimizer"].append(done - backward_done)
+            if args.worker == "strata":
+                times["collective"].append(opt.last_result["collective_seconds"])
+                times["push_pull"].append(opt.last_result["push_pull_seconds"])
+    if args.worker != "strata":
+        torch.distributed.destroy_process_group()
+    if rank == 0:
+        result = {key: statistics.median(values) for key, values in times.items()}
+        with open(args.out, "w") as f:
+            json.dump(result, f)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_argv(args, system, out):
+    return ["--worker", system, "--out", out, "--width", str(args.width),
+            "--layers", str(args.layers), "--batch", str(args.batch),
+            "--workers", str(args.workers), "--threads", str(args.threads),
+            "--dtype", args.dtype, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+
+
+def run_system(args, system, jemalloc=False):
+    """Runs one system's workers to completion; returns rank 0's timings."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        env = dict(os.environ)
+        if jemalloc:
+            env["LD_PRELOAD"] = JEMALLOC
+        if system == "strata":
+            # 12 bytes of state per parameter plus the copies, over the servers.
+            params = args.layers * (args.width * args.width + args.width)
+            budget_mib = int(params * 20 / args.servers / (1 << 20)) + 256
+            subprocess.run([sys.executable, "-m", "strata.launch", "--workers",
+                            str(args.workers), "--servers", str(args.servers),
+                            "--host-budget-mib", str(budget_mib), __file__] +
+                           worker_argv(args, system, out), env=env, check=True, timeout=1800)
+        else:
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+            workers = [subprocess.Popen([sys.executable, __file__] +
+                                        worker_argv(args, system, out),
+                                        env=dict(env, RANK=str(r)))
+                       for r in range(args.workers)]
+            for w in workers:
+                if w.wait(timeout=1800) != 0:
+                    raise RuntimeError("%s worker exited with %d" % (system, w.returncode))
+        with open(out) as f:
+            return json.load(f)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.worker:
+        run_worker(args)
+        return 0
+    if args.batch % args.workers != 0:
+        raise SystemExit("--batch must be a multiple of --workers")
+    if args.jemalloc and not os.path.exists(JEMALLOC):
+        raise SystemExit("--jemalloc needs %s (Debian package libjemalloc2)" % JEMALLOC)
+    systems = args.systems.split(",")
+    results = {}
+    for system in systems:
+        results[system] = run_system(args, system)
+        print("%-6s step %.3f s  optimizer %.3f s  forward+backward %.3f s" % (
+            system, results[system]["step"], results[system]["optimizer"],
+            results[system]["forward_backward"]), flush=True)
+        if args.jemalloc and system != "strata":
+            name = system + "_jemalloc"
+            results[name] = run_system(args, system, jemalloc=True)
+            print("%-6s step %.3f s  optimizer %.3f s  (jemalloc)" % (
+                system, results[name]["step"], results[name]["optimizer"]), flush=True)
+
+    summary = dict(model_params=args.layers * (args.width * args.width + args.width),
+                   workers=args.workers, servers=args.servers, threads=args.threads,
+                   batch=args.batch, strata_dtype=args.dtype)
+    for system, r in results.items():
+        summary[system + "_step_s"] = r["step"]
+        summary[system + "_optimizer_s"] = r["optimizer"]
+    for peer in ("ddp", "zero"):
+        best = min((k for k in (peer, peer + "_jemalloc") if k in results),
+                   key=lambda k: results[k]["step"], default=None)
+        if best and "strata" in results:
+            summary["strata_over_%s_step" % peer] = results["strata"]["step"] / results[best]["step"]
+            summary["%s_compared" % peer] = best
+    if "strata" in results:
+        s = results["strata"]
+        summary["strata_breakdown_s"] = dict(
+            forward_backward=s["forward_backward"], collectives=s["collective"],
+            push_apply_pull=s["push_pull"],
+            copies_and_python=s["optimizer"] - s["collective"] - s["push_pull"])
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
