@@ -33,6 +33,15 @@ class StatusError : public std::runtime_error {
   explicit StatusError(const absl::Status& status) : std::runtime_error(status.ToString()) {}
 };
 
+// (name, shape) pairs from Python, in registration order.
+using TensorList = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
+std::vector<TensorSpec> ToSpecs(const TensorList& tensors) {
+  std::vector<TensorSpec> specs;
+  for (const auto& [name, shape] : tensors) specs.push_back(TensorSpec{name, shape});
+  return specs;
+}
+
 void ThrowIfError(const absl::Status& status) {
   if (!status.ok()) throw StatusError(status);
 }
@@ -62,17 +71,18 @@ void CheckSize(const py::buffer_info& info, uint64_t n, const char* what) {
   }
 }
 
-std::unique_ptr<Client> Connect(
-    const std::string& coordinator, const std::string& job, const std::string& worker_id,
-    const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors, uint32_t world_size,
-    uint64_t chunk_params, float lr, std::pair<float, float> betas, float eps, float weight_decay,
-    bool adamw, const std::string& dtype, py::object loss_scale, double max_grad_norm,
-    py::object initial_params, const std::string& restore_from, double timeout_s) {
+std::unique_ptr<Client> Connect(const std::string& coordinator, const std::string& job,
+                                const std::string& worker_id, const TensorList& tensors,
+                                uint32_t world_size, uint64_t chunk_params, float lr,
+                                std::pair<float, float> betas, float eps, float weight_decay,
+                                bool adamw, const std::string& dtype, py::object loss_scale,
+                                double max_grad_norm, py::object initial_params,
+                                const std::string& restore_from, double timeout_s) {
   ClientOptions options;
   options.coordinator_address = coordinator;
   options.job_id = job;
   options.worker_id = worker_id;
-  for (const auto& [name, shape] : tensors) options.tensors.push_back(TensorSpec{name, shape});
+  options.tensors = ToSpecs(tensors);
   options.world_size = world_size;
   options.chunk_num_params = chunk_params;
   options.adam = AdamConfig{lr, betas.first, betas.second, eps, weight_decay, adamw};
@@ -201,11 +211,8 @@ PYBIND11_MODULE(_strata, m) {
 
   m.def(
       "flat_layout",
-      [](const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
-         uint64_t chunk_params) {
-        std::vector<TensorSpec> specs;
-        for (const auto& [name, shape] : tensors) specs.push_back(TensorSpec{name, shape});
-        FlatLayout layout = ValueOrThrow(FlatLayout::Create(std::move(specs), chunk_params));
+      [](const TensorList& tensors, uint64_t chunk_params) {
+        FlatLayout layout = ValueOrThrow(FlatLayout::Create(ToSpecs(tensors), chunk_params));
         std::vector<uint64_t> offsets;
         for (size_t i = 0; i < layout.tensors().size(); ++i) {
           offsets.push_back(layout.tensor_range(i).begin);

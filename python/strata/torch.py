@@ -123,16 +123,17 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none=True):
         """Drops gradients not yet taken by backward() or step()."""
-        self._grads_pending[0] = False
         if self._in_place:
-            self._grad_flat.fill(0)
+            if self._grads_pending[0]:  # else _accumulate() left the buffer zero
+                self._grad_flat.fill(0)
             self._attach_grads()
-            return
-        for p in self._params:
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad.zero_()
+        else:
+            for p in self._params:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad.zero_()
+        self._grads_pending[0] = False
 
     def backward(self, loss):
         """loss.backward() with the loss multiplied by the loss scale (which
@@ -224,8 +225,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 p.grad = None
         self._client.accumulate_gradients(self._grad_flat, scaled=scaled)
         self._micro_batches += 1
-        self._grad_flat.fill(0)
-        if self._in_place:
+        if self._in_place:  # backward adds into the buffer: clear it for the next
+            self._grad_flat.fill(0)
             self._attach_grads()
 
     def _attach_grads(self):
