@@ -31,6 +31,11 @@ class Collective {
   // Slice rank() of `data` is this rank's input; afterwards every slice holds
   // the input of its rank.
   virtual absl::Status AllGather(DType dtype, void* data, size_t num_elements) = 0;
+  // Rank r's input is counts[r] elements (counts is the same on every
+  // rank); afterwards `output` holds every rank's input in rank order.
+  // `input` and `output` do not overlap.
+  virtual absl::Status AllGatherV(DType dtype, const void* input, void* output,
+                                  absl::Span<const size_t> counts) = 0;
   virtual absl::Status AllReduceSum(absl::Span<double> values) = 0;
   virtual absl::Status Barrier() = 0;
 };

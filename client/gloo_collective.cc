@@ -1,5 +1,6 @@
 // The Gloo implementation of Collective (CPU, TCP pairs). See collective.h.
 #include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/math.h>
@@ -77,6 +78,24 @@ class GlooCollective : public Collective {
       opts.setOutput(bytes, slice_bytes * size());
       opts.setTimeout(timeout_);
       gloo::allgather(opts);
+    });
+  }
+
+  absl::Status AllGatherV(DType dtype, const void* input, void* output,
+                          absl::Span<const size_t> counts) override {
+    const size_t esize = DTypeSize(dtype);
+    if (size() == 1) {
+      std::memcpy(output, input, counts[0] * esize);
+      return absl::OkStatus();
+    }
+    return Guarded("all-gather-v", [&] {
+      std::vector<size_t> bytes_per_rank;
+      for (size_t count : counts) bytes_per_rank.push_back(count * esize);
+      gloo::AllgathervOptions opts(context_);
+      opts.setInput(static_cast<uint8_t*>(const_cast<void*>(input)), bytes_per_rank[rank()]);
+      opts.setOutput(static_cast<uint8_t*>(output), std::move(bytes_per_rank));
+      opts.setTimeout(timeout_);
+      gloo::allgatherv(opts);
     });
   }
 

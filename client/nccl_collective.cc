@@ -81,6 +81,39 @@ class NcclCollective : public Collective {
     return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
   }
 
+  // One broadcast per rank, in one NCCL group.
+  absl::Status AllGatherV(DType dtype, const void* input, void* output,
+                          absl::Span<const size_t> counts) override {
+    const size_t esize = DTypeSize(dtype);
+    size_t total = 0, mine = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) mine = total;
+      total += counts[r] * esize;
+    }
+    ASSIGN_OR_RETURN(char* dev, DeviceBuffer(total));
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(dev + mine, input, counts[rank_] * esize, cudaMemcpyHostToDevice, stream_),
+        "copy in"));
+    RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "group start"));
+    size_t offset = 0;
+    for (int r = 0; r < size_; ++r) {
+      size_t bytes = counts[r] * esize;
+      if (bytes > 0) {
+        ncclResult_t result =
+            ncclBroadcast(dev + offset, dev + offset, bytes, ncclUint8, r, comm_, stream_);
+        if (result != ncclSuccess) {
+          ncclGroupEnd();
+          return NcclStatus(result, "broadcast");
+        }
+      }
+      offset += bytes;
+    }
+    RETURN_IF_ERROR(NcclStatus(ncclGroupEnd(), "group end"));
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(output, dev, total, cudaMemcpyDeviceToHost, stream_),
+                               "copy out"));
+    return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
+  }
+
   absl::Status AllReduceSum(absl::Span<double> values) override {
     size_t bytes = values.size() * sizeof(double);
     ASSIGN_OR_RETURN(char* dev, DeviceBuffer(bytes));

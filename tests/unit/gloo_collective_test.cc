@@ -83,6 +83,34 @@ TEST_P(GlooCollectiveTest, ReduceScatterAllGatherAndAllReduceMatchPlainSums) {
   }
 }
 
+// Uneven contributions, some empty (a range that misses a rank's slice).
+TEST_P(GlooCollectiveTest, AllGatherVConcatenatesTheRanksInputsInRankOrder) {
+  const int world = GetParam();
+  std::vector<size_t> counts;
+  for (int r = 0; r < world; ++r) counts.push_back(r % 3 == 1 ? 0 : 5 + 7 * r);
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  for (DType dtype : {DType::kFp32, DType::kBf16}) {
+    RunRanks(absl::StrCat("gatherv-", static_cast<int>(dtype)), [&](int rank, Collective& c) {
+      const size_t esize = DTypeSize(dtype);
+      std::vector<float> input(counts[rank]);
+      for (size_t i = 0; i < input.size(); ++i) input[i] = Value(rank, i);
+      std::vector<uint8_t> in_bytes(input.size() * esize), out_bytes(total * esize, 0xff);
+      CastFromFloat(input.data(), dtype, in_bytes.data(), input.size());
+      absl::Status s = c.AllGatherV(dtype, in_bytes.data(), out_bytes.data(), counts);
+      ASSERT_TRUE(s.ok()) << s;
+      std::vector<float> output(total);
+      CastToFloat(dtype, out_bytes.data(), output.data(), total);
+      size_t at = 0;
+      for (int r = 0; r < world; ++r) {
+        for (size_t i = 0; i < counts[r]; ++i, ++at) {
+          ASSERT_EQ(output[at], Value(r, i)) << "rank " << r << " element " << i;
+        }
+      }
+    });
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooCollectiveTest, ::testing::Values(1, 2, 3, 4, 5));
 
 }  // namespace
