@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/collective.h"
+#include "client/param_gatherer.h"
 #include "client/worker_membership.h"
 #include "common/grpc_status.h"
 #include "common/grpc_util.h"
@@ -124,6 +125,11 @@ class ClientImpl : public Client {
   ReformStats last_reform() const override { return reform_stats_; }
 
   absl::Status CopyParams(absl::Span<float> out) const override {
+    if (on_demand()) {
+      return absl::FailedPreconditionError(
+          "CopyParams with on-demand parameters: this worker holds only its slice; gather "
+          "ranges with StartGather()");
+    }
     if (out.size() != layout_.num_params()) {
       return absl::InvalidArgumentError(
           absl::StrCat("CopyParams needs ", layout_.num_params(), " floats, got ", out.size()));
@@ -131,6 +137,9 @@ class ClientImpl : public Client {
     CastToFloat(options_.dtype, params_.data(), out.data(), out.size());
     return absl::OkStatus();
   }
+
+  uint64_t resident_param_bytes() const override { return params_.size(); }
+  std::unique_ptr<PendingGather> StartGather(FlatRange range, absl::Span<float> out) override;
 
   absl::Status AccumulateGradients(absl::Span<const float> grads) override {
     return Accumulate(grads, scaler_.scale());
@@ -144,12 +153,17 @@ class ClientImpl : public Client {
   absl::Status Leave() override;
 
   absl::Status AllReduceSum(absl::Span<double> values) override {
+    RETURN_IF_ERROR(DrainGathers());
     return collective_->AllReduceSum(values);
   }
 
   absl::StatusOr<MasterState> ReadMasterState() const override;
 
  private:
+  bool on_demand() const { return options_.params == ParamResidency::kOnDemand; }
+  // Waits for the gathers started; their first error, which also marks the
+  // group broken when retryable (a lost worker).
+  absl::Status DrainGathers();
   absl::Status CreateJob();
   // Adds `grads` * `multiplier` to the accumulator as one micro-batch.
   absl::Status Accumulate(absl::Span<const float> grads, float multiplier) {
@@ -219,7 +233,9 @@ class ClientImpl : public Client {
   std::map<std::string, std::unique_ptr<v1::ShardServer::Stub>> shards_;
   std::vector<Piece> slice_pieces_;
   std::unique_ptr<Collective> collective_;
+  // The parameters from flat index params_base_ on: all (replicated) or the slice (on demand).
   std::vector<uint8_t> params_;
+  uint64_t params_base_ = 0;
   std::vector<uint8_t> grads_;
   int64_t step_ = 0;
   int micro_batches_ = 0;
@@ -230,6 +246,9 @@ class ClientImpl : public Client {
   std::vector<grpc::ClientContext*> inflight_ ABSL_GUARDED_BY(inflight_mu_);
   // The generation in which a worker was lost: its RPCs fail at once.
   uint64_t lost_generation_ ABSL_GUARDED_BY(inflight_mu_) = 0;
+  // Declared last: destroyed first, finishing the gathers that read
+  // collective_ and params_.
+  ParamGatherer gatherer_;
 };
 
 absl::Status ClientImpl::CreateJob() {
@@ -425,9 +444,11 @@ absl::Status ClientImpl::Reform(uint64_t than) {
   }
   // Accumulated gradients keep their flat positions in the new world's buffer.
   padded_num_params_ = layout_.PaddedNumParams(world_size_);
-  params_.resize(padded_num_params_ * esize_, 0);
+  const FlatRange slice = layout_.WorkerSlice(rank_, world_size_);
+  params_base_ = on_demand() ? slice.begin : 0;
+  params_.resize((on_demand() ? slice.size() : padded_num_params_) * esize_, 0);
   grads_.resize(padded_num_params_ * esize_, 0);
-  slice_pieces_ = PiecesOf(layout_.WorkerSlice(rank_, world_size_), kMaxPayloadBytes / esize_);
+  slice_pieces_ = PiecesOf(slice, kMaxPayloadBytes / esize_);
 
   // Rank 0 decides the step and the loss scale; the others take its view.
   // state = {step, step is fresh, loss scale, good steps, scaler known}
@@ -459,7 +480,9 @@ absl::Status ClientImpl::Reform(uint64_t than) {
   RETURN_IF_ERROR(collective_->Barrier());
   const absl::Time pull_started = absl::Now();
   RETURN_IF_ERROR(PushPull(step, 0.0f, /*push=*/false));
-  RETURN_IF_ERROR(collective_->AllGather(options_.dtype, params_.data(), padded_num_params_));
+  if (!on_demand()) {
+    RETURN_IF_ERROR(collective_->AllGather(options_.dtype, params_.data(), padded_num_params_));
+  }
   const absl::Time done = absl::Now();
   reform_stats_.count++;
   reform_stats_.generation = generation_.number();
@@ -577,7 +600,8 @@ absl::Status ClientImpl::PushPull(int64_t step, float coef, bool push) {
                                                  c->pull_response.step()));
           }
           if (s.ok())
-            std::memcpy(params_.data() + piece.begin * esize_, bytes.data(), bytes.size());
+            std::memcpy(params_.data() + (piece.begin - params_base_) * esize_, bytes.data(),
+                        bytes.size());
           finish(WithAddress(s, piece.address));
         });
   }
@@ -643,19 +667,55 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   RETURN_IF_ERROR(PushPullEverywhere(step_ + 1, coef));
   result.push_pull_seconds = absl::ToDoubleSeconds(absl::Now() - started);
   std::fill(grads_.begin(), grads_.end(), 0);
-  started = absl::Now();
-  RETURN_IF_ERROR(collective_->AllGather(dtype, params_.data(), padded_num_params_));
-  result.collective_seconds += absl::ToDoubleSeconds(absl::Now() - started);
+  if (!on_demand()) {
+    started = absl::Now();
+    RETURN_IF_ERROR(collective_->AllGather(dtype, params_.data(), padded_num_params_));
+    result.collective_seconds += absl::ToDoubleSeconds(absl::Now() - started);
+  }
   scaler_.Update(/*overflow=*/false);
   result.step = ++step_;
   membership_->Running(generation_, step_);
   return result;
 }
 
+absl::Status ClientImpl::DrainGathers() {
+  absl::Status s = gatherer_.Drain();
+  if (IsRetryable(s)) broken_ = true;
+  return s;
+}
+
+std::unique_ptr<PendingGather> ClientImpl::StartGather(FlatRange range, absl::Span<float> out) {
+  absl::Status refused;
+  if (range.begin > range.end || range.end > layout_.num_params()) {
+    refused = absl::InvalidArgumentError(absl::StrCat("gather of [", range.begin, ", ", range.end,
+                                                      "): the flat space is [0, ",
+                                                      layout_.num_params(), ")"));
+  } else if (out.size() != range.size()) {
+    refused = absl::InvalidArgumentError(
+        absl::StrCat("gather of ", range.size(), " parameters into ", out.size(), " floats"));
+  } else if (collective_ == nullptr) {
+    refused = absl::FailedPreconditionError("gather after Leave()");
+  } else if (!on_demand()) {
+    CastToFloat(options_.dtype, params_.data() + range.begin * esize_, out.data(), out.size());
+  } else {
+    ParamGatherer::Source source;
+    source.collective = collective_.get();
+    source.layout = &layout_;
+    source.dtype = options_.dtype;
+    source.rank = rank_;
+    source.world_size = world_size_;
+    source.slice = layout_.WorkerSlice(rank_, world_size_);
+    source.slice_bytes = params_.data();
+    return gatherer_.Start(source, range, out);
+  }
+  return ParamGatherer::Done(refused);
+}
+
 absl::StatusOr<StepResult> ClientImpl::Step() {
   if (micro_batches_ == 0) {
     return absl::FailedPreconditionError("Step() with no accumulated gradients");
   }
+  RETURN_IF_ERROR(DrainGathers());
   RETURN_IF_ERROR(FollowGeneration());
   absl::StatusOr<StepResult> result = RunStep(static_cast<double>(world_size_) * micro_batches_);
   if (!result.ok()) {
@@ -692,10 +752,16 @@ absl::StatusOr<StepResult> ClientImpl::Step(const GradientFn& compute) {
                                                             : std::max<uint64_t>(end - begin, 1);
     std::fill(grads_.begin(), grads_.end(), 0);
     micro_batches_ = 0;
-    for (uint64_t b = begin; b < end; b += micro) {
-      RETURN_IF_ERROR(compute(MicroBatch{target, b, std::min(end, b + micro)}, *this));
+    absl::Status computed;
+    for (uint64_t b = begin; b < end && computed.ok(); b += micro) {
+      computed = compute(MicroBatch{target, b, std::min(end, b + micro)}, *this);
     }
-    absl::StatusOr<StepResult> result = RunStep(static_cast<double>(batch));
+    // A failed gather (a lost worker) is why compute failed, if it did: the
+    // step is recomputed in the next generation. Compute's own errors end it.
+    absl::Status gathered = DrainGathers();
+    if (gathered.ok() && !computed.ok()) return computed;
+    absl::StatusOr<StepResult> result =
+        gathered.ok() ? RunStep(static_cast<double>(batch)) : absl::StatusOr<StepResult>(gathered);
     if (result.ok() && !result->skipped) {
       result->attempts = attempt;
       result->sample_begin = first;
@@ -716,6 +782,7 @@ absl::StatusOr<StepResult> ClientImpl::Step(const GradientFn& compute) {
 }
 
 absl::Status ClientImpl::Leave() {
+  RETURN_IF_ERROR(DrainGathers());
   ASSIGN_OR_RETURN(v1::Generation without_me, membership_->Leave());
   // The others are at (or coming to) their next step boundary: tell them in
   // its generation check, so that they re-form without this worker.

@@ -14,11 +14,14 @@
 // trainer sees one call per step and never restarts.
 //
 // Buffers: the client owns the flat low-precision parameters (replicated:
-// every worker holds the whole model after each step) and the flat gradient
-// accumulator, both in the job's dtype and laid out by FlatLayout.
+// every worker holds the whole model after each step; on demand: only its
+// slice, and the trainer gathers the ranges it is about to use) and the
+// flat gradient accumulator, both in the job's dtype and laid out by
+// FlatLayout.
 //
-// Not thread-safe: one thread drives a Client. Every worker of a job must
-// call Step() (and AllReduceSum()) the same number of times in the same order.
+// Not thread-safe: one thread drives a Client (on-demand gathers run on the
+// client's own thread). Every worker of a job must call Step(),
+// AllReduceSum() and StartGather() the same number of times in the same order.
 #ifndef STRATA_CLIENT_H_
 #define STRATA_CLIENT_H_
 
@@ -37,6 +40,24 @@
 
 namespace strata {
 
+// Where a worker keeps the low-precision parameters between steps. Every
+// worker of a job must use the same.
+enum class ParamResidency {
+  // The whole model on every worker (ZeRO-2 style): one all-gather per step.
+  kReplicated,
+  // Only the worker's slice (ZeRO-3 style): the trainer gathers each range
+  // (a layer's tensors) just before it uses it, with StartGather().
+  kOnDemand,
+};
+
+// A gather started by Client::StartGather(). Wait() blocks until it is done
+// and returns its status; destroying it waits too. One thread uses it.
+class PendingGather {
+ public:
+  virtual ~PendingGather() = default;
+  virtual absl::Status Wait() = 0;
+};
+
 struct ClientOptions {
   std::string coordinator_address = "127.0.0.1:7700";
   std::string job_id;
@@ -54,6 +75,7 @@ struct ClientOptions {
   uint64_t chunk_num_params = uint64_t{4} << 20;
   AdamConfig adam;
   DType dtype = DType::kFp16;
+  ParamResidency params = ParamResidency::kReplicated;
   LossScaleOptions loss_scale;
   // Clip the global gradient norm to this value; 0 disables clipping.
   double max_grad_norm = 0.0;
@@ -171,7 +193,24 @@ class Client {
   virtual absl::Status SetLearningRate(float lr) = 0;
 
   // The current low-precision parameters as FP32, flat (layout().num_params()).
+  // FAILED_PRECONDITION with on-demand parameters (use StartGather()).
   virtual absl::Status CopyParams(absl::Span<float> out) const = 0;
+  // Bytes of low-precision parameters the client holds between steps: the
+  // whole model (replicated) or this worker's slice (on demand).
+  virtual uint64_t resident_param_bytes() const = 0;
+  // Starts gathering `range` of the current parameters as FP32 into `out`
+  // (range.size() floats, valid until Wait() returns). On demand, a
+  // collective over the workers' slices that every worker of the generation
+  // starts with the same ranges in the same order; it runs on the client's
+  // gather thread, in the order started, while the caller computes. The next
+  // Step(), AllReduceSum() or Leave() first waits for the gathers started.
+  // Replicated: a local copy, done on return. INVALID_ARGUMENT for a range
+  // outside the flat space or an `out` of another size; UNAVAILABLE when a
+  // worker is lost (the next Step() re-forms the group).
+  virtual std::unique_ptr<PendingGather> StartGather(FlatRange range, absl::Span<float> out) = 0;
+  absl::Status GatherParams(FlatRange range, absl::Span<float> out) {
+    return StartGather(range, out)->Wait();
+  }
   // Adds one micro-batch's gradient (FP32, flat, unscaled) to the accumulator,
   // multiplied by the loss scale and rounded to the job's dtype.
   virtual absl::Status AccumulateGradients(absl::Span<const float> grads) = 0;

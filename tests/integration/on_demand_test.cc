@@ -1,0 +1,177 @@
+// On-demand parameters (ParamResidency::kOnDemand) over real gRPC and Gloo:
+// workers (threads) that hold only their slice and gather each tensor just
+// before "using" it -- prefetching the next one -- train to the same master
+// state, bit for bit, as workers that hold the whole model; the gathered
+// values are those the replicated workers hold; bad gathers are refused.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "server/local_cluster.h"
+#include "tests/testing/job_runner.h"
+
+namespace strata {
+namespace {
+
+using testing::Gradient;
+using testing::InitialParams;
+using testing::SmallModel;
+
+constexpr int kSteps = 12;
+
+ClientOptions JobOptions(const std::string& coordinator, const std::string& job, DType dtype,
+                         ParamResidency params, uint32_t world_size) {
+  ClientOptions o;
+  o.coordinator_address = coordinator;
+  o.job_id = job;
+  o.tensors = SmallModel();
+  o.world_size = world_size;
+  o.chunk_num_params = 256;  // tensors, slices and chunks all cut differently
+  o.adam = AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, true};
+  o.dtype = dtype;
+  o.params = params;
+  o.initial_params = InitialParams(FlatLayout::Create(o.tensors, 256)->num_params());
+  return o;
+}
+
+// The parameters a worker sees at each step (flat, as FP32), and the master
+// state at the end.
+struct TrainingRun {
+  std::vector<std::vector<float>> seen;  // rank 0's, per step
+  std::vector<uint64_t> resident_param_bytes;
+  MasterState master;
+};
+
+// The whole flat space, tensor by tensor: on demand, gathers with the next
+// tensor's gather in flight while this one is "used" (copied out).
+std::vector<float> SeeParams(Client& client) {
+  const FlatLayout& layout = client.layout();
+  std::vector<float> flat(layout.num_params(), 0.0f);
+  std::vector<std::vector<float>> buffers(layout.tensors().size());
+  std::vector<std::unique_ptr<PendingGather>> pending(layout.tensors().size());
+  auto start = [&](size_t i) {
+    buffers[i].resize(layout.tensor_range(i).size());
+    pending[i] = client.StartGather(layout.tensor_range(i), absl::MakeSpan(buffers[i]));
+  };
+  start(0);
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (i + 1 < buffers.size()) start(i + 1);
+    absl::Status s = pending[i]->Wait();
+    EXPECT_TRUE(s.ok()) << s;
+    std::copy(buffers[i].begin(), buffers[i].end(), flat.begin() + layout.tensor_range(i).begin);
+    buffers[i] = {};  // released
+  }
+  return flat;
+}
+
+// A gradient that depends on the parameters the worker saw, so that a
+// wrong gather changes the result.
+std::vector<float> GradientAt(const std::vector<float>& params, int rank, int64_t step) {
+  std::vector<float> g = Gradient(params.size(), rank, step, 0);
+  for (size_t i = 0; i < g.size(); ++i) g[i] += 0.1f * params[i];
+  return g;
+}
+
+TrainingRun Train(const ClientOptions& options) {
+  TrainingRun run;
+  run.resident_param_bytes.resize(options.world_size);
+  std::vector<std::thread> threads;
+  for (uint32_t w = 0; w < options.world_size; ++w) {
+    threads.emplace_back([&, w] {
+      ClientOptions mine = options;
+      mine.worker_id = absl::StrCat("worker-", w);
+      auto client = Client::Connect(mine);
+      ASSERT_TRUE(client.ok()) << client.status();
+      Client& c = **client;
+      for (int s = 1; s <= kSteps; ++s) {
+        std::vector<float> params = SeeParams(c);
+        if (c.rank() == 0) run.seen.push_back(params);
+        ASSERT_TRUE(c.AccumulateGradients(GradientAt(params, c.rank(), s)).ok());
+        auto step = c.Step();
+        ASSERT_TRUE(step.ok()) << step.status();
+      }
+      run.resident_param_bytes[c.rank()] = c.resident_param_bytes();
+      if (c.rank() == 0) {
+        auto master = c.ReadMasterState();
+        ASSERT_TRUE(master.ok()) << master.status();
+        run.master = *std::move(master);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return run;
+}
+
+class OnDemandTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    auto cluster = LocalCluster::Start({2, uint64_t{64} << 20, 1});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+  }
+  std::unique_ptr<LocalCluster> cluster_;
+};
+
+TEST_P(OnDemandTest, TrainsBitwiseLikeReplicatedParameters) {
+  const DType dtype = GetParam();
+  for (uint32_t workers : {2u, 3u}) {
+    const std::string name = absl::StrCat(DTypeName(dtype), "-", workers);
+    TrainingRun replicated = Train(JobOptions(cluster_->coordinator_address(), "replicated-" + name,
+                                              dtype, ParamResidency::kReplicated, workers));
+    TrainingRun on_demand = Train(JobOptions(cluster_->coordinator_address(), "on-demand-" + name,
+                                             dtype, ParamResidency::kOnDemand, workers));
+    ASSERT_FALSE(HasFailure());
+    ASSERT_EQ(on_demand.seen.size(), static_cast<size_t>(kSteps));
+    for (int s = 0; s < kSteps; ++s) {
+      ASSERT_EQ(on_demand.seen[s], replicated.seen[s]) << name << " step " << s + 1;
+    }
+    EXPECT_EQ(on_demand.master.step, kSteps);
+    EXPECT_EQ(on_demand.master.params, replicated.master.params) << name;
+    EXPECT_EQ(on_demand.master.exp_avg, replicated.master.exp_avg) << name;
+    EXPECT_EQ(on_demand.master.exp_avg_sq, replicated.master.exp_avg_sq) << name;
+    EXPECT_NE(on_demand.master.params, JobOptions("", "", dtype, {}, 1).initial_params);
+    // Each worker holds its slice, not the model.
+    FlatLayout layout = *FlatLayout::Create(SmallModel(), 256);
+    for (uint32_t r = 0; r < workers; ++r) {
+      EXPECT_EQ(on_demand.resident_param_bytes[r],
+                layout.WorkerSlice(r, workers).size() * DTypeSize(dtype))
+          << name << " rank " << r;
+      EXPECT_GE(replicated.resident_param_bytes[r], layout.num_params() * DTypeSize(dtype));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, OnDemandTest,
+                         ::testing::Values(DType::kFp16, DType::kBf16, DType::kFp32),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+TEST(OnDemandBadInputTest, RefusesBadGathersAndCopyParams) {
+  auto cluster = LocalCluster::Start({1, uint64_t{64} << 20, 1});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Client::Connect(JobOptions((*cluster)->coordinator_address(), "bad", DType::kFp16,
+                                           ParamResidency::kOnDemand, 1));
+  ASSERT_TRUE(client.ok()) << client.status();
+  Client& c = **client;
+  const uint64_t n = c.layout().num_params();
+  std::vector<float> out(n);
+  absl::Status s = c.GatherParams({0, n + 1}, absl::MakeSpan(out));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("flat space"), absl::string_view::npos) << s;
+  s = c.GatherParams({0, n}, absl::MakeSpan(out).subspan(1));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  s = c.CopyParams(absl::MakeSpan(out));
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  // The refusals changed nothing: a good gather still works and the job steps.
+  ASSERT_TRUE(c.GatherParams({0, n}, absl::MakeSpan(out)).ok());
+  std::vector<float> want = JobOptions("", "", DType::kFp16, {}, 1).initial_params;
+  for (uint64_t i = 0; i < n; i += 97)
+    EXPECT_NEAR(out[i], want[i], std::max(1e-3 * std::abs(want[i]), 1e-7));
+  ASSERT_TRUE(c.AccumulateGradients(Gradient(n, 0, 1, 0)).ok());
+  EXPECT_TRUE(c.Step().ok());
+}
+
+}  // namespace
+}  // namespace strata
