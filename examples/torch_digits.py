@@ -82,6 +82,9 @@ def parse_args(argv):
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     parser.add_argument("--schedule", choices=["none", "warmup-cosine"], default="none")
     parser.add_argument("--chunk-params", type=int, default=4096)
+    parser.add_argument("--params", choices=["replicated", "on_demand"], default="replicated",
+                        help="on_demand: each worker keeps 1/W of the model and gathers each "
+                             "layer around its use (ZeRO-3 style)")
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--out", default="", help="rank 0 writes a JSON summary here")
     parser.add_argument("--save-weights", default="",
@@ -98,7 +101,7 @@ def main(argv=None):
     model = make_model()
     opt = strata.torch.ShardedOptimizer(model, lr=args.lr, weight_decay=args.weight_decay,
                                         dtype=DTYPES[args.dtype],
-                                        chunk_params=args.chunk_params)
+                                        chunk_params=args.chunk_params, params=args.params)
     schedule = make_schedule(opt, args.schedule, args.steps)
     if args.batch % opt.world_size != 0:
         raise SystemExit("--batch %d is not a multiple of the %d workers"
@@ -123,12 +126,16 @@ def main(argv=None):
     held_out = accuracy(model, x_test, y_test)
     if opt.rank == 0:
         seconds = time.monotonic() - started
-        print("held-out accuracy %.2f%% after %d steps (%s, %d workers, %.1f s)"
-              % (100 * held_out, args.steps, args.dtype, opt.world_size, seconds), flush=True)
+        memory = opt.param_memory()
+        print("held-out accuracy %.2f%% after %d steps (%s, %s parameters, %d workers, %.1f s)"
+              % (100 * held_out, args.steps, args.dtype, args.params, opt.world_size, seconds),
+              flush=True)
+        print("parameter memory: " + ", ".join("%s %d" % kv for kv in sorted(memory.items())))
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(dict(dtype=args.dtype, steps=args.steps, workers=opt.world_size,
-                               losses=losses, held_out_accuracy=held_out, seconds=seconds), f)
+                               losses=losses, held_out_accuracy=held_out, seconds=seconds,
+                               param_memory=memory), f)
         if args.save_weights:
             torch.save({name: state[0] for name, state in opt.master_state().items()},
                        args.save_weights)

@@ -75,9 +75,10 @@ std::unique_ptr<Client> Connect(const std::string& coordinator, const std::strin
                                 const std::string& worker_id, const TensorList& tensors,
                                 uint32_t world_size, uint64_t chunk_params, float lr,
                                 std::pair<float, float> betas, float eps, float weight_decay,
-                                bool adamw, const std::string& dtype, py::object loss_scale,
-                                double max_grad_norm, py::object initial_params,
-                                const std::string& restore_from, double timeout_s) {
+                                bool adamw, const std::string& dtype, const std::string& params,
+                                py::object loss_scale, double max_grad_norm,
+                                py::object initial_params, const std::string& restore_from,
+                                double timeout_s) {
   ClientOptions options;
   options.coordinator_address = coordinator;
   options.job_id = job;
@@ -87,6 +88,12 @@ std::unique_ptr<Client> Connect(const std::string& coordinator, const std::strin
   options.chunk_num_params = chunk_params;
   options.adam = AdamConfig{lr, betas.first, betas.second, eps, weight_decay, adamw};
   options.dtype = ParseDType(dtype);
+  if (params == "on_demand") {
+    options.params = ParamResidency::kOnDemand;
+  } else if (params != "replicated") {
+    throw StatusError(absl::InvalidArgumentError(
+        absl::StrCat("params '", params, "' is not \"replicated\" or \"on_demand\"")));
+  }
   if (py::isinstance<py::str>(loss_scale)) {
     if (loss_scale.cast<std::string>() != "dynamic") {
       throw StatusError(absl::InvalidArgumentError("loss_scale must be \"dynamic\" or a number"));
@@ -129,6 +136,19 @@ PYBIND11_MODULE(_strata, m) {
   m.doc() = "strata's client (strata::Client); use strata.torch for torch training loops";
   py::register_exception<StatusError>(m, "StrataError", PyExc_RuntimeError);
 
+  py::class_<PendingGather>(m, "PendingGather")
+      .def(
+          "wait",
+          [](PendingGather& g) {
+            absl::Status s;
+            {
+              py::gil_scoped_release release;
+              s = g.Wait();
+            }
+            ThrowIfError(s);
+          },
+          "Blocks until the gather is done; raises StrataError if it failed");
+
   py::class_<Client>(m, "Client")
       .def_property_readonly("rank", &Client::rank)
       .def_property_readonly("world_size", &Client::world_size)
@@ -138,6 +158,7 @@ PYBIND11_MODULE(_strata, m) {
       .def_property_readonly("loss_scale", &Client::loss_scale)
       .def_property_readonly("loss_scale_good_steps", &Client::loss_scale_good_steps)
       .def_property_readonly("num_params", [](const Client& c) { return c.layout().num_params(); })
+      .def_property_readonly("resident_param_bytes", &Client::resident_param_bytes)
       .def(
           "copy_params",
           [](const Client& c, FloatArray out) {
@@ -147,6 +168,17 @@ PYBIND11_MODULE(_strata, m) {
           },
           py::arg("out").noconvert(),
           "Writes the current parameters (the job's dtype, as float32) into `out`")
+      .def(
+          "start_gather",
+          [](Client& c, uint64_t begin, uint64_t end, FloatArray out) {
+            py::buffer_info info = out.request(/*writable=*/true);
+            return c.StartGather(FlatRange{begin, end},
+                                 absl::MakeSpan(static_cast<float*>(info.ptr), info.size));
+          },
+          py::arg("begin"), py::arg("end"), py::arg("out").noconvert(), py::keep_alive<0, 1>(),
+          py::keep_alive<0, 4>(),
+          "Starts gathering parameters [begin, end) as float32 into `out`; returns a "
+          "PendingGather (on demand: a collective every worker starts in the same order)")
       .def(
           "accumulate_gradients",
           [](Client& c, FloatArray grads, bool scaled) {
@@ -224,7 +256,7 @@ PYBIND11_MODULE(_strata, m) {
   m.def("connect", &Connect, py::arg("coordinator"), py::arg("job"), py::arg("worker_id"),
         py::arg("tensors"), py::arg("world_size"), py::arg("chunk_params"), py::arg("lr"),
         py::arg("betas"), py::arg("eps"), py::arg("weight_decay"), py::arg("adamw"),
-        py::arg("dtype"), py::arg("loss_scale"), py::arg("max_grad_norm"),
+        py::arg("dtype"), py::arg("params"), py::arg("loss_scale"), py::arg("max_grad_norm"),
         py::arg("initial_params"), py::arg("restore_from"), py::arg("timeout_s"),
         "Creates or joins a job and returns its Client (strata::Client::Connect)");
 }

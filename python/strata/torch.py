@@ -9,7 +9,9 @@
 
 The FP32 master weights and the Adam moments live on the shard servers;
 each worker holds the whole model in the job's dtype (rounded values in the
-model's own parameter tensors) and its gradients. step() sends the gradients
+model's own parameter tensors) and its gradients -- or, with
+params="on_demand", only its slice of the model, each module's parameters
+being gathered just before the module runs (see strata.on_demand). step() sends the gradients
 (mean over the workers and the accumulated micro-batches, rounded to the
 job's dtype and loss-scaled) through strata's client (reduce-scatter, push,
 pull, all-gather) and writes the updated parameters into the model.
@@ -26,6 +28,7 @@ import numpy as np
 import torch
 
 from strata import _strata
+from strata.on_demand import OnDemandParams
 
 _DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -39,15 +42,23 @@ class ShardedOptimizer(torch.optim.Optimizer):
     and weight decay are the job's and cannot change (step() raises
     ValueError). Rank 0's model weights initialise a new job; joining an
     existing job (or `restore_from`, a checkpoint directory) takes its weights.
+
+    params="replicated" keeps the whole model in every worker (ZeRO-2
+    style); params="on_demand" keeps 1/world_size of it and gathers each
+    module's parameters around its forward and backward (ZeRO-3 style;
+    every worker of the job must use the same; see strata.on_demand).
     """
 
     def __init__(self, model, coordinator=None, job=None, lr=1e-3, betas=(0.9, 0.999),
                  eps=1e-8, weight_decay=0.0, dtype=torch.float16, loss_scale="dynamic",
                  max_grad_norm=0.0, accumulation_steps=1, adamw=True, world_size=None,
-                 worker_id=None, chunk_params=1 << 22, restore_from="", timeout_s=60.0):
+                 worker_id=None, chunk_params=1 << 22, restore_from="", timeout_s=60.0,
+                 params="replicated"):
         if dtype not in _DTYPE_NAMES:
             raise ValueError("dtype must be torch.float16, torch.bfloat16 or torch.float32, "
                              "not %s" % (dtype,))
+        if params not in ("replicated", "on_demand"):
+            raise ValueError('params must be "replicated" or "on_demand", not %r' % (params,))
         if accumulation_steps < 1:
             raise ValueError("accumulation_steps must be >= 1, not %s" % accumulation_steps)
         coordinator = coordinator or os.environ.get("STRATA_COORDINATOR", "127.0.0.1:7700")
@@ -68,9 +79,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self.last_result = None
 
         tensors = [(name, list(p.shape)) for name, p in named]
+        self._shapes = dict(tensors)
+        self._job_dtype_bytes = 4 if dtype == torch.float32 else 2
         offsets, num_params = _strata.flat_layout(tensors, chunk_params)
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
+        self._offsets = offsets
         self._flat = np.zeros(num_params, dtype=np.float32)
         self._grad_flat = np.zeros(num_params, dtype=np.float32)
         flat_t, grad_t = torch.from_numpy(self._flat), torch.from_numpy(self._grad_flat)
@@ -83,8 +97,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         # An FP32 model on the CPU keeps its parameters and gradients in the
         # flat buffers the client reads and writes (no copies); others are
         # copied in and out.
-        self._in_place = all(p.dtype == torch.float32 and p.device.type == "cpu"
-                             for p in self._params)
+        self._in_place = params == "replicated" and all(
+            p.dtype == torch.float32 and p.device.type == "cpu" for p in self._params)
         if self._in_place:
             for p, view, grad_view in zip(self._params, self._views, self._grad_views):
                 p.data = view
@@ -97,10 +111,14 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._client = _strata.connect(
             coordinator=coordinator, job=job, worker_id=worker_id, tensors=tensors,
             world_size=world_size, chunk_params=chunk_params, lr=lr, betas=tuple(betas), eps=eps,
-            weight_decay=weight_decay, adamw=adamw, dtype=_DTYPE_NAMES[dtype],
+            weight_decay=weight_decay, adamw=adamw, dtype=_DTYPE_NAMES[dtype], params=params,
             loss_scale=loss_scale, max_grad_norm=max_grad_norm,
             initial_params=None if restore_from else self._flat, restore_from=restore_from,
             timeout_s=timeout_s)
+        self._on_demand = None
+        if params == "on_demand":
+            self._flat = self._views = None  # the model's copy goes; gathers bring it back
+            self._on_demand = OnDemandParams(self._client, model, named, offsets)
         self._pull_into_model()
 
     # Where this worker stands in the job's current generation.
@@ -120,6 +138,21 @@ class ShardedOptimizer(torch.optim.Optimizer):
     @property
     def loss_scale(self):
         return self._client.loss_scale
+
+    def param_memory(self):
+        """Parameter memory of this worker, in bytes: `resident` (the
+        client's parameters between steps: the model, or its slice on
+        demand), `model` (the whole model in the job's dtype) and, on
+        demand, `peak_gathered` (the most gathered parameter storage alive
+        at once), `largest_group`, `gathers` and `prefetched` (gathers
+        already in flight when their module needed them)."""
+        memory = dict(resident=self._client.resident_param_bytes,
+                      model=self._client.num_params * self._job_dtype_bytes)
+        if self._on_demand is not None:
+            memory.update(peak_gathered=self._on_demand.peak_bytes,
+                          largest_group=self._on_demand.largest_group_bytes,
+                          gathers=self._on_demand.gathers, prefetched=self._on_demand.prefetched)
+        return memory
 
     def zero_grad(self, set_to_none=True):
         """Drops gradients not yet taken by backward() or step()."""
@@ -164,6 +197,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
                                  % (key, value, got))
         self._client.set_learning_rate(float(group["lr"]))
         self._micro_batches = 0
+        if self._on_demand is not None:  # the step changes every parameter
+            self._on_demand.release_all()
         self.last_result = self._client.step()
         self._pull_into_model()
         return loss
@@ -198,9 +233,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """{name: (p, exp_avg, exp_avg_sq)} FP32 tensors read from the servers."""
         _, *flat_state = self._client.read_master_state()
         out = {}
-        for name, view in zip(self._names, self._views):
-            begin = view.storage_offset()
-            out[name] = tuple(torch.from_numpy(a[begin:begin + view.numel()].copy()).view(view.shape)
+        for name, p, begin in zip(self._names, self._params, self._offsets):
+            shape = self._shapes[name]
+            size = int(np.prod(shape, dtype=np.int64))
+            out[name] = tuple(torch.from_numpy(a[begin:begin + size].copy()).view(shape)
                               for a in flat_state)
         return out
 
@@ -236,6 +272,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def _pull_into_model(self):
+        if self._on_demand is not None:
+            return  # gathered when used
         self._client.copy_params(self._flat)
         if not self._in_place:
             for p, view in zip(self._params, self._views):

@@ -121,6 +121,68 @@ class LowPrecisionTest(unittest.TestCase):
             self.assertLessEqual(accuracy_gap, 0.01, dtype)
 
 
+class OnDemandTest(unittest.TestCase):
+    """params="on_demand" (each worker keeps half the model and gathers each
+    layer around its forward and backward) trains, bit for bit, like
+    replicated parameters, with at most two layers gathered at a time."""
+
+    def run_mode(self, tmp, dtype, params):
+        out = os.path.join(tmp, "%s-%s.json" % (dtype, params))
+        weights = os.path.join(tmp, "%s-%s.pt" % (dtype, params))
+        launch(2, "--dtype", dtype, "--steps", "30", "--params", params, "--out", out,
+               "--save-weights", weights)
+        with open(out) as f:
+            return json.load(f), torch.load(weights)
+
+    def test_on_demand_equals_replicated_bitwise_within_the_memory_bound(self):
+        for dtype, element_bytes in (("fp32", 4), ("bf16", 2)):
+            with tempfile.TemporaryDirectory() as tmp:
+                replicated, want = self.run_mode(tmp, dtype, "replicated")
+                on_demand, got = self.run_mode(tmp, dtype, "on_demand")
+            self.assertEqual(sorted(got), sorted(want))
+            for name in want:
+                self.assertTrue(torch.equal(got[name], want[name]), (dtype, name))
+            self.assertEqual(on_demand["losses"], replicated["losses"], dtype)
+            self.assertFalse(torch.equal(want["0.weight"], digits.make_model().state_dict()[
+                "0.weight"]))  # it trained
+            memory = on_demand["param_memory"]
+            print("%s on demand: %s; replicated: %s" % (dtype, memory,
+                                                       replicated["param_memory"]))
+            # 1/W of the model (slices are whole multiples of 64 parameters)...
+            self.assertLessEqual(memory["resident"], memory["model"] / 2 + 64 * element_bytes)
+            self.assertGreaterEqual(replicated["param_memory"]["resident"], memory["model"])
+            # ... plus at most two layers gathered (float32) at any time.
+            self.assertLessEqual(memory["peak_gathered"], 2 * memory["largest_group"])
+            self.assertGreater(memory["peak_gathered"], memory["largest_group"])
+            # Forward and backward each gather the three layers every step
+            # (then the held-out evaluation); all but the first of each pass
+            # were in flight before they were needed.
+            self.assertEqual(memory["gathers"], 30 * 6 + 3)
+            self.assertEqual(memory["prefetched"], 30 * 4 + 2)
+
+
+    def test_linear_saving_its_weight_equals_torch_linear_bitwise(self):
+        from strata.on_demand import _LinearSavingWeight
+        torch.manual_seed(1)
+        for shape in [(32, 64), (4, 8, 64), (1, 64)]:
+            for bias in (True, False):
+                linear = torch.nn.Linear(64, 48, bias=bias)
+                x = torch.randn(*shape, requires_grad=True)
+                y = linear(x)
+                grad = torch.randn_like(y)
+                y.backward(grad)
+                want = [y, x.grad, linear.weight.grad] + ([linear.bias.grad] if bias else [])
+                want = [t.detach().clone() for t in want]
+                x.grad = None
+                linear.zero_grad()
+                y = _LinearSavingWeight.apply(x, linear.weight, linear.bias)
+                y.backward(grad)
+                got = [y.detach(), x.grad, linear.weight.grad] + (
+                    [linear.bias.grad] if bias else [])
+                for i, (a, b) in enumerate(zip(got, want)):
+                    self.assertTrue(torch.equal(a, b), (shape, bias, i))
+
+
 class OptimizerApiTest(unittest.TestCase):
     """One worker in this process against a local cluster."""
 
@@ -168,10 +230,47 @@ class OptimizerApiTest(unittest.TestCase):
             opt.step()
         self.assertEqual(opt.step_count, 3)
 
+    def test_on_demand_parameters_are_released_between_uses(self):
+        model = digits.make_model(hidden=16)
+        shapes = {name: p.shape for name, p in model.named_parameters()}
+        opt = self.optimizer(model, "released", dtype=torch.bfloat16, params="on_demand")
+        self.assertTrue(all(p.numel() == 0 for p in model.parameters()))
+        x, y, _, _ = digits.load_data()
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x[:32]), y[:32]).backward()
+        # After backward: gradients of the full shapes, parameters released.
+        for name, p in model.named_parameters():
+            self.assertEqual(p.numel(), 0, name)
+            self.assertEqual(p.grad.shape, shapes[name], name)
+        opt.step()
+        self.assertEqual(opt.step_count, 1)
+        # The master weights moved; the model gathers them (rounded) when it runs.
+        master = opt.master_state()
+        seen = {}
+        hooks = [module.register_forward_pre_hook(  # runs after strata's, which gathers
+            lambda m, i, name=name: seen.update({name: m.weight.detach().clone()}))
+            for name, module in model.named_children() if isinstance(module, torch.nn.Linear)]
+        with torch.no_grad():
+            model(x[:4])
+        for hook in hooks:
+            hook.remove()
+        self.assertEqual(sorted(seen), ["0", "2", "4"])
+        for name, weight in seen.items():
+            self.assertTrue(torch.equal(weight, master[name + ".weight"][0].bfloat16().float()))
+        self.assertTrue(all(p.numel() == 0 for p in model.parameters()))
+        with self.assertRaisesRegex(strata.StrataError, "FAILED_PRECONDITION.*on-demand"):
+            opt._client.copy_params(torch.zeros(opt._client.num_params).numpy())
+
     def test_bad_arguments_are_refused_with_a_clear_error(self):
         model = digits.make_model(hidden=16)
         with self.assertRaisesRegex(ValueError, "dtype"):
             self.optimizer(model, "bad-dtype", dtype=torch.int8)
+        with self.assertRaisesRegex(ValueError, "params"):
+            self.optimizer(model, "bad-params", params="sharded")
+        tied = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+        tied[1].weight = tied[0].weight
+        with self.assertRaisesRegex(ValueError, "tied"):
+            self.optimizer(tied, "tied", params="on_demand")
         self.optimizer(model, "other-model", dtype=torch.float32, chunk_params=4096)
         # The same job with another model: the coordinator names the problem.
         with self.assertRaisesRegex(strata.StrataError, "FAILED_PRECONDITION"):
