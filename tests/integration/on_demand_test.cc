@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -78,30 +77,21 @@ std::vector<float> GradientAt(const std::vector<float>& params, int rank, int64_
 TrainingRun Train(const ClientOptions& options) {
   TrainingRun run;
   run.resident_param_bytes.resize(options.world_size);
-  std::vector<std::thread> threads;
-  for (uint32_t w = 0; w < options.world_size; ++w) {
-    threads.emplace_back([&, w] {
-      ClientOptions mine = options;
-      mine.worker_id = absl::StrCat("worker-", w);
-      auto client = Client::Connect(mine);
-      ASSERT_TRUE(client.ok()) << client.status();
-      Client& c = **client;
-      for (int s = 1; s <= kSteps; ++s) {
-        std::vector<float> params = SeeParams(c);
-        if (c.rank() == 0) run.seen.push_back(params);
-        ASSERT_TRUE(c.AccumulateGradients(GradientAt(params, c.rank(), s)).ok());
-        auto step = c.Step();
-        ASSERT_TRUE(step.ok()) << step.status();
-      }
-      run.resident_param_bytes[c.rank()] = c.resident_param_bytes();
-      if (c.rank() == 0) {
-        auto master = c.ReadMasterState();
-        ASSERT_TRUE(master.ok()) << master.status();
-        run.master = *std::move(master);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  testing::RunClients(options, [&](Client& c) {
+    for (int s = 1; s <= kSteps; ++s) {
+      std::vector<float> params = SeeParams(c);
+      if (c.rank() == 0) run.seen.push_back(params);
+      ASSERT_TRUE(c.AccumulateGradients(GradientAt(params, c.rank(), s)).ok());
+      auto step = c.Step();
+      ASSERT_TRUE(step.ok()) << step.status();
+    }
+    run.resident_param_bytes[c.rank()] = c.resident_param_bytes();
+    if (c.rank() == 0) {
+      auto master = c.ReadMasterState();
+      ASSERT_TRUE(master.ok()) << master.status();
+      run.master = *std::move(master);
+    }
+  });
   return run;
 }
 

@@ -1,6 +1,7 @@
 // Test helpers: a small model, deterministic per-(rank, step, micro-batch)
-// gradients, and RunWorkers(), which runs W clients as threads against a
-// cluster and returns every rank's step results and the final master state.
+// gradients, RunClients(), which runs W connected clients as threads, and
+// RunWorkers(), which trains with them against a cluster and returns every
+// rank's step results and the final master state.
 #ifndef STRATA_TESTS_TESTING_JOB_RUNNER_H_
 #define STRATA_TESTS_TESTING_JOB_RUNNER_H_
 
@@ -41,13 +42,9 @@ struct RunResult {
   MasterState master;
 };
 
-// Runs `num_steps` steps of `options` (world size W) with W threads; each
-// step accumulates `micro_batches` gradients from `gradient(rank, step, micro)`.
-inline RunResult RunWorkers(
-    ClientOptions options, int num_steps, int micro_batches,
-    const std::function<std::vector<float>(int rank, int64_t step, int micro)>& gradient) {
-  RunResult result;
-  result.steps.resize(options.world_size);
+// Connects options.world_size clients ("worker-0", ...) on as many threads
+// and runs `body` on each; returns when all are done.
+inline void RunClients(const ClientOptions& options, const std::function<void(Client&)>& body) {
   std::vector<std::thread> threads;
   for (uint32_t w = 0; w < options.world_size; ++w) {
     threads.emplace_back([&, w] {
@@ -55,23 +52,35 @@ inline RunResult RunWorkers(
       mine.worker_id = absl::StrCat("worker-", w);
       auto client = Client::Connect(mine);
       ASSERT_TRUE(client.ok()) << client.status();
-      int rank = (*client)->rank();
-      for (int s = 1; s <= num_steps; ++s) {
-        for (int micro = 0; micro < micro_batches; ++micro) {
-          ASSERT_TRUE((*client)->AccumulateGradients(gradient(rank, s, micro)).ok());
-        }
-        auto step = (*client)->Step();
-        ASSERT_TRUE(step.ok()) << step.status();
-        result.steps[rank].push_back(*step);
-      }
-      if (rank == 0) {
-        auto master = (*client)->ReadMasterState();
-        ASSERT_TRUE(master.ok()) << master.status();
-        result.master = *std::move(master);
-      }
+      body(**client);
     });
   }
   for (auto& t : threads) t.join();
+}
+
+// Runs `num_steps` steps of `options` (world size W) with W threads; each
+// step accumulates `micro_batches` gradients from `gradient(rank, step, micro)`.
+inline RunResult RunWorkers(
+    const ClientOptions& options, int num_steps, int micro_batches,
+    const std::function<std::vector<float>(int rank, int64_t step, int micro)>& gradient) {
+  RunResult result;
+  result.steps.resize(options.world_size);
+  RunClients(options, [&](Client& client) {
+    int rank = client.rank();
+    for (int s = 1; s <= num_steps; ++s) {
+      for (int micro = 0; micro < micro_batches; ++micro) {
+        ASSERT_TRUE(client.AccumulateGradients(gradient(rank, s, micro)).ok());
+      }
+      auto step = client.Step();
+      ASSERT_TRUE(step.ok()) << step.status();
+      result.steps[rank].push_back(*step);
+    }
+    if (rank == 0) {
+      auto master = client.ReadMasterState();
+      ASSERT_TRUE(master.ok()) << master.status();
+      result.master = *std::move(master);
+    }
+  });
   return result;
 }
 

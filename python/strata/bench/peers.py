@@ -5,7 +5,8 @@ Trains the same model (an MLP of --layers Linear(--width, --width) layers,
 processes three ways, one after the other:
 
   strata  strata.torch.ShardedOptimizer, a local cluster of --servers shard
-          servers (strata.launch), --dtype gradients and parameters
+          servers (strata.launch), --dtype gradients and parameters,
+          --params replicated or on_demand (then also its parameter memory)
   ddp     torch.nn.parallel.DistributedDataParallel + torch.optim.AdamW (Gloo)
   zero    torch.distributed.optim.ZeroRedundancyOptimizer(AdamW) (Gloo)
 
@@ -43,6 +44,8 @@ def parse_args(argv):
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="bf16",
                         help="strata's gradient and parameter dtype")
+    parser.add_argument("--params", choices=["replicated", "on_demand"], default="replicated",
+                        help="strata's parameters: whole model per worker, or gathered per layer")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--systems", default="strata,ddp,zero")
@@ -80,7 +83,7 @@ def run_worker(args):
         import strata.torch
         dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
         opt = strata.torch.ShardedOptimizer(model, dtype=dtypes[args.dtype], lr=1e-4,
-                                            timeout_s=600)
+                                            timeout_s=600, params=args.params)
         rank, train = opt.rank, model
         for key in ("collective", "push_pull"):
             times[key] = []
@@ -116,6 +119,8 @@ def run_worker(args):
         torch.distributed.destroy_process_group()
     if rank == 0:
         result = {key: statistics.median(values) for key, values in times.items()}
+        if args.worker == "strata":
+            result["param_memory"] = opt.param_memory()
         with open(args.out, "w") as f:
             json.dump(result, f)
 
@@ -130,7 +135,8 @@ def worker_argv(args, system, out):
     return ["--worker", system, "--out", out, "--width", str(args.width),
             "--layers", str(args.layers), "--batch", str(args.batch),
             "--workers", str(args.workers), "--threads", str(args.threads),
-            "--dtype", args.dtype, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+            "--dtype", args.dtype, "--params", args.params, "--steps", str(args.steps),
+            "--warmup", str(args.warmup)]
 
 
 def run_system(args, system, jemalloc=False):
@@ -185,7 +191,7 @@ def main(argv=None):
 
     summary = dict(model_params=args.layers * (args.width * args.width + args.width),
                    workers=args.workers, servers=args.servers, threads=args.threads,
-                   batch=args.batch, strata_dtype=args.dtype)
+                   batch=args.batch, strata_dtype=args.dtype, strata_params=args.params)
     for system, r in results.items():
         summary[system + "_step_s"] = r["step"]
         summary[system + "_optimizer_s"] = r["optimizer"]
@@ -201,6 +207,7 @@ def main(argv=None):
             forward_backward=s["forward_backward"], collectives=s["collective"],
             push_apply_pull=s["push_pull"],
             copies_and_python=s["optimizer"] - s["collective"] - s["push_pull"])
+        summary["strata_param_memory"] = s["param_memory"]
     print(json.dumps(summary), flush=True)
     return 0
 
