@@ -1,11 +1,6 @@
 // strata-coordinator: the coordinator. See --help.
-#include <signal.h>
-
-#include <cstdio>
-
 #include "absl/flags/flag.h"
 #include "common/command_line.h"
-#include "common/log.h"
 #include "server/daemons.h"
 #include "server/signals.h"
 
@@ -43,18 +38,6 @@ int main(int argc, char** argv) {
   options.worker_lease = absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
   options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);
   auto coordinator = strata::Coordinator::Start(options);
-  if (!coordinator.ok()) {
-    std::fprintf(stderr, "strata-coordinator: %s\n", coordinator.status().ToString().c_str());
-    return 1;
-  }
-  absl::Status ready =
-      strata::WriteReadyFile(absl::GetFlag(FLAGS_ready_file), (*coordinator)->address());
-  if (!ready.ok()) {
-    std::fprintf(stderr, "strata-coordinator: %s\n", ready.ToString().c_str());
-    return 1;
-  }
-  int signal = strata::WaitForShutdownSignal();
-  strata::LogEventCat("coordinator", "received ", strsignal(signal), "; shutting down");
-  (*coordinator)->Shutdown();
-  return 0;
+  return strata::ServeUntilSignal("strata-coordinator", "coordinator", coordinator,
+                                  absl::GetFlag(FLAGS_ready_file));
 }

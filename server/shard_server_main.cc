@@ -1,11 +1,6 @@
 // strata-server: a shard server. See --help.
-#include <signal.h>
-
-#include <cstdio>
-
 #include "absl/flags/flag.h"
 #include "common/command_line.h"
-#include "common/log.h"
 #include "server/daemons.h"
 #include "server/signals.h"
 
@@ -64,18 +59,6 @@ int main(int argc, char** argv) {
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);
   auto server = strata::ShardServer::Start(options);
-  if (!server.ok()) {
-    std::fprintf(stderr, "strata-server: %s\n", server.status().ToString().c_str());
-    return 1;
-  }
-  absl::Status ready =
-      strata::WriteReadyFile(absl::GetFlag(FLAGS_ready_file), (*server)->address());
-  if (!ready.ok()) {
-    std::fprintf(stderr, "strata-server: %s\n", ready.ToString().c_str());
-    return 1;
-  }
-  int signal = strata::WaitForShutdownSignal();
-  strata::LogEventCat("server", "received ", strsignal(signal), "; shutting down");
-  (*server)->Shutdown();
-  return 0;
+  return strata::ServeUntilSignal("strata-server", "server", server,
+                                  absl::GetFlag(FLAGS_ready_file));
 }
