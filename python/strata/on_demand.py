@@ -148,12 +148,13 @@ class OnDemandParams:
         # Post hooks of the parameters' gradient accumulators: they run once
         # autograd has written the gradient, when the tensor is free to go.
         self._accumulators = []
-        for group in self._groups:
-            for p in group.params:
-                accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-                accumulator.register_hook(
-                    lambda *unused, g=group.index: self._gradient_accumulated(g))
-                self._accumulators.append(accumulator)
+        with torch.enable_grad():  # (an optimizer made under no_grad has no grad_fn here)
+            for group in self._groups:
+                for p in group.params:
+                    accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+                    accumulator.register_hook(
+                        lambda *unused, g=group.index: self._gradient_accumulated(g))
+                    self._accumulators.append(accumulator)
         self._buffers = []  # (weak reference, bytes) of every buffer that may be alive
         self._copies_bytes = 0  # converted copies held by materialised groups
         self.peak_bytes = 0
