@@ -194,6 +194,11 @@ class ClientImpl : public Client {
   // forms its group: rank, world size, slice, the step every chunk has
   // applied (rank 0's view, so all agree), its parameters and the loss scale.
   absl::Status Reform(uint64_t than);
+  // The generation carries a newer placement: waits (until `deadline`) for
+  // the coordinator's JobInfo with it and takes it.
+  absl::Status FollowPlacement(absl::Time deadline);
+  // A stub for every server of job_.
+  void AddStubs();
   // At a step boundary: re-forms when any worker of the group has heard of a
   // newer generation (all of them decide together), until none has; first
   // re-forms if the last step failed.
@@ -395,10 +400,7 @@ absl::Status ClientImpl::WriteInitialState() {
 
 absl::Status ClientImpl::Init() {
   RETURN_IF_ERROR(CreateJob());
-  for (const auto& c : job_.chunks()) {
-    auto& stub = shards_[c.server_address()];
-    if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(c.server_address()));
-  }
+  AddStubs();
   ASSIGN_OR_RETURN(membership_,
                    WorkerMembership::Join(options_.coordinator_address, options_.job_id, worker_id_,
                                           [this] { CancelInFlight(); }));
@@ -437,6 +439,9 @@ absl::Status ClientImpl::Reform(uint64_t than) {
     rank_ = collective.rank;
     world_size_ = collective.size;
     break;
+  }
+  if (generation_.placement_version() != job_.placement_version()) {
+    RETURN_IF_ERROR(FollowPlacement(deadline));
   }
   {
     absl::MutexLock lock(&inflight_mu_);
@@ -488,10 +493,46 @@ absl::Status ClientImpl::Reform(uint64_t than) {
   reform_stats_.generation = generation_.number();
   reform_stats_.seconds = absl::ToDoubleSeconds(done - started);
   reform_stats_.param_pull_seconds = absl::ToDoubleSeconds(done - pull_started);
+  reform_stats_.steps_lost = std::max<int64_t>(step_ - step, 0);
   step_ = step;
   broken_ = false;
   membership_->Running(generation_, step_);
   return absl::OkStatus();
+}
+
+absl::Status ClientImpl::FollowPlacement(absl::Time deadline) {
+  v1::GetJobRequest request;
+  request.set_job_id(options_.job_id);
+  // The coordinator announces a move before it has finished it.
+  while (true) {
+    v1::JobInfo job;
+    RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::GetJob, request, &job,
+                              kControlRpcTimeout));
+    if (job.placement_version() >= generation_.placement_version()) {
+      if (static_cast<uint32_t>(job.chunks_size()) != layout_.num_chunks()) {
+        return absl::InternalError("the coordinator's job has a different number of chunks");
+      }
+      job_ = std::move(job);
+      break;
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("job '", options_.job_id, "': its chunks did not finish moving (placement ",
+                       generation_.placement_version(), ") within the rendezvous timeout"));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  AddStubs();
+  LogEventCat("client", "job ", options_.job_id, ": chunks moved (placement ",
+              job_.placement_version(), "), resuming from checkpoint ", job_.restored_from());
+  return absl::OkStatus();
+}
+
+void ClientImpl::AddStubs() {
+  for (const auto& c : job_.chunks()) {
+    auto& stub = shards_[c.server_address()];
+    if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(c.server_address()));
+  }
 }
 
 absl::Status ClientImpl::FollowGeneration() {
@@ -617,7 +658,8 @@ absl::Status ClientImpl::PushPullEverywhere(int64_t step, float coef) {
   absl::Duration backoff = absl::Milliseconds(50);
   while (true) {
     absl::Status s = PushPull(step, coef, /*push=*/true);
-    bool retryable = absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+    // NOT_FOUND: the job is not on that server (now): its chunks are moving.
+    bool retryable = absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsNotFound(s);
     // {failed and retryable here, failed for good here}: every worker acts on the sums.
     double failed[2] = {!s.ok() && retryable ? 1.0 : 0.0, !s.ok() && !retryable ? 1.0 : 0.0};
     RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(failed)));
@@ -731,10 +773,12 @@ absl::StatusOr<StepResult> ClientImpl::Step(const GradientFn& compute) {
   if (batch == 0) {
     return absl::FailedPreconditionError("Step(GradientFn) needs samples_per_step > 0");
   }
-  const int64_t target = step_ + 1;
-  const uint64_t first = static_cast<uint64_t>(target - 1) * batch;
+  int64_t target = step_ + 1;
   for (int attempt = 1;; ++attempt) {
     RETURN_IF_ERROR(FollowGeneration());
+    // The job resumed from an older checkpoint: the step after it.
+    target = std::min(target, step_ + 1);
+    const uint64_t first = static_cast<uint64_t>(target - 1) * batch;
     if (step_ >= target) {  // the others completed it while this worker re-formed
       StepResult done;
       done.step = step_;

@@ -30,17 +30,17 @@ std::string HostAndPid() {
 }  // namespace
 
 WorkerMembership::WorkerMembership(const std::string& coordinator_address, std::string job_id,
-                                   std::string worker_id, std::function<void()> on_lost_member)
+                                   std::string worker_id, std::function<void()> on_interrupted)
     : job_id_(std::move(job_id)),
       worker_id_(std::move(worker_id)),
-      on_lost_member_(std::move(on_lost_member)),
+      on_interrupted_(std::move(on_interrupted)),
       stub_(v1::Coordinator::NewStub(MakeChannel(coordinator_address))) {}
 
 absl::StatusOr<std::unique_ptr<WorkerMembership>> WorkerMembership::Join(
     const std::string& coordinator_address, const std::string& job_id, const std::string& worker_id,
-    std::function<void()> on_lost_member) {
+    std::function<void()> on_interrupted) {
   std::unique_ptr<WorkerMembership> membership(
-      new WorkerMembership(coordinator_address, job_id, worker_id, std::move(on_lost_member)));
+      new WorkerMembership(coordinator_address, job_id, worker_id, std::move(on_interrupted)));
   RETURN_IF_ERROR(membership->SendJoin());
   membership->heartbeat_thread_ = std::thread([m = membership.get()] { m->HeartbeatLoop(); });
   membership->watch_thread_ = std::thread([m = membership.get()] { m->WatchLoop(); });
@@ -74,16 +74,17 @@ absl::Status WorkerMembership::SendJoin() {
 }
 
 void WorkerMembership::Observe(const v1::Generation& generation) {
-  bool lost = false;
+  bool interrupted = false;
   {
     absl::MutexLock lock(&mu_);
     if (generation.number() <= latest_.number()) return;
     latest_ = generation;
     if (running_.number() > 0) {
-      for (const std::string& id : running_.worker_ids()) lost |= !Includes(generation, id);
+      interrupted = generation.placement_version() != running_.placement_version();
+      for (const std::string& id : running_.worker_ids()) interrupted |= !Includes(generation, id);
     }
   }
-  if (lost && on_lost_member_) on_lost_member_();
+  if (interrupted && on_interrupted_) on_interrupted_();
 }
 
 v1::Generation WorkerMembership::Latest() const {

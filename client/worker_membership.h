@@ -3,10 +3,11 @@
 // (joining again if the lease was lost), and follows the job's generations
 // through the WatchGeneration stream on a second thread.
 //
-// Thread-safe. `on_lost_member` runs on the watch thread when a generation
+// Thread-safe. `on_interrupted` runs on the watch thread when a generation
 // arrives that lacks a member of the one this worker runs in (set by
-// Running()): the running step cannot complete, so in-flight RPCs should be
-// cancelled. It must not block.
+// Running()), or that moved the job's chunks (a newer placement version):
+// the running step cannot complete, so in-flight RPCs should be cancelled.
+// It must not block.
 #ifndef STRATA_CLIENT_WORKER_MEMBERSHIP_H_
 #define STRATA_CLIENT_WORKER_MEMBERSHIP_H_
 
@@ -28,7 +29,7 @@ class WorkerMembership {
   // Joins `job_id` as `worker_id` and starts the heartbeat and watch threads.
   static absl::StatusOr<std::unique_ptr<WorkerMembership>> Join(
       const std::string& coordinator_address, const std::string& job_id,
-      const std::string& worker_id, std::function<void()> on_lost_member);
+      const std::string& worker_id, std::function<void()> on_interrupted);
   // Stops the threads (without leaving: the lease then runs out).
   ~WorkerMembership();
 
@@ -48,7 +49,7 @@ class WorkerMembership {
 
  private:
   WorkerMembership(const std::string& coordinator_address, std::string job_id,
-                   std::string worker_id, std::function<void()> on_lost_member);
+                   std::string worker_id, std::function<void()> on_interrupted);
   absl::Status SendJoin();
   void Observe(const v1::Generation& generation);
   void HeartbeatLoop();
@@ -56,7 +57,7 @@ class WorkerMembership {
 
   const std::string job_id_;
   const std::string worker_id_;
-  const std::function<void()> on_lost_member_;
+  const std::function<void()> on_interrupted_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   absl::Duration lease_ = absl::Seconds(3);
 

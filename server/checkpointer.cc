@@ -24,8 +24,10 @@ constexpr int kMaxStepChoices = 5;
 
 }  // namespace
 
-Checkpointer::Checkpointer(StubFor stub_for, std::string default_dir)
-    : stub_for_(std::move(stub_for)), default_dir_(std::move(default_dir)) {}
+Checkpointer::Checkpointer(StubFor stub_for, JobFor job_for, std::string default_dir)
+    : stub_for_(std::move(stub_for)),
+      job_for_(std::move(job_for)),
+      default_dir_(std::move(default_dir)) {}
 
 Checkpointer::~Checkpointer() { Stop(); }
 
@@ -35,11 +37,18 @@ std::string Checkpointer::DirFor(const v1::JobSpec& spec, const std::string& dir
   return default_dir_;
 }
 
-bool Checkpointer::Track(grpc::ClientContext* context) {
+bool Checkpointer::Track(grpc::ClientContext* context, const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return false;
-  calls_.insert(context);
+  calls_[context] = job_id;
   return true;
+}
+
+void Checkpointer::CancelSaves(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [context, id] : calls_) {
+    if (id == job_id) context->TryCancel();
+  }
 }
 
 void Checkpointer::Untrack(grpc::ClientContext* context) {
@@ -52,7 +61,7 @@ void Checkpointer::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    for (grpc::ClientContext* context : calls_) context->TryCancel();
+    for (const auto& [context, job_id] : calls_) context->TryCancel();
     threads.swap(periodic_);
   }
   for (std::thread& t : threads) t.join();
@@ -112,7 +121,7 @@ absl::StatusOr<v1::CheckpointInfo> Checkpointer::SaveAt(const v1::JobInfo& job,
       ServersOf(job), wait + kWriteTimeout,
       [&](const std::string& address, grpc::ClientContext* context, v1::SaveChunksResponse* out,
           std::function<void(grpc::Status)> done) {
-        if (!Track(context)) context->TryCancel();
+        if (!Track(context, job_id)) context->TryCancel();
         auto request = std::make_shared<v1::SaveChunksRequest>();
         request->set_job_id(job_id);
         request->set_step(step);
@@ -161,20 +170,28 @@ void Checkpointer::StartPeriodic(const v1::JobInfo& job) {
   if (job.spec().checkpoint_every_steps() == 0) return;
   absl::MutexLock lock(&mu_);
   if (stopping_) return;
-  periodic_.emplace_back([this, job] { RunPeriodic(job); });
+  periodic_.emplace_back([this, job_id = job.spec().job_id()] { RunPeriodic(job_id); });
 }
 
-void Checkpointer::RunPeriodic(v1::JobInfo job) {
-  const std::string& job_id = job.spec().job_id();
-  const int64_t every = static_cast<int64_t>(job.spec().checkpoint_every_steps());
-  const std::string dir = DirFor(job.spec(), "");
-  int64_t base = job.restored_step();
-  if (auto listed = ListCheckpoints(dir, job_id); listed.ok() && !listed->empty()) {
-    base = std::max(base, listed->back().step());
-  }
-  int64_t next = (base / every + 1) * every;
+void Checkpointer::RunPeriodic(const std::string& job_id) {
+  uint64_t placement_version = 0;
+  int64_t next = -1;
   while (true) {
-    absl::StatusOr<v1::CheckpointInfo> saved = Save(job, dir, next, kPeriodicWait);
+    absl::StatusOr<v1::JobInfo> job = job_for_(job_id);
+    if (!job.ok()) return;
+    const int64_t every = static_cast<int64_t>(job->spec().checkpoint_every_steps());
+    const std::string dir = DirFor(job->spec(), "");
+    // At first, and when the job resumed from a checkpoint after its chunks
+    // moved: the multiple after its restored step and newest checkpoint.
+    if (next < 0 || job->placement_version() != placement_version) {
+      placement_version = job->placement_version();
+      int64_t base = job->restored_step();
+      if (auto listed = ListCheckpoints(dir, job_id); listed.ok() && !listed->empty()) {
+        base = std::max(base, listed->back().step());
+      }
+      next = (base / every + 1) * every;
+    }
+    absl::StatusOr<v1::CheckpointInfo> saved = Save(*job, dir, next, kPeriodicWait);
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
@@ -185,7 +202,7 @@ void Checkpointer::RunPeriodic(v1::JobInfo job) {
     }
     if (absl::IsAborted(saved.status())) {
       // The job went past `next` (a restarted coordinator): the next multiple.
-      absl::StatusOr<int64_t> newest = NewestAppliedStep(job);
+      absl::StatusOr<int64_t> newest = NewestAppliedStep(*job);
       if (newest.ok()) next = (*newest / every + 1) * every;
     } else if (!absl::IsDeadlineExceeded(saved.status())) {
       LogEventCat("coordinator", "job ", job_id, ": periodic checkpoint of step ", next,

@@ -3,10 +3,12 @@
 // which does not stop training), then commits the manifest
 // (server/checkpoint_store.h) and prunes old checkpoints. Jobs with
 // checkpoint_every_steps get a thread that saves steps N, 2N, ... as
-// training reaches them. One save per job at a time.
+// training reaches them (counting again from the restored step when the
+// job's chunks move). One save per job at a time.
 //
 // Thread-safe. Stop() ends the periodic threads and cancels server calls in
-// flight; Save() then fails with CANCELLED.
+// flight; Save() then fails with CANCELLED, as do a job's saves that
+// CancelSaves() cancels.
 #ifndef STRATA_SERVER_CHECKPOINTER_H_
 #define STRATA_SERVER_CHECKPOINTER_H_
 
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -28,8 +31,10 @@ namespace strata {
 class Checkpointer {
  public:
   using StubFor = std::function<v1::ShardServer::Stub*(const std::string& address)>;
+  // The job's current JobInfo (NOT_FOUND when there is none).
+  using JobFor = std::function<absl::StatusOr<v1::JobInfo>(const std::string& job_id)>;
   // `default_dir`: where jobs without a checkpoint_dir save (absolute).
-  Checkpointer(StubFor stub_for, std::string default_dir);
+  Checkpointer(StubFor stub_for, JobFor job_for, std::string default_dir);
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -47,6 +52,8 @@ class Checkpointer {
   // Saves `job` every checkpoint_every_steps steps (no-op when 0), after
   // the newest checkpoint in its directory and its restored step.
   void StartPeriodic(const v1::JobInfo& job);
+  // Cancels the job's saves in flight (its chunks are moving).
+  void CancelSaves(const std::string& job_id);
   void Stop();
 
  private:
@@ -54,17 +61,18 @@ class Checkpointer {
   absl::StatusOr<int64_t> NewestAppliedStep(const v1::JobInfo& job);
   absl::StatusOr<v1::CheckpointInfo> SaveAt(const v1::JobInfo& job, const std::string& dir,
                                             int64_t step, absl::Duration wait);
-  void RunPeriodic(v1::JobInfo job);
-  // Calls in flight, so that Stop() can cancel them; false when stopping.
-  bool Track(grpc::ClientContext* context);
+  void RunPeriodic(const std::string& job_id);
+  // Calls in flight for a job, so that they can be cancelled; false when stopping.
+  bool Track(grpc::ClientContext* context, const std::string& job_id);
   void Untrack(grpc::ClientContext* context);
 
   const StubFor stub_for_;
+  const JobFor job_for_;
   const std::string default_dir_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_set<std::string> saving_ ABSL_GUARDED_BY(mu_);  // job ids
-  absl::flat_hash_set<grpc::ClientContext*> calls_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<grpc::ClientContext*, std::string> calls_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> periodic_ ABSL_GUARDED_BY(mu_);
 };
 

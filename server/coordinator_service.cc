@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/grpc_util.h"
@@ -52,10 +53,15 @@ CoordinatorService::CoordinatorService(MetadataStore* metadata,
     : metadata_(metadata),
       membership_(std::move(membership)),
       checkpointer_([this](const std::string& address) { return StubFor(address); },
+                    [this](const std::string& job_id) { return FindJob(job_id); },
                     std::move(checkpoint_dir)) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
-    MetadataStore* metadata, absl::Duration worker_lease, std::string checkpoint_dir) {
+    MetadataStore* metadata, absl::Duration worker_lease, std::string checkpoint_dir,
+    absl::Duration server_timeout) {
+  if (server_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the server timeout must be positive");
+  }
   if (checkpoint_dir.empty() || checkpoint_dir[0] != '/') {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint directory '", checkpoint_dir, "' is not an absolute path"));
@@ -64,11 +70,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
                    Membership::Create(metadata, worker_lease));
   std::unique_ptr<CoordinatorService> service(
       new CoordinatorService(metadata, std::move(membership), std::move(checkpoint_dir)));
+  CoordinatorService* raw = service.get();
+  service->monitor_ = std::make_unique<ServerMonitor>(
+      std::min(absl::Seconds(1), server_timeout / 4), server_timeout,
+      [raw](const std::string& address) { raw->OnServerLost(address); },
+      [raw](const std::string& address) { raw->DropJobsMovedOff(address); });
   RETURN_IF_ERROR(service->Load());
   return service;
 }
 
 void CoordinatorService::BeginShutdown() {
+  monitor_->Stop();
   membership_->Stop();
   checkpointer_.Stop();
 }
@@ -80,6 +92,7 @@ absl::Status CoordinatorService::Load() {
     v1::ServerRecord record;
     RETURN_IF_ERROR(ParseInto(key, value, &record));
     servers_[record.address()] = record;
+    monitor_->Watch(record.address());
   }
   ASSIGN_OR_RETURN(auto jobs, metadata_->Scan(kJobPrefix));
   for (const auto& [key, value] : jobs) {
@@ -105,11 +118,15 @@ absl::Status CoordinatorService::DoRegister(const v1::RegisterServerRequest& req
   if (server.address().empty()) return absl::InvalidArgumentError("server address is empty");
   RETURN_IF_ERROR(
       metadata_->Put(absl::StrCat(kServerPrefix, server.address()), server.SerializeAsString()));
-  absl::MutexLock lock(&mu_);
-  servers_[server.address()] = server;
+  {
+    absl::MutexLock lock(&mu_);
+    servers_[server.address()] = server;
+  }
+  monitor_->Watch(server.address());
   LogEventCat("coordinator", "shard server ", server.address(), " registered with ",
               server.host_budget_bytes(), " host and ", server.nvme_budget_bytes(),
               " nvme budget bytes");
+  DropJobsMovedOff(server.address());
   return absl::OkStatus();
 }
 
@@ -117,6 +134,43 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterServer(
     grpc::CallbackServerContext* ctx, const v1::RegisterServerRequest* request,
     v1::RegisterServerResponse*) {
   return FinishUnary(ctx, DoRegister(*request));
+}
+
+absl::Status CoordinatorService::AssignServers(v1::JobInfo* job) {
+  const v1::JobSpec& spec = job->spec();
+  // Bytes each live server can still take: its capacity less other jobs' chunks.
+  std::map<std::string, uint64_t> free;
+  for (const auto& [address, server] : servers_) {
+    if (!monitor_->IsLost(address)) free[address] = Capacity(server);
+  }
+  if (free.empty()) return absl::FailedPreconditionError("no live shard servers are registered");
+  for (const auto& [id, other] : jobs_) {
+    if (id == spec.job_id()) continue;
+    for (const auto& c : other.chunks()) {
+      auto it = free.find(c.server_address());
+      if (it == free.end()) continue;
+      it->second -= std::min(it->second, JobBytes(c.chunk(), other.spec().dtype()));
+    }
+  }
+  uint64_t job_bytes = 0;
+  for (v1::ChunkAssignment& a : *job->mutable_chunks()) {
+    uint64_t bytes = JobBytes(a.chunk(), spec.dtype());
+    job_bytes += bytes;
+    // Balance by bytes: the server with the most free bytes takes the chunk.
+    auto best = std::max_element(free.begin(), free.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (best->second < bytes) {
+      uint64_t total_free = 0;
+      for (const auto& [address, bytes_free] : free) total_free += bytes_free;
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "job '", spec.job_id(), "' does not fit: it needs ", job->flat_num_params(),
+          " params, at least ", job_bytes, " bytes so far of chunks of ", bytes, " bytes; the ",
+          free.size(), " live shard server(s) have ", total_free, " bytes free in all"));
+    }
+    best->second -= bytes;
+    a.set_server_address(best->first);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, v1::JobInfo* job,
@@ -136,49 +190,15 @@ absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, v1::JobInfo* j
     return absl::UnavailableError(
         absl::StrCat("job '", spec.job_id(), "' is being created; retry"));
   }
-  if (servers_.empty()) return absl::FailedPreconditionError("no shard servers are registered");
-  // Bytes already assigned to each server by other jobs.
-  std::map<std::string, uint64_t> used;
-  for (const auto& [address, server] : servers_) used[address] = 0;
-  for (const auto& [id, other] : jobs_) {
-    for (const auto& c : other.chunks()) {
-      used[c.server_address()] += JobBytes(c.chunk(), other.spec().dtype());
-    }
-  }
-  uint64_t job_bytes = 0;
   *job->mutable_spec() = spec;
   job->set_flat_num_params(layout.num_params());
   for (uint32_t id = 0; id < layout.num_chunks(); ++id) {
-    v1::ChunkAssignment* a = job->add_chunks();
-    a->mutable_chunk()->set_chunk_id(id);
-    a->mutable_chunk()->set_flat_begin(layout.chunk_range(id).begin);
-    a->mutable_chunk()->set_num_params(layout.chunk_range(id).size());
-    uint64_t bytes = JobBytes(a->chunk(), spec.dtype());
-    job_bytes += bytes;
-    // Balance by bytes: the server with the most free bytes takes the chunk.
-    std::string best;
-    uint64_t best_free = 0;
-    for (const auto& [address, server] : servers_) {
-      uint64_t budget = Capacity(server);
-      uint64_t free = budget > used[address] ? budget - used[address] : 0;
-      if (best.empty() || free > best_free) {
-        best = address;
-        best_free = free;
-      }
-    }
-    if (best_free < bytes) {
-      uint64_t total_free = 0;
-      for (const auto& [address, server] : servers_) {
-        total_free += Capacity(server) > used[address] ? Capacity(server) - used[address] : 0;
-      }
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "job '", spec.job_id(), "' does not fit: it needs ", layout.num_params(),
-          " params, at least ", job_bytes, " bytes so far of chunks of ", bytes, " bytes; the ",
-          servers_.size(), " shard server(s) have ", total_free, " bytes free in all"));
-    }
-    used[best] += bytes;
-    a->set_server_address(best);
+    v1::ChunkSpec* c = job->add_chunks()->mutable_chunk();
+    c->set_chunk_id(id);
+    c->set_flat_begin(layout.chunk_range(id).begin);
+    c->set_num_params(layout.chunk_range(id).size());
   }
+  RETURN_IF_ERROR(AssignServers(job));
   creating_.insert(spec.job_id());
   *existing = false;
   return absl::OkStatus();
@@ -288,41 +308,52 @@ grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerCont
     manifest = std::make_shared<const v1::CheckpointManifest>(*std::move(read));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  std::vector<std::string> addresses = ServersOf(*response);
+  auto job = std::make_shared<const v1::JobInfo>(*response);
+  // Undone on failure (before the id can be created again); a server that
+  // misses the DropJob keeps reserved bytes until the id is reused.
+  auto finish = [this, reactor, job](absl::Status status, std::vector<std::string> allocated) {
+    auto answer = [this, reactor, job, status] {
+      FinishCreate(*job, status);
+      reactor->Finish(ToGrpcStatus(status));
+    };
+    if (status.ok()) return answer();
+    DropOnServers(job->spec().job_id(), allocated, answer);
+  };
+  AllocateOnServers(
+      job, /*min_generation=*/0,
+      [this, job, manifest, finish](absl::Status status, std::vector<std::string> allocated) {
+        if (!status.ok() || manifest == nullptr) return finish(status, allocated);
+        LoadCheckpoint(job, manifest,
+                       [finish, allocated](absl::Status loaded) { finish(loaded, allocated); });
+      });
+  return reactor;
+}
+
+void CoordinatorService::AllocateOnServers(
+    std::shared_ptr<const v1::JobInfo> job, uint64_t min_generation,
+    std::function<void(absl::Status, std::vector<std::string>)> done) {
   FanOut<v1::AllocateChunksResponse>(
-      addresses, kServerCallTimeout,
-      [this, response](const std::string& address, grpc::ClientContext* context,
-                       v1::AllocateChunksResponse* out, std::function<void(grpc::Status)> done) {
+      ServersOf(*job), kServerCallTimeout,
+      [this, job, min_generation](const std::string& address, grpc::ClientContext* context,
+                                  v1::AllocateChunksResponse* out,
+                                  std::function<void(grpc::Status)> done) {
         auto allocate = std::make_shared<v1::AllocateChunksRequest>();
-        *allocate->mutable_spec() = response->spec();
-        for (const v1::ChunkSpec& c : ChunksOn(*response, address)) *allocate->add_chunks() = c;
+        *allocate->mutable_spec() = job->spec();
+        for (const v1::ChunkSpec& c : ChunksOn(*job, address)) *allocate->add_chunks() = c;
+        allocate->set_min_generation(min_generation);
         StubFor(address)->async()->AllocateChunks(
             context, allocate.get(), out,
             [allocate, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
       },
-      [this, reactor, response, manifest, addresses](auto& results) {
+      [done = std::move(done)](auto& results) {
         absl::Status status;
         std::vector<std::string> allocated;
         for (auto& r : results) {
           status.Update(r->status);
           if (r->status.ok()) allocated.push_back(r->address);
         }
-        // Undo on failure (before the id can be created again); a server
-        // that misses the DropJob keeps reserved bytes until the id is reused.
-        auto finish = [this, reactor, response](absl::Status status,
-                                                std::vector<std::string> allocated) {
-          auto answer = [this, reactor, response, status] {
-            FinishCreate(*response, status);
-            reactor->Finish(ToGrpcStatus(status));
-          };
-          if (status.ok()) return answer();
-          DropOnServers(response->spec().job_id(), allocated, answer);
-        };
-        if (!status.ok() || manifest == nullptr) return finish(status, allocated);
-        LoadCheckpoint(std::make_shared<const v1::JobInfo>(*response), manifest,
-                       [finish, addresses](absl::Status loaded) { finish(loaded, addresses); });
+        done(status, std::move(allocated));
       });
-  return reactor;
 }
 
 absl::StatusOr<v1::JobInfo> CoordinatorService::FindJob(const std::string& job_id) const {
@@ -330,6 +361,124 @@ absl::StatusOr<v1::JobInfo> CoordinatorService::FindJob(const std::string& job_i
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "'"));
   return it->second;
+}
+
+namespace {
+
+// Runs `start(done)` and waits for it to call `done(status)`; the status.
+absl::Status Await(const std::function<void(std::function<void(absl::Status)>)>& start) {
+  absl::Notification finished;
+  absl::Status out;
+  start([&](absl::Status s) {
+    out = std::move(s);
+    finished.Notify();
+  });
+  finished.WaitForNotification();
+  return out;
+}
+
+}  // namespace
+
+void CoordinatorService::OnServerLost(const std::string& address) {
+  std::vector<std::string> affected;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, job] : jobs_) {
+      std::vector<std::string> servers = ServersOf(job);
+      if (std::binary_search(servers.begin(), servers.end(), address)) affected.push_back(id);
+    }
+  }
+  for (const std::string& id : affected) {
+    absl::Status moved = MoveJob(id);
+    std::string why = moved.ok() ? "" : moved.ToString();
+    if (!why.empty() && move_failures_[id] != why) {
+      LogEventCat("coordinator", "job ", id, " cannot leave lost shard server ", address,
+                  " yet: ", why);
+    }
+    move_failures_[id] = why;
+  }
+}
+
+absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
+  const absl::Time started = absl::Now();
+  ASSIGN_OR_RETURN(const v1::JobInfo job, FindJob(job_id));
+  const std::string dir = checkpointer_.DirFor(job.spec(), "");
+  ASSIGN_OR_RETURN(std::vector<v1::CheckpointInfo> checkpoints,
+                   strata::ListCheckpoints(dir, job_id));
+  if (checkpoints.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "it has no checkpoint in ", dir, " to resume from; it waits for the server to return"));
+  }
+  auto moved = std::make_shared<v1::JobInfo>(job);
+  moved->set_placement_version(job.placement_version() + 1);
+  ASSIGN_OR_RETURN(v1::CheckpointManifest read,
+                   PlanRestore(checkpoints.back().path(), moved.get()));
+  auto manifest = std::make_shared<const v1::CheckpointManifest>(std::move(read));
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(AssignServers(moved.get()));
+  }
+  v1::JobSummary before;
+  membership_->Summarize(job_id, &before);
+  // The workers stop the step they run, and wait for the new placement.
+  ASSIGN_OR_RETURN(uint64_t generation,
+                   membership_->ChunksMoved(job_id, moved->placement_version(), manifest->step()));
+  checkpointer_.CancelSaves(job_id);
+  // Every chunk starts again from the checkpoint: drop the job on every live server first.
+  std::vector<std::string> stale = ServersOf(job);
+  for (const std::string& address : ServersOf(*moved)) stale.push_back(address);
+  std::sort(stale.begin(), stale.end());
+  stale.erase(std::unique(stale.begin(), stale.end()), stale.end());
+  stale.erase(std::remove_if(stale.begin(), stale.end(),
+                             [&](const std::string& a) { return monitor_->IsLost(a); }),
+              stale.end());
+  auto drop = [&](const std::vector<std::string>& addresses) {
+    Await([&](auto done) {
+      DropOnServers(job_id, addresses, [done] { done(absl::OkStatus()); });
+    }).IgnoreError();
+  };
+  drop(stale);
+  std::vector<std::string> allocated;
+  absl::Status status = Await([&](auto done) {
+    AllocateOnServers(moved, generation,
+                      [&allocated, done](absl::Status s, std::vector<std::string> servers) {
+                        allocated = std::move(servers);
+                        done(std::move(s));
+                      });
+  });
+  if (status.ok()) status = Await([&](auto done) { LoadCheckpoint(moved, manifest, done); });
+  if (status.ok()) {
+    status = metadata_->Put(absl::StrCat(kJobPrefix, job_id), moved->SerializeAsString());
+  }
+  if (!status.ok()) {
+    drop(allocated);
+    return status;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    jobs_[job_id] = *moved;
+  }
+  LogEventCat("coordinator", "job ", job_id, ": chunks moved to ", ServersOf(*moved).size(),
+              " live shard server(s) in ", absl::FormatDuration(absl::Now() - started),
+              "; it resumes from checkpoint ", moved->restored_from(), " (step ", manifest->step(),
+              ", ", std::max<int64_t>(before.committed_step() - manifest->step(), 0),
+              " step(s) after it are lost)");
+  return absl::OkStatus();
+}
+
+void CoordinatorService::DropJobsMovedOff(const std::string& address) {
+  std::vector<std::string> moved_off;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, job] : jobs_) {
+      std::vector<std::string> servers = ServersOf(job);
+      if (job.placement_version() > 0 &&
+          !std::binary_search(servers.begin(), servers.end(), address)) {
+        moved_off.push_back(id);
+      }
+    }
+  }
+  for (const std::string& id : moved_off) DropOnServers(id, {address}, [] {});
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* ctx,

@@ -1,10 +1,15 @@
 // CoordinatorService: the gRPC Coordinator service
 // (proto/strata/v1/coordinator.proto). It registers shard servers, creates
-// jobs and assigns their chunks to servers balanced by bytes, keeps each
-// job's workers and generations (Membership), and serves the rendezvous
-// key-value store. All state is
-// written to RocksDB before a request is answered, and reloaded at start.
-// Thread-safe; calls to shard servers are asynchronous (FanOut).
+// jobs and assigns their chunks to live servers balanced by bytes, keeps
+// each job's workers and generations (Membership), saves checkpoints, and
+// serves the rendezvous key-value store. It watches the servers' health
+// (ServerMonitor): the chunks of a job on a server lost for longer than the
+// server timeout move to the live servers, every chunk restored from the
+// job's newest checkpoint, and a new generation makes the workers resume
+// from its step. All state is written to RocksDB before a request is
+// answered, and reloaded at start.
+// Thread-safe; calls to shard servers from RPCs are asynchronous (FanOut);
+// moves run on the monitor's thread.
 #ifndef STRATA_SERVER_COORDINATOR_SERVICE_H_
 #define STRATA_SERVER_COORDINATOR_SERVICE_H_
 
@@ -21,6 +26,7 @@
 #include "common/thread_pool.h"
 #include "server/checkpointer.h"
 #include "server/membership.h"
+#include "server/server_monitor.h"
 #include "storage/metadata_store.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
@@ -31,12 +37,15 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
   // `worker_lease`: how long a worker stays a member without a heartbeat.
   // `checkpoint_dir`: where jobs without their own directory save checkpoints.
+  // `server_timeout`: how long a shard server may fail its health checks
+  // before its jobs' chunks move.
   static absl::StatusOr<std::unique_ptr<CoordinatorService>> Create(MetadataStore* metadata,
                                                                     absl::Duration worker_lease,
-                                                                    std::string checkpoint_dir);
+                                                                    std::string checkpoint_dir,
+                                                                    absl::Duration server_timeout);
 
-  // Before the gRPC server shuts down: stops expiring leases, ends the
-  // generation streams and stops checkpoint saves.
+  // Before the gRPC server shuts down: stops watching servers, expiring
+  // leases, ends the generation streams and stops checkpoint saves.
   void BeginShutdown();
   // Exports the registered servers and jobs, and per job its members,
   // generation and committed step, into `metrics` (which must outlive the
@@ -88,6 +97,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
                      std::string checkpoint_dir);
   absl::Status Load();
   absl::Status DoRegister(const v1::RegisterServerRequest& request);
+  // Assigns each chunk of `job` to the live server with the most free bytes
+  // (the chunks of other jobs counted).
+  absl::Status AssignServers(v1::JobInfo* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Validates the spec and assigns chunks; fills `job`. Marks the job as
   // being created. OK with `*existing` set when the same job exists.
   absl::Status PlanJob(const v1::JobSpec& spec, v1::JobInfo* job, bool* existing);
@@ -98,11 +110,21 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   void LoadCheckpoint(std::shared_ptr<const v1::JobInfo> job,
                       std::shared_ptr<const v1::CheckpointManifest> manifest,
                       std::function<void(absl::Status)> done);
+  // Allocates the job's chunks on its servers (pushes of generations before
+  // `min_generation` refused), then `done(status, servers that allocated)`.
+  void AllocateOnServers(std::shared_ptr<const v1::JobInfo> job, uint64_t min_generation,
+                         std::function<void(absl::Status, std::vector<std::string>)> done);
   // Drops the job on `addresses` (undoing a failed creation), then `done()`.
   void DropOnServers(const std::string& job_id, const std::vector<std::string>& addresses,
                      std::function<void()> done);
   void FinishCreate(const v1::JobInfo& job, absl::Status status);
   absl::StatusOr<v1::JobInfo> FindJob(const std::string& job_id) const;
+  // ServerMonitor callbacks (its thread). A lost server's jobs move; a
+  // server back (or registering) drops the jobs that moved off it.
+  void OnServerLost(const std::string& address);
+  void DropJobsMovedOff(const std::string& address);
+  // Moves `job_id` onto the live servers from its newest checkpoint; blocks.
+  absl::Status MoveJob(const std::string& job_id);
   v1::ShardServer::Stub* StubFor(const std::string& address);
 
   MetadataStore* const metadata_;
@@ -115,8 +137,12 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       ABSL_GUARDED_BY(mu_);
   std::shared_ptr<CollectFunction> collected_;  // ExportMetrics
   Checkpointer checkpointer_;
-  // Runs SaveCheckpoint requests, which block (last: joined first).
+  // Runs SaveCheckpoint requests, which block.
   ThreadPool checkpoint_requests_{2};
+  // Why each job could not move yet (monitor thread only): logged when it changes.
+  std::map<std::string, std::string> move_failures_;
+  // Last: stopped (joined) first.
+  std::unique_ptr<ServerMonitor> monitor_;
 };
 
 }  // namespace strata

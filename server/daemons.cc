@@ -150,7 +150,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
                                  std::filesystem::absolute(options.checkpoint_dir.empty()
                                                                ? options.data_dir + "/checkpoints"
                                                                : options.checkpoint_dir)
-                                     .string()));
+                                     .string(),
+                                 options.server_timeout));
   ASSIGN_OR_RETURN(coordinator->metrics_, Metrics::Start(options.metrics_listen_address));
   coordinator->service_->ExportMetrics(coordinator->metrics_.get());
   ASSIGN_OR_RETURN(coordinator->server_,

@@ -78,6 +78,9 @@ struct CoordinatorOptions {
   std::string checkpoint_dir;
   // A worker without a heartbeat for this long leaves its job.
   absl::Duration worker_lease = absl::Seconds(3);
+  // A shard server failing its health checks for this long is lost: its
+  // jobs' chunks move to the live servers, restored from their checkpoints.
+  absl::Duration server_timeout = absl::Seconds(30);
   // host:port of the Prometheus endpoint (/metrics); empty: none.
   std::string metrics_listen_address;
 };

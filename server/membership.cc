@@ -64,7 +64,11 @@ absl::Status Membership::Load() {
     if (!generation.ParseFromString(value)) {
       return absl::DataLossError(absl::StrCat("coordinator metadata: cannot parse ", key));
     }
-    jobs_[generation.job_id()].generation = generation;
+    Job& job = jobs_[generation.job_id()];
+    job.generation = generation;
+    job.placement_version = generation.placement_version();
+    // At the latest: the move happened in this generation or before.
+    if (job.placement_version > 0) job.moved_in = generation.number();
   }
   ASSIGN_OR_RETURN(auto members, metadata_->Scan(kMemberPrefix));
   absl::Time expiry = absl::Now() + lease_;
@@ -100,6 +104,7 @@ absl::Status Membership::MaybeOpenGeneration(const std::string& job_id, Job* job
   next.set_number(generation.number() + 1);
   for (const Member& m : job->members) next.add_worker_ids(m.info.worker_id());
   next.set_formed_unix_ms(absl::ToUnixMillis(absl::Now()));
+  next.set_placement_version(job->placement_version);
   RETURN_IF_ERROR(
       metadata_->Put(absl::StrCat(kGenerationPrefix, job_id), next.SerializeAsString()));
   generation = std::move(next);
@@ -165,7 +170,10 @@ absl::StatusOr<uint64_t> Membership::Heartbeat(const v1::HeartbeatRequest& reque
     m.info.set_completed_step(request.completed_step());
     if (m.first_step < 0) m.first_step = request.completed_step();
     m.info.set_steps_taken(request.completed_step() - m.first_step);
-    job->second.committed_step = std::max(job->second.committed_step, request.completed_step());
+    // Steps of workers that have not re-formed since the chunks moved were undone.
+    if (request.generation() >= job->second.moved_in) {
+      job->second.committed_step = std::max(job->second.committed_step, request.completed_step());
+    }
     return job->second.generation.number();
   }
   return NotAMember(request.job_id(), request.worker_id());
@@ -207,6 +215,23 @@ void Membership::ExpireLeasesLoop() {
       }
     }
   }
+}
+
+absl::StatusOr<uint64_t> Membership::ChunksMoved(const std::string& job_id, uint64_t version,
+                                                 int64_t step) {
+  absl::MutexLock lock(&mu_);
+  Job& job = jobs_[job_id];
+  job.committed_step = step;
+  if (job.placement_version != version) {
+    job.placement_version = version;
+    if (job.generation.number() > 0) {
+      LogEventCat("coordinator", "job ", job_id, ": chunks moved (placement ", version,
+                  "); the workers resume from step ", step);
+      RETURN_IF_ERROR(MaybeOpenGeneration(job_id, &job, /*changed=*/true));
+    }
+    job.moved_in = std::max<uint64_t>(job.generation.number(), 1);
+  }
+  return job.moved_in;
 }
 
 void Membership::ListMembers(const std::string& job_id, v1::ListMembersResponse* response) const {

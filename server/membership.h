@@ -57,6 +57,13 @@ class Membership {
   // when the worker is not a member.
   absl::StatusOr<v1::Generation> Leave(const v1::LeaveJobRequest& request);
 
+  // The job's chunks moved (JobInfo.placement_version is now `version`) and
+  // it resumes from `step`: opens a generation of the same members that
+  // carries the version, so that they re-form (unless the current one
+  // carries it already). Returns the number of that generation (of the
+  // first, when none has formed yet).
+  absl::StatusOr<uint64_t> ChunksMoved(const std::string& job_id, uint64_t version, int64_t step);
+
   void ListMembers(const std::string& job_id, v1::ListMembersResponse* response) const;
   void Summarize(const std::string& job_id, v1::JobSummary* summary) const;
 
@@ -73,7 +80,9 @@ class Membership {
   struct Job {
     uint32_t initial_world_size = 1;
     v1::Generation generation;
-    std::vector<Member> members;  // join order
+    uint64_t placement_version = 0;  // the next generation's
+    uint64_t moved_in = 0;           // the generation that carried it
+    std::vector<Member> members;     // join order
     int64_t committed_step = 0;
     std::vector<Watcher*> watchers;
   };

@@ -199,7 +199,8 @@ absl::Status ShardService::ServingStatus() const {
 
 absl::StatusOr<std::shared_ptr<Chunk>> ShardService::FindChunk(const std::string& job_id,
                                                                uint64_t begin, uint64_t n,
-                                                               DType* dtype) {
+                                                               DType* dtype,
+                                                               uint64_t* min_generation) {
   if (n == 0) return absl::InvalidArgumentError("the range is empty (num_params is 0)");
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(ServingStatus());
@@ -220,6 +221,7 @@ absl::StatusOr<std::shared_ptr<Chunk>> ShardService::FindChunk(const std::string
                                                    " at ", chunk->range().end));
   }
   if (dtype != nullptr) *dtype = job_it->second->dtype;
+  if (min_generation != nullptr) *min_generation = job_it->second->record.min_generation();
   return chunk;
 }
 
@@ -473,8 +475,14 @@ absl::StatusOr<std::shared_ptr<Chunk>> ShardService::ValidatePush(const v1::Push
   }
   ASSIGN_OR_RETURN(DType grad_dtype, DTypeFromProto(request.dtype()));
   DType job_dtype;
+  uint64_t min_generation;
   ASSIGN_OR_RETURN(auto chunk, FindChunk(request.job_id(), request.flat_begin(),
-                                         request.num_params(), &job_dtype));
+                                         request.num_params(), &job_dtype, &min_generation));
+  if (request.generation() < min_generation) {
+    return absl::AbortedError(absl::StrCat(
+        "push of generation ", request.generation(), " to job '", request.job_id(),
+        "': its chunks moved here for generation ", min_generation, " on; re-form first"));
+  }
   if (grad_dtype != job_dtype) {
     return absl::InvalidArgumentError(absl::StrCat("gradients are ", DTypeName(grad_dtype),
                                                    "; job '", request.job_id(), "' uses ",

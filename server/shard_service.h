@@ -100,9 +100,11 @@ class ShardService final : public v1::ShardServer::CallbackService {
   absl::Status DoReadState(const v1::ReadStateRequest& request, v1::ReadStateResponse* response);
   // The chunk of `job_id` that holds all of [begin, begin + n): NOT_FOUND for
   // an unknown job or a range no chunk here holds, INVALID_ARGUMENT for an
-  // empty range or one that crosses a chunk boundary.
+  // empty range or one that crosses a chunk boundary. Sets the job's dtype
+  // and the oldest generation whose pushes it takes, when asked.
   absl::StatusOr<std::shared_ptr<Chunk>> FindChunk(const std::string& job_id, uint64_t begin,
-                                                   uint64_t n, DType* dtype = nullptr);
+                                                   uint64_t n, DType* dtype = nullptr,
+                                                   uint64_t* min_generation = nullptr);
   // UNAVAILABLE once BeginShutdown() has run.
   absl::Status ServingStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleApply(std::shared_ptr<Chunk> chunk);

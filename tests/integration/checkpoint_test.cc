@@ -206,12 +206,9 @@ TEST(CheckpointTest, SigkillDuringASaveLeavesThePreviousCheckpointUsable) {
   const std::string bin = STRATA_BIN_DIR;
   const std::string coordinator = testing::StartCoordinator(bin, dir, &daemons);
   ASSERT_FALSE(coordinator.empty());
-  pid_t server = testing::Spawn(
-      {bin + "/strata-server", "--listen=127.0.0.1:0", "--coordinator=" + coordinator,
-       "--data_dir=" + dir + "/server", "--host_budget_mib=256", "--pin_host_memory=false",
-       "--executor_threads=1", "--ready_file=" + dir + "/server.addr"},
-      dir + "/server.log");
-  daemons.pids.push_back(server);
+  const pid_t server =
+      testing::StartServer(bin, dir, "server", coordinator, {"--host_budget_mib=256"}, &daemons)
+          .pid;
   ASSERT_FALSE(testing::WaitReady(dir + "/server.addr").empty());
 
   // 16 chunks of 6 MiB of state: a save writes and syncs them one by one.

@@ -1,8 +1,8 @@
 // Test helpers for tests that run real processes: Spawn() starts a binary
 // with its stderr in a log file, Processes kills (SIGKILL) and reaps whatever
 // is left when the test ends however it ends, WaitReady() reads the address a
-// daemon writes to its --ready_file, StartCoordinator() does both for a
-// strata-coordinator, RunCommand() runs a shell command for its output.
+// daemon writes to its --ready_file, StartCoordinator() and StartServer() do
+// both for the daemons, RunCommand() runs a shell command for its output.
 #ifndef STRATA_TESTS_TESTING_PROCESSES_H_
 #define STRATA_TESTS_TESTING_PROCESSES_H_
 
@@ -74,15 +74,42 @@ inline std::string FreshDir(const std::string& name) {
   return dir;
 }
 
-// Starts `bin`/strata-coordinator with its data, log and ready file in `dir`;
-// returns its address ("" when it did not come up).
+// Starts `bin`/strata-coordinator with its data, log and ready file in `dir`
+// and `extra` flags; returns its address ("" when it did not come up).
 inline std::string StartCoordinator(const std::string& bin, const std::string& dir,
-                                    Processes* processes) {
-  processes->pids.push_back(
-      Spawn({bin + "/strata-coordinator", "--listen=127.0.0.1:0",
-             "--data_dir=" + dir + "/coordinator", "--ready_file=" + dir + "/coordinator.addr"},
-            dir + "/coordinator.log"));
+                                    Processes* processes,
+                                    const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {bin + "/strata-coordinator", "--listen=127.0.0.1:0",
+                                   "--data_dir=" + dir + "/coordinator",
+                                   "--ready_file=" + dir + "/coordinator.addr"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  processes->pids.push_back(Spawn(args, dir + "/coordinator.log"));
   return WaitReady(dir + "/coordinator.addr");
+}
+
+// A strata-server started by StartServer().
+struct ServerProcess {
+  pid_t pid = -1;
+  std::string address;  // "" when it did not come up
+};
+
+// Starts `bin`/strata-server `name` (data in `dir`/name, log and ready file
+// beside it) for `coordinator`, unpinned host memory, one executor thread,
+// and `extra` flags.
+inline ServerProcess StartServer(const std::string& bin, const std::string& dir,
+                                 const std::string& name, const std::string& coordinator,
+                                 const std::vector<std::string>& extra, Processes* processes) {
+  const std::string base = dir + "/" + name;
+  std::vector<std::string> args = {bin + "/strata-server",          "--listen=127.0.0.1:0",
+                                   "--coordinator=" + coordinator,  "--data_dir=" + base,
+                                   "--pin_host_memory=false",       "--executor_threads=1",
+                                   "--ready_file=" + base + ".addr"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  ServerProcess server;
+  server.pid = Spawn(args, base + ".log");
+  processes->pids.push_back(server.pid);
+  server.address = WaitReady(base + ".addr");
+  return server;
 }
 
 // Runs `command` in a shell; returns its exit status and its stdout and stderr.

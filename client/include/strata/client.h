@@ -148,6 +148,9 @@ struct ReformStats {
   uint64_t generation = 0;          // of the last one
   double seconds = 0.0;             // waiting for the generation, rendezvous and pull
   double param_pull_seconds = 0.0;  // pulling the parameters and all-gathering them
+  // Completed steps undone by it: the job's chunks moved off a lost shard
+  // server and it resumed from an older checkpoint (0 otherwise).
+  int64_t steps_lost = 0;
 };
 
 struct MasterState {
@@ -221,7 +224,10 @@ class Client {
   // clears the accumulator. FAILED_PRECONDITION with nothing accumulated.
   // A lost worker ends the step with a retryable error (UNAVAILABLE,
   // ABORTED or CANCELLED) and drops the accumulated gradients; the next call
-  // re-forms first. Step(GradientFn) recovers by itself.
+  // re-forms first. Step(GradientFn) recovers by itself. When the job's
+  // chunks moved off a lost shard server, the job resumes from their
+  // checkpoint's step: step() goes back to it (last_reform().steps_lost)
+  // and the next step is the one after it.
   virtual absl::StatusOr<StepResult> Step() = 0;
   // One step of a job with samples_per_step > 0: calls `compute` for each
   // micro-batch of this worker's share of the step's samples, then steps
@@ -229,7 +235,9 @@ class Client {
   // loss scale and computes the same samples again. If a worker is lost
   // mid-step, it waits for the next generation, re-forms and completes the
   // step (calling `compute` again, for its new share) -- or finds it
-  // completed. FAILED_PRECONDITION without samples_per_step; compute's own
+  // completed. When the job resumes from an older checkpoint (its chunks
+  // moved off a lost shard server) it computes the step after that one
+  // instead, and returns its result. FAILED_PRECONDITION without samples_per_step; compute's own
   // error; DEADLINE_EXCEEDED when no generation re-forms within
   // rendezvous_timeout.
   virtual absl::StatusOr<StepResult> Step(const GradientFn& compute) = 0;

@@ -1,0 +1,206 @@
+// A shard server lost for good (SIGKILL, not restarted): the coordinator
+// notices (health checks), moves the job's chunks onto the live servers
+// from its newest checkpoint, and the workers -- not restarted -- resume
+// from that checkpoint's step. The result equals a run restored from the
+// same checkpoint, bit for bit.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "strata/client.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+#include "strata/v1/shard.grpc.pb.h"
+#include "tests/testing/job_runner.h"
+#include "tests/testing/processes.h"
+
+namespace strata {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kSteps = 20;
+constexpr int64_t kCheckpointEvery = 5;
+constexpr int64_t kKillDuringStep = 13;
+
+std::string StepDir(const std::string& dir, const std::string& job, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%010lld", static_cast<long long>(step));
+  return absl::StrCat(dir, "/", job, "/", name);
+}
+
+ClientOptions Job(const std::string& coordinator, const std::string& job_id) {
+  ClientOptions o;
+  o.coordinator_address = coordinator;
+  o.job_id = job_id;
+  o.tensors = testing::SmallModel();
+  o.world_size = 2;
+  o.chunk_num_params = 256;
+  o.dtype = DType::kFp32;
+  o.adam.weight_decay = 0.01f;
+  o.samples_per_step = 8;
+  return o;
+}
+
+// The gradient of a micro-batch: noise fixed by its samples and step, plus
+// a term in the parameters the worker holds (so that resuming with the
+// wrong parameters would show).
+absl::Status Compute(const MicroBatch& batch, Client& client) {
+  const uint64_t n = client.layout().num_params();
+  std::vector<float> params(n);
+  if (absl::Status s = client.CopyParams(absl::MakeSpan(params)); !s.ok()) return s;
+  std::vector<float> g = testing::Gradient(n, static_cast<int>(batch.sample_begin), batch.step, 0);
+  for (uint64_t i = 0; i < n; ++i) g[i] += 0.1f * params[i];
+  return client.AccumulateGradients(g);
+}
+
+absl::StatusOr<v1::GetPlacementResponse> Placement(const std::string& coordinator,
+                                                   const std::string& job) {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+  v1::GetPlacementRequest request;
+  request.set_job_id(job);
+  v1::GetPlacementResponse response;
+  absl::Status s = CallUnary(stub.get(), &v1::Coordinator::Stub::GetPlacement, request, &response,
+                             absl::Seconds(30));
+  if (!s.ok()) return s;
+  return response;
+}
+
+// Test 3: three servers, two workers, checkpoints every 5 steps; a server
+// is SIGKILLed during step 13 and never restarted.
+TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
+  testing::Processes daemons;
+  const std::string dir = testing::FreshDir("server_failure");
+  const std::string bin = STRATA_BIN_DIR;
+  const std::string coordinator =
+      testing::StartCoordinator(bin, dir, &daemons, {"--server_timeout_ms=1500"});
+  ASSERT_FALSE(coordinator.empty());
+  std::vector<testing::ServerProcess> servers;
+  for (int i = 0; i < 3; ++i) {
+    servers.push_back(testing::StartServer(bin, dir, absl::StrCat("server-", i), coordinator,
+                                           {"--host_budget_mib=64"}, &daemons));
+    ASSERT_FALSE(servers.back().address.empty());
+  }
+  const std::string checkpoints = dir + "/checkpoints";
+  ClientOptions o = Job(coordinator, "failover");
+  o.checkpoint_every_steps = kCheckpointEvery;
+  o.checkpoint_dir = checkpoints;
+  const uint64_t n = FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params();
+  o.initial_params = testing::InitialParams(n);
+
+  const testing::ServerProcess& victim = servers[1];
+  absl::Mutex mu;
+  bool killed = false;
+  absl::Time killed_at;
+  std::vector<std::vector<int64_t>> steps(2);
+  std::vector<ReformStats> reforms(2);
+  double paused_s = 0;
+  MasterState resumed, restarted;
+  testing::RunClients(o, [&](Client& client) {
+    const int rank = client.rank();
+    auto compute = [&](const MicroBatch& batch, Client& c) {
+      absl::MutexLock lock(&mu);
+      if (batch.step == kKillDuringStep && !killed) {
+        // Once the step-10 checkpoint is complete (a directory appears
+        // only then), kill a server in the middle of the step.
+        for (int i = 0; i < 600 && !std::filesystem::exists(StepDir(checkpoints, "failover", 10));
+             ++i) {
+          absl::SleepFor(absl::Milliseconds(50));
+        }
+        kill(victim.pid, SIGKILL);
+        waitpid(victim.pid, nullptr, 0);
+        daemons.Forget(victim.pid);
+        killed = true;
+        killed_at = absl::Now();
+      }
+      return Compute(batch, c);
+    };
+    while (client.step() < kSteps) {
+      absl::StatusOr<StepResult> result = client.Step(compute);
+      ASSERT_TRUE(result.ok()) << result.status();
+      steps[rank].push_back(result->step);
+      absl::MutexLock lock(&mu);
+      if (killed && paused_s == 0) paused_s = absl::ToDoubleSeconds(absl::Now() - killed_at);
+    }
+    reforms[rank] = client.last_reform();
+    if (rank == 0) {
+      auto state = client.ReadMasterState();
+      ASSERT_TRUE(state.ok()) << state.status();
+      resumed = *std::move(state);
+    }
+  });
+  ASSERT_TRUE(killed);
+
+  // Steps 1..12, then back to the checkpoint's step 10: 11..20 again.
+  std::vector<int64_t> want;
+  for (int64_t s = 1; s < kKillDuringStep; ++s) want.push_back(s);
+  for (int64_t s = 11; s <= kSteps; ++s) want.push_back(s);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(steps[rank], want) << "rank " << rank;
+    EXPECT_EQ(reforms[rank].steps_lost, kKillDuringStep - 1 - 10) << "rank " << rank;
+  }
+  std::printf("server lost during step %lld: %lld completed step(s) lost, job paused %.2f s\n",
+              static_cast<long long>(kKillDuringStep),
+              static_cast<long long>(reforms[0].steps_lost), paused_s);
+
+  // Every chunk now lives on a live server, at step 20.
+  auto placement = Placement(coordinator, "failover");
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  for (const v1::PlacementRow& row : placement->rows()) {
+    EXPECT_NE(row.server_address(), victim.address) << "chunk " << row.chunk_id();
+    EXPECT_EQ(row.applied_step(), kSteps) << "chunk " << row.chunk_id();
+  }
+
+  // A push from a worker that missed the move (generation 1) is refused by
+  // the chunks' new servers, and changes nothing.
+  {
+    const v1::PlacementRow& row = placement->rows(0);
+    auto shard = v1::ShardServer::NewStub(MakeChannel(row.server_address()));
+    v1::PushRequest push;
+    push.set_job_id("failover");
+    push.set_step(kSteps + 1);
+    push.set_generation(1);
+    push.set_flat_begin(row.flat_begin());
+    push.set_num_params(row.num_params());
+    push.set_dtype(v1::DTYPE_FP32);
+    push.set_coef(1.0f);
+    push.set_grads(std::string(row.num_params() * sizeof(float), '\0'));
+    v1::PushResponse response;
+    absl::Status stale =
+        CallUnary(shard.get(), &v1::ShardServer::Stub::Push, push, &response, absl::Seconds(30));
+    EXPECT_TRUE(absl::IsAborted(stale)) << stale;
+    EXPECT_THAT(std::string(stale.message()), HasSubstr("moved here for generation"));
+    auto after = Placement(coordinator, "failover");
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(after->rows(0).applied_step(), kSteps);
+  }
+
+  // The same as a job restored from the step-10 checkpoint and trained to 20.
+  ClientOptions r = Job(coordinator, "restarted");
+  r.restore_from = StepDir(checkpoints, "failover", 10);
+  testing::RunClients(r, [&](Client& client) {
+    while (client.step() < kSteps) {
+      absl::StatusOr<StepResult> result = client.Step(Compute);
+      ASSERT_TRUE(result.ok()) << result.status();
+    }
+    if (client.rank() == 0) {
+      auto state = client.ReadMasterState();
+      ASSERT_TRUE(state.ok()) << state.status();
+      restarted = *std::move(state);
+    }
+  });
+  EXPECT_EQ(resumed.step, kSteps);
+  EXPECT_EQ(restarted.step, kSteps);
+  EXPECT_TRUE(resumed.params == restarted.params);
+  EXPECT_TRUE(resumed.exp_avg == restarted.exp_avg);
+  EXPECT_TRUE(resumed.exp_avg_sq == restarted.exp_avg_sq);
+}
+
+}  // namespace
+}  // namespace strata
