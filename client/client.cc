@@ -42,6 +42,12 @@ bool IsRetryable(const absl::Status& s) {
          absl::IsDeadlineExceeded(s);
 }
 
+// What every push of a step carries besides its gradients.
+struct PushScalars {
+  float coef;  // the gradients' multiplier
+  v1::LossScaleState loss_scale_after;
+};
+
 // A range of the flat space that lies within one chunk, and its server.
 struct Piece {
   uint64_t begin;
@@ -209,15 +215,16 @@ class ClientImpl : public Client {
   // Reduce-scatter, statistics, push and pull of the accumulated gradients,
   // divided by `divisor` (and the loss scale); see Step().
   absl::StatusOr<StepResult> RunStep(double divisor);
-  // Pushes this worker's slice of the gradients for `step` (when `push`) and
-  // pulls the slice's parameters after it, concurrently, into params_.
-  absl::Status PushPull(int64_t step, float coef, bool push);
-  // PushPull(step, coef, true) until it has succeeded on every worker of the
+  // Pushes this worker's slice of the gradients for `step` with `push`'s
+  // scalars (unless null) and pulls the slice's parameters after it,
+  // concurrently, into params_.
+  absl::Status PushPull(int64_t step, const PushScalars* push);
+  // PushPull(step, &push) until it has succeeded on every worker of the
   // generation (one all-reduce tells): a shard server that fails or restarts
   // mid-step (UNAVAILABLE, DEADLINE_EXCEEDED) makes every worker push and
   // pull the step again -- chunks that applied it answer from the stored
   // result -- for up to step_timeout. Other errors end the step everywhere.
-  absl::Status PushPullEverywhere(int64_t step, float coef);
+  absl::Status PushPullEverywhere(int64_t step, const PushScalars& push);
   // Cancels the RPCs in flight (a worker of the generation was lost).
   void CancelInFlight();
 
@@ -478,13 +485,17 @@ absl::Status ClientImpl::Reform(uint64_t than) {
   int64_t step = static_cast<int64_t>(state[0]);
   // Workers that ran steps agree on the scale (they saw the same overflows).
   if (state[4] > 0) scaler_.Restore(state[2] / state[4], static_cast<int>(state[3] / state[4]));
+  // At the step of the checkpoint the job started or resumed from: its scaler.
+  if (job_.has_restored_loss_scale() && step == job_.restored_step()) {
+    scaler_.Restore(job_.restored_loss_scale().scale(), job_.restored_loss_scale().good_steps());
+  }
   scaler_known_ = true;
   if (state[1] > 0 && rank_ == 0 && !options_.initial_params.empty()) {
     RETURN_IF_ERROR(WriteInitialParams());
   }
   RETURN_IF_ERROR(collective_->Barrier());
   const absl::Time pull_started = absl::Now();
-  RETURN_IF_ERROR(PushPull(step, 0.0f, /*push=*/false));
+  RETURN_IF_ERROR(PushPull(step, /*push=*/nullptr));
   if (!on_demand()) {
     RETURN_IF_ERROR(collective_->AllGather(options_.dtype, params_.data(), padded_num_params_));
   }
@@ -568,7 +579,7 @@ void ClientImpl::CancelInFlight() {
   for (grpc::ClientContext* context : inflight_) context->TryCancel();
 }
 
-absl::Status ClientImpl::PushPull(int64_t step, float coef, bool push) {
+absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
   struct Call {
     grpc::ClientContext push_context, pull_context;
     v1::PushRequest push_request;
@@ -612,7 +623,8 @@ absl::Status ClientImpl::PushPull(int64_t step, float coef, bool push) {
       c->push_request.set_flat_begin(piece.begin);
       c->push_request.set_num_params(piece.n);
       c->push_request.set_dtype(DTypeToProto(options_.dtype));
-      c->push_request.set_coef(coef);
+      c->push_request.set_coef(push->coef);
+      *c->push_request.mutable_loss_scale_after() = push->loss_scale_after;
       if (lr_.has_value()) c->push_request.set_lr(*lr_);
       c->push_request.set_grads(grads_.data() + piece.begin * esize_, piece.n * esize_);
       SetDeadline(&c->push_context, options_.step_timeout);
@@ -653,11 +665,11 @@ absl::Status ClientImpl::PushPull(int64_t step, float coef, bool push) {
   return first_error;
 }
 
-absl::Status ClientImpl::PushPullEverywhere(int64_t step, float coef) {
+absl::Status ClientImpl::PushPullEverywhere(int64_t step, const PushScalars& push) {
   const absl::Time deadline = absl::Now() + options_.step_timeout;
   absl::Duration backoff = absl::Milliseconds(50);
   while (true) {
-    absl::Status s = PushPull(step, coef, /*push=*/true);
+    absl::Status s = PushPull(step, &push);
     // NOT_FOUND: the job is not on that server (now): its chunks are moving.
     bool retryable = absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsNotFound(s);
     // {failed and retryable here, failed for good here}: every worker acts on the sums.
@@ -704,9 +716,15 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   if (options_.max_grad_norm > 0 && result.grad_norm > options_.max_grad_norm) {
     result.clip_factor = options_.max_grad_norm / (result.grad_norm + 1e-6);
   }
-  float coef = static_cast<float>(result.clip_factor / divisor);
+  PushScalars push;
+  push.coef = static_cast<float>(result.clip_factor / divisor);
+  // The scaler after this step, kept with it by the chunks for checkpoints.
+  LossScaler after = scaler_;
+  after.Update(/*overflow=*/false);
+  push.loss_scale_after.set_scale(after.scale());
+  push.loss_scale_after.set_good_steps(after.good_steps());
   started = absl::Now();
-  RETURN_IF_ERROR(PushPullEverywhere(step_ + 1, coef));
+  RETURN_IF_ERROR(PushPullEverywhere(step_ + 1, push));
   result.push_pull_seconds = absl::ToDoubleSeconds(absl::Now() - started);
   std::fill(grads_.begin(), grads_.end(), 0);
   if (!on_demand()) {

@@ -140,6 +140,7 @@ absl::StatusOr<v1::CheckpointInfo> Checkpointer::SaveAt(const v1::JobInfo& job,
     status.Update(r->status);
     for (auto& f : *r->response.mutable_files()) *manifest.add_files() = std::move(f);
     manifest.set_write_seconds(std::max(manifest.write_seconds(), r->response.write_seconds()));
+    if (r->response.has_loss_scale()) *manifest.mutable_loss_scale() = r->response.loss_scale();
   }
   if (!status.ok()) {
     AbandonCheckpoint(partial);

@@ -128,6 +128,7 @@ absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t generation, uint64_t be
       staged_params_ += n;
       staged_coef_ = scalars.coef;
       staged_lr_ = lr;
+      staged_loss_scale_ = scalars.loss_scale_after;
       staged_generation_ = generation;
       staged = true;
       complete = staged_params_ == range_.size();
@@ -147,12 +148,14 @@ void Chunk::Apply() {
   int64_t step;
   float coef;
   AdamConfig adam = adam_;
+  std::optional<v1::LossScaleState> loss_scale;
   std::map<uint64_t, StagedPush> pushes;
   {
     absl::MutexLock lock(&mu_);
     step = applied_step_ + 1;
     coef = staged_coef_;
     adam.lr = staged_lr_;
+    loss_scale = staged_loss_scale_;
     pushes.swap(staged_);
   }
   std::vector<Waiter> ready;
@@ -190,6 +193,7 @@ void Chunk::Apply() {
     // Still under state_mu_: ReadState() sees the state and its step together.
     absl::MutexLock lock(&mu_);
     applied_step_ = step;
+    loss_scales_[step & 1] = loss_scale;
     applying_ = false;
     applied_any_ = true;
     previous_copy_valid_ = true;
@@ -340,6 +344,7 @@ void Chunk::KeepCheckpointState(int64_t step, const StateView& view) {
   {
     absl::MutexLock lock(&mu_);
     if (checkpoint_step_ != step) return;
+    if (checkpoint_state_ == nullptr) checkpoint_loss_scale_ = loss_scales_[step & 1];
   }
   if (checkpoint_state_ == nullptr) checkpoint_state_ = CopyToStateBuffer(view, range_.size());
 }
@@ -368,7 +373,8 @@ absl::Status Chunk::AwaitCheckpointStep(absl::Time wait_until) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path) {
+absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path,
+                                               std::optional<v1::LossScaleState>* loss_scale) {
   RETURN_IF_ERROR(AwaitCheckpointStep(absl::InfinitePast()));
   // The state of `step`: the copy an Apply() made, or one made now (an
   // Apply() waits for a copy, not for the write).
@@ -376,6 +382,12 @@ absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path) {
   {
     absl::MutexLock state_lock(&state_mu_);
     state = std::move(checkpoint_state_);
+    {
+      // Kept aside by an Apply() of the next step, or the applied step's
+      // (no Apply() runs while state_mu_ is held).
+      absl::MutexLock lock(&mu_);
+      *loss_scale = state != nullptr ? checkpoint_loss_scale_ : loss_scales_[applied_step_ & 1];
+    }
     absl::Status loaded;
     if (state == nullptr) {
       absl::StatusOr<StateView> view = state_->Load();

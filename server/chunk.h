@@ -45,6 +45,7 @@
 #include "storage/tier.h"
 #include "strata/flat_layout.h"
 #include "strata/types.h"
+#include "strata/v1/common.pb.h"
 
 namespace strata {
 
@@ -53,6 +54,8 @@ namespace strata {
 struct StepScalars {
   float coef = 1.0f;        // the gradients are multiplied by coef
   std::optional<float> lr;  // the step's learning rate; unset: the job's
+  // The workers' loss scaler after the step, kept for checkpoints.
+  std::optional<v1::LossScaleState> loss_scale_after;
 };
 
 class Chunk {
@@ -144,9 +147,11 @@ class Chunk {
   absl::Status AwaitCheckpointStep(absl::Time wait_until) ABSL_LOCKS_EXCLUDED(mu_);
   // Once AwaitCheckpointStep() returned OK: writes the chunk's state at the
   // armed step to `path` (synced, server/saved_chunk.h) and disarms. Returns
-  // the file's checksum, AwaitCheckpointStep()'s error when the step is not
+  // the file's checksum and sets `loss_scale` to the loss scaler the step's
+  // pushes reported; AwaitCheckpointStep()'s error when the step is not
   // reached (or the checkpoint was cancelled), or the I/O error naming the file.
-  absl::StatusOr<uint64_t> SaveCheckpoint(const std::string& path)
+  absl::StatusOr<uint64_t> SaveCheckpoint(const std::string& path,
+                                          std::optional<v1::LossScaleState>* loss_scale)
       ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
   // Disarms, ending an AwaitCheckpointStep() that waits.
   void CancelCheckpoint() ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
@@ -207,11 +212,15 @@ class Chunk {
   uint64_t staged_params_ ABSL_GUARDED_BY(mu_) = 0;
   float staged_coef_ ABSL_GUARDED_BY(mu_) = 0;
   float staged_lr_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<v1::LossScaleState> staged_loss_scale_ ABSL_GUARDED_BY(mu_);
+  // The loss scaler after each of the last two applied steps (by step & 1).
+  std::optional<v1::LossScaleState> loss_scales_[2] ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   // The armed checkpoint's step, or -1; and the state of that step once an
   // Apply() went past it before the save (p, m, v: 3 x range_.size()).
   int64_t checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
   StateBuffer checkpoint_state_ ABSL_GUARDED_BY(state_mu_);
+  std::optional<v1::LossScaleState> checkpoint_loss_scale_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace strata

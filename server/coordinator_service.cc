@@ -241,6 +241,11 @@ absl::StatusOr<v1::CheckpointManifest> CoordinatorService::PlanRestore(const std
   }
   job->set_restored_from(path);
   job->set_restored_step(manifest.step());
+  if (manifest.has_loss_scale()) {
+    *job->mutable_restored_loss_scale() = manifest.loss_scale();
+  } else {
+    job->clear_restored_loss_scale();
+  }
   return manifest;
 }
 

@@ -510,7 +510,10 @@ grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
       request->step(), request->generation(), request->flat_begin(), request->num_params(),
       request->grads(),
       StepScalars{request->coef(),
-                  request->has_lr() ? std::optional<float>(request->lr()) : std::nullopt},
+                  request->has_lr() ? std::optional<float>(request->lr()) : std::nullopt,
+                  request->has_loss_scale_after()
+                      ? std::optional<v1::LossScaleState>(request->loss_scale_after())
+                      : std::nullopt},
       [reactor, response, step = request->step()](absl::Status s) {
         response->set_applied_step(step);
         reactor->Finish(ToGrpcStatus(s));
@@ -651,12 +654,14 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
       continue;
     }
     const std::string name = CheckpointFileName(chunk->chunk_id());
+    std::optional<v1::LossScaleState> loss_scale;
     absl::StatusOr<uint64_t> checksum =
-        chunk->SaveCheckpoint(absl::StrCat(request.dir(), "/", name));
+        chunk->SaveCheckpoint(absl::StrCat(request.dir(), "/", name), &loss_scale);
     if (!checksum.ok()) {
       status = checksum.status();
       continue;
     }
+    if (loss_scale.has_value()) *response->mutable_loss_scale() = *loss_scale;
     v1::CheckpointFile* file = response->add_files();
     file->mutable_chunk()->set_chunk_id(chunk->chunk_id());
     file->mutable_chunk()->set_flat_begin(chunk->range().begin);

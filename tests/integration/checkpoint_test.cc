@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -108,6 +109,49 @@ TEST(CheckpointTest, RestoresOnAnotherTopologyAndChunkSizeAndContinuesBitwise) {
                                  return gradient(micro, step + 10, 0);
                                }).master;
   ExpectSameState(restored, uninterrupted);
+}
+
+// The manifest keeps the loss scaler of its step (reported by the pushes);
+// an FP16 job restored from it starts with that scaler, not the initial one.
+TEST(CheckpointTest, ARestoredJobTakesTheLossScaleOfItsCheckpoint) {
+  const std::string dir = testing::FreshDir("checkpoint_loss_scale");
+  auto cluster = LocalCluster::Start({2, uint64_t{64} << 20, 1});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ClientOptions o = Fp32Job((*cluster)->coordinator_address(), "scaled");
+  o.world_size = 1;
+  o.dtype = DType::kFp16;
+  o.loss_scale.initial_scale = 1024.0f;
+  o.loss_scale.growth_interval = 3;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const uint64_t n = (*client)->layout().num_params();
+  // Three good steps double the scale; an Inf at the 5th attempt halves it.
+  for (int attempt = 1; (*client)->step() < 8; ++attempt) {
+    std::vector<float> g = testing::Gradient(n, 0, attempt, 0);
+    if (attempt == 5) g[7] = INFINITY;
+    ASSERT_TRUE((*client)->AccumulateGradients(g).ok());
+    ASSERT_TRUE((*client)->Step().ok());
+  }
+  const float scale = (*client)->loss_scale();
+  const int good_steps = (*client)->loss_scale_good_steps();
+  EXPECT_EQ(scale, 2048.0f);
+  EXPECT_EQ(good_steps, 1);
+  auto [code, output] = Stratactl(o.coordinator_address,
+                                  absl::StrCat("--job=scaled --dir=", dir, " checkpoint save"));
+  ASSERT_EQ(code, 0) << output;
+  std::ifstream manifest(StepDir(dir, "scaled", 8) + "/manifest.json");
+  const auto json = nlohmann::json::parse(manifest);
+  EXPECT_EQ(json["loss_scale"]["scale"].get<float>(), scale) << json.dump();
+  EXPECT_EQ(json["loss_scale"]["good_steps"].get<int>(), good_steps) << json.dump();
+
+  ClientOptions r = o;
+  r.job_id = "scaled-restored";
+  r.restore_from = StepDir(dir, "scaled", 8);
+  auto restored = Client::Connect(r);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->step(), 8);
+  EXPECT_EQ((*restored)->loss_scale(), scale);
+  EXPECT_EQ((*restored)->loss_scale_good_steps(), good_steps);
 }
 
 // Test 5 and bad input: damaged or mismatched checkpoints are refused before

@@ -43,10 +43,11 @@ class ChunkTest : public ::testing::Test {
 
   // Stages a push; its outcome lands in pushed_[index of the call].
   absl::StatusOr<bool> Stage(int64_t step, uint64_t begin, uint64_t n, absl::string_view grads,
-                             float coef, uint64_t generation = 1) {
+                             float coef, uint64_t generation = 1,
+                             std::optional<v1::LossScaleState> loss_scale_after = std::nullopt) {
     size_t index = pushed_.size();
     pushed_.push_back(absl::UnknownError("not answered"));
-    return chunk_->Stage(step, generation, begin, n, grads, {coef},
+    return chunk_->Stage(step, generation, begin, n, grads, {coef, std::nullopt, loss_scale_after},
                          [this, index](absl::Status s) { pushed_[index] = s; });
   }
 
@@ -242,16 +243,23 @@ TEST_F(ChunkTest, WriteStateSetsTheStateAndStepBeforeTheFirstPush) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-// A checkpoint armed for step 1 gets the state of step 1 even when steps 2
-// and 3 are applied before it is written (the chunk kept a copy); a chunk
+// A checkpoint armed for step 1 gets the state of step 1, and the loss
+// scaler its pushes reported, even when steps 2 and 3 are applied before it
+// is written (the chunk kept a copy); a chunk
 // past the step refuses to arm; a save that waits can be cancelled or time out.
 TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
   std::vector<float> init(kN, 1.0f);
   ASSERT_TRUE(chunk_->WriteParams(kBegin, init.data(), kN).ok());
   ASSERT_TRUE(chunk_->ArmCheckpoint(1).ok());
   EXPECT_EQ(chunk_->ArmCheckpoint(2).code(), absl::StatusCode::kFailedPrecondition);
+  auto scaler_after = [](int64_t step) {
+    v1::LossScaleState s;
+    s.set_scale(1024.0f * step);
+    s.set_good_steps(static_cast<int32_t>(step));
+    return s;
+  };
   for (int64_t step = 1; step <= 3; ++step) {
-    ASSERT_TRUE(*Stage(step, kBegin, kN, Grads(kN, 0.25f * step), 1.0f));
+    ASSERT_TRUE(*Stage(step, kBegin, kN, Grads(kN, 0.25f * step), 1.0f, 1, scaler_after(step)));
     chunk_->Apply();
     if (step == 1) {
       std::vector<float> pmv(3 * kN);
@@ -260,8 +268,11 @@ TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
       ASSERT_TRUE(SaveChunkState(path_ + ".want", p, kN).ok());
     }
   }
-  absl::StatusOr<uint64_t> checksum = chunk_->SaveCheckpoint(path_);
+  std::optional<v1::LossScaleState> loss_scale;
+  absl::StatusOr<uint64_t> checksum = chunk_->SaveCheckpoint(path_, &loss_scale);
   ASSERT_TRUE(checksum.ok()) << checksum.status();
+  ASSERT_TRUE(loss_scale.has_value());
+  EXPECT_EQ(loss_scale->SerializeAsString(), scaler_after(1).SerializeAsString());
   std::ifstream got(path_, std::ios::binary), want(path_ + ".want", std::ios::binary);
   std::string got_bytes((std::istreambuf_iterator<char>(got)), {});
   std::string want_bytes((std::istreambuf_iterator<char>(want)), {});
@@ -284,7 +295,8 @@ TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
   EXPECT_EQ(chunk_->AwaitCheckpointStep(absl::InfiniteFuture()).code(),
             absl::StatusCode::kCancelled);
   cancel.join();
-  EXPECT_EQ(chunk_->SaveCheckpoint(path_).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(chunk_->SaveCheckpoint(path_, &loss_scale).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(ChunkTest, FailWaitersEndsPullsAndStagedPushes) {
