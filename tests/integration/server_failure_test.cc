@@ -79,7 +79,7 @@ TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
   const std::string dir = testing::FreshDir("server_failure");
   const std::string bin = STRATA_BIN_DIR;
   const std::string coordinator =
-      testing::StartCoordinator(bin, dir, &daemons, {"--server_timeout_ms=1500"});
+      testing::StartCoordinator(bin, dir, &daemons, {"--server_timeout_ms=3000"});
   ASSERT_FALSE(coordinator.empty());
   std::vector<testing::ServerProcess> servers;
   for (int i = 0; i < 3; ++i) {
@@ -105,14 +105,15 @@ TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
   testing::RunClients(o, [&](Client& client) {
     const int rank = client.rank();
     auto compute = [&](const MicroBatch& batch, Client& c) {
+      // Step 11 waits for the checkpoint of step 10 (its directory appears
+      // once complete), so that the job cannot pass step 10 before it is armed.
+      for (int i = 0; batch.step == 11 && i < 600 &&
+                      !std::filesystem::exists(StepDir(checkpoints, "failover", 10));
+           ++i) {
+        absl::SleepFor(absl::Milliseconds(50));
+      }
       absl::MutexLock lock(&mu);
       if (batch.step == kKillDuringStep && !killed) {
-        // Once the step-10 checkpoint is complete (a directory appears
-        // only then), kill a server in the middle of the step.
-        for (int i = 0; i < 600 && !std::filesystem::exists(StepDir(checkpoints, "failover", 10));
-             ++i) {
-          absl::SleepFor(absl::Milliseconds(50));
-        }
         kill(victim.pid, SIGKILL);
         waitpid(victim.pid, nullptr, 0);
         daemons.Forget(victim.pid);
