@@ -203,8 +203,8 @@ class ClientImpl : public Client {
   // The generation carries a newer placement: waits (until `deadline`) for
   // the coordinator's JobInfo with it and takes it.
   absl::Status FollowPlacement(absl::Time deadline);
-  // A stub for every server of job_.
-  void AddStubs();
+  // Makes `job` (the coordinator's) job_, with a stub for each of its servers.
+  absl::Status TakeJob(v1::JobInfo job);
   // At a step boundary: re-forms when any worker of the group has heard of a
   // newer generation (all of them decide together), until none has; first
   // re-forms if the last step failed.
@@ -268,12 +268,13 @@ absl::Status ClientImpl::CreateJob() {
   v1::CreateJobRequest create;
   *create.mutable_spec() = SpecFromOptions(options_);
   create.set_restore_from(options_.restore_from);
+  v1::JobInfo job;
   while (true) {
     grpc::ClientContext context;
     context.set_wait_for_ready(true);
     context.set_deadline(absl::ToChronoTime(deadline));
-    job_.Clear();
-    absl::Status s = FromGrpcStatus(coordinator_->CreateJob(&context, create, &job_));
+    job.Clear();
+    absl::Status s = FromGrpcStatus(coordinator_->CreateJob(&context, create, &job));
     if (s.ok()) break;
     // UNAVAILABLE: another worker is creating the job right now.
     if (!absl::IsUnavailable(s) || absl::Now() > deadline) {
@@ -283,8 +284,17 @@ absl::Status ClientImpl::CreateJob() {
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  if (static_cast<uint32_t>(job_.chunks_size()) != layout_.num_chunks()) {
+  return TakeJob(std::move(job));
+}
+
+absl::Status ClientImpl::TakeJob(v1::JobInfo job) {
+  if (static_cast<uint32_t>(job.chunks_size()) != layout_.num_chunks()) {
     return absl::InternalError("the coordinator's job has a different number of chunks");
+  }
+  job_ = std::move(job);
+  for (const auto& c : job_.chunks()) {
+    auto& stub = shards_[c.server_address()];
+    if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(c.server_address()));
   }
   return absl::OkStatus();
 }
@@ -407,7 +417,6 @@ absl::Status ClientImpl::WriteInitialState() {
 
 absl::Status ClientImpl::Init() {
   RETURN_IF_ERROR(CreateJob());
-  AddStubs();
   ASSIGN_OR_RETURN(membership_,
                    WorkerMembership::Join(options_.coordinator_address, options_.job_id, worker_id_,
                                           [this] { CancelInFlight(); }));
@@ -520,10 +529,7 @@ absl::Status ClientImpl::FollowPlacement(absl::Time deadline) {
     RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::GetJob, request, &job,
                               kControlRpcTimeout));
     if (job.placement_version() >= generation_.placement_version()) {
-      if (static_cast<uint32_t>(job.chunks_size()) != layout_.num_chunks()) {
-        return absl::InternalError("the coordinator's job has a different number of chunks");
-      }
-      job_ = std::move(job);
+      RETURN_IF_ERROR(TakeJob(std::move(job)));
       break;
     }
     if (absl::Now() > deadline) {
@@ -533,17 +539,9 @@ absl::Status ClientImpl::FollowPlacement(absl::Time deadline) {
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
-  AddStubs();
   LogEventCat("client", "job ", options_.job_id, ": chunks moved (placement ",
               job_.placement_version(), "), resuming from checkpoint ", job_.restored_from());
   return absl::OkStatus();
-}
-
-void ClientImpl::AddStubs() {
-  for (const auto& c : job_.chunks()) {
-    auto& stub = shards_[c.server_address()];
-    if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(c.server_address()));
-  }
 }
 
 absl::Status ClientImpl::FollowGeneration() {

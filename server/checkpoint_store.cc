@@ -64,6 +64,10 @@ absl::StatusOr<v1::CheckpointManifest> ParseManifest(const std::string& checkpoi
 
 }  // namespace
 
+std::string CheckpointPath(const std::string& dir, const std::string& job_id, int64_t step) {
+  return absl::StrCat(dir, "/", job_id, "/", StepName(step));
+}
+
 absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, const std::string& job_id,
                                             int64_t step) {
   if (dir.empty() || dir[0] != '/') {

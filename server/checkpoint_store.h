@@ -19,6 +19,9 @@
 
 namespace strata {
 
+// The directory of `job_id`'s checkpoint of `step` under `dir`: DIR/JOB/step-NNNNNNNNNN.
+std::string CheckpointPath(const std::string& dir, const std::string& job_id, int64_t step);
+
 // A fresh partial directory for a save of `job_id`'s `step` under `dir`
 // (absolute), after removing partial ones of crashed saves of the job.
 // INVALID_ARGUMENT for a relative `dir`; the I/O error naming the directory.

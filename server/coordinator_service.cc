@@ -1,6 +1,7 @@
 #include "server/coordinator_service.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -389,8 +390,7 @@ void CoordinatorService::OnServerLost(const std::string& address) {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, job] : jobs_) {
-      std::vector<std::string> servers = ServersOf(job);
-      if (std::binary_search(servers.begin(), servers.end(), address)) affected.push_back(id);
+      if (HasChunksOn(job, address)) affected.push_back(id);
     }
   }
   for (const std::string& id : affected) {
@@ -429,20 +429,22 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
   ASSIGN_OR_RETURN(uint64_t generation,
                    membership_->ChunksMoved(job_id, moved->placement_version(), manifest->step()));
   checkpointer_.CancelSaves(job_id);
-  // Every chunk starts again from the checkpoint: drop the job on every live server first.
-  std::vector<std::string> stale = ServersOf(job);
-  for (const std::string& address : ServersOf(*moved)) stale.push_back(address);
-  std::sort(stale.begin(), stale.end());
-  stale.erase(std::unique(stale.begin(), stale.end()), stale.end());
-  stale.erase(std::remove_if(stale.begin(), stale.end(),
-                             [&](const std::string& a) { return monitor_->IsLost(a); }),
-              stale.end());
+  // Every chunk starts again from the checkpoint: drop the job first on
+  // every live server that holds it or will.
+  std::set<std::string> stale;
+  auto add_live = [&](const v1::JobInfo& placement) {
+    for (std::string& address : ServersOf(placement)) {
+      if (!monitor_->IsLost(address)) stale.insert(std::move(address));
+    }
+  };
+  add_live(job);
+  add_live(*moved);
   auto drop = [&](const std::vector<std::string>& addresses) {
     Await([&](auto done) {
       DropOnServers(job_id, addresses, [done] { done(absl::OkStatus()); });
     }).IgnoreError();
   };
-  drop(stale);
+  drop({stale.begin(), stale.end()});
   std::vector<std::string> allocated;
   absl::Status status = Await([&](auto done) {
     AllocateOnServers(moved, generation,
@@ -476,11 +478,7 @@ void CoordinatorService::DropJobsMovedOff(const std::string& address) {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, job] : jobs_) {
-      std::vector<std::string> servers = ServersOf(job);
-      if (job.placement_version() > 0 &&
-          !std::binary_search(servers.begin(), servers.end(), address)) {
-        moved_off.push_back(id);
-      }
+      if (job.placement_version() > 0 && !HasChunksOn(job, address)) moved_off.push_back(id);
     }
   }
   for (const std::string& id : moved_off) DropOnServers(id, {address}, [] {});

@@ -20,6 +20,12 @@ inline std::vector<std::string> ServersOf(const v1::JobInfo& job) {
   return addresses;
 }
 
+// Whether the server at `address` holds any of the job's chunks.
+inline bool HasChunksOn(const v1::JobInfo& job, const std::string& address) {
+  return std::any_of(job.chunks().begin(), job.chunks().end(),
+                     [&](const v1::ChunkAssignment& c) { return c.server_address() == address; });
+}
+
 // The job's chunks on the server at `address`.
 inline std::vector<v1::ChunkSpec> ChunksOn(const v1::JobInfo& job, const std::string& address) {
   std::vector<v1::ChunkSpec> chunks;

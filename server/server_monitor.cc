@@ -34,7 +34,6 @@ void ServerMonitor::Watch(const std::string& address) {
     server.stub = grpc::health::v1::Health::NewStub(MakeChannel(address));
   }
   server.last_healthy = absl::Now();
-  if (server.lost) registered_back_.push_back(address);
   server.lost = false;
 }
 
@@ -49,7 +48,6 @@ void ServerMonitor::CheckAll(std::vector<std::string>* lost, std::vector<std::st
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [address, server] : servers_) targets.emplace_back(address, server.stub.get());
-    back->swap(registered_back_);
   }
   const absl::Duration deadline = std::min(interval_, absl::Seconds(1));
   for (const auto& [address, stub] : targets) {

@@ -3,8 +3,9 @@
 // every `interval`; a server that has not answered SERVING for longer than
 // `timeout` is lost: `on_lost(address)` runs, on the monitor's thread, and
 // again at every later check while it stays lost (so that work it could not
-// finish is retried). A lost server that answers again, or registers again
-// (Watch()), is back: `on_back(address)` runs once.
+// finish is retried). A lost server that answers again is back:
+// `on_back(address)` runs once. Watch() (a registration) makes a server
+// healthy without on_back: the registrar deals with a registering server.
 //
 // Thread-safe. The callbacks run on the monitor's thread, one at a time, and
 // may block; they must not call Stop().
@@ -34,7 +35,7 @@ class ServerMonitor {
   ServerMonitor(const ServerMonitor&) = delete;
   ServerMonitor& operator=(const ServerMonitor&) = delete;
 
-  // Watches `address` from now on, as healthy (a registration); a lost one is back.
+  // Watches `address` from now on, as healthy (a registration).
   void Watch(const std::string& address);
   bool IsLost(const std::string& address) const;
   // Ends the thread; no callback runs after it returns.
@@ -55,7 +56,6 @@ class ServerMonitor {
   const Callback on_lost_, on_back_;
   mutable absl::Mutex mu_;
   std::map<std::string, Server> servers_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> registered_back_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "server/checkpoint_store.h"
 #include "server/local_cluster.h"
 #include "strata/client.h"
 #include "tests/testing/job_runner.h"
@@ -41,30 +42,12 @@ std::vector<int64_t> ListedSteps(const std::string& coordinator, const std::stri
   return steps;
 }
 
-std::string StepDir(const std::string& dir, const std::string& job, int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step-%010lld", static_cast<long long>(step));
-  return absl::StrCat(dir, "/", job, "/", name);
-}
-
 void ExpectSameState(const MasterState& got, const MasterState& want) {
   EXPECT_EQ(got.step, want.step);
   ASSERT_EQ(got.params.size(), want.params.size());
   EXPECT_TRUE(got.params == want.params);
   EXPECT_TRUE(got.exp_avg == want.exp_avg);
   EXPECT_TRUE(got.exp_avg_sq == want.exp_avg_sq);
-}
-
-ClientOptions Fp32Job(const std::string& coordinator, const std::string& job) {
-  ClientOptions o;
-  o.coordinator_address = coordinator;
-  o.job_id = job;
-  o.tensors = testing::SmallModel();
-  o.world_size = 2;
-  o.chunk_num_params = 256;
-  o.dtype = DType::kFp32;
-  o.adam.weight_decay = 0.01f;
-  return o;
 }
 
 // Test 1: checkpoints every 5 steps of a 2-server, 2-worker job (chunks of
@@ -75,7 +58,7 @@ TEST(CheckpointTest, RestoresOnAnotherTopologyAndChunkSizeAndContinuesBitwise) {
   const std::string dir = testing::FreshDir("checkpoint_topology");
   auto first = LocalCluster::Start({2, uint64_t{64} << 20, 1});
   ASSERT_TRUE(first.ok()) << first.status();
-  ClientOptions o = Fp32Job((*first)->coordinator_address(), "ckpt");
+  ClientOptions o = testing::SmallFp32Job((*first)->coordinator_address(), "ckpt");
   o.checkpoint_every_steps = 5;
   o.checkpoint_keep_last = 3;
   o.checkpoint_dir = dir;
@@ -95,14 +78,14 @@ TEST(CheckpointTest, RestoresOnAnotherTopologyAndChunkSizeAndContinuesBitwise) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_EQ(steps, (std::vector<int64_t>{10, 15, 20}));
-  EXPECT_FALSE(fs::exists(StepDir(dir, "ckpt", 5)));
+  EXPECT_FALSE(fs::exists(CheckpointPath(dir, "ckpt", 5)));
 
   auto second = LocalCluster::Start({3, uint64_t{64} << 20, 1});
   ASSERT_TRUE(second.ok()) << second.status();
-  ClientOptions r = Fp32Job((*second)->coordinator_address(), "ckpt");
+  ClientOptions r = testing::SmallFp32Job((*second)->coordinator_address(), "ckpt");
   r.world_size = 1;
   r.chunk_num_params = 192;
-  r.restore_from = StepDir(dir, "ckpt", 10);
+  r.restore_from = CheckpointPath(dir, "ckpt", 10);
   // One worker computes both ranks' gradients as two micro-batches; the
   // runner numbers steps from 1: these are steps 11 to 20.
   const MasterState restored = testing::RunWorkers(r, 10, 2, [&](int, int64_t step, int micro) {
@@ -117,7 +100,7 @@ TEST(CheckpointTest, ARestoredJobTakesTheLossScaleOfItsCheckpoint) {
   const std::string dir = testing::FreshDir("checkpoint_loss_scale");
   auto cluster = LocalCluster::Start({2, uint64_t{64} << 20, 1});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ClientOptions o = Fp32Job((*cluster)->coordinator_address(), "scaled");
+  ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "scaled");
   o.world_size = 1;
   o.dtype = DType::kFp16;
   o.loss_scale.initial_scale = 1024.0f;
@@ -139,14 +122,14 @@ TEST(CheckpointTest, ARestoredJobTakesTheLossScaleOfItsCheckpoint) {
   auto [code, output] = Stratactl(o.coordinator_address,
                                   absl::StrCat("--job=scaled --dir=", dir, " checkpoint save"));
   ASSERT_EQ(code, 0) << output;
-  std::ifstream manifest(StepDir(dir, "scaled", 8) + "/manifest.json");
+  std::ifstream manifest(CheckpointPath(dir, "scaled", 8) + "/manifest.json");
   const auto json = nlohmann::json::parse(manifest);
   EXPECT_EQ(json["loss_scale"]["scale"].get<float>(), scale) << json.dump();
   EXPECT_EQ(json["loss_scale"]["good_steps"].get<int>(), good_steps) << json.dump();
 
   ClientOptions r = o;
   r.job_id = "scaled-restored";
-  r.restore_from = StepDir(dir, "scaled", 8);
+  r.restore_from = CheckpointPath(dir, "scaled", 8);
   auto restored = Client::Connect(r);
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ((*restored)->step(), 8);
@@ -162,7 +145,7 @@ TEST(CheckpointTest, DamagedOrMismatchedCheckpointsAreRefused) {
   auto cluster = LocalCluster::Start({2, uint64_t{64} << 20, 1});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string coordinator = (*cluster)->coordinator_address();
-  ClientOptions o = Fp32Job(coordinator, "source");
+  ClientOptions o = testing::SmallFp32Job(coordinator, "source");
   o.world_size = 1;
   const uint64_t n = FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params();
   o.initial_params = testing::InitialParams(n);
@@ -173,7 +156,7 @@ TEST(CheckpointTest, DamagedOrMismatchedCheckpointsAreRefused) {
       Stratactl(coordinator, absl::StrCat("--json --job=source --dir=", dir, " checkpoint save"));
   ASSERT_EQ(code, 0) << output;
   EXPECT_THAT(output, HasSubstr("\"step\":3"));
-  const std::string good = StepDir(dir, "source", 3);
+  const std::string good = CheckpointPath(dir, "source", 3);
 
   // A copy of the checkpoint, damaged by `damage`, restored as job `job`.
   int copies = 0;
@@ -186,7 +169,7 @@ TEST(CheckpointTest, DamagedOrMismatchedCheckpointsAreRefused) {
     options.initial_params.clear();
     return Client::Connect(options).status();
   };
-  ClientOptions target = Fp32Job(coordinator, "target");
+  ClientOptions target = testing::SmallFp32Job(coordinator, "target");
   target.world_size = 1;
   target.rendezvous_timeout = absl::Seconds(10);
   const std::string chunk1 = "/chunk-00000001.bin";
@@ -305,14 +288,14 @@ TEST(CheckpointTest, SigkillDuringASaveLeavesThePreviousCheckpointUsable) {
   EXPECT_NE(pclose(save), 0) << save_output;
   EXPECT_THAT(save_output, HasSubstr("UNAVAILABLE"));
   EXPECT_EQ(ListedSteps(coordinator, "big", checkpoints), std::vector<int64_t>{2});
-  EXPECT_FALSE(fs::exists(StepDir(checkpoints, "big", 3)));
+  EXPECT_FALSE(fs::exists(CheckpointPath(checkpoints, "big", 3)));
 
   auto fresh = LocalCluster::Start({2, uint64_t{256} << 20, 1});
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   ClientOptions r = o;
   r.coordinator_address = (*fresh)->coordinator_address();
   r.chunk_num_params = 3 << 18;
-  r.restore_from = StepDir(checkpoints, "big", 2);
+  r.restore_from = CheckpointPath(checkpoints, "big", 2);
   auto restored = Client::Connect(r);
   ASSERT_TRUE(restored.ok()) << restored.status();
   auto state = (*restored)->ReadMasterState();

@@ -14,6 +14,7 @@
 #include "common/grpc_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/checkpoint_store.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
@@ -29,21 +30,9 @@ constexpr int64_t kSteps = 20;
 constexpr int64_t kCheckpointEvery = 5;
 constexpr int64_t kKillDuringStep = 13;
 
-std::string StepDir(const std::string& dir, const std::string& job, int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step-%010lld", static_cast<long long>(step));
-  return absl::StrCat(dir, "/", job, "/", name);
-}
-
+// 2 workers that split 8 samples per step (Step(GradientFn)).
 ClientOptions Job(const std::string& coordinator, const std::string& job_id) {
-  ClientOptions o;
-  o.coordinator_address = coordinator;
-  o.job_id = job_id;
-  o.tensors = testing::SmallModel();
-  o.world_size = 2;
-  o.chunk_num_params = 256;
-  o.dtype = DType::kFp32;
-  o.adam.weight_decay = 0.01f;
+  ClientOptions o = testing::SmallFp32Job(coordinator, job_id);
   o.samples_per_step = 8;
   return o;
 }
@@ -108,7 +97,7 @@ TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
       // Step 11 waits for the checkpoint of step 10 (its directory appears
       // once complete), so that the job cannot pass step 10 before it is armed.
       for (int i = 0; batch.step == 11 && i < 600 &&
-                      !std::filesystem::exists(StepDir(checkpoints, "failover", 10));
+                      !std::filesystem::exists(CheckpointPath(checkpoints, "failover", 10));
            ++i) {
         absl::SleepFor(absl::Milliseconds(50));
       }
@@ -184,7 +173,7 @@ TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
 
   // The same as a job restored from the step-10 checkpoint and trained to 20.
   ClientOptions r = Job(coordinator, "restarted");
-  r.restore_from = StepDir(checkpoints, "failover", 10);
+  r.restore_from = CheckpointPath(checkpoints, "failover", 10);
   testing::RunClients(r, [&](Client& client) {
     while (client.step() < kSteps) {
       absl::StatusOr<StepResult> result = client.Step(Compute);

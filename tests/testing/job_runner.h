@@ -1,4 +1,4 @@
-// Test helpers: a small model, deterministic per-(rank, step, micro-batch)
+// Test helpers: a small model (and an FP32 job of it), deterministic per-(rank, step, micro-batch)
 // gradients, RunClients(), which runs W connected clients as threads, and
 // RunWorkers(), which trains with them against a cluster and returns every
 // rank's step results and the final master state.
@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -35,6 +36,20 @@ inline std::vector<float> InitialParams(size_t n) {
   std::vector<float> p(n);
   for (float& x : p) x = normal(rng);
   return p;
+}
+
+// Options of an FP32 job of SmallModel() at `coordinator`: 2 workers,
+// chunks of 256, AdamW with weight decay 0.01.
+inline ClientOptions SmallFp32Job(const std::string& coordinator, const std::string& job_id) {
+  ClientOptions o;
+  o.coordinator_address = coordinator;
+  o.job_id = job_id;
+  o.tensors = SmallModel();
+  o.world_size = 2;
+  o.chunk_num_params = 256;
+  o.dtype = DType::kFp32;
+  o.adam.weight_decay = 0.01f;
+  return o;
 }
 
 struct RunResult {
