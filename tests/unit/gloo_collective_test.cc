@@ -1,6 +1,7 @@
 // The Gloo collective against plain sums, for world sizes that are and are
 // not powers of two, in every dtype; ranks run as threads over real TCP pairs
 // on loopback, rendezvousing through a coordinator.
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -18,9 +19,18 @@ class GlooCollectiveTest : public ::testing::TestWithParam<int> {
     CoordinatorOptions options;
     options.data_dir = ::testing::TempDir() + "/gloo_collective_test_" + std::to_string(getpid()) +
                        "_" + std::to_string(GetParam());
+    // A directory left by an earlier run with the same pid would hand the
+    // ranks its stale rendezvous addresses.
+    std::filesystem::remove_all(options.data_dir);
+    data_dir_ = options.data_dir;
     auto coordinator = Coordinator::Start(options);
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
+  }
+
+  void TearDown() override {
+    coordinator_.reset();
+    std::filesystem::remove_all(data_dir_);
   }
 
   // Runs `body(rank, collective)` on world-size threads.
@@ -43,6 +53,7 @@ class GlooCollectiveTest : public ::testing::TestWithParam<int> {
     for (auto& t : threads) t.join();
   }
 
+  std::string data_dir_;
   std::unique_ptr<Coordinator> coordinator_;
 };
 
