@@ -346,7 +346,30 @@ void Chunk::KeepCheckpointState(int64_t step, const StateView& view) {
     if (checkpoint_step_ != step) return;
     if (checkpoint_state_ == nullptr) checkpoint_loss_scale_ = loss_scales_[step & 1];
   }
-  if (checkpoint_state_ == nullptr) checkpoint_state_ = CopyToStateBuffer(view, range_.size());
+  if (checkpoint_state_ == nullptr) checkpoint_state_ = CopyStateLocked(view);
+}
+
+StateBuffer Chunk::CopyStateLocked(const StateView& view) {
+  StateBuffer state = std::move(checkpoint_buffer_);
+  if (state == nullptr) state = AllocateStateBuffer(range_.size());
+  CopyState(view, range_.size(), state.get());
+  return state;
+}
+
+void Chunk::ReserveCheckpointBuffer() {
+  // Whether a buffer is wanted: armed, on the host tier, without one.
+  auto wanted = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_) {
+    absl::MutexLock lock(&mu_);
+    return checkpoint_step_ >= 0 && state_->tier() == TierKind::kHost &&
+           checkpoint_state_ == nullptr && checkpoint_buffer_ == nullptr;
+  };
+  {
+    absl::MutexLock state_lock(&state_mu_);
+    if (!wanted()) return;
+  }
+  StateBuffer buffer = AllocateStateBuffer(range_.size());
+  absl::MutexLock state_lock(&state_mu_);
+  if (wanted()) checkpoint_buffer_ = std::move(buffer);
 }
 
 absl::Status Chunk::AwaitCheckpointStep(absl::Time wait_until) {
@@ -376,6 +399,7 @@ absl::Status Chunk::AwaitCheckpointStep(absl::Time wait_until) {
 absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path,
                                                std::optional<v1::LossScaleState>* loss_scale) {
   RETURN_IF_ERROR(AwaitCheckpointStep(absl::InfinitePast()));
+  ReserveCheckpointBuffer();
   // The state of `step`: the copy an Apply() made, or one made now (an
   // Apply() waits for a copy, not for the write).
   StateBuffer state;
@@ -392,11 +416,12 @@ absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path,
     if (state == nullptr) {
       absl::StatusOr<StateView> view = state_->Load();
       if (view.ok()) {
-        state = CopyToStateBuffer(*view, range_.size());
+        state = CopyStateLocked(*view);
         state_->Release(*view);
       }
       loaded = view.status();
     }
+    checkpoint_buffer_.reset();
     absl::MutexLock lock(&mu_);
     checkpoint_step_ = -1;
     RETURN_IF_ERROR(loaded);
@@ -407,6 +432,7 @@ absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path,
 void Chunk::CancelCheckpoint() {
   absl::MutexLock state_lock(&state_mu_);
   checkpoint_state_.reset();
+  checkpoint_buffer_.reset();
   absl::MutexLock lock(&mu_);
   checkpoint_step_ = -1;
 }

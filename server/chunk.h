@@ -141,6 +141,12 @@ class Chunk {
   // Keeps the state of `step` for SaveCheckpoint(): ABORTED when the chunk
   // is past it, FAILED_PRECONDITION when armed for another step.
   absl::Status ArmCheckpoint(int64_t step) ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
+  // Once armed, a host-tier chunk sets aside a buffer for the state of the
+  // armed step, allocated (and faulted in) here, outside every lock, so
+  // that the copy an Apply() or SaveCheckpoint() makes is a memcpy and no
+  // more; the buffer goes when the save ends or is cancelled. No-op when
+  // not armed; other tiers' chunks allocate when they copy.
+  void ReserveCheckpointBuffer() ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
   // Waits until the chunk reaches the armed step: DEADLINE_EXCEEDED after
   // `wait_until` (disarmed), CANCELLED by CancelCheckpoint(),
   // FAILED_PRECONDITION when not armed.
@@ -184,6 +190,8 @@ class Chunk {
   // checkpoint of `step` is armed and not yet written.
   void KeepCheckpointState(int64_t step, const StateView& view)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // `view` copied into the reserved buffer (or a new one).
+  StateBuffer CopyStateLocked(const StateView& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // Ends a failed Apply(): the step stays unapplied and `pushes` get `status`.
   void FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status);
 
@@ -217,9 +225,11 @@ class Chunk {
   std::optional<v1::LossScaleState> loss_scales_[2] ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   // The armed checkpoint's step, or -1; and the state of that step once an
-  // Apply() went past it before the save (p, m, v: 3 x range_.size()).
+  // Apply() went past it before the save (p, m, v: 3 x range_.size()), or
+  // else the buffer reserved for it, if any.
   int64_t checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
   StateBuffer checkpoint_state_ ABSL_GUARDED_BY(state_mu_);
+  StateBuffer checkpoint_buffer_ ABSL_GUARDED_BY(state_mu_);
   std::optional<v1::LossScaleState> checkpoint_loss_scale_ ABSL_GUARDED_BY(mu_);
 };
 

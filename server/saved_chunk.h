@@ -20,11 +20,12 @@ namespace strata {
 struct FreeFloats {
   void operator()(float* p) const { std::free(p); }
 };
-// p, m and v of a chunk, contiguous (3n floats), 4 KiB-aligned.
+// p, m and v of a chunk, contiguous (3n floats), 4 KiB-aligned, its pages
+// faulted in.
 using StateBuffer = std::unique_ptr<float[], FreeFloats>;
 StateBuffer AllocateStateBuffer(uint64_t num_params);
-// A copy of `view`'s p, m and v for SaveChunkState().
-StateBuffer CopyToStateBuffer(const StateView& view, uint64_t num_params);
+// Copies `view`'s p, m and v into `state` (3n floats) for SaveChunkState().
+void CopyState(const StateView& view, uint64_t num_params, float* state);
 
 // Writes the state of `num_params` parameters (3n floats: p, m, v) to `path`
 // and syncs it; returns the checksum. Direct I/O when `state` is 4 KiB-aligned

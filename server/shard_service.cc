@@ -10,6 +10,7 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "server/chunk_saver.h"
 #include "server/saved_chunk.h"
 
 namespace strata {
@@ -647,35 +648,31 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
     }
     status = chunk->AwaitCheckpointStep(wait_until);
   }
+  if (!status.ok()) {
+    for (const auto& chunk : chunks) chunk->CancelCheckpoint();
+    return status;
+  }
   const absl::Time writing = absl::Now();
+  std::vector<std::string> paths;
   for (const auto& chunk : chunks) {
-    if (!status.ok()) {
-      chunk->CancelCheckpoint();
-      continue;
-    }
-    const std::string name = CheckpointFileName(chunk->chunk_id());
-    std::optional<v1::LossScaleState> loss_scale;
-    absl::StatusOr<uint64_t> checksum =
-        chunk->SaveCheckpoint(absl::StrCat(request.dir(), "/", name), &loss_scale);
-    if (!checksum.ok()) {
-      status = checksum.status();
-      continue;
-    }
-    if (loss_scale.has_value()) *response->mutable_loss_scale() = *loss_scale;
+    paths.push_back(absl::StrCat(request.dir(), "/", CheckpointFileName(chunk->chunk_id())));
+  }
+  ASSIGN_OR_RETURN(std::vector<SavedChunk> saved, SaveArmedChunks(chunks, paths));
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const Chunk& chunk = *chunks[i];
+    if (saved[i].loss_scale.has_value()) *response->mutable_loss_scale() = *saved[i].loss_scale;
     v1::CheckpointFile* file = response->add_files();
-    file->mutable_chunk()->set_chunk_id(chunk->chunk_id());
-    file->mutable_chunk()->set_flat_begin(chunk->range().begin);
-    file->mutable_chunk()->set_num_params(chunk->range().size());
-    file->set_file(name);
-    file->set_num_bytes(3 * sizeof(float) * chunk->range().size());
-    file->set_checksum(*checksum);
+    file->mutable_chunk()->set_chunk_id(chunk.chunk_id());
+    file->mutable_chunk()->set_flat_begin(chunk.range().begin);
+    file->mutable_chunk()->set_num_params(chunk.range().size());
+    file->set_file(CheckpointFileName(chunk.chunk_id()));
+    file->set_num_bytes(3 * sizeof(float) * chunk.range().size());
+    file->set_checksum(saved[i].checksum);
   }
   response->set_write_seconds(absl::ToDoubleSeconds(absl::Now() - writing));
-  if (status.ok()) {
-    LogEventCat("server", "job ", request.job_id(), ": saved ", chunks.size(), " chunk(s) of step ",
-                request.step(), " to ", request.dir(), " in ", response->write_seconds(), " s");
-  }
-  return status;
+  LogEventCat("server", "job ", request.job_id(), ": saved ", chunks.size(), " chunk(s) of step ",
+              request.step(), " to ", request.dir(), " in ", response->write_seconds(), " s");
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* ShardService::SaveChunks(grpc::CallbackServerContext* ctx,

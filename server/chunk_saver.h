@@ -1,0 +1,40 @@
+// SaveArmedChunks(): the shard server's half of a checkpoint. Writes the
+// state of each chunk at its armed step (Chunk::SaveCheckpoint), a few chunks
+// at a time so that one chunk's copy, checksum and sync overlap another's
+// writes and the disk does not wait. A helper thread reserves the chunks'
+// copy buffers (Chunk::ReserveCheckpointBuffer) in order, a bounded number
+// of chunks ahead of the writers, so that neither an Apply() that must keep
+// a chunk's state aside nor the writer's own copy faults memory in under the
+// chunk's lock, and the extra memory stays bounded (unless training passes
+// the step on more chunks, which then keep their state aside regardless).
+//
+// Stateless; the chunks must be armed and at their step
+// (Chunk::AwaitCheckpointStep() returned OK).
+#ifndef STRATA_SERVER_CHUNK_SAVER_H_
+#define STRATA_SERVER_CHUNK_SAVER_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/chunk.h"
+#include "strata/v1/shard.pb.h"
+
+namespace strata {
+
+struct SavedChunk {
+  uint64_t checksum = 0;
+  // The loss scaler the step's pushes reported, if any.
+  std::optional<v1::LossScaleState> loss_scale;
+};
+
+// Writes chunk i to paths[i]. On the first error, the chunks
+// not yet written are disarmed and that error (naming the file) is returned.
+absl::StatusOr<std::vector<SavedChunk>> SaveArmedChunks(
+    const std::vector<std::shared_ptr<Chunk>>& chunks, const std::vector<std::string>& paths);
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_CHUNK_SAVER_H_

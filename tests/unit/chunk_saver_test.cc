@@ -1,0 +1,121 @@
+// SaveArmedChunks: every armed chunk's state at its step, written while
+// training goes on, or on an error every chunk disarmed and the file named.
+#include "server/chunk_saver.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/half.h"
+#include "server/saved_chunk.h"
+#include "storage/host_tier.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kN = 5000;  // not a multiple of the 4 KiB block
+constexpr int kChunks = 5;
+
+class ChunkSaverTest : public ::testing::Test {
+ protected:
+  ChunkSaverTest() : tier_(uint64_t{16} << 20) {
+    std::filesystem::create_directories(dir_);
+    for (int i = 0; i < kChunks; ++i) {
+      const FlatRange range{i * kN, (i + 1) * kN};
+      auto copy = tier_.Allocate(Chunk::CopyBytes(kN, DType::kFp16));
+      chunks_.push_back(std::make_shared<Chunk>("job", i, range, DType::kFp16, AdamConfig{},
+                                                *HostChunkState::Create(&tier_, kN), &tier_,
+                                                *copy));
+      std::vector<float> init(kN);
+      for (uint64_t j = 0; j < kN; ++j) init[j] = 0.001f * static_cast<float>(j + i);
+      EXPECT_TRUE(chunks_.back()->WriteParams(range.begin, init.data(), kN).ok());
+      paths_.push_back(dir_ + "/chunk-" + std::to_string(i));
+    }
+  }
+  ~ChunkSaverTest() override { std::filesystem::remove_all(dir_); }
+
+  // Pushes and applies the next step on every chunk.
+  void Step(int64_t step) {
+    std::vector<uint16_t> grads(kN, FloatToHalf(0.01f * static_cast<float>(step)));
+    const std::string bytes(reinterpret_cast<const char*>(grads.data()), grads.size() * 2);
+    for (const auto& chunk : chunks_) {
+      auto staged = chunk->Stage(step, 1, chunk->range().begin, kN, bytes, {1.0f},
+                                 [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+      ASSERT_TRUE(staged.ok() && *staged) << staged.status();
+      chunk->Apply();
+    }
+  }
+
+  // p, m, v of every chunk now, as a file would hold them.
+  std::vector<std::vector<float>> States() {
+    std::vector<std::vector<float>> states;
+    for (const auto& chunk : chunks_) {
+      std::vector<float> pmv(3 * kN);
+      float* p = pmv.data();
+      EXPECT_TRUE(chunk->ReadState(chunk->range().begin, kN, p, p + kN, p + 2 * kN).ok());
+      states.push_back(std::move(pmv));
+    }
+    return states;
+  }
+
+  HostTier tier_;
+  const std::string dir_ = ::testing::TempDir() + "/chunk_saver_test_" + std::to_string(getpid());
+  std::vector<std::shared_ptr<Chunk>> chunks_;
+  std::vector<std::string> paths_;
+};
+
+TEST_F(ChunkSaverTest, WritesEveryChunkAtItsArmedStepWhileLaterStepsApply) {
+  Step(1);
+  const std::vector<std::vector<float>> want = States();
+  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(1).ok());
+  // Chunks 0 and 1 keep their state aside in reserved buffers, chunk 2 in a
+  // buffer allocated as it applies; 3 and 4 are copied when written.
+  chunks_[0]->ReserveCheckpointBuffer();
+  chunks_[1]->ReserveCheckpointBuffer();
+  for (int i = 0; i < 3; ++i) {
+    std::vector<uint16_t> grads(kN, FloatToHalf(-0.5f));
+    const std::string bytes(reinterpret_cast<const char*>(grads.data()), grads.size() * 2);
+    ASSERT_TRUE(*chunks_[i]->Stage(2, 1, chunks_[i]->range().begin, kN, bytes, {1.0f},
+                                   [](absl::Status) {}));
+    chunks_[i]->Apply();
+  }
+
+  absl::StatusOr<std::vector<SavedChunk>> saved = SaveArmedChunks(chunks_, paths_);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_EQ(saved->size(), kChunks);
+  for (int i = 0; i < kChunks; ++i) {
+    std::vector<float> got(3 * kN);
+    float* p = got.data();
+    ASSERT_TRUE(
+        LoadChunkState(paths_[i], (*saved)[i].checksum, kN, StateView{p, p + kN, p + 2 * kN}).ok())
+        << "chunk " << i;
+    EXPECT_TRUE(got == want[i]) << "chunk " << i << " was not saved at step 1";
+    // Disarmed by the save.
+    EXPECT_EQ(chunks_[i]->AwaitCheckpointStep(absl::InfinitePast()).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+TEST_F(ChunkSaverTest, AFailedWriteNamesTheFileAndDisarmsEveryChunk) {
+  Step(1);
+  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(1).ok());
+  paths_[1] = dir_ + "/missing/chunk-1";
+  absl::StatusOr<std::vector<SavedChunk>> saved = SaveArmedChunks(chunks_, paths_);
+  ASSERT_FALSE(saved.ok());
+  EXPECT_NE(saved.status().message().find(paths_[1]), std::string::npos) << saved.status();
+  for (int i = 0; i < kChunks; ++i) {
+    EXPECT_EQ(chunks_[i]->AwaitCheckpointStep(absl::InfinitePast()).code(),
+              absl::StatusCode::kFailedPrecondition)
+        << "chunk " << i << " is still armed";
+  }
+  // Training and the next save go on.
+  Step(2);
+  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(2).ok());
+  paths_[1] = dir_ + "/chunk-1";
+  EXPECT_TRUE(SaveArmedChunks(chunks_, paths_).ok());
+}
+
+}  // namespace
+}  // namespace strata
