@@ -37,13 +37,14 @@ class Trainer {
     absl::MutexLock lock(&mu_);
     return status_;
   }
-  // Waits until `n` steps have run.
-  void WaitSteps(size_t n) {
+  // Waits until `n` steps have run; the error that ended the loop first, if any.
+  absl::Status WaitSteps(size_t n) {
     absl::MutexLock lock(&mu_);
     auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return steps_.size() >= n || !status_.ok();
     };
     mu_.Await(absl::Condition(&enough));
+    return status_;
   }
   std::vector<std::pair<absl::Time, absl::Time>> steps() {
     absl::MutexLock lock(&mu_);
@@ -94,6 +95,9 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   LocalClusterOptions cluster_options;
   cluster_options.num_servers = o.servers;
   cluster_options.executor_threads = o.executor_threads;
+  // The trainer's steps of big models starve heartbeats to the in-process
+  // coordinator on small machines; membership changes are not measured here.
+  cluster_options.worker_lease = absl::Minutes(5);
   // Two jobs (the trained one and the restored one), with room for a chunk more each.
   const uint64_t per_server = o.num_params / o.servers + kChunkParams;
   cluster_options.host_budget_bytes = 2 * Chunk::NumBytes(per_server, DType::kFp16);
@@ -117,7 +121,8 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   int steps_during_save = 0;
   {
     Trainer trainer(client->get(), o.num_params);
-    trainer.WaitSteps(6);  // one warm-up, five timed
+    // One warm-up, five timed.
+    if (absl::Status s = trainer.WaitSteps(6); !s.ok()) return s;
     std::vector<double> durations;
     for (const auto& [begin, end] : trainer.steps()) {
       durations.push_back(absl::ToDoubleSeconds(end - begin));
@@ -130,7 +135,7 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
     const absl::Time save_ended = absl::Now();
     if (!saved.ok()) return saved;
     save_s = absl::ToDoubleSeconds(save_ended - save_started);
-    trainer.WaitSteps(trainer.steps().size() + 2);
+    if (absl::Status s = trainer.WaitSteps(trainer.steps().size() + 2); !s.ok()) return s;
     if (absl::Status s = trainer.Stop(); !s.ok()) return s;
     for (const auto& [begin, end] : trainer.steps()) {
       if (end <= save_started || begin >= save_ended) continue;
