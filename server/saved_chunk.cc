@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -11,9 +12,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
+#include "common/status_macros.h"
 
 namespace strata {
 namespace {
@@ -22,33 +25,43 @@ constexpr size_t kDirectBlockBytes = 4096;
 constexpr size_t kPieceBytes = size_t{8} << 20;
 constexpr unsigned kPiecesInFlight = 4;
 
-// Writes `bytes` of `data` at offset 0 of `fd` in kPieceBytes pieces,
-// kPiecesInFlight at a time (io_uring), and adds them to `hash` in order while
-// the writes are in flight.
-absl::Status WriteInFlight(int fd, const char* data, size_t bytes, const std::string& path,
-                           XXH3_state_t* hash) {
+// Writes `bytes` of `data` at `file_offset` of `fd` (or reads them into `data`:
+// `read`) in kPieceBytes pieces, kPiecesInFlight at a time (io_uring), and
+// adds them to `hash` in order while the other pieces are in flight. A read
+// that ends early is DATA_LOSS naming the file.
+absl::Status TransferInFlight(bool read, int fd, char* data, size_t bytes, const std::string& path,
+                              XXH3_state_t* hash, uint64_t file_offset = 0) {
   if (bytes == 0) return absl::OkStatus();
   io_uring ring;
   if (int r = io_uring_queue_init(kPiecesInFlight, &ring, 0); r < 0) {
     errno = -r;
-    return ErrnoError("cannot set up io_uring to write", path);
+    return ErrnoError("cannot set up io_uring for", path);
   }
+  const char* verb = read ? "read" : "write";
   absl::Status status;
   size_t submitted = 0;
+  size_t done = 0;  // transferred, from offset 0 on
   size_t hashed = 0;
   unsigned in_flight = 0;
+  std::vector<bool> piece_done((bytes + kPieceBytes - 1) / kPieceBytes, false);
   while (status.ok() && (submitted < bytes || in_flight > 0)) {
     while (submitted < bytes && in_flight < kPiecesInFlight) {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring);
       const unsigned n = static_cast<unsigned>(std::min(kPieceBytes, bytes - submitted));
-      io_uring_prep_write(sqe, fd, data + submitted, n, submitted);
+      if (read) {
+        io_uring_prep_read(sqe, fd, data + submitted, n, file_offset + submitted);
+      } else {
+        io_uring_prep_write(sqe, fd, data + submitted, n, file_offset + submitted);
+      }
       io_uring_sqe_set_data64(sqe, submitted);
       submitted += n;
       ++in_flight;
     }
     io_uring_submit(&ring);
-    if (hashed < submitted) {
-      const size_t n = std::min(kPieceBytes, submitted - hashed);
+    // What is in memory in order: all of it when writing, what arrived when reading.
+    const size_t hashable = read ? done : submitted;
+    if (hashed < hashable) {
+      const size_t n = std::min(kPieceBytes, hashable - hashed);
       XXH3_64bits_update(hash, data + hashed, n);
       hashed += n;
     }
@@ -56,23 +69,34 @@ absl::Status WriteInFlight(int fd, const char* data, size_t bytes, const std::st
     int r = io_uring_wait_cqe(&ring, &cqe);
     if (r < 0) {
       errno = -r;
-      status = ErrnoError("cannot wait for a write to", path);
+      status = ErrnoError(absl::StrCat("cannot wait for a ", verb, " of"), path);
       break;
     }
     const uint64_t offset = io_uring_cqe_get_data64(cqe);
     const size_t n = std::min(kPieceBytes, bytes - offset);
     if (cqe->res < 0) {
       errno = -cqe->res;
-      status = ErrnoError("cannot write", path);
+      status = ErrnoError(absl::StrCat("cannot ", verb), path);
     } else if (static_cast<size_t>(cqe->res) < n) {
-      // A short write: the rest of the piece at once.
-      ssize_t rest = pwrite(fd, data + offset + cqe->res, n - cqe->res, offset + cqe->res);
-      if (rest != static_cast<ssize_t>(n - cqe->res)) status = ErrnoError("cannot write", path);
+      // A short transfer: the rest of the piece at once.
+      char* rest = data + offset + cqe->res;
+      const size_t left = n - cqe->res;
+      const off_t at = static_cast<off_t>(file_offset + offset + cqe->res);
+      ssize_t r = read ? pread(fd, rest, left, at) : pwrite(fd, rest, left, at);
+      if (r < 0) {
+        status = ErrnoError(absl::StrCat("cannot ", verb), path);
+      } else if (static_cast<size_t>(r) < left) {
+        status = read ? absl::DataLossError(absl::StrCat("chunk file ", path, " is truncated"))
+                      : ErrnoError("cannot write", path);
+      }
     }
     io_uring_cqe_seen(&ring, cqe);
     --in_flight;
+    piece_done[offset / kPieceBytes] = true;
+    while (done < bytes && piece_done[done / kPieceBytes])
+      done += std::min(kPieceBytes, bytes - done);
   }
-  // After an error, the writes still in flight end before the buffer may go.
+  // After an error, the transfers still in flight end before the buffer may go.
   while (in_flight > 0) {
     io_uring_cqe* cqe;
     if (io_uring_wait_cqe(&ring, &cqe) < 0) break;
@@ -94,11 +118,18 @@ Hash NewHash() {
   return hash;
 }
 
-// XXH3 of p, m and v in that order: the file's contents.
-uint64_t Checksum(const StateView& state, size_t bytes) {
-  Hash hash = NewHash();
-  for (const float* part : {state.p, state.m, state.v}) XXH3_64bits_update(hash.get(), part, bytes);
-  return XXH3_64bits_digest(hash.get());
+// TransferInFlight() of `bytes` at offset 0 of `fd`: with `direct` (fd
+// opened O_DIRECT), the whole 4 KiB blocks so, then the tail with direct
+// I/O off; all of it so otherwise.
+absl::Status TransferWhole(bool read, int fd, bool direct, char* data, size_t bytes,
+                           const std::string& path, XXH3_state_t* hash) {
+  const size_t aligned = direct ? bytes / kDirectBlockBytes * kDirectBlockBytes : 0;
+  RETURN_IF_ERROR(TransferInFlight(read, fd, data, aligned, path, hash));
+  if (aligned == bytes) return absl::OkStatus();
+  if (direct && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_DIRECT) != 0) {
+    return ErrnoError("cannot clear O_DIRECT on", path);
+  }
+  return TransferInFlight(read, fd, data + aligned, bytes - aligned, path, hash, aligned);
 }
 
 }  // namespace
@@ -137,20 +168,9 @@ absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* st
   const bool direct = fd >= 0;
   if (fd < 0) fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoError("cannot create", path);
-  // Whole blocks (direct) in pieces kept in flight; the tail with direct I/O off.
-  const size_t aligned = direct ? bytes / kDirectBlockBytes * kDirectBlockBytes : 0;
   Hash hash = NewHash();
-  absl::Status status = WriteInFlight(fd, data, aligned, path, hash.get());
-  if (status.ok() && aligned < bytes) {
-    if (direct && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_DIRECT) != 0) {
-      status = ErrnoError("cannot clear O_DIRECT on", path);
-    } else if (lseek(fd, static_cast<off_t>(aligned), SEEK_SET) < 0) {
-      status = ErrnoError("cannot seek in", path);
-    } else {
-      status = WriteFully(fd, data + aligned, bytes - aligned, path);
-      XXH3_64bits_update(hash.get(), data + aligned, bytes - aligned);
-    }
-  }
+  absl::Status status =
+      TransferWhole(/*read=*/false, fd, direct, const_cast<char*>(data), bytes, path, hash.get());
   if (status.ok() && fsync(fd) != 0) status = ErrnoError("cannot sync", path);
   close(fd);
   if (!status.ok()) return status;
@@ -158,25 +178,36 @@ absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* st
 }
 
 absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t num_params,
-                            const StateView& state) {
-  const size_t bytes = num_params * sizeof(float);
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+                            float* state) {
+  const size_t bytes = 3 * num_params * sizeof(float);
+  char* data = reinterpret_cast<char*>(state);
+  int fd = -1;
+  if (reinterpret_cast<uintptr_t>(state) % kDirectBlockBytes == 0) {
+    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+  }
+  const bool direct = fd >= 0;
+  if (fd < 0) fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    if (errno == ENOENT)
+    if (errno == ENOENT) {
       return absl::DataLossError(absl::StrCat("chunk file ", path, " is missing"));
+    }
     return ErrnoError("cannot open", path);
   }
   absl::Status status;
-  for (float* part : {state.p, state.m, state.v}) {
-    if (status.ok()) status = ReadFully(fd, part, bytes, path);
-  }
-  char extra;
-  if (status.ok() && read(fd, &extra, 1) != 0) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    status = ErrnoError("cannot stat", path);
+  } else if (static_cast<uint64_t>(st.st_size) < bytes) {
+    status = absl::DataLossError(
+        absl::StrCat("chunk file ", path, " is truncated: ", st.st_size, " of ", bytes, " bytes"));
+  } else if (static_cast<uint64_t>(st.st_size) > bytes) {
     status = absl::DataLossError(absl::StrCat("chunk file ", path, " is longer than recorded"));
   }
+  Hash hash = NewHash();
+  if (status.ok()) status = TransferWhole(/*read=*/true, fd, direct, data, bytes, path, hash.get());
   close(fd);
   if (!status.ok()) return status;
-  if (Checksum(state, bytes) != checksum) {
+  if (XXH3_64bits_digest(hash.get()) != checksum) {
     return absl::DataLossError(absl::StrCat("chunk file ", path, ": checksum mismatch"));
   }
   return absl::OkStatus();

@@ -33,10 +33,13 @@ void CopyState(const StateView& view, uint64_t num_params, float* state);
 // file on failure.
 absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* state,
                                         uint64_t num_params);
-// Reads `path` into `state`: DATA_LOSS naming the file when it is missing or
-// its size or checksum is not the recorded one.
+// Reads `path` into `state` (3n floats: p, m, v), verifying the checksum as
+// the pieces arrive: DATA_LOSS naming the file when it is missing or its size
+// or checksum is not the recorded one. Direct I/O in large pieces kept in
+// flight when `state` is 4 KiB-aligned (AllocateStateBuffer), buffered
+// otherwise.
 absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t num_params,
-                            const StateView& state);
+                            float* state);
 
 }  // namespace strata
 

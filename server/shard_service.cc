@@ -94,7 +94,7 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
     if (!record.saved_file().empty()) {
       ASSIGN_OR_RETURN(state, HostChunkState::Create(host_, n));
       ASSIGN_OR_RETURN(StateView view, state->Load());
-      RETURN_IF_ERROR(LoadChunkState(record.saved_file(), record.saved_checksum(), n, view));
+      RETURN_IF_ERROR(LoadChunkState(record.saved_file(), record.saved_checksum(), n, view.p));
       saved_files.push_back(record.saved_file());
     } else {
       if (nvme_ == nullptr) {
@@ -694,7 +694,8 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
   ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
   // Parameters of each local chunk the files cover.
   std::vector<uint64_t> covered(chunks.size(), 0);
-  std::vector<float> state;
+  StateBuffer state;
+  uint64_t state_params = 0;
   for (const v1::CheckpointFile& file : request.files()) {
     const uint64_t n = file.chunk().num_params();
     const FlatRange source{file.chunk().flat_begin(), file.chunk().flat_begin() + n};
@@ -703,10 +704,12 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint file name '", file.file(), "' is not a plain file name"));
     }
-    state.resize(3 * n);
-    float* p = state.data();
-    RETURN_IF_ERROR(
-        LoadChunkState(path, file.checksum(), n, StateView{p, p + n, p + 2 * n, nullptr}));
+    if (state_params != n) {
+      state = AllocateStateBuffer(n);
+      state_params = n;
+    }
+    float* p = state.get();
+    RETURN_IF_ERROR(LoadChunkState(path, file.checksum(), n, p));
     for (size_t i = 0; i < chunks.size(); ++i) {
       const FlatRange target = chunks[i]->range();
       const uint64_t begin = std::max(source.begin, target.begin);
