@@ -18,20 +18,20 @@ constexpr size_t kReserveAhead = 4;
 absl::StatusOr<std::vector<SavedChunk>> SaveArmedChunks(
     const std::vector<std::shared_ptr<Chunk>>& chunks, const std::vector<std::string>& paths) {
   const size_t n = chunks.size();
-  std::vector<absl::StatusOr<SavedChunk>> saved(n, absl::UnknownError("not saved"));
+  std::vector<SavedChunk> saved(n);
   absl::Mutex mu;
-  size_t next = 0;  // the next chunk to write
-  bool failed = false;
+  size_t next = 0;     // the next chunk to write
+  absl::Status error;  // the first
 
   std::thread reserver([&] {
     for (size_t i = 0; i < n; ++i) {
       {
         absl::MutexLock lock(&mu);
         auto may_reserve = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-          return failed || i < next + kReserveAhead;
+          return !error.ok() || i < next + kReserveAhead;
         };
         mu.Await(absl::Condition(&may_reserve));
-        if (failed || i < next) continue;  // a writer reserves its own
+        if (!error.ok() || i < next) continue;  // a writer reserves its own
       }
       chunks[i]->ReserveCheckpointBuffer();
     }
@@ -43,21 +43,18 @@ absl::StatusOr<std::vector<SavedChunk>> SaveArmedChunks(
         absl::MutexLock lock(&mu);
         if (next == n) return;
         i = next++;
-        if (failed) {
+        if (!error.ok()) {
           chunks[i]->CancelCheckpoint();
           continue;
         }
       }
-      SavedChunk chunk;
-      absl::StatusOr<uint64_t> checksum = chunks[i]->SaveCheckpoint(paths[i], &chunk.loss_scale);
+      absl::StatusOr<uint64_t> checksum = chunks[i]->SaveCheckpoint(paths[i], &saved[i].loss_scale);
       if (checksum.ok()) {
-        chunk.checksum = *checksum;
-        saved[i] = chunk;
-      } else {
-        saved[i] = checksum.status();
-        absl::MutexLock lock(&mu);
-        failed = true;
+        saved[i].checksum = *checksum;
+        continue;
       }
+      absl::MutexLock lock(&mu);
+      if (error.ok()) error = checksum.status();
     }
   };
   std::vector<std::thread> writers;
@@ -65,13 +62,8 @@ absl::StatusOr<std::vector<SavedChunk>> SaveArmedChunks(
   write();
   for (std::thread& writer : writers) writer.join();
   reserver.join();
-
-  std::vector<SavedChunk> result;
-  for (absl::StatusOr<SavedChunk>& chunk : saved) {
-    if (!chunk.ok()) return chunk.status();
-    result.push_back(*std::move(chunk));
-  }
-  return result;
+  if (!error.ok()) return error;
+  return saved;
 }
 
 }  // namespace strata

@@ -118,6 +118,19 @@ Hash NewHash() {
   return hash;
 }
 
+// Opens `path` with `flags`, and O_DIRECT too when `buffer` is 4 KiB-aligned
+// and the file system takes it; sets `direct` to whether it did. -1 and
+// errno as open() leaves them on failure.
+int OpenPreferringDirect(const std::string& path, int flags, const void* buffer, bool* direct) {
+  int fd = -1;
+  if (reinterpret_cast<uintptr_t>(buffer) % kDirectBlockBytes == 0) {
+    fd = open(path.c_str(), flags | O_DIRECT, 0600);
+  }
+  *direct = fd >= 0;
+  if (fd < 0) fd = open(path.c_str(), flags, 0600);
+  return fd;
+}
+
 // TransferInFlight() of `bytes` at offset 0 of `fd`: with `direct` (fd
 // opened O_DIRECT), the whole 4 KiB blocks so, then the tail with direct
 // I/O off; all of it so otherwise.
@@ -161,12 +174,8 @@ absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* st
                                         uint64_t num_params) {
   const size_t bytes = 3 * num_params * sizeof(float);
   const char* data = reinterpret_cast<const char*>(state);
-  int fd = -1;
-  if (reinterpret_cast<uintptr_t>(state) % kDirectBlockBytes == 0) {
-    fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0600);
-  }
-  const bool direct = fd >= 0;
-  if (fd < 0) fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  bool direct;
+  int fd = OpenPreferringDirect(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, state, &direct);
   if (fd < 0) return ErrnoError("cannot create", path);
   Hash hash = NewHash();
   absl::Status status =
@@ -181,12 +190,8 @@ absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t
                             float* state) {
   const size_t bytes = 3 * num_params * sizeof(float);
   char* data = reinterpret_cast<char*>(state);
-  int fd = -1;
-  if (reinterpret_cast<uintptr_t>(state) % kDirectBlockBytes == 0) {
-    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-  }
-  const bool direct = fd >= 0;
-  if (fd < 0) fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  bool direct;
+  int fd = OpenPreferringDirect(path, O_RDONLY | O_CLOEXEC, state, &direct);
   if (fd < 0) {
     if (errno == ENOENT) {
       return absl::DataLossError(absl::StrCat("chunk file ", path, " is missing"));

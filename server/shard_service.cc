@@ -640,17 +640,12 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
                                         const std::vector<std::shared_ptr<Chunk>>& chunks,
                                         v1::SaveChunksResponse* response) {
   const absl::Time wait_until = absl::Now() + absl::Milliseconds(request.wait_ms());
-  absl::Status status;
   for (const auto& chunk : chunks) {
-    if (!status.ok()) {
-      chunk->CancelCheckpoint();
-      continue;
+    absl::Status reached = chunk->AwaitCheckpointStep(wait_until);
+    if (!reached.ok()) {
+      for (const auto& c : chunks) c->CancelCheckpoint();
+      return reached;
     }
-    status = chunk->AwaitCheckpointStep(wait_until);
-  }
-  if (!status.ok()) {
-    for (const auto& chunk : chunks) chunk->CancelCheckpoint();
-    return status;
   }
   const absl::Time writing = absl::Now();
   std::vector<std::string> paths;
