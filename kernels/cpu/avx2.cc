@@ -20,12 +20,11 @@ struct Avx2Ops {
   static F Div(F a, F b) { return _mm256_div_ps(a, b); }
   static F Sqrt(F a) { return _mm256_sqrt_ps(a); }
   static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
-  static bool SquareExactInFloat(F x) {
-    F a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
-    F in_range = _mm256_and_ps(_mm256_cmp_ps(a, _mm256_set1_ps(0x1p-60f), _CMP_GE_OQ),
-                               _mm256_cmp_ps(a, _mm256_set1_ps(0x1p60f), _CMP_LE_OQ));
-    F ok = _mm256_or_ps(in_range, _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_EQ_OQ));
-    return _mm256_movemask_ps(ok) == 0xff;
+  static bool AllFinite(F x) {
+    F magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+    // Ordered: a NaN lane compares false.
+    F finite = _mm256_cmp_ps(magnitude, _mm256_set1_ps(0x1.fffffep127f), _CMP_LE_OQ);
+    return _mm256_movemask_ps(finite) == 0xff;
   }
   static F LoadF32(const float* p) { return _mm256_loadu_ps(p); }
   static F LoadF16(const uint16_t* p) {
@@ -34,6 +33,11 @@ struct Avx2Ops {
   static F LoadBf16(const uint16_t* p) {
     __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+  static void LoadBf16Pairs(const uint16_t* p, F* even, F* odd) {
+    __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(0xffff0000)));
   }
   template <bool kStream>
   static void StoreF32(float* p, F x) {

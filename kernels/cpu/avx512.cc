@@ -24,12 +24,9 @@ struct Avx512Ops {
   static F Div(F a, F b) { return _mm512_div_ps(a, b); }
   static F Sqrt(F a) { return _mm512_sqrt_ps(a); }
   static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
-  static bool SquareExactInFloat(F x) {
-    F a = _mm512_abs_ps(x);
-    __mmask16 in_range = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0x1p-60f), _CMP_GE_OQ) &
-                         _mm512_cmp_ps_mask(a, _mm512_set1_ps(0x1p60f), _CMP_LE_OQ);
-    __mmask16 zero = _mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_EQ_OQ);
-    return static_cast<uint16_t>(in_range | zero) == 0xffff;
+  static bool AllFinite(F x) {
+    // fpclass 0x99: QNaN, +Inf, -Inf or SNaN.
+    return _mm512_fpclass_ps_mask(x, 0x99) == 0;
   }
   static F LoadF32(const float* p) { return _mm512_loadu_ps(p); }
   static F LoadF16(const uint16_t* p) {
@@ -38,6 +35,11 @@ struct Avx512Ops {
   static F LoadBf16(const uint16_t* p) {
     __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
+  static void LoadBf16Pairs(const uint16_t* p, F* even, F* odd) {
+    __m512i pairs = _mm512_loadu_si512(p);
+    *even = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+    *odd = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(0xffff0000)));
   }
   template <bool kStream>
   static void StoreF32(float* p, F x) {

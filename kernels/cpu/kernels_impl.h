@@ -6,8 +6,10 @@
 #ifndef STRATA_KERNELS_CPU_KERNELS_IMPL_H_
 #define STRATA_KERNELS_CPU_KERNELS_IMPL_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <type_traits>
 
 #include "kernels/cpu/kernel_table.h"
@@ -117,7 +119,8 @@ void AccumulateSquares(const void* base, size_t blocks, double* lanes) {
 #pragma GCC unroll 64
   for (size_t k = 0; k < kAccumulators; ++k) acc[k] = Ops::LoadD(lanes + k * Ops::kDoubleWidth);
   for (size_t b = 0; b < blocks; ++b) {
-    // Prefetch 8 KiB ahead, as the FP16 form does.
+    // Prefetch 8 KiB ahead: the conversions to double are long enough that
+    // the loads alone do not keep enough misses in flight.
     const char* ahead = static_cast<const char*>(base) + (b * kSumLanes * DTypeSize(D) + 8192);
 #pragma GCC unroll 4
     for (size_t line = 0; line < kSumLanes * DTypeSize(D); line += 64) {
@@ -138,100 +141,138 @@ void AccumulateSquares(const void* base, size_t blocks, double* lanes) {
   for (size_t k = 0; k < kAccumulators; ++k) Ops::StoreD(lanes + k * Ops::kDoubleWidth, acc[k]);
 }
 
-// Blocks summed in FP32: 16 float lanes of 16 squares each.
-constexpr size_t kFloatBlock = 256;
+// Adds elements [begin, n) squared, in double, to lanes 0, 1, ... in turn.
+template <DType D>
+void AddTailSquares(const void* base, size_t begin, size_t n, double* lanes) {
+  for (size_t i = begin, j = 0; i < n; ++i, j = (j + 1) % kSumLanes) {
+    double x = LoadAs<ScalarOps, D>(base, i);
+    lanes[j] += x * x;
+  }
+}
 
-// AccumulateSquares for 16-bit gradients at a fraction of the arithmetic:
-// the square of an FP16 value is exact in FP32, and so is that of a BF16
-// value x with |x| in {0} U [2^-60, 2^60], and 16 of them cannot overflow.
-// Float lane j sums the squares of elements kFloatBlock b + 16 q + j for
-// q = 0..15 (in that order, fused multiply-adds after the first square;
-// relative error at most 15 * 2^-24) and is then added, in double, to
-// lanes[j]. A BF16 block with a value outside that range is instead added
-// square by square in double, lane j getting q = 0..15 in order. Lanes 16..63
-// stay untouched. Every variant takes the same path for a block.
+// The first pass of the sum of squares works in FP32, on blocks of
+// kSquareRows rows of kFloatLanes elements: float lane j sums the squares of
+// the element at RowOffset<D>(j) of rows q = 0..7 (a product for q = 0, then
+// fused multiply-adds), and the block's lane sums are added, in double, to
+// lanes[j]. Lanes kFloatLanes..63 stay untouched.
+inline constexpr size_t kFloatLanes = 32;
+inline constexpr size_t kSquareRows = 8;
+inline constexpr size_t kSquareBlock = kFloatLanes * kSquareRows;
+
+// The element of a row that float lane j sums: element j, except for BF16,
+// whose lanes 0..15 take the even elements and lanes 16..31 the odd ones --
+// what widening pairs of BF16 values by a shift and a mask gives, with no
+// shuffle.
+template <DType D>
+constexpr size_t RowOffset(size_t lane) {
+  if constexpr (D != DType::kBf16) return lane;
+  return lane < kFloatLanes / 2 ? 2 * lane : 2 * (lane - kFloatLanes / 2) + 1;
+}
+
+// Loads the row that starts at element `row` into kFloatLanes / kWidth
+// vectors, vector k holding float lanes [k kWidth, (k + 1) kWidth).
+template <typename Ops, DType D>
+inline void LoadRow(const void* base, size_t row, typename Ops::F* x) {
+  constexpr size_t kVectors = kFloatLanes / Ops::kWidth;
+  if constexpr (D == DType::kBf16) {
+#pragma GCC unroll 16
+    for (size_t h = 0; h < kVectors / 2; ++h) {
+      Ops::LoadBf16Pairs(static_cast<const uint16_t*>(base) + row + 2 * Ops::kWidth * h, &x[h],
+                         &x[kVectors / 2 + h]);
+    }
+  } else {
+#pragma GCC unroll 32
+    for (size_t k = 0; k < kVectors; ++k) x[k] = LoadAs<Ops, D>(base, row + k * Ops::kWidth);
+  }
+}
+
+// Bytes ahead of the block being summed that the FP32 pass prefetches.
+constexpr size_t kSquaresPrefetchBytes = 4096;
+
+// The FP32 pass over `blocks` blocks. Squares of FP16 values are exact in
+// FP32, and so are those of BF16 values that neither overflow nor go below
+// 2^-149; FP32 squares round once. So a lane sum's relative error is at most
+// 8 * 2^-24, with an absolute error of at most 8 * 2^-150 for squares too
+// small for FP32 (GradStatsImpl makes those irrelevant). A block with a lane
+// sum that is not finite (an element is Inf or NaN, or a square overflows
+// FP32) is summed instead square by square in double, lane j getting rows
+// q = 0..7 in order. Every variant takes the same path for a block.
 template <typename Ops, DType D>
 void AccumulateSquaresInFloat(const void* base, size_t blocks, double* lanes) {
-  static_assert(D == DType::kFp16 || D == DType::kBf16);
-  constexpr size_t kFloatLanes = 16;
   constexpr size_t kVectors = kFloatLanes / Ops::kWidth;
   constexpr size_t kPerFloatVector = Ops::kWidth / Ops::kDoubleWidth;
   constexpr size_t kAccumulators = kFloatLanes / Ops::kDoubleWidth;
+  constexpr size_t kBlockBytes = kSquareBlock * DTypeSize(D);
   typename Ops::D acc[kAccumulators];
-#pragma GCC unroll 16
+#pragma GCC unroll 32
   for (size_t k = 0; k < kAccumulators; ++k) acc[k] = Ops::LoadD(lanes + k * Ops::kDoubleWidth);
   for (size_t b = 0; b < blocks; ++b) {
-    // Prefetch 8 blocks (4 KiB) ahead: the arithmetic per line is long enough
-    // that the loads alone do not keep enough misses in flight.
-    const char* ahead = static_cast<const char*>(base) + (b + 8) * kFloatBlock * 2;
-#pragma GCC unroll 8
-    for (size_t line = 0; line < kFloatBlock * 2; line += 64) __builtin_prefetch(ahead + line);
-    bool exact = true;
-    typename Ops::F sums[kVectors];
+    const char* ahead = static_cast<const char*>(base) + b * kBlockBytes + kSquaresPrefetchBytes;
 #pragma GCC unroll 16
-    for (size_t f = 0; f < kVectors; ++f) {
-      typename Ops::F x = LoadAs<Ops, D>(base, b * kFloatBlock + f * Ops::kWidth);
-      if constexpr (D == DType::kBf16) exact = exact && Ops::SquareExactInFloat(x);
-      sums[f] = Ops::Mul(x, x);
+    for (size_t line = 0; line < kBlockBytes; line += 64) __builtin_prefetch(ahead + line);
+    typename Ops::F x[kVectors], sums[kVectors];
+    LoadRow<Ops, D>(base, b * kSquareBlock, x);
+#pragma GCC unroll 32
+    for (size_t k = 0; k < kVectors; ++k) sums[k] = Ops::Mul(x[k], x[k]);
+#pragma GCC unroll 7
+    for (size_t q = 1; q < kSquareRows; ++q) {
+      LoadRow<Ops, D>(base, b * kSquareBlock + q * kFloatLanes, x);
+#pragma GCC unroll 32
+      for (size_t k = 0; k < kVectors; ++k) sums[k] = Ops::Fma(x[k], x[k], sums[k]);
     }
-#pragma GCC unroll 15
-    for (size_t q = 1; q < kFloatBlock / kFloatLanes; ++q) {
-#pragma GCC unroll 16
-      for (size_t f = 0; f < kVectors; ++f) {
-        typename Ops::F x =
-            LoadAs<Ops, D>(base, b * kFloatBlock + q * kFloatLanes + f * Ops::kWidth);
-        if constexpr (D == DType::kBf16) exact = exact && Ops::SquareExactInFloat(x);
-        sums[f] = Ops::Fma(x, x, sums[f]);
-      }
-    }
-    if (!exact) {
-#pragma GCC unroll 16
+    bool finite = true;
+#pragma GCC unroll 32
+    for (size_t k = 0; k < kVectors; ++k) finite = finite && Ops::AllFinite(sums[k]);
+    if (!finite) {
+#pragma GCC unroll 32
       for (size_t k = 0; k < kAccumulators; ++k) Ops::StoreD(lanes + k * Ops::kDoubleWidth, acc[k]);
-      for (size_t q = 0; q < kFloatBlock / kFloatLanes; ++q) {
+      for (size_t q = 0; q < kSquareRows; ++q) {
         for (size_t j = 0; j < kFloatLanes; ++j) {
-          double x = LoadAs<ScalarOps, D>(base, b * kFloatBlock + q * kFloatLanes + j);
-          lanes[j] += x * x;
+          double e =
+              LoadAs<ScalarOps, D>(base, b * kSquareBlock + q * kFloatLanes + RowOffset<D>(j));
+          lanes[j] += e * e;
         }
       }
-#pragma GCC unroll 16
+#pragma GCC unroll 32
       for (size_t k = 0; k < kAccumulators; ++k) acc[k] = Ops::LoadD(lanes + k * Ops::kDoubleWidth);
       continue;
     }
-#pragma GCC unroll 16
-    for (size_t f = 0; f < kVectors; ++f) {
+#pragma GCC unroll 32
+    for (size_t k = 0; k < kVectors; ++k) {
       typename Ops::D d[kPerFloatVector];
-      Ops::ToDoubles(sums[f], d);
+      Ops::ToDoubles(sums[k], d);
 #pragma GCC unroll 2
       for (size_t h = 0; h < kPerFloatVector; ++h) {
-        typename Ops::D& a = acc[f * kPerFloatVector + h];
+        typename Ops::D& a = acc[k * kPerFloatVector + h];
         a = Ops::AddD(a, d[h]);
       }
     }
   }
-#pragma GCC unroll 16
+#pragma GCC unroll 32
   for (size_t k = 0; k < kAccumulators; ++k) Ops::StoreD(lanes + k * Ops::kDoubleWidth, acc[k]);
 }
 
+// A sum of squares below this is computed again in double, square by square:
+// the squares the FP32 pass lost (each below 2^-149, at most n of them) are
+// then below 2^-30 of the sum for any n up to 2^40.
+constexpr double kTinySumOfSquares = 0x1p-80;
+
 template <typename Ops>
 GradStats GradStatsImpl(DType dtype, const void* grads, size_t n) {
-  double lanes[kSumLanes] = {};
+  GradStats stats;
   WithDTypeTag(dtype, [&](auto d) {
     constexpr DType D = decltype(d)::value;
-    size_t done;
-    if constexpr (D != DType::kFp32) {
-      AccumulateSquaresInFloat<Ops, D>(grads, n / kFloatBlock, lanes);
-      done = n / kFloatBlock * kFloatBlock;
-    } else {
+    double lanes[kSumLanes] = {};
+    AccumulateSquaresInFloat<Ops, D>(grads, n / kSquareBlock, lanes);
+    AddTailSquares<D>(grads, n / kSquareBlock * kSquareBlock, n, lanes);
+    stats.sum_squares = ReduceLanes(lanes);
+    if (stats.sum_squares < kTinySumOfSquares) {
+      std::fill(std::begin(lanes), std::end(lanes), 0.0);
       AccumulateSquares<Ops, D>(grads, n / kSumLanes, lanes);
-      done = n / kSumLanes * kSumLanes;
-    }
-    for (size_t i = done, j = 0; i < n; ++i, j = (j + 1) % kSumLanes) {
-      double x = LoadAs<ScalarOps, D>(grads, i);
-      lanes[j] += x * x;
+      AddTailSquares<D>(grads, n / kSumLanes * kSumLanes, n, lanes);
+      stats.sum_squares = ReduceLanes(lanes);
     }
   });
-  GradStats stats;
-  stats.sum_squares = ReduceLanes(lanes);
   // Squares of finite floats, summed in double, cannot overflow: the sum is
   // finite exactly when every element is.
   stats.all_finite = std::isfinite(stats.sum_squares);

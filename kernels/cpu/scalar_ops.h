@@ -4,8 +4,10 @@
 //
 // The Ops interface: kWidth; F (kWidth floats); Set, Add, Sub, Mul, Div,
 // Sqrt (IEEE, correctly rounded, never fused unless asked) and Fma (fused,
-// correctly rounded: a * b + c with one rounding); SquareExactInFloat(x); LoadF32/F16/Bf16 and
-// StoreF32/F16/Bf16<kStream> (round to nearest even); Fence() after streaming
+// correctly rounded: a * b + c with one rounding); AllFinite(x) (no lane is
+// Inf or NaN); LoadF32/F16/Bf16; LoadBf16Pairs(p, even, odd), which loads
+// 2 kWidth BF16 values and returns those at even offsets in `even` and the
+// others in `odd`; StoreF32/F16/Bf16<kStream> (round to nearest even); Fence() after streaming
 // stores; for the sum of squares, kDoubleWidth and D (a vector of that many
 // doubles), LoadD, StoreD, AddD, MulD and ToDoubles(x, out), which widens
 // the kWidth floats of x into kWidth / kDoubleWidth vectors of doubles.
@@ -34,14 +36,14 @@ struct ScalarOps {
   static F Div(F a, F b) { return a / b; }
   static F Sqrt(F a) { return std::sqrt(a); }
   static F Fma(F a, F b, F c) { return std::fma(a, b, c); }
-  // Whether every |x| is 0 or in [2^-60, 2^60] (false for Inf and NaN).
-  static bool SquareExactInFloat(F x) {
-    float a = std::fabs(x);
-    return a == 0.0f || (a >= 0x1p-60f && a <= 0x1p60f);
-  }
+  static bool AllFinite(F x) { return std::isfinite(x); }
   static F LoadF32(const float* p) { return *p; }
   static F LoadF16(const uint16_t* p) { return HalfToFloat(*p); }
   static F LoadBf16(const uint16_t* p) { return Bf16ToFloat(*p); }
+  static void LoadBf16Pairs(const uint16_t* p, F* even, F* odd) {
+    *even = Bf16ToFloat(p[0]);
+    *odd = Bf16ToFloat(p[1]);
+  }
   template <bool kStream>
   static void StoreF32(float* p, F x) {
     *p = x;

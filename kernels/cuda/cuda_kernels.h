@@ -2,9 +2,9 @@
 // and casts as the CPU variants, over device pointers, on a stream. Built
 // only where the CUDA toolkit is found (STRATA_HAVE_CUDA). Compiled without
 // FMA contraction and with IEEE division and square root, so AdamW and the
-// casts give the same bits as the CPU kernels; the sum of squares adds in
-// another order (relative difference below 1e-12 for FP32 and BF16, and
-// below 4e-7 for FP16, whose CPU form sums 4 squares in FP32).
+// casts give the same bits as the CPU kernels; the sum of squares adds every
+// square in double, in another order (relative difference below 1e-6: the
+// CPU form sums 8 squares at a time in FP32, see grad_stats.h).
 // Thread-safe: each call is independent; calls on one stream run in order.
 #ifndef STRATA_KERNELS_CUDA_CUDA_KERNELS_H_
 #define STRATA_KERNELS_CUDA_CUDA_KERNELS_H_

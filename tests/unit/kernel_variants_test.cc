@@ -150,17 +150,40 @@ TEST_P(VariantTest, AdamMatchesScalarBitwise) {
   }
 }
 
+// Finite gradients that take every path of the sum of squares: squares that
+// overflow FP32 (1e30; 6e4 for FP16, its largest range) or fall below it
+// (1e-30, FP32 denormals), among plain values; with `tiny`, a buffer whose
+// squares all fall below FP32.
+std::vector<float> FiniteExtremes(size_t n, std::mt19937& rng, DType dtype, bool tiny) {
+  std::vector<float> x = Values(n, rng, /*specials=*/false);
+  if (tiny) {
+    for (float& v : x) v *= 1e-30f;
+    return x;
+  }
+  const float extremes[] = {dtype == DType::kFp16 ? 6e4f : 1e30f, 1e-30f, 1e-40f};
+  std::uniform_int_distribution<size_t> pick(0, 199);
+  for (float& v : x) {
+    if (size_t k = pick(rng); k < std::size(extremes)) v = extremes[k];
+  }
+  return x;
+}
+
 TEST_P(VariantTest, GradStatsMatchScalarBitwise) {
   for (size_t n : kSizes) {
     for (DType dtype : {DType::kFp16, DType::kBf16, DType::kFp32}) {
-      for (bool specials : {false, true}) {
-        Buffer<uint8_t> g = Encode(Values(n, rng_, specials), dtype);
+      std::vector<std::vector<float>> cases = {Values(n, rng_, false), Values(n, rng_, true),
+                                               FiniteExtremes(n, rng_, dtype, false),
+                                               FiniteExtremes(n, rng_, dtype, true)};
+      for (size_t c = 0; c < cases.size(); ++c) {
+        Buffer<uint8_t> g = Encode(cases[c], dtype);
         GradStats want = ScalarKernels().grad_stats(dtype, g.data(), n);
         GradStats got = kernels().grad_stats(dtype, g.data(), n);
-        EXPECT_EQ(got.all_finite, want.all_finite) << n;
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " " << DTypeName(dtype) << " case " << c);
+        EXPECT_EQ(got.all_finite, want.all_finite);
+        if (c >= 2) EXPECT_TRUE(want.all_finite);
         if (want.all_finite) {
           EXPECT_EQ(std::memcmp(&got.sum_squares, &want.sum_squares, 8), 0)
-              << n << " " << got.sum_squares << " vs " << want.sum_squares;
+              << got.sum_squares << " vs " << want.sum_squares;
         }
       }
     }

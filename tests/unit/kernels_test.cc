@@ -1,6 +1,7 @@
 // Kernels against independent double-precision references, on sizes that
 // exercise tails.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -163,55 +164,128 @@ INSTANTIATE_TEST_SUITE_P(Cases, AdamTest,
                                            AdamCase{DType::kFp32, false, 0.01f, 10000},
                                            AdamCase{DType::kFp16, false, 0.0f, 10000}));
 
-TEST(GradStatsTest, SumOfSquaresAndFiniteFlag) {
+// The value element i of a gradient buffer encodes, decoded from its bits.
+double DecodedValue(DType dtype, const uint8_t* bytes, size_t i) {
+  switch (dtype) {
+    case DType::kFp16: {
+      uint16_t h;
+      std::memcpy(&h, bytes + 2 * i, 2);
+      return HalfValue(h);
+    }
+    case DType::kBf16: {
+      uint16_t b;
+      std::memcpy(&b, bytes + 2 * i, 2);
+      uint32_t bits = uint32_t{b} << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    case DType::kFp32: {
+      float f;
+      std::memcpy(&f, bytes + 4 * i, 4);
+      return f;
+    }
+  }
+  return NAN;
+}
+
+// x in `dtype`, and the sum of the squares of what it encodes, in double.
+struct EncodedGrads {
+  std::vector<uint8_t> bytes;
+  double sum_squares = 0;
+};
+
+EncodedGrads Encode(DType dtype, const std::vector<float>& x) {
+  EncodedGrads e{std::vector<uint8_t>(x.size() * DTypeSize(dtype))};
+  CastFromFloat(x.data(), dtype, e.bytes.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    double v = DecodedValue(dtype, e.bytes.data(), i);
+    e.sum_squares += v * v;
+  }
+  return e;
+}
+
+const DType kGradDTypes[] = {DType::kFp16, DType::kBf16, DType::kFp32};
+
+// Squares are summed 8 at a time in FP32 before double: relative error at
+// most 8 * 2^-24 (grad_stats.h).
+constexpr double kSumSquaresRelError = 1e-6;
+
+TEST(GradStatsTest, SumOfSquaresMatchesDoublePrecision) {
   std::mt19937 rng(std::random_device{}());
   std::normal_distribution<float> normal(0.0f, 3.0f);
-  for (size_t n : kSizes) {
-    std::vector<float> x(n);
-    for (float& e : x) e = normal(rng);
-    std::vector<uint16_t> h(n);
-    CastFromFloat(x.data(), DType::kFp16, h.data(), n);
-    double want = 0;
-    for (uint16_t e : h) want += static_cast<double>(HalfToFloat(e)) * HalfToFloat(e);
-    GradStats stats = ComputeGradStats(DType::kFp16, h.data(), n);
-    EXPECT_NEAR(stats.sum_squares, want, 1e-6 * want);  // FP16 sums 16 squares in FP32
-    EXPECT_TRUE(stats.all_finite);
-    if (n == 0) continue;
-    for (uint16_t bad : {uint16_t{0x7c00}, uint16_t{0xfc00}, uint16_t{0x7e00}}) {
-      std::vector<uint16_t> with_bad = h;
-      with_bad[n - 1] = bad;
-      EXPECT_FALSE(ComputeGradStats(DType::kFp16, with_bad.data(), n).all_finite) << n;
+  for (DType dtype : kGradDTypes) {
+    // Besides plain values: squares that overflow FP32 (1e30; FP16 has its
+    // largest finite value instead), squares too small for FP32 (1e-30) and
+    // FP32 denormals, each scattered through the buffer.
+    const float big = dtype == DType::kFp16 ? 65504.0f : 1e30f;
+    for (float special : {0.0f, big, 1e-30f, 1e-40f}) {
+      for (size_t n : kSizes) {
+        std::vector<float> x(n);
+        for (float& e : x) e = normal(rng);
+        for (size_t i = 300; special != 0.0f && i < n; i += 4099) x[i] = special;
+        EncodedGrads g = Encode(dtype, x);
+        GradStats stats = ComputeGradStats(dtype, g.bytes.data(), n);
+        SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " n=" << n << " " << special);
+        EXPECT_NEAR(stats.sum_squares, g.sum_squares, kSumSquaresRelError * g.sum_squares);
+        EXPECT_TRUE(stats.all_finite);
+      }
     }
   }
-  // BF16, both paths: blocks summed in FP32, and blocks with a value whose
-  // square is not exact in FP32 (1e30 and 1e-30) summed in double.
-  for (size_t n : kSizes) {
-    for (float special : {0.0f, 1e30f, 1e-30f}) {
-      std::vector<float> x(n);
-      for (float& e : x) e = normal(rng);
-      if (n > 300 && special != 0.0f) x[300] = special;
-      std::vector<uint16_t> b(n);
-      CastFromFloat(x.data(), DType::kBf16, b.data(), n);
-      double want = 0;
-      for (uint16_t e : b) want += static_cast<double>(Bf16ToFloat(e)) * Bf16ToFloat(e);
-      GradStats stats = ComputeGradStats(DType::kBf16, b.data(), n);
-      EXPECT_NEAR(stats.sum_squares, want, 1e-6 * want) << n << " " << special;
-      EXPECT_TRUE(stats.all_finite) << n << " " << special;
-    }
-  }
-  // Denormals are finite and count.
+  // FP16 denormals are finite and count.
   uint16_t denormal = 0x0001;
   GradStats tiny = ComputeGradStats(DType::kFp16, &denormal, 1);
   EXPECT_TRUE(tiny.all_finite);
   EXPECT_EQ(tiny.sum_squares, std::ldexp(1.0, -48));
 }
 
+TEST(GradStatsTest, SumsTooSmallForFp32AreExact) {
+  // Every square below FP32's smallest denormal: the FP32 pass sees zeros,
+  // and the sum must still be right (and exactly 0 for zeros).
+  const size_t n = 64 * 1024 + 3;
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> normal(0.0f, 1e-30f);
+  for (DType dtype : {DType::kBf16, DType::kFp32}) {
+    std::vector<float> x(n);
+    for (float& e : x) e = normal(rng);
+    EncodedGrads g = Encode(dtype, x);
+    GradStats stats = ComputeGradStats(dtype, g.bytes.data(), n);
+    ASSERT_GT(g.sum_squares, 0.0);
+    EXPECT_NEAR(stats.sum_squares, g.sum_squares, kSumSquaresRelError * g.sum_squares)
+        << DTypeName(dtype);
+    EXPECT_TRUE(stats.all_finite);
+  }
+  for (DType dtype : kGradDTypes) {
+    std::vector<uint8_t> zeros(n * DTypeSize(dtype), 0);
+    GradStats stats = ComputeGradStats(dtype, zeros.data(), n);
+    EXPECT_EQ(stats.sum_squares, 0.0) << DTypeName(dtype);
+    EXPECT_TRUE(stats.all_finite);
+  }
+}
+
+TEST(GradStatsTest, AnInfOrNanAnywhereIsFlagged) {
+  for (DType dtype : kGradDTypes) {
+    for (size_t n : kSizes) {
+      if (n == 0) continue;
+      for (float bad : {INFINITY, -INFINITY, NAN}) {
+        for (size_t at : {size_t{0}, n / 2, n - 1}) {
+          std::vector<float> x(n, 0.5f);
+          x[at] = bad;
+          EncodedGrads g = Encode(dtype, x);
+          EXPECT_FALSE(ComputeGradStats(dtype, g.bytes.data(), n).all_finite)
+              << DTypeName(dtype) << " n=" << n << " at " << at << " " << bad;
+        }
+      }
+    }
+  }
+}
+
 TEST(GradStatsTest, ManyElementsLoseNoPrecision) {
   // 2^25 + 3 ones: a float accumulator would stop counting at 2^24.
   const size_t n = (size_t{1} << 25) + 3;
-  for (DType dtype : {DType::kFp16, DType::kBf16}) {
-    std::vector<uint16_t> ones(n, dtype == DType::kFp16 ? 0x3c00 : 0x3f80);
-    GradStats stats = ComputeGradStats(dtype, ones.data(), n);
+  for (DType dtype : kGradDTypes) {
+    EncodedGrads g = Encode(dtype, std::vector<float>(n, 1.0f));
+    GradStats stats = ComputeGradStats(dtype, g.bytes.data(), n);
     EXPECT_EQ(stats.sum_squares, static_cast<double>(n)) << DTypeName(dtype);
   }
 }

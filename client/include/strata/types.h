@@ -14,7 +14,7 @@ namespace strata {
 // Element type of gradients on the wire and of the parameters workers hold.
 enum class DType : int { kFp16 = 1, kBf16 = 2, kFp32 = 3 };
 
-inline size_t DTypeSize(DType dtype) { return dtype == DType::kFp32 ? 4 : 2; }
+constexpr size_t DTypeSize(DType dtype) { return dtype == DType::kFp32 ? 4 : 2; }
 
 inline const char* DTypeName(DType dtype) {
   switch (dtype) {
