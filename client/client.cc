@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -586,21 +587,6 @@ absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
     v1::PullResponse pull_response;
   };
   std::vector<std::unique_ptr<Call>> calls;
-  absl::Mutex mu;
-  int pending = 0;
-  absl::Status first_error;
-  auto finish = [&](absl::Status s) {
-    absl::MutexLock lock(&mu);
-    if (!s.ok() && first_error.ok()) {
-      first_error = s;
-      // No point waiting for pulls of a step that cannot complete.
-      for (auto& c : calls) {
-        c->push_context.TryCancel();
-        c->pull_context.TryCancel();
-      }
-    }
-    --pending;
-  };
   for (size_t i = 0; i < slice_pieces_.size(); ++i) calls.push_back(std::make_unique<Call>());
   {
     absl::MutexLock lock(&inflight_mu_);
@@ -610,11 +596,47 @@ absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
     }
     for (auto& c : calls) inflight_.insert(inflight_.end(), {&c->push_context, &c->pull_context});
   }
-  absl::MutexLock lock(&mu);
-  for (size_t i = 0; i < slice_pieces_.size(); ++i) {
-    const Piece& piece = slice_pieces_[i];
-    Call* c = calls[i].get();
-    if (push) {
+  // Pieces go out in flat order, pushes and pulls each within a window of
+  // bytes in flight (at least two chunks and a piece, so that a chunk that
+  // waits for another worker's pushes never stalls the rest), so that a
+  // shard server holds a bounded part of this worker's step: pushes stay in
+  // it until their chunk is applied, pull responses until they are sent.
+  const uint64_t window_bytes = std::max(options_.max_step_bytes_in_flight,
+                                         2 * options_.chunk_num_params * esize_ + kMaxPayloadBytes);
+  absl::Mutex mu;
+  struct Stream {
+    size_t next = 0;     // the next piece to send
+    uint64_t bytes = 0;  // bytes in flight
+  } pushes, pulls;
+  int pending = 0;
+  absl::Status first_error;
+  if (push == nullptr) pushes.next = slice_pieces_.size();
+  // Starts the calls the windows allow; every finished call makes room.
+  std::function<void()> start_more;
+  auto finish = [&](Stream* stream, uint64_t bytes, absl::Status s) {
+    absl::MutexLock lock(&mu);
+    if (!s.ok() && first_error.ok()) {
+      first_error = s;
+      // No point waiting for pulls of a step that cannot complete.
+      for (auto& c : calls) {
+        c->push_context.TryCancel();
+        c->pull_context.TryCancel();
+      }
+    }
+    stream->bytes -= bytes;
+    --pending;
+    start_more();
+  };
+  auto fits = [&](const Stream& stream) {
+    return stream.next < slice_pieces_.size() &&
+           (stream.bytes == 0 ||
+            stream.bytes + slice_pieces_[stream.next].n * esize_ <= window_bytes);
+  };
+  start_more = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    while (first_error.ok() && fits(pushes)) {
+      const Piece& piece = slice_pieces_[pushes.next];
+      Call* c = calls[pushes.next++].get();
+      const uint64_t bytes = piece.n * esize_;
       c->push_request.set_job_id(options_.job_id);
       c->push_request.set_step(step);
       c->push_request.set_generation(generation_.number());
@@ -624,40 +646,55 @@ absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
       c->push_request.set_coef(push->coef);
       *c->push_request.mutable_loss_scale_after() = push->loss_scale_after;
       if (lr_.has_value()) c->push_request.set_lr(*lr_);
-      c->push_request.set_grads(grads_.data() + piece.begin * esize_, piece.n * esize_);
+      c->push_request.set_grads(grads_.data() + piece.begin * esize_, bytes);
       SetDeadline(&c->push_context, options_.step_timeout);
       c->push_context.set_wait_for_ready(true);  // a restarting server is waited for
+      pushes.bytes += bytes;
       ++pending;
       piece.stub->async()->Push(&c->push_context, &c->push_request, &c->push_response,
-                                [&finish, &piece](grpc::Status s) {
-                                  finish(WithAddress(FromGrpcStatus(s), piece.address));
+                                [&finish, &piece, &pushes, bytes](grpc::Status s) {
+                                  finish(&pushes, bytes,
+                                         WithAddress(FromGrpcStatus(s), piece.address));
                                 });
     }
-    c->pull_request.set_job_id(options_.job_id);
-    c->pull_request.set_step(step);
-    c->pull_request.set_flat_begin(piece.begin);
-    c->pull_request.set_num_params(piece.n);
-    SetDeadline(&c->pull_context, options_.step_timeout);
-    c->pull_context.set_wait_for_ready(true);
-    ++pending;
-    piece.stub->async()->Pull(
-        &c->pull_context, &c->pull_request, &c->pull_response,
-        [this, &finish, &piece, c, step](grpc::Status grpc_status) {
-          absl::Status s = FromGrpcStatus(grpc_status);
-          const std::string& bytes = c->pull_response.params();
-          if (s.ok() && (bytes.size() != piece.n * esize_ || c->pull_response.step() != step)) {
-            s = absl::InternalError(absl::StrCat("pull of [", piece.begin, ", +", piece.n,
-                                                 ") returned ", bytes.size(), " bytes of step ",
-                                                 c->pull_response.step()));
-          }
-          if (s.ok())
-            std::memcpy(params_.data() + (piece.begin - params_base_) * esize_, bytes.data(),
-                        bytes.size());
-          finish(WithAddress(s, piece.address));
-        });
-  }
-  mu.Await(absl::Condition(
-      +[](int* n) { return *n == 0; }, &pending));
+    while (first_error.ok() && fits(pulls)) {
+      const Piece& piece = slice_pieces_[pulls.next];
+      Call* c = calls[pulls.next++].get();
+      const uint64_t bytes = piece.n * esize_;
+      c->pull_request.set_job_id(options_.job_id);
+      c->pull_request.set_step(step);
+      c->pull_request.set_flat_begin(piece.begin);
+      c->pull_request.set_num_params(piece.n);
+      SetDeadline(&c->pull_context, options_.step_timeout);
+      c->pull_context.set_wait_for_ready(true);
+      pulls.bytes += bytes;
+      ++pending;
+      piece.stub->async()->Pull(
+          &c->pull_context, &c->pull_request, &c->pull_response,
+          [this, &finish, &piece, &pulls, c, step, bytes](grpc::Status grpc_status) {
+            absl::Status s = FromGrpcStatus(grpc_status);
+            const std::string& got = c->pull_response.params();
+            if (s.ok() && (got.size() != bytes || c->pull_response.step() != step)) {
+              s = absl::InternalError(absl::StrCat("pull of [", piece.begin, ", +", piece.n,
+                                                   ") returned ", got.size(), " bytes of step ",
+                                                   c->pull_response.step()));
+            }
+            if (s.ok()) {
+              std::memcpy(params_.data() + (piece.begin - params_base_) * esize_, got.data(),
+                          got.size());
+            }
+            finish(&pulls, bytes, WithAddress(s, piece.address));
+          });
+    }
+  };
+  absl::MutexLock lock(&mu);
+  start_more();
+  const size_t num_pieces = slice_pieces_.size();
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return pending == 0 &&
+           (!first_error.ok() || (pushes.next == num_pieces && pulls.next == num_pieces));
+  };
+  mu.Await(absl::Condition(&done));
   absl::MutexLock inflight_lock(&inflight_mu_);
   inflight_.clear();
   return first_error;

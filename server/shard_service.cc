@@ -291,7 +291,16 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   job->dtype = dtype;
   // The fastest tier first: every state in host memory if all fit; else the
   // NVMe staging buffers first, host memory while it lasts, the rest on NVMe.
-  absl::Status placed = PlaceChunks(request, dtype, nullptr, job.get());
+  // (Not tried when the bytes alone cannot fit: a try allocates and zeroes
+  // host memory until it runs out.)
+  uint64_t all_host_bytes = 0;
+  for (const v1::ChunkSpec& c : request.chunks()) {
+    all_host_bytes += Chunk::NumBytes(c.num_params(), dtype);
+  }
+  absl::Status placed =
+      all_host_bytes <= host_->budget_bytes() - host_->used_bytes()
+          ? PlaceChunks(request, dtype, nullptr, job.get())
+          : absl::ResourceExhaustedError("the chunks' states do not fit in host memory");
   if (!placed.ok() && nvme_ != nullptr) {
     absl::StatusOr<std::unique_ptr<StagingPool>> staging = MakeStagingPool(request.spec());
     placed = staging.ok() ? PlaceChunks(request, dtype, *std::move(staging), job.get())

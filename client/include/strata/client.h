@@ -89,6 +89,11 @@ struct ClientOptions {
   absl::Duration rendezvous_timeout = absl::Seconds(60);
   // Deadline of one step's push and pull RPCs.
   absl::Duration step_timeout = absl::Seconds(120);
+  // Bytes of a step's gradients this worker keeps in flight to the shard
+  // servers, and as many bytes of parameters pulled (raised to two chunks
+  // and a piece when less): a server holds at most that much of each
+  // worker's step in memory besides its budget.
+  uint64_t max_step_bytes_in_flight = uint64_t{32} << 20;
   // Initial FP32 weights over the flat space (FlatLayout::num_params()); used
   // by rank 0 when the job is new. Empty: zeros.
   std::vector<float> initial_params;
