@@ -92,8 +92,10 @@ struct ClientOptions {
   // Bytes of a step's gradients this worker keeps in flight to the shard
   // servers, and as many bytes of parameters pulled (raised to two chunks
   // and a piece when less): a server holds at most that much of each
-  // worker's step in memory besides its budget.
-  uint64_t max_step_bytes_in_flight = uint64_t{32} << 20;
+  // worker's step in memory besides its budget. A push is answered once its
+  // chunk is applied, so a window much smaller than a step also paces the
+  // pushes by the applies.
+  uint64_t max_step_bytes_in_flight = uint64_t{128} << 20;
   // Initial FP32 weights over the flat space (FlatLayout::num_params()); used
   // by rank 0 when the job is new. Empty: zeros.
   std::vector<float> initial_params;
