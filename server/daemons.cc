@@ -89,8 +89,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   if (options.coordinator_address.empty()) {
     return absl::InvalidArgumentError("a coordinator address is required");
   }
-  if (options.executor_threads < 1) {
-    return absl::InvalidArgumentError("executor threads must be >= 1");
+  if (options.executor_threads < 1 || options.nvme_executor_threads < 1) {
+    return absl::InvalidArgumentError("executor threads and NVMe executor threads must be >= 1");
   }
   std::unique_ptr<ShardServer> server(new ShardServer());
   server->save_host_chunks_ = options.save_host_chunks;
@@ -102,10 +102,14 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
                                                     options.nvme_queue_depth}));
   }
   server->executor_ = std::make_unique<ThreadPool>(options.executor_threads);
-  ASSIGN_OR_RETURN(server->service_,
-                   ShardService::Create(server->tier_.get(), server->nvme_.get(),
-                                        server->metadata_.get(), server->executor_.get(),
-                                        absl::StrCat(options.data_dir, "/saved-chunks")));
+  if (server->nvme_ != nullptr) {
+    server->nvme_executor_ = std::make_unique<ThreadPool>(options.nvme_executor_threads);
+  }
+  ASSIGN_OR_RETURN(
+      server->service_,
+      ShardService::Create(server->tier_.get(), server->nvme_.get(), server->metadata_.get(),
+                           server->executor_.get(), server->nvme_executor_.get(),
+                           absl::StrCat(options.data_dir, "/saved-chunks")));
   ASSIGN_OR_RETURN(server->metrics_, Metrics::Start(options.metrics_listen_address));
   server->service_->ExportMetrics(server->metrics_.get());
   std::string bound;
@@ -120,7 +124,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
               server->nvme_ == nullptr
                   ? std::string("no nvme tier")
                   : absl::StrCat("an nvme tier of ", server->nvme_->budget_bytes(), " bytes in ",
-                                 server->nvme_->path()),
+                                 server->nvme_->path(), " (", options.nvme_executor_threads,
+                                 " NVMe executor thread(s))"),
               " and ", options.executor_threads, " executor thread(s)");
   return server;
 }
@@ -134,6 +139,7 @@ void ShardServer::Shutdown() {
   server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
   server_.reset();
   executor_.reset();  // in-flight steps finish
+  nvme_executor_.reset();
   if (save_host_chunks_) service_->SaveHostChunks();
   metrics_.reset();  // before the service its scrapes read
   service_.reset();

@@ -39,6 +39,8 @@ struct ShardServerOptions {
   uint64_t nvme_budget_bytes = 0;
   unsigned nvme_queue_depth = 32;
   int executor_threads = 2;
+  // Threads that apply the chunks whose state is on NVMe (with an NVMe tier).
+  int nvme_executor_threads = 2;
   absl::Duration register_timeout = absl::Seconds(30);
   // host:port of the Prometheus endpoint (/metrics); empty: none.
   std::string metrics_listen_address;
@@ -55,6 +57,8 @@ class ShardServer {
   const std::string& address() const { return address_; }
   // host:port of the metrics endpoint; empty without one.
   const std::string& metrics_address() const { return metrics_->address(); }
+  // The threads that apply NVMe-tier chunks; nullptr without an NVMe tier.
+  ThreadPool* nvme_executor() const { return nvme_executor_.get(); }
   void Shutdown();
 
  private:
@@ -66,6 +70,7 @@ class ShardServer {
   std::unique_ptr<HostTier> tier_;
   std::unique_ptr<NvmeTier> nvme_;
   std::unique_ptr<ThreadPool> executor_;
+  std::unique_ptr<ThreadPool> nvme_executor_;
   std::unique_ptr<ShardService> service_;
   std::unique_ptr<grpc::Server> server_;
 };

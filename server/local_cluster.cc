@@ -28,6 +28,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     server.data_dir = absl::StrCat(pattern, "/server", i);
     server.host_budget_bytes = options.host_budget_bytes;
     server.executor_threads = options.executor_threads;
+    server.nvme_executor_threads = options.executor_threads;
     server.pin_host_memory = options.pin_host_memory;
     server.save_host_chunks = false;  // the data directory goes with the cluster
     if (options.serve_metrics) server.metrics_listen_address = "127.0.0.1:0";

@@ -25,6 +25,10 @@ ABSL_FLAG(bool, save_host_chunks, true,
           "at a clean shutdown (SIGTERM), save the chunk states held in host memory under "
           "--data_dir, so that a restart continues them (a crash loses them)");
 ABSL_FLAG(int, executor_threads, 2, "threads that apply the optimizer to chunks");
+ABSL_FLAG(int, nvme_executor_threads, 2,
+          "threads that apply the optimizer to chunks whose state is on NVMe (each reads, "
+          "applies and writes back; apart from --executor_threads, so that host-tier chunks "
+          "never wait for the disk)");
 ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at start-up");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port to serve Prometheus metrics on (/metrics); port 0 picks a free port; "
@@ -55,6 +59,7 @@ int main(int argc, char** argv) {
   options.nvme_budget_bytes = absl::GetFlag(FLAGS_nvme_budget_mib) << 20;
   options.nvme_queue_depth = absl::GetFlag(FLAGS_nvme_queue_depth);
   options.executor_threads = absl::GetFlag(FLAGS_executor_threads);
+  options.nvme_executor_threads = absl::GetFlag(FLAGS_nvme_executor_threads);
   options.save_host_chunks = absl::GetFlag(FLAGS_save_host_chunks);
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);

@@ -26,18 +26,24 @@ std::string CheckpointFileName(uint32_t chunk_id) {
 }  // namespace
 
 ShardService::ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata,
-                           ThreadPool* executor, std::string saved_chunks_dir)
+                           ThreadPool* executor, ThreadPool* nvme_executor,
+                           std::string saved_chunks_dir)
     : host_(host),
       nvme_(nvme),
       metadata_(metadata),
       executor_(executor),
+      nvme_executor_(nvme_executor),
       saved_chunks_dir_(std::move(saved_chunks_dir)),
-      staging_buffers_(executor->num_threads() + 1) {}
+      staging_buffers_(nvme_executor == nullptr ? 0 : nvme_executor->num_threads() + 1) {}
 
 absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(Tier* host, NvmeTier* nvme,
                                                                    MetadataStore* metadata,
                                                                    ThreadPool* executor,
+                                                                   ThreadPool* nvme_executor,
                                                                    std::string saved_chunks_dir) {
+  if (nvme != nullptr && nvme_executor == nullptr) {
+    return absl::InvalidArgumentError("an NVMe tier needs an NVMe executor");
+  }
   std::error_code error;
   std::filesystem::create_directories(saved_chunks_dir, error);
   if (error) {
@@ -45,7 +51,7 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(Tier* host, N
         absl::StrCat("cannot create directory ", saved_chunks_dir, ": ", error.message()));
   }
   std::unique_ptr<ShardService> service(
-      new ShardService(host, nvme, metadata, executor, std::move(saved_chunks_dir)));
+      new ShardService(host, nvme, metadata, executor, nvme_executor, std::move(saved_chunks_dir)));
   ASSIGN_OR_RETURN(auto records, metadata->Scan(kJobPrefix));
   for (const auto& [key, value] : records) {
     v1::AllocateChunksRequest record;
@@ -406,7 +412,8 @@ grpc::ServerUnaryReactor* ShardService::WriteState(grpc::CallbackServerContext* 
 }
 
 void ShardService::ScheduleApply(std::shared_ptr<Chunk> chunk) {
-  executor_->Schedule([this, chunk = std::move(chunk)] {
+  ThreadPool* executor = chunk->tier() == TierKind::kNvme ? nvme_executor_ : executor_;
+  executor->Schedule([this, chunk = std::move(chunk)] {
     absl::Time started = absl::Now();
     chunk->Apply();
     if (apply_seconds_ != nullptr)

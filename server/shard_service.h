@@ -27,13 +27,17 @@ namespace strata {
 
 class ShardService final : public v1::ShardServer::CallbackService {
  public:
-  // Chunk states go to `host` first, then to `nvme` (nullptr: none). Jobs a
+  // Chunk states go to `host` first, then to `nvme` (nullptr: none). Chunks
+  // are applied on `executor`, those whose state is on NVMe on
+  // `nvme_executor` (required with `nvme`): they wait for the disk, and the
+  // host-tier chunks of every job must not wait behind them. Jobs a
   // previous run recorded in `metadata` come back when every chunk was on NVMe
   // or saved by SaveHostChunks() into `saved_chunks_dir` (at the steps
   // recorded); the others are discarded, with a log line saying why.
   static absl::StatusOr<std::unique_ptr<ShardService>> Create(Tier* host, NvmeTier* nvme,
                                                               MetadataStore* metadata,
                                                               ThreadPool* executor,
+                                                              ThreadPool* nvme_executor,
                                                               std::string saved_chunks_dir);
 
   void BeginShutdown();
@@ -83,7 +87,7 @@ class ShardService final : public v1::ShardServer::CallbackService {
   };
 
   ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
-               std::string saved_chunks_dir);
+               ThreadPool* nvme_executor, std::string saved_chunks_dir);
   // The staging buffers of a job's NVMe chunks, from the host tier.
   absl::StatusOr<std::unique_ptr<StagingPool>> MakeStagingPool(const v1::JobSpec& spec);
   // Rebuilds a job of a previous run from its chunk records.
@@ -122,8 +126,9 @@ class ShardService final : public v1::ShardServer::CallbackService {
   NvmeTier* const nvme_;
   MetadataStore* const metadata_;
   ThreadPool* const executor_;
+  ThreadPool* const nvme_executor_;
   const std::string saved_chunks_dir_;
-  // Staging buffers per job on NVMe: one per executor thread, one to prefetch.
+  // Staging buffers per job on NVMe: one per NVMe executor thread, one spare.
   const int staging_buffers_;
   mutable absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,7 +1,15 @@
 // Chunks whose state does not fit in host memory go to the NVMe tier and
 // train to exactly the same weights (bitwise) as with everything in host
-// memory; placement shows both tiers.
+// memory; placement shows both tiers. NVMe chunks are applied on threads of
+// their own, so a stalled disk does not hold up host-tier chunks.
+#include <atomic>
+#include <thread>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
 #include "common/grpc_util.h"
+#include "common/thread_pool.h"
 #include "gtest/gtest.h"
 #include "server/local_cluster.h"
 #include "strata/v1/coordinator.grpc.pb.h"
@@ -27,6 +35,24 @@ ClientOptions JobOptions(const std::string& coordinator) {
   return o;
 }
 
+// The number of chunks of `job_id` in each tier, all of which must have
+// applied `step`.
+std::map<std::string, int> ChunksPerTier(const std::string& coordinator, const std::string& job_id,
+                                         int64_t step) {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+  v1::GetPlacementRequest request;
+  request.set_job_id(job_id);
+  v1::GetPlacementResponse placement;
+  grpc::ClientContext context;
+  EXPECT_TRUE(stub->GetPlacement(&context, request, &placement).ok());
+  std::map<std::string, int> chunks_per_tier;
+  for (const auto& row : placement.rows()) {
+    ++chunks_per_tier[row.tier()];
+    EXPECT_EQ(row.applied_step(), step);
+  }
+  return chunks_per_tier;
+}
+
 struct TierRun {
   MasterState master;
   std::map<std::string, int> chunks_per_tier;
@@ -46,16 +72,7 @@ TierRun RunWith(uint64_t host_budget_bytes, uint64_t nvme_budget_bytes) {
   run.master = testing::RunWorkers(options, kSteps, 1, [n](int rank, int64_t step, int micro) {
                  return testing::Gradient(n, rank, step, micro);
                }).master;
-  auto stub = v1::Coordinator::NewStub(MakeChannel((*cluster)->coordinator_address()));
-  v1::GetPlacementRequest request;
-  request.set_job_id("nvme-job");
-  v1::GetPlacementResponse placement;
-  grpc::ClientContext context;
-  EXPECT_TRUE(stub->GetPlacement(&context, request, &placement).ok());
-  for (const auto& row : placement.rows()) {
-    ++run.chunks_per_tier[row.tier()];
-    EXPECT_EQ(row.applied_step(), kSteps);
-  }
+  run.chunks_per_tier = ChunksPerTier((*cluster)->coordinator_address(), "nvme-job", kSteps);
   return run;
 }
 
@@ -75,6 +92,75 @@ TEST(NvmePlacementTest, StateTwiceTheHostBudgetTrainsBitwiseAsInHostMemory) {
   EXPECT_EQ(mixed.master.exp_avg, host_only.master.exp_avg);
   EXPECT_EQ(mixed.master.exp_avg_sq, host_only.master.exp_avg_sq);
   EXPECT_NE(mixed.master.params, JobOptions("").initial_params);
+}
+
+// One step of `client` on the gradients of testing::Gradient.
+absl::Status TrainStep(Client& client) {
+  absl::Status s = client.AccumulateGradients(
+      testing::Gradient(client.layout().num_params(), 0, client.step() + 1, 0));
+  if (!s.ok()) return s;
+  return client.Step().status();
+}
+
+TEST(NvmePlacementTest, HostTierStepsDoNotWaitForStalledNvmeChunks) {
+  LocalClusterOptions cluster_options;
+  cluster_options.num_servers = 1;
+  cluster_options.host_budget_bytes = uint64_t{1} << 20;
+  cluster_options.nvme_budget_bytes = uint64_t{16} << 20;
+  auto cluster = LocalCluster::Start(cluster_options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string coordinator = (*cluster)->coordinator_address();
+  // First a job of one 4096-parameter chunk (64 KiB): in host memory. Then
+  // JobOptions' 1.6 MB of state, which does not fit: partly on NVMe.
+  ClientOptions host_options = JobOptions(coordinator);
+  host_options.job_id = "host-job";
+  host_options.world_size = 1;
+  host_options.tensors = {{"w", {64, 64}}};
+  host_options.initial_params = testing::InitialParams(64 * 64);
+  host_options.step_timeout = absl::Seconds(20);
+  auto host_client = Client::Connect(host_options);
+  ASSERT_TRUE(host_client.ok()) << host_client.status();
+  ClientOptions nvme_options = JobOptions(coordinator);
+  nvme_options.world_size = 1;
+  auto nvme_client = Client::Connect(nvme_options);
+  ASSERT_TRUE(nvme_client.ok()) << nvme_client.status();
+  ASSERT_TRUE(TrainStep(**host_client).ok());
+  ASSERT_TRUE(TrainStep(**nvme_client).ok());
+  EXPECT_EQ(ChunksPerTier(coordinator, "host-job", 1).count("nvme"), 0u);
+  ASSERT_GT(ChunksPerTier(coordinator, "nvme-job", 1)["nvme"], 0);
+
+  // A disk that stalls: every NVMe executor thread is held.
+  ThreadPool* nvme_executor = (*cluster)->servers()[0]->nvme_executor();
+  ASSERT_NE(nvme_executor, nullptr);
+  absl::Notification release;
+  absl::BlockingCounter stalled(nvme_executor->num_threads());
+  for (int i = 0; i < nvme_executor->num_threads(); ++i) {
+    nvme_executor->Schedule([&] {
+      stalled.DecrementCount();
+      release.WaitForNotification();
+    });
+  }
+  stalled.Wait();
+  std::atomic<bool> nvme_step_done{false};
+  absl::Status nvme_step;
+  std::thread nvme_training([&] {
+    nvme_step = TrainStep(**nvme_client);
+    nvme_step_done = true;
+  });
+  absl::Cleanup unstall = [&] {
+    if (!release.HasBeenNotified()) release.Notify();
+    nvme_training.join();
+  };
+  for (int s = 0; s < 3; ++s) {
+    absl::Status step = TrainStep(**host_client);
+    ASSERT_TRUE(step.ok()) << "host-tier step behind stalled NVMe chunks: " << step;
+  }
+  EXPECT_FALSE(nvme_step_done) << "the NVMe job's step did not wait for its chunks";
+  release.Notify();
+  std::move(unstall).Invoke();
+  EXPECT_TRUE(nvme_step.ok()) << nvme_step;
+  EXPECT_EQ((*nvme_client)->step(), 2);
+  EXPECT_EQ((*host_client)->step(), 4);
 }
 
 }  // namespace

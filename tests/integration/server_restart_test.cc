@@ -93,7 +93,8 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
   std::string coordinator_address = testing::StartCoordinator(bin, dir, &daemons);
   ASSERT_FALSE(coordinator_address.empty());
   // 6 MiB of host memory holds the two copies of every chunk (4 MiB) and
-  // the staging buffers (1.5 MiB), none of the 12 MiB of state: every chunk
+  // the staging buffers (2 x 768 KiB: one NVMe executor thread and one
+  // spare), none of the 12 MiB of state: every chunk
   // goes to NVMe.
   auto server_args = [&](const std::string& listen) {
     return std::vector<std::string>{bin + "/strata-server",
@@ -105,6 +106,7 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
                                     "--nvme_dir=" + dir + "/nvme",
                                     "--nvme_budget_mib=32",
                                     "--executor_threads=1",
+                                    "--nvme_executor_threads=1",
                                     "--ready_file=" + dir + "/server.addr"};
   };
   pid_t server = Spawn(server_args("127.0.0.1:0"), dir + "/server.log");
