@@ -28,6 +28,9 @@ ABSL_FLAG(std::string, dir, "",
           "checkpoint and fio's file");
 ABSL_FLAG(uint32_t, queue_depth, 32, "nvme-step: io_uring (and fio) queue depth");
 ABSL_FLAG(uint64_t, io_bytes, uint64_t{1} << 20, "nvme-step: bytes per I/O (and fio's block size)");
+ABSL_FLAG(uint64_t, host_params, 0,
+          "nvme-step: also time a step over this many host-tier parameters, alone and beside "
+          "the NVMe steps");
 ABSL_FLAG(int64_t, lease_ms, 1000, "elastic: the coordinator's worker lease");
 ABSL_FLAG(bool, json, false, "print only the JSON line");
 
@@ -48,8 +51,10 @@ constexpr char kUsage[] =
     "      a shard server's staging and apply over host-tier chunks (no network),\n"
     "      against the AdamW kernel alone in the same run\n"
     "  strata-bench nvme-step --params N --dir DIR [--queue_depth Q] [--io_bytes B]\n"
+    "                    [--host_params M]\n"
     "      the same over NVMe-resident chunks (read p m v, apply, write back),\n"
-    "      against fio (io_uring, O_DIRECT) on DIR with the same I/O size and depth\n"
+    "      against fio (io_uring, O_DIRECT) on DIR with the same I/O size and depth;\n"
+    "      with M, also a host-tier step over M parameters, alone and beside it\n"
     "  strata-bench step --params N --workers W --servers S [--dtype fp16|bf16]\n"
     "      the whole optimizer path of a step on loopback, against iperf3\n"
     "  strata-bench checkpoint --params N --dir DIR [--servers S]\n"
@@ -120,8 +125,9 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
   if (command == "server-step") return strata::BenchServerStep(o);
   if (command == "nvme-step") {
     return strata::BenchNvmeStep(
-        o, strata::NvmeBenchOptions{absl::GetFlag(FLAGS_dir), absl::GetFlag(FLAGS_queue_depth),
-                                    absl::GetFlag(FLAGS_io_bytes)});
+        o,
+        strata::NvmeBenchOptions{absl::GetFlag(FLAGS_dir), absl::GetFlag(FLAGS_queue_depth),
+                                 absl::GetFlag(FLAGS_io_bytes), absl::GetFlag(FLAGS_host_params)});
   }
   return absl::InvalidArgumentError("unknown command '" + command + "'");
 }

@@ -4,10 +4,12 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/thread_pool.h"
@@ -118,6 +120,39 @@ class ServerStepRig {
   ThreadPool executor_;  // last: its threads finish before the chunks go
 };
 
+// The median step over `host_params` parameters of host-tier chunks, alone
+// and while `nvme_rig` steps without pause on threads of its own.
+absl::StatusOr<json> HostStepBesideNvme(const KernelBenchOptions& o, uint64_t host_params,
+                                        ServerStepRig& nvme_rig) {
+  KernelBenchOptions host_options = o;
+  host_options.num_params = host_params;
+  HostTier host(Chunk::NumBytes(host_params, o.grad_dtype) + (size_t{64} << 20));
+  absl::StatusOr<std::unique_ptr<ServerStepRig>> rig =
+      ServerStepRig::Create(host_options, &host, nullptr);
+  if (!rig.ok()) return rig.status();
+  absl::StatusOr<double> alone_s = (*rig)->MedianStepSeconds();
+  if (!alone_s.ok()) return alone_s.status();
+  absl::Notification stop;
+  absl::Status nvme_status;
+  int nvme_steps = 0;
+  std::thread nvme_steps_thread([&] {
+    while (!stop.HasBeenNotified() && nvme_status.ok()) {
+      nvme_status = nvme_rig.Step().status();
+      ++nvme_steps;
+    }
+  });
+  absl::StatusOr<double> beside_s = (*rig)->MedianStepSeconds();
+  stop.Notify();
+  nvme_steps_thread.join();
+  if (!beside_s.ok()) return beside_s.status();
+  if (!nvme_status.ok()) return nvme_status;
+  return json{{"host_params", host_params},
+              {"host_step_s", *alone_s},
+              {"host_step_beside_nvme_s", *beside_s},
+              {"host_slowdown", *beside_s / *alone_s},
+              {"nvme_steps_meanwhile", nvme_steps}};
+}
+
 absl::Status CheckDtype(const KernelBenchOptions& o) {
   if (o.grad_dtype == DType::kFp32) return absl::InvalidArgumentError("needs --grad fp16 or bf16");
   return absl::OkStatus();
@@ -152,12 +187,16 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
   if (nvme.dir.empty()) return absl::InvalidArgumentError("nvme-step needs --dir");
   const uint64_t state_bytes = o.num_params * 12;
   double fio_read = 0, fio_write = 0, params_per_s = 0;
+  json host_figures;
   {
     absl::StatusOr<std::unique_ptr<NvmeTier>> tier = NvmeTier::Open(NvmeTierOptions{
         nvme.dir, 2 * state_bytes + (uint64_t{64} << 20), nvme.queue_depth, nvme.io_bytes});
     if (!tier.ok()) return tier.status();
-    HostTier host(o.num_params * DTypeSize(o.grad_dtype) +
-                  (o.threads + 2) * NvmeChunkState::StagingBytes(kBenchChunkElements) +
+    // The copies (per chunk, so per-chunk rounding counts), the staging
+    // buffers, and room to spare.
+    const uint64_t copy_bytes = (o.num_params / kBenchChunkElements + 1) *
+                                Chunk::CopyBytes(kBenchChunkElements, o.grad_dtype);
+    HostTier host(copy_bytes + (o.threads + 1) * NvmeChunkState::StagingBytes(kBenchChunkElements) +
                   (size_t{64} << 20));
     absl::StatusOr<std::unique_ptr<ServerStepRig>> rig =
         ServerStepRig::Create(o, &host, tier->get());
@@ -165,6 +204,11 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
     absl::StatusOr<double> step_s = (*rig)->MedianStepSeconds();
     if (!step_s.ok()) return step_s.status();
     params_per_s = o.num_params / *step_s;
+    if (nvme.host_params > 0) {
+      absl::StatusOr<json> figures = HostStepBesideNvme(o, nvme.host_params, **rig);
+      if (!figures.ok()) return figures.status();
+      host_figures = *std::move(figures);
+    }
   }
   std::error_code ignored;
   std::filesystem::remove(nvme.dir + "/strata-nvme.data", ignored);
@@ -177,7 +221,7 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
   fio_read = *r;
   fio_write = *w;
   double bound = 1.0 / (12.0 / (fio_read * 1e9) + 12.0 / (fio_write * 1e9));
-  return json{{"bench", "nvme-step"},
+  json result{{"bench", "nvme-step"},
               {"params", o.num_params},
               {"threads", o.threads},
               {"queue_depth", nvme.queue_depth},
@@ -189,6 +233,8 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
               {"fio_write_GBps", fio_write},
               {"bound_params_per_s", bound},
               {"fraction_of_bound", params_per_s / bound}};
+  result.update(host_figures);
+  return result;
 }
 
 }  // namespace strata

@@ -7,7 +7,10 @@
 //  - nvme-step: chunks on the NVMe tier in DIR (read p, m, v; apply; write
 //    back); against fio on the same directory with the same I/O size and queue
 //    depth, in the same run: the bound is 1 / (12 / fio_read + 12 / fio_write)
-//    parameters per second.
+//    parameters per second. With host_params M, also a step over M parameters
+//    of host-tier chunks on a pool of its own (as a server's host executor),
+//    alone and while the NVMe steps run: how much an NVMe tier holding other
+//    chunks slows the host-tier step down.
 // Each returns the JSON object to print.
 #ifndef STRATA_TOOLS_BENCH_SERVER_STEP_BENCH_H_
 #define STRATA_TOOLS_BENCH_SERVER_STEP_BENCH_H_
@@ -24,6 +27,7 @@ struct NvmeBenchOptions {
   std::string dir;
   unsigned queue_depth = 32;
   uint64_t io_bytes = uint64_t{1} << 20;
+  uint64_t host_params = 0;
 };
 
 absl::StatusOr<nlohmann::json> BenchServerStep(const KernelBenchOptions& options);
