@@ -122,7 +122,6 @@ void AccumulateSquares(const void* base, size_t blocks, double* lanes) {
     // Prefetch 8 KiB ahead: the conversions to double are long enough that
     // the loads alone do not keep enough misses in flight.
     const char* ahead = static_cast<const char*>(base) + (b * kSumLanes * DTypeSize(D) + 8192);
-#pragma GCC unroll 4
     for (size_t line = 0; line < kSumLanes * DTypeSize(D); line += 64) {
       __builtin_prefetch(ahead + line);
     }
