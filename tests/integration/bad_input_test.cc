@@ -21,6 +21,7 @@
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
 #include "tests/testing/job_runner.h"
+#include "tests/testing/placement.h"
 
 namespace strata {
 namespace {
@@ -61,21 +62,14 @@ class BadInputTest : public ::testing::Test {
   }
 
   void Step() {
-    ASSERT_TRUE(client_
-                    ->AccumulateGradients(testing::Gradient(client_->layout().num_params(), 0,
-                                                            client_->step() + 1, 0))
-                    .ok());
-    auto result = client_->Step();
-    ASSERT_TRUE(result.ok()) << result.status();
+    absl::Status step = testing::TrainStep(*client_);
+    ASSERT_TRUE(step.ok()) << step;
   }
 
   std::string Placement() {
-    v1::GetPlacementRequest request;
-    request.set_job_id("bad-input");
-    v1::GetPlacementResponse response;
-    grpc::ClientContext context;
-    EXPECT_TRUE(coordinator_->GetPlacement(&context, request, &response).ok());
-    return response.SerializeAsString();
+    auto response = testing::Placement(cluster_->coordinator_address(), "bad-input");
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.ok() ? response->SerializeAsString() : "";
   }
 
   // A valid push of chunk 0 for the next step, to be broken by each test.

@@ -14,6 +14,7 @@
 #include "server/local_cluster.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "tests/testing/job_runner.h"
+#include "tests/testing/placement.h"
 
 namespace strata {
 namespace {
@@ -39,14 +40,11 @@ ClientOptions JobOptions(const std::string& coordinator) {
 // applied `step`.
 std::map<std::string, int> ChunksPerTier(const std::string& coordinator, const std::string& job_id,
                                          int64_t step) {
-  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
-  v1::GetPlacementRequest request;
-  request.set_job_id(job_id);
-  v1::GetPlacementResponse placement;
-  grpc::ClientContext context;
-  EXPECT_TRUE(stub->GetPlacement(&context, request, &placement).ok());
+  auto placement = testing::Placement(coordinator, job_id);
+  EXPECT_TRUE(placement.ok()) << placement.status();
   std::map<std::string, int> chunks_per_tier;
-  for (const auto& row : placement.rows()) {
+  if (!placement.ok()) return chunks_per_tier;
+  for (const auto& row : placement->rows()) {
     ++chunks_per_tier[row.tier()];
     EXPECT_EQ(row.applied_step(), step);
   }
@@ -94,14 +92,6 @@ TEST(NvmePlacementTest, StateTwiceTheHostBudgetTrainsBitwiseAsInHostMemory) {
   EXPECT_NE(mixed.master.params, JobOptions("").initial_params);
 }
 
-// One step of `client` on the gradients of testing::Gradient.
-absl::Status TrainStep(Client& client) {
-  absl::Status s = client.AccumulateGradients(
-      testing::Gradient(client.layout().num_params(), 0, client.step() + 1, 0));
-  if (!s.ok()) return s;
-  return client.Step().status();
-}
-
 TEST(NvmePlacementTest, HostTierStepsDoNotWaitForStalledNvmeChunks) {
   LocalClusterOptions cluster_options;
   cluster_options.num_servers = 1;
@@ -124,8 +114,8 @@ TEST(NvmePlacementTest, HostTierStepsDoNotWaitForStalledNvmeChunks) {
   nvme_options.world_size = 1;
   auto nvme_client = Client::Connect(nvme_options);
   ASSERT_TRUE(nvme_client.ok()) << nvme_client.status();
-  ASSERT_TRUE(TrainStep(**host_client).ok());
-  ASSERT_TRUE(TrainStep(**nvme_client).ok());
+  ASSERT_TRUE(testing::TrainStep(**host_client).ok());
+  ASSERT_TRUE(testing::TrainStep(**nvme_client).ok());
   EXPECT_EQ(ChunksPerTier(coordinator, "host-job", 1).count("nvme"), 0u);
   ASSERT_GT(ChunksPerTier(coordinator, "nvme-job", 1)["nvme"], 0);
 
@@ -144,7 +134,7 @@ TEST(NvmePlacementTest, HostTierStepsDoNotWaitForStalledNvmeChunks) {
   std::atomic<bool> nvme_step_done{false};
   absl::Status nvme_step;
   std::thread nvme_training([&] {
-    nvme_step = TrainStep(**nvme_client);
+    nvme_step = testing::TrainStep(**nvme_client);
     nvme_step_done = true;
   });
   absl::Cleanup unstall = [&] {
@@ -152,7 +142,7 @@ TEST(NvmePlacementTest, HostTierStepsDoNotWaitForStalledNvmeChunks) {
     nvme_training.join();
   };
   for (int s = 0; s < 3; ++s) {
-    absl::Status step = TrainStep(**host_client);
+    absl::Status step = testing::TrainStep(**host_client);
     ASSERT_TRUE(step.ok()) << "host-tier step behind stalled NVMe chunks: " << step;
   }
   EXPECT_FALSE(nvme_step_done) << "the NVMe job's step did not wait for its chunks";

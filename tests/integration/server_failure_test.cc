@@ -19,6 +19,7 @@
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
 #include "tests/testing/job_runner.h"
+#include "tests/testing/placement.h"
 #include "tests/testing/processes.h"
 
 namespace strata {
@@ -47,18 +48,6 @@ absl::Status Compute(const MicroBatch& batch, Client& client) {
   std::vector<float> g = testing::Gradient(n, static_cast<int>(batch.sample_begin), batch.step, 0);
   for (uint64_t i = 0; i < n; ++i) g[i] += 0.1f * params[i];
   return client.AccumulateGradients(g);
-}
-
-absl::StatusOr<v1::GetPlacementResponse> Placement(const std::string& coordinator,
-                                                   const std::string& job) {
-  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
-  v1::GetPlacementRequest request;
-  request.set_job_id(job);
-  v1::GetPlacementResponse response;
-  absl::Status s = CallUnary(stub.get(), &v1::Coordinator::Stub::GetPlacement, request, &response,
-                             absl::Seconds(30));
-  if (!s.ok()) return s;
-  return response;
 }
 
 // Test 3: three servers, two workers, checkpoints every 5 steps; a server
@@ -140,7 +129,7 @@ TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
               static_cast<long long>(reforms[0].steps_lost), paused_s);
 
   // Every chunk now lives on a live server, at step 20.
-  auto placement = Placement(coordinator, "failover");
+  auto placement = testing::Placement(coordinator, "failover");
   ASSERT_TRUE(placement.ok()) << placement.status();
   for (const v1::PlacementRow& row : placement->rows()) {
     EXPECT_NE(row.server_address(), victim.address) << "chunk " << row.chunk_id();
@@ -166,7 +155,7 @@ TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
         CallUnary(shard.get(), &v1::ShardServer::Stub::Push, push, &response, absl::Seconds(30));
     EXPECT_TRUE(absl::IsAborted(stale)) << stale;
     EXPECT_THAT(std::string(stale.message()), HasSubstr("moved here for generation"));
-    auto after = Placement(coordinator, "failover");
+    auto after = testing::Placement(coordinator, "failover");
     ASSERT_TRUE(after.ok()) << after.status();
     EXPECT_EQ(after->rows(0).applied_step(), kSteps);
   }

@@ -20,6 +20,7 @@
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "tests/testing/job_runner.h"
+#include "tests/testing/placement.h"
 #include "tests/testing/processes.h"
 
 namespace strata {
@@ -48,24 +49,17 @@ ClientOptions JobOptions(const std::string& coordinator) {
 void Train(Client& client, int steps) {
   SCOPED_TRACE("training");
   for (int s = 0; s < steps; ++s) {
-    ASSERT_TRUE(client
-                    .AccumulateGradients(
-                        testing::Gradient(client.layout().num_params(), 0, client.step() + 1, 0))
-                    .ok());
-    auto result = client.Step();
-    ASSERT_TRUE(result.ok()) << result.status();
+    absl::Status step = testing::TrainStep(client);
+    ASSERT_TRUE(step.ok()) << step;
   }
 }
 
 std::string Placement(const std::string& coordinator) {
-  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
-  v1::GetPlacementRequest request;
-  request.set_job_id("restart-job");
-  v1::GetPlacementResponse response;
-  grpc::ClientContext context;
-  EXPECT_TRUE(stub->GetPlacement(&context, request, &response).ok());
+  auto response = testing::Placement(coordinator, "restart-job");
+  EXPECT_TRUE(response.ok()) << response.status();
+  if (!response.ok()) return "";
   std::string text;
-  for (const auto& row : response.rows()) {
+  for (const auto& row : response->rows()) {
     absl::StrAppend(&text, row.chunk_id(), " ", row.server_address(), " ", row.tier(), " ",
                     row.applied_step(), "\n");
   }

@@ -30,6 +30,14 @@ inline std::vector<float> Gradient(size_t n, int rank, int64_t step, int micro) 
   return g;
 }
 
+// One step of `client` (one worker) on Gradient(n, 0, next step, 0).
+inline absl::Status TrainStep(Client& client) {
+  absl::Status s =
+      client.AccumulateGradients(Gradient(client.layout().num_params(), 0, client.step() + 1, 0));
+  if (!s.ok()) return s;
+  return client.Step().status();
+}
+
 inline std::vector<float> InitialParams(size_t n) {
   std::mt19937 rng(12345);
   std::normal_distribution<float> normal(0.0f, 0.5f);
