@@ -610,7 +610,7 @@ absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
   } pushes, pulls;
   int pending = 0;
   absl::Status first_error;
-  if (push == nullptr) pushes.next = slice_pieces_.size();
+  if (push == nullptr) pushes.next = slice_pieces_.size();  // pulls only
   // Starts the calls the windows allow; every finished call makes room.
   std::function<void()> start_more;
   auto finish = [&](Stream* stream, uint64_t bytes, absl::Status s) {
@@ -627,15 +627,21 @@ absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
     --pending;
     start_more();
   };
-  auto fits = [&](const Stream& stream) {
-    return stream.next < slice_pieces_.size() &&
-           (stream.bytes == 0 ||
-            stream.bytes + slice_pieces_[stream.next].n * esize_ <= window_bytes);
+  const size_t num_pieces = slice_pieces_.size();
+  // The index of `stream`'s next piece, then counted in flight, while no call
+  // failed and its window has room for it.
+  auto take = [&](Stream& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) -> std::optional<size_t> {
+    if (!first_error.ok() || stream.next == num_pieces) return std::nullopt;
+    const uint64_t bytes = slice_pieces_[stream.next].n * esize_;
+    if (stream.bytes > 0 && stream.bytes + bytes > window_bytes) return std::nullopt;
+    stream.bytes += bytes;
+    ++pending;
+    return stream.next++;
   };
   start_more = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    while (first_error.ok() && fits(pushes)) {
-      const Piece& piece = slice_pieces_[pushes.next];
-      Call* c = calls[pushes.next++].get();
+    while (std::optional<size_t> i = take(pushes)) {
+      const Piece& piece = slice_pieces_[*i];
+      Call* c = calls[*i].get();
       const uint64_t bytes = piece.n * esize_;
       c->push_request.set_job_id(options_.job_id);
       c->push_request.set_step(step);
@@ -649,17 +655,15 @@ absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
       c->push_request.set_grads(grads_.data() + piece.begin * esize_, bytes);
       SetDeadline(&c->push_context, options_.step_timeout);
       c->push_context.set_wait_for_ready(true);  // a restarting server is waited for
-      pushes.bytes += bytes;
-      ++pending;
       piece.stub->async()->Push(&c->push_context, &c->push_request, &c->push_response,
                                 [&finish, &piece, &pushes, bytes](grpc::Status s) {
                                   finish(&pushes, bytes,
                                          WithAddress(FromGrpcStatus(s), piece.address));
                                 });
     }
-    while (first_error.ok() && fits(pulls)) {
-      const Piece& piece = slice_pieces_[pulls.next];
-      Call* c = calls[pulls.next++].get();
+    while (std::optional<size_t> i = take(pulls)) {
+      const Piece& piece = slice_pieces_[*i];
+      Call* c = calls[*i].get();
       const uint64_t bytes = piece.n * esize_;
       c->pull_request.set_job_id(options_.job_id);
       c->pull_request.set_step(step);
@@ -667,8 +671,6 @@ absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
       c->pull_request.set_num_params(piece.n);
       SetDeadline(&c->pull_context, options_.step_timeout);
       c->pull_context.set_wait_for_ready(true);
-      pulls.bytes += bytes;
-      ++pending;
       piece.stub->async()->Pull(
           &c->pull_context, &c->pull_request, &c->pull_response,
           [this, &finish, &piece, &pulls, c, step, bytes](grpc::Status grpc_status) {
@@ -689,7 +691,6 @@ absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
   };
   absl::MutexLock lock(&mu);
   start_more();
-  const size_t num_pieces = slice_pieces_.size();
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return pending == 0 &&
            (!first_error.ok() || (pushes.next == num_pieces && pulls.next == num_pieces));
