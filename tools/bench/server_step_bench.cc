@@ -29,15 +29,24 @@ using nlohmann::json;
 // Chunks of N parameters, their pushed pieces, and a timed step over them.
 class ServerStepRig {
  public:
-  // States on `nvme` (through a staging pool) when given, else in `host`.
+  // States on `nvme` (through a staging pool) when given, else in host
+  // memory. The copies (and staging buffers) are in a host tier of the
+  // rig's own, sized for what it holds.
   static absl::StatusOr<std::unique_ptr<ServerStepRig>> Create(const KernelBenchOptions& o,
-                                                               HostTier* host, Tier* nvme) {
-    std::unique_ptr<ServerStepRig> rig(new ServerStepRig(o));
+                                                               Tier* nvme) {
+    const uint64_t num_chunks = (o.num_params + kBenchChunkElements - 1) / kBenchChunkElements;
+    const uint64_t staging_bytes = NvmeChunkState::StagingBytes(kBenchChunkElements);
+    const uint64_t host_bytes =
+        num_chunks * (nvme != nullptr ? Chunk::CopyBytes(kBenchChunkElements, o.grad_dtype)
+                                      : Chunk::NumBytes(kBenchChunkElements, o.grad_dtype)) +
+        (nvme != nullptr ? (o.threads + 1) * staging_bytes : 0) + (uint64_t{64} << 20);
+    std::unique_ptr<ServerStepRig> rig(new ServerStepRig(o, host_bytes));
+    HostTier* host = &rig->host_;
     const size_t esize = DTypeSize(o.grad_dtype);
     std::shared_ptr<StagingPool> staging;
     if (nvme != nullptr) {
-      absl::StatusOr<std::unique_ptr<StagingPool>> pool = StagingPool::Create(
-          host, NvmeChunkState::StagingBytes(kBenchChunkElements), o.threads + 1);
+      absl::StatusOr<std::unique_ptr<StagingPool>> pool =
+          StagingPool::Create(host, staging_bytes, o.threads + 1);
       if (!pool.ok()) return pool.status();
       staging = *std::move(pool);
     }
@@ -107,13 +116,15 @@ class ServerStepRig {
   }
 
  private:
-  explicit ServerStepRig(const KernelBenchOptions& o)
+  ServerStepRig(const KernelBenchOptions& o, uint64_t host_bytes)
       : reps_(o.reps),
         piece_params_(kMaxPayloadBytes / DTypeSize(o.grad_dtype)),
+        host_(host_bytes),
         executor_(o.threads) {}
 
   const int reps_;
   const size_t piece_params_;
+  HostTier host_;  // before the chunks, which free their extents into it
   std::vector<std::shared_ptr<Chunk>> chunks_;
   std::vector<std::string> pieces_;
   int64_t step_ = 0;
@@ -126,9 +137,7 @@ absl::StatusOr<json> HostStepBesideNvme(const KernelBenchOptions& o, uint64_t ho
                                         ServerStepRig& nvme_rig) {
   KernelBenchOptions host_options = o;
   host_options.num_params = host_params;
-  HostTier host(Chunk::NumBytes(host_params, o.grad_dtype) + (size_t{64} << 20));
-  absl::StatusOr<std::unique_ptr<ServerStepRig>> rig =
-      ServerStepRig::Create(host_options, &host, nullptr);
+  absl::StatusOr<std::unique_ptr<ServerStepRig>> rig = ServerStepRig::Create(host_options, nullptr);
   if (!rig.ok()) return rig.status();
   absl::StatusOr<double> alone_s = (*rig)->MedianStepSeconds();
   if (!alone_s.ok()) return alone_s.status();
@@ -162,8 +171,7 @@ absl::Status CheckDtype(const KernelBenchOptions& o) {
 
 absl::StatusOr<json> BenchServerStep(const KernelBenchOptions& o) {
   if (absl::Status s = CheckDtype(o); !s.ok()) return s;
-  HostTier host(Chunk::NumBytes(o.num_params, o.grad_dtype) + (size_t{64} << 20));
-  absl::StatusOr<std::unique_ptr<ServerStepRig>> rig = ServerStepRig::Create(o, &host, nullptr);
+  absl::StatusOr<std::unique_ptr<ServerStepRig>> rig = ServerStepRig::Create(o, nullptr);
   if (!rig.ok()) return rig.status();
   absl::StatusOr<json> kernel = BenchAdam(o);
   if (!kernel.ok()) return kernel.status();
@@ -192,14 +200,7 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
     absl::StatusOr<std::unique_ptr<NvmeTier>> tier = NvmeTier::Open(NvmeTierOptions{
         nvme.dir, 2 * state_bytes + (uint64_t{64} << 20), nvme.queue_depth, nvme.io_bytes});
     if (!tier.ok()) return tier.status();
-    // The copies (per chunk, so per-chunk rounding counts), the staging
-    // buffers, and room to spare.
-    const uint64_t copy_bytes = (o.num_params / kBenchChunkElements + 1) *
-                                Chunk::CopyBytes(kBenchChunkElements, o.grad_dtype);
-    HostTier host(copy_bytes + (o.threads + 1) * NvmeChunkState::StagingBytes(kBenchChunkElements) +
-                  (size_t{64} << 20));
-    absl::StatusOr<std::unique_ptr<ServerStepRig>> rig =
-        ServerStepRig::Create(o, &host, tier->get());
+    absl::StatusOr<std::unique_ptr<ServerStepRig>> rig = ServerStepRig::Create(o, tier->get());
     if (!rig.ok()) return rig.status();
     absl::StatusOr<double> step_s = (*rig)->MedianStepSeconds();
     if (!step_s.ok()) return step_s.status();
