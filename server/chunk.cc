@@ -322,7 +322,7 @@ void Chunk::FailWaiters(const absl::Status& status) {
   for (Waiter& w : failed) std::move(w.done)(status, w.step, {});
 }
 
-absl::Status Chunk::ArmCheckpoint(int64_t step) {
+absl::Status Chunk::ArmCheckpoint(int64_t step, BlockPool* blocks) {
   // Under state_mu_, no Apply() is between its check of the armed step and
   // its update: it applied before (and the chunk is past `step`) or will see it.
   absl::MutexLock state_lock(&state_mu_);
@@ -337,22 +337,33 @@ absl::Status Chunk::ArmCheckpoint(int64_t step) {
                                                       " to a checkpoint"));
   }
   checkpoint_step_ = step;
+  checkpoint_failure_ = absl::OkStatus();
+  checkpoint_blocks_ = blocks;
   return absl::OkStatus();
 }
 
 void Chunk::KeepCheckpointState(int64_t step, const StateView& view) {
   {
     absl::MutexLock lock(&mu_);
-    if (checkpoint_step_ != step) return;
-    if (checkpoint_state_ == nullptr) checkpoint_loss_scale_ = loss_scales_[step & 1];
+    if (checkpoint_step_ != step || !checkpoint_state_.empty()) return;
+    checkpoint_loss_scale_ = loss_scales_[step & 1];
   }
-  if (checkpoint_state_ == nullptr) checkpoint_state_ = CopyStateLocked(view);
+  absl::StatusOr<BlockedState> state = CopyStateLocked(view);
+  if (state.ok()) {
+    checkpoint_state_ = *std::move(state);
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  checkpoint_step_ = -1;
+  checkpoint_failure_ = state.status();
 }
 
-StateBuffer Chunk::CopyStateLocked(const StateView& view) {
-  StateBuffer state = std::move(checkpoint_buffer_);
-  if (state == nullptr) state = AllocateStateBuffer(range_.size());
-  CopyState(view, range_.size(), state.get());
+absl::StatusOr<BlockedState> Chunk::CopyStateLocked(const StateView& view) {
+  BlockedState state = std::move(checkpoint_buffer_);
+  if (state.empty()) {
+    ASSIGN_OR_RETURN(state, BlockedState::Take(checkpoint_blocks_, range_.size()));
+  }
+  state.CopyFrom(view);
   return state;
 }
 
@@ -361,21 +372,25 @@ void Chunk::ReserveCheckpointBuffer() {
   auto wanted = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_) {
     absl::MutexLock lock(&mu_);
     return checkpoint_step_ >= 0 && state_->tier() == TierKind::kHost &&
-           checkpoint_state_ == nullptr && checkpoint_buffer_ == nullptr;
+           checkpoint_state_.empty() && checkpoint_buffer_.empty();
   };
+  BlockPool* blocks;
   {
     absl::MutexLock state_lock(&state_mu_);
     if (!wanted()) return;
+    blocks = checkpoint_blocks_;
   }
-  StateBuffer buffer = AllocateStateBuffer(range_.size());
+  // Without blocks, the copy takes them (and reports the failure) itself.
+  absl::StatusOr<BlockedState> buffer = BlockedState::Take(blocks, range_.size());
   absl::MutexLock state_lock(&state_mu_);
-  if (wanted()) checkpoint_buffer_ = std::move(buffer);
+  if (buffer.ok() && wanted()) checkpoint_buffer_ = *std::move(buffer);
 }
 
 absl::Status Chunk::AwaitCheckpointStep(absl::Time wait_until) {
   absl::MutexLock lock(&mu_);
   const int64_t step = checkpoint_step_;
   if (step < 0) {
+    if (!checkpoint_failure_.ok()) return checkpoint_failure_;
     return absl::FailedPreconditionError(
         absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is not armed for a checkpoint"));
   }
@@ -402,7 +417,7 @@ absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path,
   ReserveCheckpointBuffer();
   // The state of `step`: the copy an Apply() made, or one made now (an
   // Apply() waits for a copy, not for the write).
-  StateBuffer state;
+  BlockedState state;
   {
     absl::MutexLock state_lock(&state_mu_);
     state = std::move(checkpoint_state_);
@@ -410,29 +425,31 @@ absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path,
       // Kept aside by an Apply() of the next step, or the applied step's
       // (no Apply() runs while state_mu_ is held).
       absl::MutexLock lock(&mu_);
-      *loss_scale = state != nullptr ? checkpoint_loss_scale_ : loss_scales_[applied_step_ & 1];
+      *loss_scale = !state.empty() ? checkpoint_loss_scale_ : loss_scales_[applied_step_ & 1];
     }
     absl::Status loaded;
-    if (state == nullptr) {
+    if (state.empty()) {
       absl::StatusOr<StateView> view = state_->Load();
-      if (view.ok()) {
-        state = CopyStateLocked(*view);
-        state_->Release(*view);
-      }
       loaded = view.status();
+      if (view.ok()) {
+        absl::StatusOr<BlockedState> copy = CopyStateLocked(*view);
+        state_->Release(*view);
+        if (copy.ok()) state = *std::move(copy);
+        loaded = copy.status();
+      }
     }
-    checkpoint_buffer_.reset();
+    checkpoint_buffer_.Reset();
     absl::MutexLock lock(&mu_);
     checkpoint_step_ = -1;
     RETURN_IF_ERROR(loaded);
   }
-  return SaveChunkState(path, state.get(), range_.size());
+  return SaveChunkState(path, state);
 }
 
 void Chunk::CancelCheckpoint() {
   absl::MutexLock state_lock(&state_mu_);
-  checkpoint_state_.reset();
-  checkpoint_buffer_.reset();
+  checkpoint_state_.Reset();
+  checkpoint_buffer_.Reset();
   absl::MutexLock lock(&mu_);
   checkpoint_step_ = -1;
 }

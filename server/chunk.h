@@ -138,18 +138,20 @@ class Chunk {
   // job dropped); the staged step can then be pushed again.
   void FailWaiters(const absl::Status& status);
 
-  // Keeps the state of `step` for SaveCheckpoint(): ABORTED when the chunk
-  // is past it, FAILED_PRECONDITION when armed for another step.
-  absl::Status ArmCheckpoint(int64_t step) ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
-  // Once armed, a host-tier chunk sets aside a buffer for the state of the
-  // armed step, allocated (and faulted in) here, outside every lock, so
-  // that the copy an Apply() or SaveCheckpoint() makes is a memcpy and no
-  // more; the buffer goes when the save ends or is cancelled. No-op when
-  // not armed; other tiers' chunks allocate when they copy.
+  // Keeps the state of `step` for SaveCheckpoint(), copied into blocks of
+  // `blocks` (which must outlive the save): ABORTED when the chunk is past
+  // it, FAILED_PRECONDITION when armed for another step.
+  absl::Status ArmCheckpoint(int64_t step, BlockPool* blocks) ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
+  // Once armed, a host-tier chunk sets aside blocks for the state of the
+  // armed step, taken here, outside every lock, so that the copy an Apply()
+  // or SaveCheckpoint() makes is a memcpy and no more; they go back when the
+  // save ends or is cancelled. No-op when not armed; other tiers' chunks
+  // take blocks when they copy.
   void ReserveCheckpointBuffer() ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
   // Waits until the chunk reaches the armed step: DEADLINE_EXCEEDED after
   // `wait_until` (disarmed), CANCELLED by CancelCheckpoint(),
-  // FAILED_PRECONDITION when not armed.
+  // FAILED_PRECONDITION when not armed, or the error that disarmed it (an
+  // Apply() found no memory to keep the state in).
   absl::Status AwaitCheckpointStep(absl::Time wait_until) ABSL_LOCKS_EXCLUDED(mu_);
   // Once AwaitCheckpointStep() returned OK: writes the chunk's state at the
   // armed step to `path` (synced, server/saved_chunk.h) and disarms. Returns
@@ -187,11 +189,14 @@ class Chunk {
                               absl::FunctionRef<void(const StateView&, uint64_t)> write)
       ABSL_LOCKS_EXCLUDED(state_mu_);
   // In Apply(), before the state of `step` changes: copies it aside if a
-  // checkpoint of `step` is armed and not yet written.
+  // checkpoint of `step` is armed and not yet written. When no memory can
+  // hold the copy, the checkpoint is disarmed with that error and the step
+  // goes on: training does not fail for a checkpoint.
   void KeepCheckpointState(int64_t step, const StateView& view)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
-  // `view` copied into the reserved buffer (or a new one).
-  StateBuffer CopyStateLocked(const StateView& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // `view` copied into the reserved blocks (or blocks taken now).
+  absl::StatusOr<BlockedState> CopyStateLocked(const StateView& view)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // Ends a failed Apply(): the step stays unapplied and `pushes` get `status`.
   void FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status);
 
@@ -224,12 +229,15 @@ class Chunk {
   // The loss scaler after each of the last two applied steps (by step & 1).
   std::optional<v1::LossScaleState> loss_scales_[2] ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
-  // The armed checkpoint's step, or -1; and the state of that step once an
-  // Apply() went past it before the save (p, m, v: 3 x range_.size()), or
-  // else the buffer reserved for it, if any.
+  // The armed checkpoint's step, or -1, and the error that disarmed it, if
+  // any; the pool its copies come from; the state of that step once an
+  // Apply() went past it before the save, or else the blocks reserved for
+  // it, if any.
   int64_t checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
-  StateBuffer checkpoint_state_ ABSL_GUARDED_BY(state_mu_);
-  StateBuffer checkpoint_buffer_ ABSL_GUARDED_BY(state_mu_);
+  absl::Status checkpoint_failure_ ABSL_GUARDED_BY(mu_);
+  BlockPool* checkpoint_blocks_ ABSL_GUARDED_BY(state_mu_) = nullptr;
+  BlockedState checkpoint_state_ ABSL_GUARDED_BY(state_mu_);
+  BlockedState checkpoint_buffer_ ABSL_GUARDED_BY(state_mu_);
   std::optional<v1::LossScaleState> checkpoint_loss_scale_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "common/thread_pool.h"
+#include "server/block_pool.h"
 #include "server/coordinator_service.h"
 #include "server/shard_service.h"
 #include "storage/host_tier.h"
@@ -41,6 +42,10 @@ struct ShardServerOptions {
   int executor_threads = 2;
   // Threads that apply the chunks whose state is on NVMe (with an NVMe tier).
   int nvme_executor_threads = 2;
+  // Host memory kept, faulted in from the start, for the copies of chunk
+  // states that checkpoints write (server/block_pool.h); a save that needs
+  // more allocates the rest and frees it after.
+  uint64_t checkpoint_buffer_bytes = 0;
   absl::Duration register_timeout = absl::Seconds(30);
   // host:port of the Prometheus endpoint (/metrics); empty: none.
   std::string metrics_listen_address;
@@ -59,6 +64,8 @@ class ShardServer {
   const std::string& metrics_address() const { return metrics_->address(); }
   // The threads that apply NVMe-tier chunks; nullptr without an NVMe tier.
   ThreadPool* nvme_executor() const { return nvme_executor_.get(); }
+  // The memory checkpoint copies are made in.
+  const BlockPool& checkpoint_blocks() const { return *checkpoint_blocks_; }
   void Shutdown();
 
  private:
@@ -71,6 +78,7 @@ class ShardServer {
   std::unique_ptr<NvmeTier> nvme_;
   std::unique_ptr<ThreadPool> executor_;
   std::unique_ptr<ThreadPool> nvme_executor_;
+  std::unique_ptr<BlockPool> checkpoint_blocks_;
   std::unique_ptr<ShardService> service_;
   std::unique_ptr<grpc::Server> server_;
 };

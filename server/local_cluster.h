@@ -19,6 +19,8 @@ struct LocalClusterOptions {
   int executor_threads = 1;
   // Off by default: tests and benchmarks run as users with a small memlock limit.
   bool pin_host_memory = false;
+  // Per server (ShardServerOptions).
+  uint64_t checkpoint_buffer_bytes = 0;
   // Per server; 0: no NVMe tier.
   uint64_t nvme_budget_bytes = 0;
   absl::Duration worker_lease = absl::Seconds(3);

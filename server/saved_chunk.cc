@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <liburing.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -22,16 +21,39 @@ namespace strata {
 namespace {
 
 constexpr size_t kDirectBlockBytes = 4096;
-constexpr size_t kPieceBytes = size_t{8} << 20;
+constexpr size_t kPieceBytes = BlockPool::kBlockBytes;
 constexpr unsigned kPiecesInFlight = 4;
 
-// Writes `bytes` of `data` at `file_offset` of `fd` (or reads them into `data`:
-// `read`) in kPieceBytes pieces, kPiecesInFlight at a time (io_uring), and
-// adds them to `hash` in order while the other pieces are in flight. A read
-// that ends early is DATA_LOSS naming the file.
-absl::Status TransferInFlight(bool read, int fd, char* data, size_t bytes, const std::string& path,
-                              XXH3_state_t* hash, uint64_t file_offset = 0) {
-  if (bytes == 0) return absl::OkStatus();
+// A state's bytes in memory: piece k holds bytes [k, k + 1) * kPieceBytes.
+using Pieces = absl::Span<std::byte* const>;
+
+// The pieces of `bytes` of contiguous memory at `data`.
+std::vector<std::byte*> PiecesOf(std::byte* data, size_t bytes) {
+  std::vector<std::byte*> pieces;
+  for (size_t at = 0; at < bytes; at += kPieceBytes) pieces.push_back(data + at);
+  return pieces;
+}
+
+// Writes bytes [from, to) of the state in `pieces` at the same offsets of
+// `fd` (or reads them into the pieces: `read`), a piece at a time with
+// kPiecesInFlight in flight (io_uring), and adds them to `hash` in order
+// while the others are in flight. A read that ends early is DATA_LOSS naming
+// the file.
+absl::Status TransferInFlight(bool read, int fd, Pieces pieces, size_t from, size_t to,
+                              const std::string& path, XXH3_state_t* hash) {
+  if (from == to) return absl::OkStatus();
+  // The transfers: [from, to) cut at piece boundaries.
+  struct Transfer {
+    size_t offset;
+    std::byte* data;
+    size_t n;
+  };
+  std::vector<Transfer> transfers;
+  for (size_t at = from; at < to;) {
+    const size_t n = std::min(to, (at / kPieceBytes + 1) * kPieceBytes) - at;
+    transfers.push_back({at, pieces[at / kPieceBytes] + at % kPieceBytes, n});
+    at += n;
+  }
   io_uring ring;
   if (int r = io_uring_queue_init(kPiecesInFlight, &ring, 0); r < 0) {
     errno = -r;
@@ -39,31 +61,29 @@ absl::Status TransferInFlight(bool read, int fd, char* data, size_t bytes, const
   }
   const char* verb = read ? "read" : "write";
   absl::Status status;
-  size_t submitted = 0;
-  size_t done = 0;  // transferred, from offset 0 on
+  size_t submitted = 0;  // transfers
+  size_t done = 0;       // transfers complete, from the first on
   size_t hashed = 0;
   unsigned in_flight = 0;
-  std::vector<bool> piece_done((bytes + kPieceBytes - 1) / kPieceBytes, false);
-  while (status.ok() && (submitted < bytes || in_flight > 0)) {
-    while (submitted < bytes && in_flight < kPiecesInFlight) {
+  std::vector<bool> transfer_done(transfers.size(), false);
+  while (status.ok() && (submitted < transfers.size() || in_flight > 0)) {
+    while (submitted < transfers.size() && in_flight < kPiecesInFlight) {
+      const Transfer& t = transfers[submitted];
       io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-      const unsigned n = static_cast<unsigned>(std::min(kPieceBytes, bytes - submitted));
       if (read) {
-        io_uring_prep_read(sqe, fd, data + submitted, n, file_offset + submitted);
+        io_uring_prep_read(sqe, fd, t.data, static_cast<unsigned>(t.n), t.offset);
       } else {
-        io_uring_prep_write(sqe, fd, data + submitted, n, file_offset + submitted);
+        io_uring_prep_write(sqe, fd, t.data, static_cast<unsigned>(t.n), t.offset);
       }
       io_uring_sqe_set_data64(sqe, submitted);
-      submitted += n;
+      ++submitted;
       ++in_flight;
     }
     io_uring_submit(&ring);
     // What is in memory in order: all of it when writing, what arrived when reading.
-    const size_t hashable = read ? done : submitted;
-    if (hashed < hashable) {
-      const size_t n = std::min(kPieceBytes, hashable - hashed);
-      XXH3_64bits_update(hash, data + hashed, n);
-      hashed += n;
+    if (hashed < (read ? done : submitted)) {
+      XXH3_64bits_update(hash, transfers[hashed].data, transfers[hashed].n);
+      ++hashed;
     }
     io_uring_cqe* cqe;
     int r = io_uring_wait_cqe(&ring, &cqe);
@@ -72,16 +92,16 @@ absl::Status TransferInFlight(bool read, int fd, char* data, size_t bytes, const
       status = ErrnoError(absl::StrCat("cannot wait for a ", verb, " of"), path);
       break;
     }
-    const uint64_t offset = io_uring_cqe_get_data64(cqe);
-    const size_t n = std::min(kPieceBytes, bytes - offset);
+    const size_t index = io_uring_cqe_get_data64(cqe);
+    const Transfer& t = transfers[index];
     if (cqe->res < 0) {
       errno = -cqe->res;
       status = ErrnoError(absl::StrCat("cannot ", verb), path);
-    } else if (static_cast<size_t>(cqe->res) < n) {
-      // A short transfer: the rest of the piece at once.
-      char* rest = data + offset + cqe->res;
-      const size_t left = n - cqe->res;
-      const off_t at = static_cast<off_t>(file_offset + offset + cqe->res);
+    } else if (static_cast<size_t>(cqe->res) < t.n) {
+      // A short transfer: the rest of it at once.
+      std::byte* rest = t.data + cqe->res;
+      const size_t left = t.n - cqe->res;
+      const off_t at = static_cast<off_t>(t.offset + cqe->res);
       ssize_t r = read ? pread(fd, rest, left, at) : pwrite(fd, rest, left, at);
       if (r < 0) {
         status = ErrnoError(absl::StrCat("cannot ", verb), path);
@@ -92,11 +112,10 @@ absl::Status TransferInFlight(bool read, int fd, char* data, size_t bytes, const
     }
     io_uring_cqe_seen(&ring, cqe);
     --in_flight;
-    piece_done[offset / kPieceBytes] = true;
-    while (done < bytes && piece_done[done / kPieceBytes])
-      done += std::min(kPieceBytes, bytes - done);
+    transfer_done[index] = true;
+    while (done < transfers.size() && transfer_done[done]) ++done;
   }
-  // After an error, the transfers still in flight end before the buffer may go.
+  // After an error, the transfers still in flight end before the memory may go.
   while (in_flight > 0) {
     io_uring_cqe* cqe;
     if (io_uring_wait_cqe(&ring, &cqe) < 0) break;
@@ -104,7 +123,9 @@ absl::Status TransferInFlight(bool read, int fd, char* data, size_t bytes, const
     --in_flight;
   }
   io_uring_queue_exit(&ring);
-  if (status.ok() && hashed < bytes) XXH3_64bits_update(hash, data + hashed, bytes - hashed);
+  for (; status.ok() && hashed < transfers.size(); ++hashed) {
+    XXH3_64bits_update(hash, transfers[hashed].data, transfers[hashed].n);
+  }
   return status;
 }
 
@@ -118,12 +139,14 @@ Hash NewHash() {
   return hash;
 }
 
-// Opens `path` with `flags`, and O_DIRECT too when `buffer` is 4 KiB-aligned
-// and the file system takes it; sets `direct` to whether it did. -1 and
-// errno as open() leaves them on failure.
-int OpenPreferringDirect(const std::string& path, int flags, const void* buffer, bool* direct) {
+// Opens `path` with `flags`, and O_DIRECT too when every piece is 4
+// KiB-aligned and the file system takes it; sets `direct` to whether it did.
+// -1 and errno as open() leaves them on failure.
+int OpenPreferringDirect(const std::string& path, int flags, Pieces pieces, bool* direct) {
   int fd = -1;
-  if (reinterpret_cast<uintptr_t>(buffer) % kDirectBlockBytes == 0) {
+  if (std::all_of(pieces.begin(), pieces.end(), [](const std::byte* piece) {
+        return reinterpret_cast<uintptr_t>(piece) % kDirectBlockBytes == 0;
+      })) {
     fd = open(path.c_str(), flags | O_DIRECT, 0600);
   }
   *direct = fd >= 0;
@@ -134,15 +157,29 @@ int OpenPreferringDirect(const std::string& path, int flags, const void* buffer,
 // TransferInFlight() of `bytes` at offset 0 of `fd`: with `direct` (fd
 // opened O_DIRECT), the whole 4 KiB blocks so, then the tail with direct
 // I/O off; all of it so otherwise.
-absl::Status TransferWhole(bool read, int fd, bool direct, char* data, size_t bytes,
+absl::Status TransferWhole(bool read, int fd, bool direct, Pieces pieces, size_t bytes,
                            const std::string& path, XXH3_state_t* hash) {
   const size_t aligned = direct ? bytes / kDirectBlockBytes * kDirectBlockBytes : 0;
-  RETURN_IF_ERROR(TransferInFlight(read, fd, data, aligned, path, hash));
+  RETURN_IF_ERROR(TransferInFlight(read, fd, pieces, 0, aligned, path, hash));
   if (aligned == bytes) return absl::OkStatus();
   if (direct && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_DIRECT) != 0) {
     return ErrnoError("cannot clear O_DIRECT on", path);
   }
-  return TransferInFlight(read, fd, data + aligned, bytes - aligned, path, hash, aligned);
+  return TransferInFlight(read, fd, pieces, aligned, bytes, path, hash);
+}
+
+// Writes the state in `pieces` (3n floats) to `path`, synced; its checksum.
+absl::StatusOr<uint64_t> SavePieces(const std::string& path, Pieces pieces, uint64_t num_params) {
+  const size_t bytes = 3 * num_params * sizeof(float);
+  bool direct;
+  int fd = OpenPreferringDirect(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, pieces, &direct);
+  if (fd < 0) return ErrnoError("cannot create", path);
+  Hash hash = NewHash();
+  absl::Status status = TransferWhole(/*read=*/false, fd, direct, pieces, bytes, path, hash.get());
+  if (status.ok() && fsync(fd) != 0) status = ErrnoError("cannot sync", path);
+  close(fd);
+  if (!status.ok()) return status;
+  return XXH3_64bits_digest(hash.get());
 }
 
 }  // namespace
@@ -151,47 +188,68 @@ StateBuffer AllocateStateBuffer(uint64_t num_params) {
   size_t bytes = 3 * num_params * sizeof(float);
   bytes = std::max(kDirectBlockBytes,
                    (bytes + kDirectBlockBytes - 1) / kDirectBlockBytes * kDirectBlockBytes);
-  void* buffer = std::aligned_alloc(kDirectBlockBytes, bytes);
-  // Faulted in now, before the buffer is filled under a chunk's lock (a 48 MB
-  // copy into a fresh buffer spends most of its time in page faults: 25 ms
-  // here, against 13 ms to fault it in at once). MADV_POPULATE_WRITE is
-  // Linux 5.14's; older kernels refuse it, and then each page is touched.
-  if (buffer != nullptr && madvise(buffer, bytes, MADV_POPULATE_WRITE) != 0) {
-    for (size_t i = 0; i < bytes; i += kDirectBlockBytes)
-      static_cast<volatile char*>(buffer)[i] = 0;
-  }
-  return StateBuffer(static_cast<float*>(buffer));
+  return StateBuffer(reinterpret_cast<float*>(AllocateFaultedIn(bytes)));
 }
 
-void CopyState(const StateView& view, uint64_t num_params, float* state) {
-  const size_t bytes = num_params * sizeof(float);
-  std::memcpy(state, view.p, bytes);
-  std::memcpy(state + num_params, view.m, bytes);
-  std::memcpy(state + 2 * num_params, view.v, bytes);
+absl::StatusOr<BlockedState> BlockedState::Take(BlockPool* pool, uint64_t num_params) {
+  const size_t bytes = 3 * num_params * sizeof(float);
+  ASSIGN_OR_RETURN(std::vector<std::byte*> blocks,
+                   pool->Take((bytes + kPieceBytes - 1) / kPieceBytes));
+  BlockedState state;
+  state.pool_ = pool;
+  state.blocks_ = std::move(blocks);
+  state.num_params_ = num_params;
+  return state;
+}
+
+BlockedState& BlockedState::operator=(BlockedState&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    pool_ = std::exchange(other.pool_, nullptr);
+    blocks_ = std::move(other.blocks_);
+    num_params_ = std::exchange(other.num_params_, 0);
+  }
+  return *this;
+}
+
+void BlockedState::Reset() {
+  if (pool_ != nullptr) pool_->Give(blocks_);
+  pool_ = nullptr;
+  blocks_.clear();
+  num_params_ = 0;
+}
+
+void BlockedState::CopyFrom(const StateView& view) {
+  const size_t array_bytes = num_params_ * sizeof(float);
+  size_t at = 0;  // in the state
+  for (const float* array : {view.p, view.m, view.v}) {
+    const std::byte* from = reinterpret_cast<const std::byte*>(array);
+    for (size_t copied = 0; copied < array_bytes;) {
+      const size_t n = std::min(array_bytes - copied, kPieceBytes - at % kPieceBytes);
+      std::memcpy(blocks_[at / kPieceBytes] + at % kPieceBytes, from + copied, n);
+      copied += n;
+      at += n;
+    }
+  }
 }
 
 absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* state,
                                         uint64_t num_params) {
   const size_t bytes = 3 * num_params * sizeof(float);
-  const char* data = reinterpret_cast<const char*>(state);
-  bool direct;
-  int fd = OpenPreferringDirect(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, state, &direct);
-  if (fd < 0) return ErrnoError("cannot create", path);
-  Hash hash = NewHash();
-  absl::Status status =
-      TransferWhole(/*read=*/false, fd, direct, const_cast<char*>(data), bytes, path, hash.get());
-  if (status.ok() && fsync(fd) != 0) status = ErrnoError("cannot sync", path);
-  close(fd);
-  if (!status.ok()) return status;
-  return XXH3_64bits_digest(hash.get());
+  std::byte* data = reinterpret_cast<std::byte*>(const_cast<float*>(state));
+  return SavePieces(path, PiecesOf(data, bytes), num_params);
+}
+
+absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const BlockedState& state) {
+  return SavePieces(path, state.blocks(), state.num_params());
 }
 
 absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t num_params,
                             float* state) {
   const size_t bytes = 3 * num_params * sizeof(float);
-  char* data = reinterpret_cast<char*>(state);
+  const std::vector<std::byte*> pieces = PiecesOf(reinterpret_cast<std::byte*>(state), bytes);
   bool direct;
-  int fd = OpenPreferringDirect(path, O_RDONLY | O_CLOEXEC, state, &direct);
+  int fd = OpenPreferringDirect(path, O_RDONLY | O_CLOEXEC, pieces, &direct);
   if (fd < 0) {
     if (errno == ENOENT) {
       return absl::DataLossError(absl::StrCat("chunk file ", path, " is missing"));
@@ -209,7 +267,9 @@ absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t
     status = absl::DataLossError(absl::StrCat("chunk file ", path, " is longer than recorded"));
   }
   Hash hash = NewHash();
-  if (status.ok()) status = TransferWhole(/*read=*/true, fd, direct, data, bytes, path, hash.get());
+  if (status.ok()) {
+    status = TransferWhole(/*read=*/true, fd, direct, pieces, bytes, path, hash.get());
+  }
   close(fd);
   if (!status.ok()) return status;
   if (XXH3_64bits_digest(hash.get()) != checksum) {

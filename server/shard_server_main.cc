@@ -29,6 +29,12 @@ ABSL_FLAG(int, nvme_executor_threads, 2,
           "threads that apply the optimizer to chunks whose state is on NVMe (each reads, "
           "applies and writes back; apart from --executor_threads, so that host-tier chunks "
           "never wait for the disk)");
+ABSL_FLAG(uint64_t, checkpoint_buffer_mib, 384,
+          "host memory in MiB kept (faulted in at start-up) for the copies of chunk states that "
+          "checkpoints write: the chunks being written, those reserved ahead of them, and those "
+          "training passes before the save reaches them (the default holds 8 chunks of 4 Mi "
+          "parameters); a save that needs more allocates it and frees it after, which costs "
+          "training time on a busy machine. Each save logs the most it used");
 ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at start-up");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port to serve Prometheus metrics on (/metrics); port 0 picks a free port; "
@@ -61,6 +67,7 @@ int main(int argc, char** argv) {
   options.executor_threads = absl::GetFlag(FLAGS_executor_threads);
   options.nvme_executor_threads = absl::GetFlag(FLAGS_nvme_executor_threads);
   options.save_host_chunks = absl::GetFlag(FLAGS_save_host_chunks);
+  options.checkpoint_buffer_bytes = absl::GetFlag(FLAGS_checkpoint_buffer_mib) << 20;
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);
   auto server = strata::ShardServer::Start(options);

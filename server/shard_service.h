@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "common/thread_pool.h"
+#include "server/block_pool.h"
 #include "server/chunk.h"
 #include "storage/metadata_store.h"
 #include "storage/nvme_tier.h"
@@ -30,15 +31,14 @@ class ShardService final : public v1::ShardServer::CallbackService {
   // Chunk states go to `host` first, then to `nvme` (nullptr: none). Chunks
   // are applied on `executor`, those whose state is on NVMe on
   // `nvme_executor` (required with `nvme`): they wait for the disk, and the
-  // host-tier chunks of every job must not wait behind them. Jobs a
+  // host-tier chunks of every job must not wait behind them. Checkpoints
+  // copy chunk states into blocks of `checkpoint_blocks`. Jobs a
   // previous run recorded in `metadata` come back when every chunk was on NVMe
   // or saved by SaveHostChunks() into `saved_chunks_dir` (at the steps
   // recorded); the others are discarded, with a log line saying why.
-  static absl::StatusOr<std::unique_ptr<ShardService>> Create(Tier* host, NvmeTier* nvme,
-                                                              MetadataStore* metadata,
-                                                              ThreadPool* executor,
-                                                              ThreadPool* nvme_executor,
-                                                              std::string saved_chunks_dir);
+  static absl::StatusOr<std::unique_ptr<ShardService>> Create(
+      Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
+      ThreadPool* nvme_executor, BlockPool* checkpoint_blocks, std::string saved_chunks_dir);
 
   void BeginShutdown();
   // At a clean shutdown, once no step is being applied: saves every chunk
@@ -87,7 +87,8 @@ class ShardService final : public v1::ShardServer::CallbackService {
   };
 
   ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
-               ThreadPool* nvme_executor, std::string saved_chunks_dir);
+               ThreadPool* nvme_executor, BlockPool* checkpoint_blocks,
+               std::string saved_chunks_dir);
   // The staging buffers of a job's NVMe chunks, from the host tier.
   absl::StatusOr<std::unique_ptr<StagingPool>> MakeStagingPool(const v1::JobSpec& spec);
   // Rebuilds a job of a previous run from its chunk records.
@@ -127,6 +128,7 @@ class ShardService final : public v1::ShardServer::CallbackService {
   MetadataStore* const metadata_;
   ThreadPool* const executor_;
   ThreadPool* const nvme_executor_;
+  BlockPool* const checkpoint_blocks_;
   const std::string saved_chunks_dir_;
   // Staging buffers per job on NVMe: one per NVMe executor thread, one spare.
   const int staging_buffers_;

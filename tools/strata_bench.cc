@@ -21,6 +21,9 @@ ABSL_FLAG(int, reps, 5, "adam, grad-stats, cast: timed repetitions (median repor
 ABSL_FLAG(int, workers, 2, "step: workers (threads with their own client and Gloo pairs)");
 ABSL_FLAG(int, servers, 2, "step, checkpoint: shard servers (in this process, on loopback)");
 ABSL_FLAG(int, executor_threads, 1, "step, checkpoint: optimizer threads per shard server");
+ABSL_FLAG(uint64_t, checkpoint_buffer_mib, 384,
+          "checkpoint: host memory per shard server kept for checkpoint copies (the "
+          "server's --checkpoint_buffer_mib)");
 ABSL_FLAG(std::string, dtype, "fp16", "step: fp16 or bf16");
 ABSL_FLAG(int, steps, 5, "step: timed steps (after one warm-up step)");
 ABSL_FLAG(std::string, dir, "",
@@ -57,7 +60,7 @@ constexpr char kUsage[] =
     "      with M, also a host-tier step over M parameters, alone and beside it\n"
     "  strata-bench step --params N --workers W --servers S [--dtype fp16|bf16]\n"
     "      the whole optimizer path of a step on loopback, against iperf3\n"
-    "  strata-bench checkpoint --params N --dir DIR [--servers S]\n"
+    "  strata-bench checkpoint --params N --dir DIR [--servers S] [--checkpoint_buffer_mib M]\n"
     "      saves a checkpoint of a training job (host-tier chunks) into DIR while it\n"
     "      trains, and restores a new job from it, against fio's direct write on DIR;\n"
     "      reports the training pause the save caused\n"
@@ -96,6 +99,7 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
     o.dir = absl::GetFlag(FLAGS_dir);
     o.servers = absl::GetFlag(FLAGS_servers);
     o.executor_threads = absl::GetFlag(FLAGS_executor_threads);
+    o.checkpoint_buffer_bytes = absl::GetFlag(FLAGS_checkpoint_buffer_mib) << 20;
     return strata::BenchCheckpoint(o);
   }
   if (command == "step") {

@@ -95,15 +95,16 @@ struct ServerProcess {
 
 // Starts `bin`/strata-server `name` (data in `dir`/name, log and ready file
 // beside it) for `coordinator`, unpinned host memory, one executor thread
-// (and one for NVMe chunks), and `extra` flags.
+// (and one for NVMe chunks), no memory kept for checkpoint copies, and
+// `extra` flags.
 inline ServerProcess StartServer(const std::string& bin, const std::string& dir,
                                  const std::string& name, const std::string& coordinator,
                                  const std::vector<std::string>& extra, Processes* processes) {
   const std::string base = dir + "/" + name;
   std::vector<std::string> args = {
-      bin + "/strata-server",      "--listen=127.0.0.1:0",          "--coordinator=" + coordinator,
-      "--data_dir=" + base,        "--pin_host_memory=false",       "--executor_threads=1",
-      "--nvme_executor_threads=1", "--ready_file=" + base + ".addr"};
+      bin + "/strata-server",      "--listen=127.0.0.1:0",      "--coordinator=" + coordinator,
+      "--data_dir=" + base,        "--pin_host_memory=false",   "--executor_threads=1",
+      "--nvme_executor_threads=1", "--checkpoint_buffer_mib=0", "--ready_file=" + base + ".addr"};
   args.insert(args.end(), extra.begin(), extra.end());
   ServerProcess server;
   server.pid = Spawn(args, base + ".log");

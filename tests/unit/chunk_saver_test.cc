@@ -61,6 +61,8 @@ class ChunkSaverTest : public ::testing::Test {
   }
 
   HostTier tier_;
+  // Fewer kept blocks than chunks: copies come from both kinds.
+  BlockPool blocks_{2 * BlockPool::kBlockBytes};
   const std::string dir_ = ::testing::TempDir() + "/chunk_saver_test_" + std::to_string(getpid());
   std::vector<std::shared_ptr<Chunk>> chunks_;
   std::vector<std::string> paths_;
@@ -69,7 +71,7 @@ class ChunkSaverTest : public ::testing::Test {
 TEST_F(ChunkSaverTest, WritesEveryChunkAtItsArmedStepWhileLaterStepsApply) {
   Step(1);
   const std::vector<std::vector<float>> want = States();
-  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(1).ok());
+  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(1, &blocks_).ok());
   // Chunks 0 and 1 keep their state aside in reserved buffers, chunk 2 in a
   // buffer allocated as it applies; 3 and 4 are copied when written.
   chunks_[0]->ReserveCheckpointBuffer();
@@ -98,7 +100,7 @@ TEST_F(ChunkSaverTest, WritesEveryChunkAtItsArmedStepWhileLaterStepsApply) {
 
 TEST_F(ChunkSaverTest, AFailedWriteNamesTheFileAndDisarmsEveryChunk) {
   Step(1);
-  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(1).ok());
+  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(1, &blocks_).ok());
   paths_[1] = dir_ + "/missing/chunk-1";
   absl::StatusOr<std::vector<SavedChunk>> saved = SaveArmedChunks(chunks_, paths_);
   ASSERT_FALSE(saved.ok());
@@ -110,7 +112,7 @@ TEST_F(ChunkSaverTest, AFailedWriteNamesTheFileAndDisarmsEveryChunk) {
   }
   // Training and the next save go on.
   Step(2);
-  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(2).ok());
+  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(2, &blocks_).ok());
   paths_[1] = dir_ + "/chunk-1";
   EXPECT_TRUE(SaveArmedChunks(chunks_, paths_).ok());
 }

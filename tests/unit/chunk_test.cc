@@ -61,6 +61,7 @@ class ChunkTest : public ::testing::Test {
   }
 
   HostTier tier_;
+  BlockPool blocks_{0};  // checkpoint copies, allocated when taken
   std::unique_ptr<Chunk> chunk_;
   const std::string path_ =
       ::testing::TempDir() + "/chunk_test_checkpoint_" + std::to_string(getpid());
@@ -250,8 +251,8 @@ TEST_F(ChunkTest, WriteStateSetsTheStateAndStepBeforeTheFirstPush) {
 TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
   std::vector<float> init(kN, 1.0f);
   ASSERT_TRUE(chunk_->WriteParams(kBegin, init.data(), kN).ok());
-  ASSERT_TRUE(chunk_->ArmCheckpoint(1).ok());
-  EXPECT_EQ(chunk_->ArmCheckpoint(2).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(chunk_->ArmCheckpoint(1, &blocks_).ok());
+  EXPECT_EQ(chunk_->ArmCheckpoint(2, &blocks_).code(), absl::StatusCode::kFailedPrecondition);
   auto scaler_after = [](int64_t step) {
     v1::LossScaleState s;
     s.set_scale(1024.0f * step);
@@ -283,11 +284,11 @@ TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
   EXPECT_TRUE(LoadChunkState(path_, *checksum, kN, p).ok());
 
   // Disarmed by the save; past step 2 now.
-  EXPECT_EQ(chunk_->ArmCheckpoint(2).code(), absl::StatusCode::kAborted);
-  ASSERT_TRUE(chunk_->ArmCheckpoint(5).ok());
+  EXPECT_EQ(chunk_->ArmCheckpoint(2, &blocks_).code(), absl::StatusCode::kAborted);
+  ASSERT_TRUE(chunk_->ArmCheckpoint(5, &blocks_).ok());
   EXPECT_EQ(chunk_->AwaitCheckpointStep(absl::Now() + absl::Milliseconds(20)).code(),
             absl::StatusCode::kDeadlineExceeded);
-  ASSERT_TRUE(chunk_->ArmCheckpoint(5).ok());
+  ASSERT_TRUE(chunk_->ArmCheckpoint(5, &blocks_).ok());
   std::thread cancel([&] {
     absl::SleepFor(absl::Milliseconds(20));
     chunk_->CancelCheckpoint();

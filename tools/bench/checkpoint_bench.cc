@@ -1,5 +1,6 @@
 #include "tools/bench/checkpoint_bench.h"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <thread>
@@ -95,6 +96,7 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   LocalClusterOptions cluster_options;
   cluster_options.num_servers = o.servers;
   cluster_options.executor_threads = o.executor_threads;
+  cluster_options.checkpoint_buffer_bytes = o.checkpoint_buffer_bytes;
   // The trainer's steps of big models starve heartbeats to the in-process
   // coordinator on small machines; membership changes are not measured here.
   cluster_options.worker_lease = absl::Minutes(5);
@@ -164,6 +166,13 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
     return s;
   }
   const double restore_s = absl::ToDoubleSeconds(absl::Now() - restore_started);
+  // The most any server's copies took at once, and allocated beyond its kept memory.
+  uint64_t copies_peak_bytes = 0, copies_beyond_bytes = 0;
+  for (const auto& server : (*cluster)->servers()) {
+    copies_peak_bytes = std::max(copies_peak_bytes, server->checkpoint_blocks().peak_taken_bytes());
+    copies_beyond_bytes =
+        std::max(copies_beyond_bytes, server->checkpoint_blocks().allocated_beyond_bytes());
+  }
   client->reset();
   cluster->reset();
 
@@ -189,7 +198,10 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
               {"step_s", step_s},
               {"steps_during_save", steps_during_save},
               {"pause_s", pause_s},
-              {"pause_fraction_of_save", pause_s / save_s}};
+              {"pause_fraction_of_save", pause_s / save_s},
+              {"checkpoint_buffer_MiB", o.checkpoint_buffer_bytes >> 20},
+              {"copies_peak_MiB", copies_peak_bytes >> 20},
+              {"copies_beyond_buffer_MiB", copies_beyond_bytes >> 20}};
 }
 
 }  // namespace strata

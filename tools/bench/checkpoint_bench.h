@@ -3,7 +3,8 @@
 // saved into DIR; then a new job is restored from that checkpoint. Against
 // fio's sequential direct write on DIR in the same run. Reports the save's
 // and restore's times and rates, and the training pause the save caused:
-// the time the steps overlapping the save took beyond the median step.
+// the time the steps overlapping the save took beyond the median step; and
+// the memory the servers' copies took (server/block_pool.h).
 // Returns the JSON object to print.
 #ifndef STRATA_TOOLS_BENCH_CHECKPOINT_BENCH_H_
 #define STRATA_TOOLS_BENCH_CHECKPOINT_BENCH_H_
@@ -20,6 +21,8 @@ struct CheckpointBenchOptions {
   std::string dir;
   int servers = 2;
   int executor_threads = 1;
+  // Per server: host memory kept for checkpoint copies.
+  uint64_t checkpoint_buffer_bytes = uint64_t{384} << 20;
 };
 
 absl::StatusOr<nlohmann::json> BenchCheckpoint(const CheckpointBenchOptions& options);
