@@ -42,7 +42,13 @@ BlockPool::~BlockPool() {
   for (std::byte* block : kept_) std::free(block);
 }
 
-absl::StatusOr<std::vector<std::byte*>> BlockPool::Take(size_t count) {
+uint64_t BlockPool::HeldBytes(uint64_t bytes, size_t kept) {
+  const uint64_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  return std::max<uint64_t>(kept * kBlockBytes, rounded);
+}
+
+absl::StatusOr<std::vector<std::byte*>> BlockPool::Take(uint64_t bytes) {
+  const size_t count = (bytes + kBlockBytes - 1) / kBlockBytes;
   std::vector<std::byte*> blocks;
   blocks.reserve(count);
   {
@@ -50,28 +56,30 @@ absl::StatusOr<std::vector<std::byte*>> BlockPool::Take(size_t count) {
     const size_t kept = std::min(count, free_.size());
     blocks.assign(free_.end() - kept, free_.end());
     free_.resize(free_.size() - kept);
-    taken_ += count;
-    peak_taken_ = std::max(peak_taken_, taken_);
-    allocated_beyond_ += count - kept;
   }
   // Outside the lock: faulting a block in takes milliseconds.
+  const size_t kept = blocks.size();
   while (blocks.size() < count) {
-    std::byte* block = AllocateFaultedIn(kBlockBytes);
+    const uint64_t at = blocks.size() * kBlockBytes;
+    const uint64_t block_bytes = HeldBytes(std::min(bytes - at, uint64_t{kBlockBytes}), 0);
+    std::byte* block = AllocateFaultedIn(block_bytes);
     if (block == nullptr) {
-      const size_t missing = count - blocks.size();
-      Give(blocks);
+      for (size_t i = kept; i < blocks.size(); ++i) std::free(blocks[i]);
       absl::MutexLock lock(&mu_);
-      taken_ -= missing;
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the system refused ", count * kBlockBytes,
-                       " bytes of host memory for a copy of a chunk's state"));
+      free_.insert(free_.end(), blocks.begin(), blocks.begin() + kept);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the system refused ", bytes, " bytes of host memory for a copy of a chunk's state"));
     }
     blocks.push_back(block);
   }
+  absl::MutexLock lock(&mu_);
+  taken_bytes_ += HeldBytes(bytes, kept);
+  peak_taken_bytes_ = std::max(peak_taken_bytes_, taken_bytes_);
+  allocated_beyond_bytes_ += HeldBytes(bytes, kept) - kept * kBlockBytes;
   return blocks;
 }
 
-void BlockPool::Give(absl::Span<std::byte* const> blocks) {
+void BlockPool::Give(absl::Span<std::byte* const> blocks, uint64_t bytes) {
   std::vector<std::byte*> to_free;
   {
     absl::MutexLock lock(&mu_);
@@ -82,19 +90,19 @@ void BlockPool::Give(absl::Span<std::byte* const> blocks) {
         to_free.push_back(block);
       }
     }
-    taken_ -= blocks.size();
+    taken_bytes_ -= HeldBytes(bytes, blocks.size() - to_free.size());
   }
   for (std::byte* block : to_free) std::free(block);
 }
 
 uint64_t BlockPool::peak_taken_bytes() const {
   absl::MutexLock lock(&mu_);
-  return peak_taken_ * kBlockBytes;
+  return peak_taken_bytes_;
 }
 
 uint64_t BlockPool::allocated_beyond_bytes() const {
   absl::MutexLock lock(&mu_);
-  return allocated_beyond_ * kBlockBytes;
+  return allocated_beyond_bytes_;
 }
 
 }  // namespace strata

@@ -202,9 +202,15 @@ void Checkpointer::RunPeriodic(const std::string& job_id) {
       continue;
     }
     if (absl::IsAborted(saved.status())) {
-      // The job went past `next` (a restarted coordinator): the next multiple.
+      // The job went past `next` before it was armed (the previous save was
+      // still writing, or the coordinator restarted): the next multiple.
       absl::StatusOr<int64_t> newest = NewestAppliedStep(*job);
-      if (newest.ok()) next = (*newest / every + 1) * every;
+      if (newest.ok()) {
+        const int64_t skipped = next;
+        next = (*newest / every + 1) * every;
+        LogEventCat("coordinator", "job ", job_id, ": no checkpoint of step ", skipped,
+                    ": the job passed it before it could be armed; the next is step ", next);
+      }
     } else if (!absl::IsDeadlineExceeded(saved.status())) {
       LogEventCat("coordinator", "job ", job_id, ": periodic checkpoint of step ", next,
                   " failed (", saved.status().ToString(), "); trying again");

@@ -4,7 +4,8 @@
 // (server/checkpoint_store.h) and prunes old checkpoints. Jobs with
 // checkpoint_every_steps get a thread that saves steps N, 2N, ... as
 // training reaches them (counting again from the restored step when the
-// job's chunks move). One save per job at a time.
+// job's chunks move; a multiple the job passes while the previous save
+// writes is skipped, and logged). One save per job at a time.
 //
 // Thread-safe. Stop() ends the periodic threads and cancels server calls in
 // flight; Save() then fails with CANCELLED, as do a job's saves that

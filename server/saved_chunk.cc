@@ -193,8 +193,7 @@ StateBuffer AllocateStateBuffer(uint64_t num_params) {
 
 absl::StatusOr<BlockedState> BlockedState::Take(BlockPool* pool, uint64_t num_params) {
   const size_t bytes = 3 * num_params * sizeof(float);
-  ASSIGN_OR_RETURN(std::vector<std::byte*> blocks,
-                   pool->Take((bytes + kPieceBytes - 1) / kPieceBytes));
+  ASSIGN_OR_RETURN(std::vector<std::byte*> blocks, pool->Take(bytes));
   BlockedState state;
   state.pool_ = pool;
   state.blocks_ = std::move(blocks);
@@ -213,7 +212,7 @@ BlockedState& BlockedState::operator=(BlockedState&& other) noexcept {
 }
 
 void BlockedState::Reset() {
-  if (pool_ != nullptr) pool_->Give(blocks_);
+  if (pool_ != nullptr) pool_->Give(blocks_, 3 * num_params_ * sizeof(float));
   pool_ = nullptr;
   blocks_.clear();
   num_params_ = 0;

@@ -31,8 +31,9 @@ using StateBuffer = std::unique_ptr<float[], FreeFloats>;
 StateBuffer AllocateStateBuffer(uint64_t num_params);
 
 // The state of a chunk as its file holds it (p, m, v: 3n floats) in blocks
-// of a BlockPool: block k holds bytes [k, k + 1) * kBlockBytes of it. The
-// blocks go back to the pool with the object. Move-only.
+// of a BlockPool: block k holds bytes [k, k + 1) * kBlockBytes of it (the
+// last one may be shorter: BlockPool::Take()). The blocks go back to the pool
+// with the object. Move-only.
 class BlockedState {
  public:
   BlockedState() = default;

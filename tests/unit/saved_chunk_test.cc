@@ -24,28 +24,38 @@ constexpr size_t kBlock = BlockPool::kBlockBytes;
 TEST(BlockPoolTest, KeptBlocksAreReusedAndOthersFreed) {
   BlockPool pool(2 * kBlock + kBlock / 2);  // two whole blocks
   EXPECT_EQ(pool.retained_bytes(), 2 * kBlock);
-  absl::StatusOr<std::vector<std::byte*>> first = pool.Take(3);
+  // Two kept blocks and a third allocated for the last 5000 bytes: 8 KiB.
+  const uint64_t bytes = 2 * kBlock + 5000;
+  absl::StatusOr<std::vector<std::byte*>> first = pool.Take(bytes);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(first->size(), 3u);
-  for (std::byte* block : *first) {
+  for (size_t i = 0; i < first->size(); ++i) {
+    std::byte* block = (*first)[i];
     EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % 4096, 0u);
-    std::fill(block, block + kBlock, std::byte{7});  // writable, whole
+    std::fill(block, block + (i < 2 ? kBlock : 8192), std::byte{7});  // writable
   }
-  EXPECT_EQ(pool.peak_taken_bytes(), 3 * kBlock);
-  EXPECT_EQ(pool.allocated_beyond_bytes(), kBlock);
-  pool.Give(*first);
+  EXPECT_EQ(pool.peak_taken_bytes(), 2 * kBlock + 8192);
+  EXPECT_EQ(pool.allocated_beyond_bytes(), 8192u);
+  pool.Give(*first, bytes);
 
   // The two kept blocks come back first; the third was freed.
-  absl::StatusOr<std::vector<std::byte*>> again = pool.Take(2);
+  absl::StatusOr<std::vector<std::byte*>> again = pool.Take(2 * kBlock);
   ASSERT_TRUE(again.ok());
   std::vector<std::byte*> kept(first->begin(), first->begin() + 2);
   std::vector<std::byte*> got = *again;
   std::sort(kept.begin(), kept.end());
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, kept);
-  EXPECT_EQ(pool.allocated_beyond_bytes(), kBlock);
-  EXPECT_EQ(pool.peak_taken_bytes(), 3 * kBlock);
-  pool.Give(*again);
+  EXPECT_EQ(pool.allocated_beyond_bytes(), 8192u);
+
+  // With the kept blocks out, a small state gets a small block.
+  absl::StatusOr<std::vector<std::byte*>> small = pool.Take(100);
+  ASSERT_TRUE(small.ok());
+  ASSERT_EQ(small->size(), 1u);
+  EXPECT_EQ(pool.peak_taken_bytes(), 2 * kBlock + 8192);
+  EXPECT_EQ(pool.allocated_beyond_bytes(), 8192u + 4096u);
+  pool.Give(*small, 100);
+  pool.Give(*again, 2 * kBlock);
 }
 
 class SavedChunkTest : public ::testing::Test {
