@@ -1,7 +1,7 @@
 // The fused Adam/AdamW update of one range of a chunk: reads FP32 p, m, v and
-// the gradient (FP16, BF16 or FP32), writes p, m, v in place and the
-// low-precision copy of p that workers pull. Pure function over caller-owned
-// memory; thread-safe for disjoint ranges.
+// the gradient (FP16, BF16 or FP32), writes p, m, v (in place, or to other
+// arrays) and the low-precision copy of p that workers pull. Pure function
+// over caller-owned memory; thread-safe for disjoint ranges.
 //
 // Per element, with g = coef * grad (matching torch.optim.AdamW/Adam):
 //   Adam:  g += weight_decay * p          AdamW: p *= 1 - lr * weight_decay
@@ -31,8 +31,27 @@ struct AdamConstants {
 // `step` counts from 1.
 AdamConstants MakeAdamConstants(const AdamConfig& config, int64_t step, float coef);
 
-void AdamUpdate(const AdamConstants& c, DType grad_dtype, const void* grads, float* p, float* m,
-                float* v, DType copy_dtype, void* copy, size_t n);
+// Where a range's p, m, v are read from, and where their updates go.
+struct AdamInputs {
+  const float* p;
+  const float* m;
+  const float* v;
+};
+struct AdamOutputs {
+  float* p;
+  float* m;
+  float* v;
+};
+
+// Each output array is the input array itself (in place) or does not
+// overlap any input. The same bits either way.
+void AdamUpdate(const AdamConstants& c, DType grad_dtype, const void* grads, AdamInputs in,
+                AdamOutputs out, DType copy_dtype, void* copy, size_t n);
+// In place.
+inline void AdamUpdate(const AdamConstants& c, DType grad_dtype, const void* grads, float* p,
+                       float* m, float* v, DType copy_dtype, void* copy, size_t n) {
+  AdamUpdate(c, grad_dtype, grads, AdamInputs{p, m, v}, AdamOutputs{p, m, v}, copy_dtype, copy, n);
+}
 
 }  // namespace strata
 

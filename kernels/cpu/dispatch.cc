@@ -109,9 +109,9 @@ absl::Status SetActiveIsa(Isa isa) {
   return absl::OkStatus();
 }
 
-void AdamUpdate(const AdamConstants& c, DType grad_dtype, const void* grads, float* p, float* m,
-                float* v, DType copy_dtype, void* copy, size_t n) {
-  ActiveKernels().adam_update(c, grad_dtype, grads, p, m, v, copy_dtype, copy, n);
+void AdamUpdate(const AdamConstants& c, DType grad_dtype, const void* grads, AdamInputs in,
+                AdamOutputs out, DType copy_dtype, void* copy, size_t n) {
+  ActiveKernels().adam_update(c, grad_dtype, grads, in, out, copy_dtype, copy, n);
 }
 
 GradStats ComputeGradStats(DType dtype, const void* grads, size_t n) {

@@ -15,8 +15,8 @@ namespace strata {
 
 struct KernelTable {
   Isa isa;
-  void (*adam_update)(const AdamConstants& c, DType grad_dtype, const void* grads, float* p,
-                      float* m, float* v, DType copy_dtype, void* copy, size_t n);
+  void (*adam_update)(const AdamConstants& c, DType grad_dtype, const void* grads, AdamInputs in,
+                      AdamOutputs out, DType copy_dtype, void* copy, size_t n);
   GradStats (*grad_stats)(DType dtype, const void* grads, size_t n);
   void (*cast_from_float)(const float* from, DType dtype, void* to, size_t n);
   void (*cast_to_float)(DType dtype, const void* from, float* to, size_t n);

@@ -49,28 +49,28 @@ struct AdamVectors {
 constexpr size_t kAdamPrefetchElements = 512;
 
 template <typename Ops, DType G, DType C, bool kStream>
-inline void AdamAt(const AdamVectors<Ops>& k, const void* grads, float* p, float* m, float* v,
-                   void* copy, size_t i) {
+inline void AdamAt(const AdamVectors<Ops>& k, const void* grads, const AdamInputs& in,
+                   const AdamOutputs& out, void* copy, size_t i) {
   using F = typename Ops::F;
   if constexpr (Ops::kWidth > 1) {
     size_t ahead = i + kAdamPrefetchElements;
-    __builtin_prefetch(p + ahead, 1);
-    __builtin_prefetch(m + ahead, 1);
-    __builtin_prefetch(v + ahead, 1);
+    __builtin_prefetch(in.p + ahead, 1);
+    __builtin_prefetch(in.m + ahead, 1);
+    __builtin_prefetch(in.v + ahead, 1);
     __builtin_prefetch(static_cast<const char*>(grads) + ahead * DTypeSize(G));
   }
   F g = Ops::Mul(k.coef, LoadAs<Ops, G>(grads, i));
-  F param = Ops::LoadF32(p + i);
+  F param = Ops::LoadF32(in.p + i);
   g = Ops::Add(g, Ops::Mul(k.l2, param));
   param = Ops::Mul(param, k.decay);
-  F mi = Ops::Add(Ops::Mul(k.beta1, Ops::LoadF32(m + i)), Ops::Mul(k.one_minus_beta1, g));
-  F vi =
-      Ops::Add(Ops::Mul(k.beta2, Ops::LoadF32(v + i)), Ops::Mul(k.one_minus_beta2, Ops::Mul(g, g)));
+  F mi = Ops::Add(Ops::Mul(k.beta1, Ops::LoadF32(in.m + i)), Ops::Mul(k.one_minus_beta1, g));
+  F vi = Ops::Add(Ops::Mul(k.beta2, Ops::LoadF32(in.v + i)),
+                  Ops::Mul(k.one_minus_beta2, Ops::Mul(g, g)));
   F denom = Ops::Add(Ops::Mul(Ops::Sqrt(vi), k.inv_bias_correction2_sqrt), k.eps);
   param = Ops::Sub(param, Ops::Mul(k.step_size, Ops::Div(mi, denom)));
-  Ops::template StoreF32<false>(p + i, param);
-  Ops::template StoreF32<false>(m + i, mi);
-  Ops::template StoreF32<false>(v + i, vi);
+  Ops::template StoreF32<false>(out.p + i, param);
+  Ops::template StoreF32<false>(out.m + i, mi);
+  Ops::template StoreF32<false>(out.v + i, vi);
   StoreAs<Ops, C, kStream>(copy, i, param);
 }
 
@@ -83,27 +83,27 @@ bool CanStream(const void* out, size_t n) {
 }
 
 template <typename Ops, DType G, DType C>
-void AdamTyped(const AdamConstants& c, const void* grads, float* p, float* m, float* v, void* copy,
-               size_t n) {
+void AdamTyped(const AdamConstants& c, const void* grads, const AdamInputs& in,
+               const AdamOutputs& out, void* copy, size_t n) {
   const size_t vector_end = n / Ops::kWidth * Ops::kWidth;
   const AdamVectors<Ops> k(c);
   size_t i = 0;
   if (CanStream<Ops, C>(copy, n)) {
-    for (; i < vector_end; i += Ops::kWidth) AdamAt<Ops, G, C, true>(k, grads, p, m, v, copy, i);
+    for (; i < vector_end; i += Ops::kWidth) AdamAt<Ops, G, C, true>(k, grads, in, out, copy, i);
     Ops::Fence();
   } else {
-    for (; i < vector_end; i += Ops::kWidth) AdamAt<Ops, G, C, false>(k, grads, p, m, v, copy, i);
+    for (; i < vector_end; i += Ops::kWidth) AdamAt<Ops, G, C, false>(k, grads, in, out, copy, i);
   }
   const AdamVectors<ScalarOps> tail(c);
-  for (; i < n; ++i) AdamAt<ScalarOps, G, C, false>(tail, grads, p, m, v, copy, i);
+  for (; i < n; ++i) AdamAt<ScalarOps, G, C, false>(tail, grads, in, out, copy, i);
 }
 
 template <typename Ops>
-void AdamUpdateImpl(const AdamConstants& c, DType grad_dtype, const void* grads, float* p, float* m,
-                    float* v, DType copy_dtype, void* copy, size_t n) {
+void AdamUpdateImpl(const AdamConstants& c, DType grad_dtype, const void* grads, AdamInputs in,
+                    AdamOutputs out, DType copy_dtype, void* copy, size_t n) {
   WithDTypeTag(grad_dtype, [&](auto g) {
     WithDTypeTag(copy_dtype, [&](auto cp) {
-      AdamTyped<Ops, decltype(g)::value, decltype(cp)::value>(c, grads, p, m, v, copy, n);
+      AdamTyped<Ops, decltype(g)::value, decltype(cp)::value>(c, grads, in, out, copy, n);
     });
   });
 }

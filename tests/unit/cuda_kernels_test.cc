@@ -69,8 +69,8 @@ TEST_F(CudaKernelsTest, AdamMatchesCpuBitwise) {
                       .ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<uint8_t> copy(n * DTypeSize(dtype));
-      ScalarKernels().adam_update(c, dtype, grads.data(), p.data(), m.data(), v.data(), dtype,
-                                  copy.data(), n);
+      ScalarKernels().adam_update(c, dtype, grads.data(), {p.data(), m.data(), v.data()},
+                                  {p.data(), m.data(), v.data()}, dtype, copy.data(), n);
       EXPECT_EQ(dp.Host(), p) << n;
       EXPECT_EQ(dm.Host(), m) << n;
       EXPECT_EQ(dv.Host(), v) << n;

@@ -133,17 +133,30 @@ TEST_P(VariantTest, AdamMatchesScalarBitwise) {
           std::copy(m0.begin(), m0.end(), m.data());
           std::copy(v0.begin(), v0.end(), v.data());
           Buffer<float> p2 = p, m2 = m, v2 = v;
-          Buffer<uint8_t> copy(n * DTypeSize(copy_dtype)), copy2(n * DTypeSize(copy_dtype));
-          ScalarKernels().adam_update(c, grad_dtype, grads.data(), p.data(), m.data(), v.data(),
-                                      copy_dtype, copy.data(), n);
-          kernels().adam_update(c, grad_dtype, grads.data(), p2.data(), m2.data(), v2.data(),
-                                copy_dtype, copy2.data(), n);
+          const Buffer<float> p_in = p, m_in = m, v_in = v;
+          Buffer<float> p3(n), m3(n), v3(n);
+          Buffer<uint8_t> copy(n * DTypeSize(copy_dtype)), copy2(n * DTypeSize(copy_dtype)),
+              copy3(n * DTypeSize(copy_dtype));
+          ScalarKernels().adam_update(c, grad_dtype, grads.data(), {p.data(), m.data(), v.data()},
+                                      {p.data(), m.data(), v.data()}, copy_dtype, copy.data(), n);
+          kernels().adam_update(c, grad_dtype, grads.data(), {p2.data(), m2.data(), v2.data()},
+                                {p2.data(), m2.data(), v2.data()}, copy_dtype, copy2.data(), n);
+          // Out of place: the same bits, the inputs untouched.
+          kernels().adam_update(c, grad_dtype, grads.data(),
+                                {p_in.data(), m_in.data(), v_in.data()},
+                                {p3.data(), m3.data(), v3.data()}, copy_dtype, copy3.data(), n);
           SCOPED_TRACE(::testing::Message() << "n=" << n << " grad " << DTypeName(grad_dtype)
                                             << " copy " << DTypeName(copy_dtype));
           ASSERT_TRUE(p == p2);
           ASSERT_TRUE(m == m2);
           ASSERT_TRUE(v == v2);
+          ASSERT_TRUE(p == p3);
+          ASSERT_TRUE(m == m3);
+          ASSERT_TRUE(v == v3);
+          ASSERT_TRUE(std::equal(p0.begin(), p0.end(), p_in.data()));
+          ASSERT_TRUE(std::equal(v0.begin(), v0.end(), v_in.data()));
           ExpectSameOutput(copy.data(), copy2.data(), n, copy_dtype, GetParam(), "copy");
+          ExpectSameOutput(copy.data(), copy3.data(), n, copy_dtype, GetParam(), "copy");
         }
       }
     }
