@@ -206,8 +206,10 @@ void Checkpointer::RunPeriodic(const std::string& job_id) {
       // still writing, or the coordinator restarted): the next multiple.
       absl::StatusOr<int64_t> newest = NewestAppliedStep(*job);
       if (newest.ok()) {
+        // The first multiple no chunk is past: a chunk at the newest step
+        // can still be armed for it.
         const int64_t skipped = next;
-        next = (*newest / every + 1) * every;
+        next = (*newest + every - 1) / every * every;
         LogEventCat("coordinator", "job ", job_id, ": no checkpoint of step ", skipped,
                     ": the job passed it before it could be armed; the next is step ", next);
       }

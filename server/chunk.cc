@@ -61,7 +61,7 @@ absl::Status Chunk::WriteRecord() {
 absl::Status Chunk::RebuildCopy() {
   absl::MutexLock state_lock(&state_mu_);
   ASSIGN_OR_RETURN(StateView view, state_->Load());
-  CastFromFloat(view.p, dtype_, copy(applied_step()), range_.size());
+  CastFromFloat(LiveView(view).p, dtype_, copy(applied_step()), range_.size());
   state_->Release(view);
   return absl::OkStatus();
 }
@@ -166,7 +166,9 @@ void Chunk::Apply() {
       FailApply(std::move(pushes), view.status());
       return;
     }
-    KeepCheckpointState(step - 1, *view);
+    const StateView in = LiveView(*view);
+    KeepCheckpointState(step - 1, in);
+    const StateView out = UpdateTarget(*view);
     // One pass per push, straight from its bytes: the update is elementwise,
     // so this gives the bits of one pass over the chunk.
     const AdamConstants constants = MakeAdamConstants(adam, step, coef);
@@ -176,8 +178,10 @@ void Chunk::Apply() {
     std::byte* copy_out = copy(step);
     for (const auto& [begin, push] : pushes) {
       uint64_t offset = begin - range_.begin;
-      AdamUpdate(constants, dtype_, push.grads.data(), view->p + offset, view->m + offset,
-                 view->v + offset, dtype_, copy_out + offset * esize, push.end - begin);
+      AdamUpdate(constants, dtype_, push.grads.data(),
+                 AdamInputs{in.p + offset, in.m + offset, in.v + offset},
+                 AdamOutputs{out.p + offset, out.m + offset, out.v + offset}, dtype_,
+                 copy_out + offset * esize, push.end - begin);
     }
     absl::Status committed = state_->Commit(*view);
     if (committed.ok()) {
@@ -190,6 +194,8 @@ void Chunk::Apply() {
       FailApply(std::move(pushes), committed);
       return;
     }
+    live_in_shadow_ = !shadow_.empty() && out.p == shadow_.data();
+    ReleaseUnusedShadow();
     // Still under state_mu_: ReadState() sees the state and its step together.
     absl::MutexLock lock(&mu_);
     applied_step_ = step;
@@ -260,9 +266,14 @@ absl::Status Chunk::WriteParams(uint64_t begin, const float* params, uint64_t n)
 absl::Status Chunk::WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, const float* params,
                                    absl::FunctionRef<void(const StateView&, uint64_t)> write) {
   absl::MutexLock state_lock(&state_mu_);
+  if (held_ != Buffer::kNone) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
+                     " is being saved to a checkpoint; write its state after the save"));
+  }
   ASSIGN_OR_RETURN(StateView view, state_->Load());
   uint64_t offset = begin - range_.begin;
-  write(view, offset);
+  write(LiveView(view), offset);
   absl::Status committed = state_->Commit(view);
   if (committed.ok()) {
     committed = WriteRecordLocked(step);
@@ -298,12 +309,13 @@ absl::Status Chunk::WriteState(uint64_t begin, const float* p, const float* m, c
 absl::StatusOr<int64_t> Chunk::ReadState(uint64_t begin, uint64_t n, float* p_out, float* m_out,
                                          float* v_out) {
   absl::MutexLock state_lock(&state_mu_);
-  ASSIGN_OR_RETURN(StateView view, state_->Load());
+  ASSIGN_OR_RETURN(StateView loaded, state_->Load());
+  const StateView view = LiveView(loaded);
   uint64_t offset = begin - range_.begin;
   std::memcpy(p_out, view.p + offset, n * sizeof(float));
   std::memcpy(m_out, view.m + offset, n * sizeof(float));
   std::memcpy(v_out, view.v + offset, n * sizeof(float));
-  state_->Release(view);
+  state_->Release(loaded);
   return applied_step();
 }
 
@@ -322,7 +334,7 @@ void Chunk::FailWaiters(const absl::Status& status) {
   for (Waiter& w : failed) std::move(w.done)(status, w.step, {});
 }
 
-absl::Status Chunk::ArmCheckpoint(int64_t step, BlockPool* blocks) {
+absl::Status Chunk::ArmCheckpoint(int64_t step, StateArena* arena) {
   // Under state_mu_, no Apply() is between its check of the armed step and
   // its update: it applied before (and the chunk is past `step`) or will see it.
   absl::MutexLock state_lock(&state_mu_);
@@ -331,59 +343,74 @@ absl::Status Chunk::ArmCheckpoint(int64_t step, BlockPool* blocks) {
     return absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ",
                                            applied_step_, ", past the checkpoint's step ", step));
   }
-  if (checkpoint_step_ >= 0 && checkpoint_step_ != step) {
-    return absl::FailedPreconditionError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
-                                                      " is saving step ", checkpoint_step_,
-                                                      " to a checkpoint"));
+  if ((checkpoint_step_ >= 0 && checkpoint_step_ != step) || writing_held_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is saving step ",
+                     checkpoint_step_ >= 0 ? checkpoint_step_ : applied_step_, " to a checkpoint"));
   }
   checkpoint_step_ = step;
   checkpoint_failure_ = absl::OkStatus();
-  checkpoint_blocks_ = blocks;
+  checkpoint_arena_ = arena;
   return absl::OkStatus();
 }
 
-void Chunk::KeepCheckpointState(int64_t step, const StateView& view) {
+StateView Chunk::LiveView(const StateView& loaded) const {
+  return live_in_shadow_ ? shadow_.view() : loaded;
+}
+
+void Chunk::KeepCheckpointState(int64_t step, const StateView& live) {
   {
     absl::MutexLock lock(&mu_);
-    if (checkpoint_step_ != step || !checkpoint_state_.empty()) return;
+    if (checkpoint_step_ != step || held_ != Buffer::kNone || !checkpoint_copy_.empty()) return;
     checkpoint_loss_scale_ = loss_scales_[step & 1];
   }
-  absl::StatusOr<BlockedState> state = CopyStateLocked(view);
-  if (state.ok()) {
-    checkpoint_state_ = *std::move(state);
+  if (state_->tier() == TierKind::kHost) {
+    held_ = LiveBuffer();
     return;
   }
+  absl::StatusOr<ArenaState> copy = ArenaState::Take(checkpoint_arena_, range_.size());
+  if (!copy.ok()) {
+    DisarmLocked(copy.status());
+    return;
+  }
+  copy->CopyFrom(live);
+  checkpoint_copy_ = *std::move(copy);
+}
+
+StateView Chunk::UpdateTarget(const StateView& loaded) {
+  const Buffer live = LiveBuffer();
+  if (held_ == live) {
+    if (live == Buffer::kShadow) return loaded;
+    if (shadow_.empty()) {
+      absl::StatusOr<ArenaState> shadow = ArenaState::Take(checkpoint_arena_, range_.size());
+      if (!shadow.ok()) {
+        state_mu_.Await(absl::Condition(
+            +[](bool* writing) { return !*writing; }, &writing_held_));
+        if (held_ == live) DisarmLocked(shadow.status());
+        return loaded;
+      }
+      shadow_ = *std::move(shadow);
+    }
+    return shadow_.view();
+  }
+  // The live state in the shadow and the extent free: back to the extent.
+  if (live == Buffer::kShadow && held_ != Buffer::kExtent) return loaded;
+  return LiveView(loaded);
+}
+
+void Chunk::ReleaseUnusedShadow() {
+  if (!live_in_shadow_ && held_ != Buffer::kShadow) shadow_.Reset();
+}
+
+void Chunk::DisarmLocked(const absl::Status& failure) {
+  if (!writing_held_) {
+    held_ = Buffer::kNone;
+    ReleaseUnusedShadow();
+  }
+  checkpoint_copy_.Reset();
   absl::MutexLock lock(&mu_);
   checkpoint_step_ = -1;
-  checkpoint_failure_ = state.status();
-}
-
-absl::StatusOr<BlockedState> Chunk::CopyStateLocked(const StateView& view) {
-  BlockedState state = std::move(checkpoint_buffer_);
-  if (state.empty()) {
-    ASSIGN_OR_RETURN(state, BlockedState::Take(checkpoint_blocks_, range_.size()));
-  }
-  state.CopyFrom(view);
-  return state;
-}
-
-void Chunk::ReserveCheckpointBuffer() {
-  // Whether a buffer is wanted: armed, on the host tier, without one.
-  auto wanted = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_) {
-    absl::MutexLock lock(&mu_);
-    return checkpoint_step_ >= 0 && state_->tier() == TierKind::kHost &&
-           checkpoint_state_.empty() && checkpoint_buffer_.empty();
-  };
-  BlockPool* blocks;
-  {
-    absl::MutexLock state_lock(&state_mu_);
-    if (!wanted()) return;
-    blocks = checkpoint_blocks_;
-  }
-  // Without blocks, the copy takes them (and reports the failure) itself.
-  absl::StatusOr<BlockedState> buffer = BlockedState::Take(blocks, range_.size());
-  absl::MutexLock state_lock(&state_mu_);
-  if (buffer.ok() && wanted()) checkpoint_buffer_ = *std::move(buffer);
+  checkpoint_failure_ = failure;
 }
 
 absl::Status Chunk::AwaitCheckpointStep(absl::Time wait_until) {
@@ -414,44 +441,56 @@ absl::Status Chunk::AwaitCheckpointStep(absl::Time wait_until) {
 absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path,
                                                std::optional<v1::LossScaleState>* loss_scale) {
   RETURN_IF_ERROR(AwaitCheckpointStep(absl::InfinitePast()));
-  ReserveCheckpointBuffer();
-  // The state of `step`: the copy an Apply() made, or one made now (an
-  // Apply() waits for a copy, not for the write).
-  BlockedState state;
+  // The state of the armed step: the buffer held (by an Apply() that went
+  // past it, or now: the chunk is at the step and no Apply() runs while
+  // state_mu_ is held), or the copy an Apply() made (NVMe tier), or one made
+  // now. Apply()s go on while it is written.
+  const float* state = nullptr;
+  ArenaState copy;
   {
     absl::MutexLock state_lock(&state_mu_);
-    state = std::move(checkpoint_state_);
+    const bool kept = held_ != Buffer::kNone || !checkpoint_copy_.empty();
     {
-      // Kept aside by an Apply() of the next step, or the applied step's
-      // (no Apply() runs while state_mu_ is held).
       absl::MutexLock lock(&mu_);
-      *loss_scale = !state.empty() ? checkpoint_loss_scale_ : loss_scales_[applied_step_ & 1];
+      *loss_scale = kept ? checkpoint_loss_scale_ : loss_scales_[applied_step_ & 1];
+      checkpoint_step_ = -1;
     }
-    absl::Status loaded;
-    if (state.empty()) {
-      absl::StatusOr<StateView> view = state_->Load();
-      loaded = view.status();
-      if (view.ok()) {
-        absl::StatusOr<BlockedState> copy = CopyStateLocked(*view);
-        state_->Release(*view);
-        if (copy.ok()) state = *std::move(copy);
-        loaded = copy.status();
+    absl::StatusOr<StateView> loaded = state_->Load();
+    if (!loaded.ok()) {
+      DisarmLocked(absl::OkStatus());
+      return loaded.status();
+    }
+    if (state_->tier() == TierKind::kHost) {
+      if (held_ == Buffer::kNone) held_ = LiveBuffer();
+      state = held_ == Buffer::kShadow ? shadow_.data() : loaded->p;
+      writing_held_ = true;
+    } else if (!checkpoint_copy_.empty()) {
+      copy = std::move(checkpoint_copy_);
+    } else {
+      absl::StatusOr<ArenaState> made = ArenaState::Take(checkpoint_arena_, range_.size());
+      if (made.ok()) {
+        made->CopyFrom(*loaded);
+        copy = *std::move(made);
+      }
+      if (!made.ok()) {
+        state_->Release(*loaded);
+        return made.status();
       }
     }
-    checkpoint_buffer_.Reset();
-    absl::MutexLock lock(&mu_);
-    checkpoint_step_ = -1;
-    RETURN_IF_ERROR(loaded);
+    state_->Release(*loaded);
+    if (state == nullptr) state = copy.data();
   }
-  return SaveChunkState(path, state);
+  absl::StatusOr<uint64_t> checksum = SaveChunkState(path, state, range_.size());
+  absl::MutexLock state_lock(&state_mu_);
+  writing_held_ = false;
+  held_ = Buffer::kNone;
+  ReleaseUnusedShadow();
+  return checksum;
 }
 
 void Chunk::CancelCheckpoint() {
   absl::MutexLock state_lock(&state_mu_);
-  checkpoint_state_.Reset();
-  checkpoint_buffer_.Reset();
-  absl::MutexLock lock(&mu_);
-  checkpoint_step_ = -1;
+  DisarmLocked(absl::OkStatus());
 }
 
 }  // namespace strata

@@ -138,23 +138,22 @@ class Chunk {
   // job dropped); the staged step can then be pushed again.
   void FailWaiters(const absl::Status& status);
 
-  // Keeps the state of `step` for SaveCheckpoint(), copied into blocks of
-  // `blocks` (which must outlive the save): ABORTED when the chunk is past
-  // it, FAILED_PRECONDITION when armed for another step.
-  absl::Status ArmCheckpoint(int64_t step, BlockPool* blocks) ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
-  // Once armed, a host-tier chunk sets aside blocks for the state of the
-  // armed step, taken here, outside every lock, so that the copy an Apply()
-  // or SaveCheckpoint() makes is a memcpy and no more; they go back when the
-  // save ends or is cancelled. No-op when not armed; other tiers' chunks
-  // take blocks when they copy.
-  void ReserveCheckpointBuffer() ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
+  // Keeps the state of `step` for SaveCheckpoint() without stopping
+  // training: a host-tier chunk's updates past `step` go to a second buffer
+  // from `arena` (out of place: no copy) until the save has written the
+  // buffer that holds `step`; an NVMe-tier chunk copies its state into
+  // `arena` memory. `arena` must outlive the save. ABORTED when the chunk is
+  // past `step`, FAILED_PRECONDITION when armed for another step or still
+  // writing a checkpoint.
+  absl::Status ArmCheckpoint(int64_t step, StateArena* arena) ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
   // Waits until the chunk reaches the armed step: DEADLINE_EXCEEDED after
   // `wait_until` (disarmed), CANCELLED by CancelCheckpoint(),
   // FAILED_PRECONDITION when not armed, or the error that disarmed it (an
   // Apply() found no memory to keep the state in).
   absl::Status AwaitCheckpointStep(absl::Time wait_until) ABSL_LOCKS_EXCLUDED(mu_);
   // Once AwaitCheckpointStep() returned OK: writes the chunk's state at the
-  // armed step to `path` (synced, server/saved_chunk.h) and disarms. Returns
+  // armed step to `path` (synced, server/saved_chunk.h; straight from the
+  // buffer that holds it) and disarms. Returns
   // the file's checksum and sets `loss_scale` to the loss scaler the step's
   // pushes reported; AwaitCheckpointStep()'s error when the step is not
   // reached (or the checkpoint was cancelled), or the I/O error naming the file.
@@ -188,15 +187,33 @@ class Chunk {
   absl::Status WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, const float* params,
                               absl::FunctionRef<void(const StateView&, uint64_t)> write)
       ABSL_LOCKS_EXCLUDED(state_mu_);
-  // In Apply(), before the state of `step` changes: copies it aside if a
-  // checkpoint of `step` is armed and not yet written. When no memory can
-  // hold the copy, the checkpoint is disarmed with that error and the step
-  // goes on: training does not fail for a checkpoint.
-  void KeepCheckpointState(int64_t step, const StateView& view)
+  // Which buffer holds a host-tier chunk's p, m, v: its state's extent or
+  // shadow_.
+  enum class Buffer { kNone, kExtent, kShadow };
+  // The live state: `loaded` (state_->Load()'s view) or the shadow.
+  StateView LiveView(const StateView& loaded) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  Buffer LiveBuffer() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_) {
+    return live_in_shadow_ ? Buffer::kShadow : Buffer::kExtent;
+  }
+  // In Apply(), before the state of `step` changes: if a checkpoint of
+  // `step` is armed and not yet kept, keeps `live`: a host-tier chunk holds
+  // its live buffer, an NVMe-tier chunk copies it into the arena. When no
+  // memory can hold the copy, the checkpoint is disarmed with that error and
+  // the step goes on: training does not fail for a checkpoint.
+  void KeepCheckpointState(int64_t step, const StateView& live)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
-  // `view` copied into the reserved blocks (or blocks taken now).
-  absl::StatusOr<BlockedState> CopyStateLocked(const StateView& view)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Where Apply() writes the update of the live state: in place, unless the
+  // live buffer is held for a save (then the other buffer, taking the shadow
+  // from the arena), or the live state is in the shadow and the extent is
+  // free again (back to it). If the arena refuses the shadow, waits for a
+  // write of the held buffer to end, or else disarms the checkpoint, and
+  // updates in place.
+  StateView UpdateTarget(const StateView& loaded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Gives the shadow back when it holds neither the live state nor a held one.
+  void ReleaseUnusedShadow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Disarms the checkpoint with `failure` (OK: cancelled) and lets go of
+  // what it kept, except a buffer being written.
+  void DisarmLocked(const absl::Status& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // Ends a failed Apply(): the step stays unapplied and `pushes` get `status`.
   void FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status);
 
@@ -230,14 +247,20 @@ class Chunk {
   std::optional<v1::LossScaleState> loss_scales_[2] ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   // The armed checkpoint's step, or -1, and the error that disarmed it, if
-  // any; the pool its copies come from; the state of that step once an
-  // Apply() went past it before the save, or else the blocks reserved for
-  // it, if any.
+  // any; the arena its buffers come from. A host-tier chunk's second buffer
+  // (empty unless a checkpoint needs it), whether it holds the live state,
+  // the buffer held with the armed step's state (no update writes it until
+  // the save wrote it), and whether SaveCheckpoint() is writing it now. An
+  // NVMe-tier chunk's copy of the armed step's state, once an Apply() went
+  // past it before the save.
   int64_t checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
   absl::Status checkpoint_failure_ ABSL_GUARDED_BY(mu_);
-  BlockPool* checkpoint_blocks_ ABSL_GUARDED_BY(state_mu_) = nullptr;
-  BlockedState checkpoint_state_ ABSL_GUARDED_BY(state_mu_);
-  BlockedState checkpoint_buffer_ ABSL_GUARDED_BY(state_mu_);
+  StateArena* checkpoint_arena_ ABSL_GUARDED_BY(state_mu_) = nullptr;
+  ArenaState shadow_ ABSL_GUARDED_BY(state_mu_);
+  bool live_in_shadow_ ABSL_GUARDED_BY(state_mu_) = false;
+  Buffer held_ ABSL_GUARDED_BY(state_mu_) = Buffer::kNone;
+  bool writing_held_ ABSL_GUARDED_BY(state_mu_) = false;
+  ArenaState checkpoint_copy_ ABSL_GUARDED_BY(state_mu_);
   std::optional<v1::LossScaleState> checkpoint_loss_scale_ ABSL_GUARDED_BY(mu_);
 };
 

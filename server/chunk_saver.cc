@@ -10,8 +10,6 @@ namespace {
 
 // Chunks written at a time.
 constexpr size_t kParallelWrites = 2;
-// How far ahead of the next chunk to write the reserver may go.
-constexpr size_t kReserveAhead = 4;
 
 }  // namespace
 
@@ -23,19 +21,6 @@ absl::StatusOr<std::vector<SavedChunk>> SaveArmedChunks(
   size_t next = 0;     // the next chunk to write
   absl::Status error;  // the first
 
-  std::thread reserver([&] {
-    for (size_t i = 0; i < n; ++i) {
-      {
-        absl::MutexLock lock(&mu);
-        auto may_reserve = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-          return !error.ok() || i < next + kReserveAhead;
-        };
-        mu.Await(absl::Condition(&may_reserve));
-        if (!error.ok() || i < next) continue;  // a writer reserves its own
-      }
-      chunks[i]->ReserveCheckpointBuffer();
-    }
-  });
   auto write = [&] {
     for (;;) {
       size_t i;
@@ -61,7 +46,6 @@ absl::StatusOr<std::vector<SavedChunk>> SaveArmedChunks(
   for (size_t t = 1; t < std::min(kParallelWrites, n); ++t) writers.emplace_back(write);
   write();
   for (std::thread& writer : writers) writer.join();
-  reserver.join();
   if (!error.ok()) return error;
   return saved;
 }

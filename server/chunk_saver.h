@@ -1,12 +1,7 @@
 // SaveArmedChunks(): the shard server's half of a checkpoint. Writes the
 // state of each chunk at its armed step (Chunk::SaveCheckpoint), a few chunks
-// at a time so that one chunk's copy, checksum and sync overlap another's
-// writes and the disk does not wait. A helper thread reserves the chunks'
-// copy buffers (Chunk::ReserveCheckpointBuffer) in order, a bounded number
-// of chunks ahead of the writers, so that neither an Apply() that must keep
-// a chunk's state aside nor the writer's own copy faults memory in under the
-// chunk's lock, and the extra memory stays bounded (unless training passes
-// the step on more chunks, which then keep their state aside regardless).
+// at a time so that one chunk's checksum and sync overlap another's writes
+// and the disk does not wait.
 //
 // Stateless; the chunks must be armed and at their step
 // (Chunk::AwaitCheckpointStep() returned OK).

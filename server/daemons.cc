@@ -105,12 +105,12 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   if (server->nvme_ != nullptr) {
     server->nvme_executor_ = std::make_unique<ThreadPool>(options.nvme_executor_threads);
   }
-  server->checkpoint_blocks_ = std::make_unique<BlockPool>(options.checkpoint_buffer_bytes);
+  server->checkpoint_arena_ = std::make_unique<StateArena>(options.checkpoint_buffer_bytes);
   ASSIGN_OR_RETURN(
       server->service_,
       ShardService::Create(server->tier_.get(), server->nvme_.get(), server->metadata_.get(),
                            server->executor_.get(), server->nvme_executor_.get(),
-                           server->checkpoint_blocks_.get(),
+                           server->checkpoint_arena_.get(),
                            absl::StrCat(options.data_dir, "/saved-chunks")));
   ASSIGN_OR_RETURN(server->metrics_, Metrics::Start(options.metrics_listen_address));
   server->service_->ExportMetrics(server->metrics_.get());
@@ -129,7 +129,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
                                  server->nvme_->path(), " (", options.nvme_executor_threads,
                                  " NVMe executor thread(s))"),
               ", ", options.executor_threads, " executor thread(s) and ",
-              server->checkpoint_blocks_->retained_bytes(), " bytes kept for checkpoint copies");
+              server->checkpoint_arena_->retained_bytes(), " bytes kept for checkpoint buffers");
   return server;
 }
 

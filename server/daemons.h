@@ -17,9 +17,9 @@
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "common/thread_pool.h"
-#include "server/block_pool.h"
 #include "server/coordinator_service.h"
 #include "server/shard_service.h"
+#include "server/state_arena.h"
 #include "storage/host_tier.h"
 #include "storage/metadata_store.h"
 #include "storage/nvme_tier.h"
@@ -42,9 +42,9 @@ struct ShardServerOptions {
   int executor_threads = 2;
   // Threads that apply the chunks whose state is on NVMe (with an NVMe tier).
   int nvme_executor_threads = 2;
-  // Host memory kept, faulted in from the start, for the copies of chunk
-  // states that checkpoints write (server/block_pool.h); a save that needs
-  // more allocates the rest and frees it after.
+  // Host memory kept, faulted in from the start, for the chunk states that
+  // checkpoints keep aside while training goes on (server/state_arena.h); a
+  // save that needs more allocates the rest and frees it after.
   uint64_t checkpoint_buffer_bytes = 0;
   absl::Duration register_timeout = absl::Seconds(30);
   // host:port of the Prometheus endpoint (/metrics); empty: none.
@@ -65,7 +65,7 @@ class ShardServer {
   // The threads that apply NVMe-tier chunks; nullptr without an NVMe tier.
   ThreadPool* nvme_executor() const { return nvme_executor_.get(); }
   // The memory checkpoint copies are made in.
-  const BlockPool& checkpoint_blocks() const { return *checkpoint_blocks_; }
+  const StateArena& checkpoint_arena() const { return *checkpoint_arena_; }
   void Shutdown();
 
  private:
@@ -78,7 +78,7 @@ class ShardServer {
   std::unique_ptr<NvmeTier> nvme_;
   std::unique_ptr<ThreadPool> executor_;
   std::unique_ptr<ThreadPool> nvme_executor_;
-  std::unique_ptr<BlockPool> checkpoint_blocks_;
+  std::unique_ptr<StateArena> checkpoint_arena_;
   std::unique_ptr<ShardService> service_;
   std::unique_ptr<grpc::Server> server_;
 };

@@ -21,7 +21,7 @@ namespace strata {
 namespace {
 
 constexpr size_t kDirectBlockBytes = 4096;
-constexpr size_t kPieceBytes = BlockPool::kBlockBytes;
+constexpr size_t kPieceBytes = size_t{8} << 20;
 constexpr unsigned kPiecesInFlight = 4;
 
 // A state's bytes in memory: piece k holds bytes [k, k + 1) * kPieceBytes.
@@ -168,20 +168,6 @@ absl::Status TransferWhole(bool read, int fd, bool direct, Pieces pieces, size_t
   return TransferInFlight(read, fd, pieces, aligned, bytes, path, hash);
 }
 
-// Writes the state in `pieces` (3n floats) to `path`, synced; its checksum.
-absl::StatusOr<uint64_t> SavePieces(const std::string& path, Pieces pieces, uint64_t num_params) {
-  const size_t bytes = 3 * num_params * sizeof(float);
-  bool direct;
-  int fd = OpenPreferringDirect(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, pieces, &direct);
-  if (fd < 0) return ErrnoError("cannot create", path);
-  Hash hash = NewHash();
-  absl::Status status = TransferWhole(/*read=*/false, fd, direct, pieces, bytes, path, hash.get());
-  if (status.ok() && fsync(fd) != 0) status = ErrnoError("cannot sync", path);
-  close(fd);
-  if (!status.ok()) return status;
-  return XXH3_64bits_digest(hash.get());
-}
-
 }  // namespace
 
 StateBuffer AllocateStateBuffer(uint64_t num_params) {
@@ -191,56 +177,55 @@ StateBuffer AllocateStateBuffer(uint64_t num_params) {
   return StateBuffer(reinterpret_cast<float*>(AllocateFaultedIn(bytes)));
 }
 
-absl::StatusOr<BlockedState> BlockedState::Take(BlockPool* pool, uint64_t num_params) {
-  const size_t bytes = 3 * num_params * sizeof(float);
-  ASSIGN_OR_RETURN(std::vector<std::byte*> blocks, pool->Take(bytes));
-  BlockedState state;
-  state.pool_ = pool;
-  state.blocks_ = std::move(blocks);
+absl::StatusOr<ArenaState> ArenaState::Take(StateArena* arena, uint64_t num_params) {
+  ASSIGN_OR_RETURN(std::byte * data, arena->Take(3 * num_params * sizeof(float)));
+  ArenaState state;
+  state.arena_ = arena;
+  state.data_ = reinterpret_cast<float*>(data);
   state.num_params_ = num_params;
   return state;
 }
 
-BlockedState& BlockedState::operator=(BlockedState&& other) noexcept {
+ArenaState& ArenaState::operator=(ArenaState&& other) noexcept {
   if (this != &other) {
     Reset();
-    pool_ = std::exchange(other.pool_, nullptr);
-    blocks_ = std::move(other.blocks_);
+    arena_ = std::exchange(other.arena_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
     num_params_ = std::exchange(other.num_params_, 0);
   }
   return *this;
 }
 
-void BlockedState::Reset() {
-  if (pool_ != nullptr) pool_->Give(blocks_, 3 * num_params_ * sizeof(float));
-  pool_ = nullptr;
-  blocks_.clear();
+void ArenaState::Reset() {
+  if (arena_ != nullptr) {
+    arena_->Give(reinterpret_cast<std::byte*>(data_), 3 * num_params_ * sizeof(float));
+  }
+  arena_ = nullptr;
+  data_ = nullptr;
   num_params_ = 0;
 }
 
-void BlockedState::CopyFrom(const StateView& view) {
+void ArenaState::CopyFrom(const StateView& view) {
   const size_t array_bytes = num_params_ * sizeof(float);
-  size_t at = 0;  // in the state
-  for (const float* array : {view.p, view.m, view.v}) {
-    const std::byte* from = reinterpret_cast<const std::byte*>(array);
-    for (size_t copied = 0; copied < array_bytes;) {
-      const size_t n = std::min(array_bytes - copied, kPieceBytes - at % kPieceBytes);
-      std::memcpy(blocks_[at / kPieceBytes] + at % kPieceBytes, from + copied, n);
-      copied += n;
-      at += n;
-    }
-  }
+  std::memcpy(data_, view.p, array_bytes);
+  std::memcpy(data_ + num_params_, view.m, array_bytes);
+  std::memcpy(data_ + 2 * num_params_, view.v, array_bytes);
 }
 
 absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* state,
                                         uint64_t num_params) {
   const size_t bytes = 3 * num_params * sizeof(float);
-  std::byte* data = reinterpret_cast<std::byte*>(const_cast<float*>(state));
-  return SavePieces(path, PiecesOf(data, bytes), num_params);
-}
-
-absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const BlockedState& state) {
-  return SavePieces(path, state.blocks(), state.num_params());
+  const std::vector<std::byte*> pieces =
+      PiecesOf(reinterpret_cast<std::byte*>(const_cast<float*>(state)), bytes);
+  bool direct;
+  int fd = OpenPreferringDirect(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, pieces, &direct);
+  if (fd < 0) return ErrnoError("cannot create", path);
+  Hash hash = NewHash();
+  absl::Status status = TransferWhole(/*read=*/false, fd, direct, pieces, bytes, path, hash.get());
+  if (status.ok() && fsync(fd) != 0) status = ErrnoError("cannot sync", path);
+  close(fd);
+  if (!status.ok()) return status;
+  return XXH3_64bits_digest(hash.get());
 }
 
 absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t num_params,

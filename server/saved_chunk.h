@@ -2,9 +2,9 @@
 // and fsynced, with an XXH3 checksum of the contents kept by whoever names
 // the file -- a host-memory chunk's ChunkRecord when its shard server stops
 // cleanly, or a checkpoint's manifest. Writes stream at the disk's speed:
-// direct I/O in pieces of BlockPool::kBlockBytes kept in flight by io_uring,
-// from 4 KiB-aligned memory: one buffer (AllocateStateBuffer) or the blocks
-// of a BlockedState. Stateless functions; BlockedState is not thread-safe.
+// direct I/O in pieces of 8 MiB kept in flight by io_uring, from 4
+// KiB-aligned memory (AllocateStateBuffer, an ArenaState, a host-tier
+// extent). Stateless functions; ArenaState is not thread-safe.
 #ifndef STRATA_SERVER_SAVED_CHUNK_H_
 #define STRATA_SERVER_SAVED_CHUNK_H_
 
@@ -17,8 +17,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "server/block_pool.h"
 #include "server/chunk_state.h"
+#include "server/state_arena.h"
 
 namespace strata {
 
@@ -30,30 +30,31 @@ struct FreeFloats {
 using StateBuffer = std::unique_ptr<float[], FreeFloats>;
 StateBuffer AllocateStateBuffer(uint64_t num_params);
 
-// The state of a chunk as its file holds it (p, m, v: 3n floats) in blocks
-// of a BlockPool: block k holds bytes [k, k + 1) * kBlockBytes of it (the
-// last one may be shorter: BlockPool::Take()). The blocks go back to the pool
-// with the object. Move-only.
-class BlockedState {
+// A chunk's state as its file holds it (p, m, v: 3n contiguous floats) in
+// the memory of a StateArena, given back with the object. Move-only.
+class ArenaState {
  public:
-  BlockedState() = default;
-  // RESOURCE_EXHAUSTED when the pool cannot have the blocks.
-  static absl::StatusOr<BlockedState> Take(BlockPool* pool, uint64_t num_params);
-  BlockedState(BlockedState&& other) noexcept { *this = std::move(other); }
-  BlockedState& operator=(BlockedState&& other) noexcept;
-  ~BlockedState() { Reset(); }
+  ArenaState() = default;
+  // RESOURCE_EXHAUSTED when the arena cannot have the memory.
+  static absl::StatusOr<ArenaState> Take(StateArena* arena, uint64_t num_params);
+  ArenaState(ArenaState&& other) noexcept { *this = std::move(other); }
+  ArenaState& operator=(ArenaState&& other) noexcept;
+  ~ArenaState() { Reset(); }
 
-  bool empty() const { return pool_ == nullptr; }
+  bool empty() const { return arena_ == nullptr; }
+  float* data() const { return data_; }
+  uint64_t num_params() const { return num_params_; }
+  StateView view() const {
+    return StateView{data_, data_ + num_params_, data_ + 2 * num_params_, nullptr};
+  }
   // Copies `view`'s p, m and v in.
   void CopyFrom(const StateView& view);
-  absl::Span<std::byte* const> blocks() const { return blocks_; }
-  uint64_t num_params() const { return num_params_; }
-  // Gives the blocks back; empty() after.
+  // Gives the memory back; empty() after.
   void Reset();
 
  private:
-  BlockPool* pool_ = nullptr;
-  std::vector<std::byte*> blocks_;
+  StateArena* arena_ = nullptr;
+  float* data_ = nullptr;
   uint64_t num_params_ = 0;
 };
 
@@ -63,7 +64,6 @@ class BlockedState {
 // naming the file on failure.
 absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* state,
                                         uint64_t num_params);
-absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const BlockedState& state);
 // Reads `path` into `state` (3n floats: p, m, v), verifying the checksum as
 // the pieces arrive: DATA_LOSS naming the file when it is missing or its size
 // or checksum is not the recorded one. Direct I/O in large pieces kept in

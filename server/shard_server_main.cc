@@ -30,11 +30,12 @@ ABSL_FLAG(int, nvme_executor_threads, 2,
           "applies and writes back; apart from --executor_threads, so that host-tier chunks "
           "never wait for the disk)");
 ABSL_FLAG(uint64_t, checkpoint_buffer_mib, 384,
-          "host memory in MiB kept (faulted in at start-up) for the copies of chunk states that "
-          "checkpoints write: the chunks being written, those reserved ahead of them, and those "
-          "training passes before the save reaches them (the default holds 8 chunks of 4 Mi "
-          "parameters); a save that needs more allocates it and frees it after, which costs "
-          "training time on a busy machine. Each save logs the most it used");
+          "host memory in MiB kept (faulted in at start-up) for the chunk states that "
+          "checkpoints keep aside while training goes on: the new state of each host-tier chunk "
+          "that training updates before the save wrote it (until its next step), a copy for "
+          "NVMe-tier chunks (the default holds 8 chunks of 4 Mi parameters). A save that needs "
+          "more allocates it and frees it after, which costs page faults in the training's "
+          "path. Each save logs the most it used");
 ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at start-up");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port to serve Prometheus metrics on (/metrics); port 0 picks a free port; "

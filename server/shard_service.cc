@@ -27,19 +27,19 @@ std::string CheckpointFileName(uint32_t chunk_id) {
 
 ShardService::ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata,
                            ThreadPool* executor, ThreadPool* nvme_executor,
-                           BlockPool* checkpoint_blocks, std::string saved_chunks_dir)
+                           StateArena* checkpoint_arena, std::string saved_chunks_dir)
     : host_(host),
       nvme_(nvme),
       metadata_(metadata),
       executor_(executor),
       nvme_executor_(nvme_executor),
-      checkpoint_blocks_(checkpoint_blocks),
+      checkpoint_arena_(checkpoint_arena),
       saved_chunks_dir_(std::move(saved_chunks_dir)),
       staging_buffers_(nvme_executor == nullptr ? 0 : nvme_executor->num_threads() + 1) {}
 
 absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(
     Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
-    ThreadPool* nvme_executor, BlockPool* checkpoint_blocks, std::string saved_chunks_dir) {
+    ThreadPool* nvme_executor, StateArena* checkpoint_arena, std::string saved_chunks_dir) {
   if (nvme != nullptr && nvme_executor == nullptr) {
     return absl::InvalidArgumentError("an NVMe tier needs an NVMe executor");
   }
@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(
         absl::StrCat("cannot create directory ", saved_chunks_dir, ": ", error.message()));
   }
   std::unique_ptr<ShardService> service(new ShardService(host, nvme, metadata, executor,
-                                                         nvme_executor, checkpoint_blocks,
+                                                         nvme_executor, checkpoint_arena,
                                                          std::move(saved_chunks_dir)));
   ASSIGN_OR_RETURN(auto records, metadata->Scan(kJobPrefix));
   for (const auto& [key, value] : records) {
@@ -643,7 +643,7 @@ absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ArmChunks(
   }
   ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
   for (size_t i = 0; i < chunks.size(); ++i) {
-    absl::Status armed = chunks[i]->ArmCheckpoint(request.step(), checkpoint_blocks_);
+    absl::Status armed = chunks[i]->ArmCheckpoint(request.step(), checkpoint_arena_);
     if (!armed.ok()) {
       for (size_t j = 0; j < i; ++j) chunks[j]->CancelCheckpoint();
       return armed;
@@ -683,10 +683,10 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
   response->set_write_seconds(absl::ToDoubleSeconds(absl::Now() - writing));
   LogEventCat("server", "job ", request.job_id(), ": saved ", chunks.size(), " chunk(s) of step ",
               request.step(), " to ", request.dir(), " in ", response->write_seconds(),
-              " s; checkpoint copies since start-up: at most ",
-              checkpoint_blocks_->peak_taken_bytes() >> 20, " MiB at once, ",
-              checkpoint_blocks_->allocated_beyond_bytes() >> 20, " MiB beyond the ",
-              checkpoint_blocks_->retained_bytes() >> 20, " MiB kept");
+              " s; checkpoint buffers since start-up: at most ",
+              checkpoint_arena_->peak_taken_bytes() >> 20, " MiB at once, ",
+              checkpoint_arena_->allocated_beyond_bytes() >> 20, " MiB beyond the ",
+              checkpoint_arena_->retained_bytes() >> 20, " MiB kept");
   return absl::OkStatus();
 }
 

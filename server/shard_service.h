@@ -17,8 +17,8 @@
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "common/thread_pool.h"
-#include "server/block_pool.h"
 #include "server/chunk.h"
+#include "server/state_arena.h"
 #include "storage/metadata_store.h"
 #include "storage/nvme_tier.h"
 #include "storage/tier.h"
@@ -32,13 +32,13 @@ class ShardService final : public v1::ShardServer::CallbackService {
   // are applied on `executor`, those whose state is on NVMe on
   // `nvme_executor` (required with `nvme`): they wait for the disk, and the
   // host-tier chunks of every job must not wait behind them. Checkpoints
-  // copy chunk states into blocks of `checkpoint_blocks`. Jobs a
+  // keep chunk states aside in `checkpoint_arena`. Jobs a
   // previous run recorded in `metadata` come back when every chunk was on NVMe
   // or saved by SaveHostChunks() into `saved_chunks_dir` (at the steps
   // recorded); the others are discarded, with a log line saying why.
   static absl::StatusOr<std::unique_ptr<ShardService>> Create(
       Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
-      ThreadPool* nvme_executor, BlockPool* checkpoint_blocks, std::string saved_chunks_dir);
+      ThreadPool* nvme_executor, StateArena* checkpoint_arena, std::string saved_chunks_dir);
 
   void BeginShutdown();
   // At a clean shutdown, once no step is being applied: saves every chunk
@@ -87,7 +87,7 @@ class ShardService final : public v1::ShardServer::CallbackService {
   };
 
   ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
-               ThreadPool* nvme_executor, BlockPool* checkpoint_blocks,
+               ThreadPool* nvme_executor, StateArena* checkpoint_arena,
                std::string saved_chunks_dir);
   // The staging buffers of a job's NVMe chunks, from the host tier.
   absl::StatusOr<std::unique_ptr<StagingPool>> MakeStagingPool(const v1::JobSpec& spec);
@@ -128,7 +128,7 @@ class ShardService final : public v1::ShardServer::CallbackService {
   MetadataStore* const metadata_;
   ThreadPool* const executor_;
   ThreadPool* const nvme_executor_;
-  BlockPool* const checkpoint_blocks_;
+  StateArena* const checkpoint_arena_;
   const std::string saved_chunks_dir_;
   // Staging buffers per job on NVMe: one per NVMe executor thread, one spare.
   const int staging_buffers_;

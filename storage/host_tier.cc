@@ -29,15 +29,17 @@ uint64_t HostTier::used_bytes() const {
 }
 
 absl::StatusOr<Extent> HostTier::Allocate(uint64_t num_bytes) {
-  constexpr uint64_t kAlignment = 64;
-  uint64_t rounded = (num_bytes + kAlignment - 1) / kAlignment * kAlignment;
+  // Large extents 4 KiB-aligned: direct I/O writes checkpoints straight from
+  // chunk states; small ones 64 bytes, so that tiny chunks do not take pages.
+  const uint64_t alignment = num_bytes >= kPageAlignedFromBytes ? 4096 : 64;
+  uint64_t rounded = (num_bytes + alignment - 1) / alignment * alignment;
   absl::MutexLock lock(&mu_);
   if (rounded > budget_bytes_ - used_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat("host tier: ", num_bytes,
                                                      " bytes do not fit: ", used_bytes_, " of ",
                                                      budget_bytes_, " budget bytes in use"));
   }
-  void* block = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  void* block = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
   if (block == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("host tier: the system refused ", rounded, " bytes"));

@@ -1,4 +1,5 @@
-// HostTier: chunk extents in host memory, 64-byte aligned and zeroed, within
+// HostTier: chunk extents in host memory, zeroed, aligned to 4 KiB from
+// kPageAlignedFromBytes (64 KiB) on and to 64 bytes below, within
 // a byte budget, optionally page-locked (mlock) so that they are never
 // swapped out and can be the source of DMA. Thread-safe. Reads and writes are
 // memcpy and complete inline.
@@ -16,6 +17,8 @@ namespace strata {
 
 class HostTier : public Tier {
  public:
+  static constexpr uint64_t kPageAlignedFromBytes = uint64_t{64} << 10;
+
   // With `pin_memory`, Allocate() page-locks each extent and fails with
   // RESOURCE_EXHAUSTED, naming the memlock limit, when that is refused.
   explicit HostTier(uint64_t budget_bytes, bool pin_memory = false);

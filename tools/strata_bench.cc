@@ -21,9 +21,10 @@ ABSL_FLAG(int, reps, 5, "adam, grad-stats, cast: timed repetitions (median repor
 ABSL_FLAG(int, workers, 2, "step: workers (threads with their own client and Gloo pairs)");
 ABSL_FLAG(int, servers, 2, "step, checkpoint: shard servers (in this process, on loopback)");
 ABSL_FLAG(int, executor_threads, 1, "step, checkpoint: optimizer threads per shard server");
-ABSL_FLAG(uint64_t, checkpoint_buffer_mib, 384,
-          "checkpoint: host memory per shard server kept for checkpoint copies (the "
-          "server's --checkpoint_buffer_mib)");
+ABSL_FLAG(
+    uint64_t, checkpoint_buffer_mib, 384,
+    "checkpoint: host memory per shard server kept for the states checkpoints keep aside (the "
+    "server's --checkpoint_buffer_mib)");
 ABSL_FLAG(std::string, dtype, "fp16", "step: fp16 or bf16");
 ABSL_FLAG(int, steps, 5, "step: timed steps (after one warm-up step)");
 ABSL_FLAG(std::string, dir, "",

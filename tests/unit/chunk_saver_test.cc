@@ -61,8 +61,8 @@ class ChunkSaverTest : public ::testing::Test {
   }
 
   HostTier tier_;
-  // Fewer kept blocks than chunks: copies come from both kinds.
-  BlockPool blocks_{2 * BlockPool::kBlockBytes};
+  // Room for two chunk states: the others' are allocated beyond it.
+  StateArena arena_{2 * 61440};
   const std::string dir_ = ::testing::TempDir() + "/chunk_saver_test_" + std::to_string(getpid());
   std::vector<std::shared_ptr<Chunk>> chunks_;
   std::vector<std::string> paths_;
@@ -71,11 +71,10 @@ class ChunkSaverTest : public ::testing::Test {
 TEST_F(ChunkSaverTest, WritesEveryChunkAtItsArmedStepWhileLaterStepsApply) {
   Step(1);
   const std::vector<std::vector<float>> want = States();
-  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(1, &blocks_).ok());
-  // Chunks 0 and 1 keep their state aside in reserved buffers, chunk 2 in a
-  // buffer allocated as it applies; 3 and 4 are copied when written.
-  chunks_[0]->ReserveCheckpointBuffer();
-  chunks_[1]->ReserveCheckpointBuffer();
+  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(1, &arena_).ok());
+  // Chunks 0 to 2 apply step 2 before the save: into second buffers, two
+  // from the arena's region and one beyond it; 3 and 4 are written from
+  // their live state.
   for (int i = 0; i < 3; ++i) {
     std::vector<uint16_t> grads(kN, FloatToHalf(-0.5f));
     const std::string bytes(reinterpret_cast<const char*>(grads.data()), grads.size() * 2);
@@ -96,11 +95,23 @@ TEST_F(ChunkSaverTest, WritesEveryChunkAtItsArmedStepWhileLaterStepsApply) {
     EXPECT_EQ(chunks_[i]->AwaitCheckpointStep(absl::InfinitePast()).code(),
               absl::StatusCode::kFailedPrecondition);
   }
+  EXPECT_EQ(arena_.allocated_beyond_bytes(), 61440u);
+  EXPECT_EQ(arena_.peak_taken_bytes(), 3 * 61440u);
+  // The next steps move the state back; every second buffer goes back.
+  for (int i = 3; i < kChunks; ++i) {
+    std::vector<uint16_t> grads(kN, FloatToHalf(-0.5f));
+    const std::string bytes(reinterpret_cast<const char*>(grads.data()), grads.size() * 2);
+    ASSERT_TRUE(*chunks_[i]->Stage(2, 1, chunks_[i]->range().begin, kN, bytes, {1.0f},
+                                   [](absl::Status) {}));
+    chunks_[i]->Apply();
+  }
+  Step(3);
+  EXPECT_EQ(arena_.taken_bytes(), 0u);
 }
 
 TEST_F(ChunkSaverTest, AFailedWriteNamesTheFileAndDisarmsEveryChunk) {
   Step(1);
-  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(1, &blocks_).ok());
+  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(1, &arena_).ok());
   paths_[1] = dir_ + "/missing/chunk-1";
   absl::StatusOr<std::vector<SavedChunk>> saved = SaveArmedChunks(chunks_, paths_);
   ASSERT_FALSE(saved.ok());
@@ -112,7 +123,7 @@ TEST_F(ChunkSaverTest, AFailedWriteNamesTheFileAndDisarmsEveryChunk) {
   }
   // Training and the next save go on.
   Step(2);
-  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(2, &blocks_).ok());
+  for (const auto& chunk : chunks_) ASSERT_TRUE(chunk->ArmCheckpoint(2, &arena_).ok());
   paths_[1] = dir_ + "/chunk-1";
   EXPECT_TRUE(SaveArmedChunks(chunks_, paths_).ok());
 }

@@ -61,7 +61,7 @@ class ChunkTest : public ::testing::Test {
   }
 
   HostTier tier_;
-  BlockPool blocks_{0};  // checkpoint copies, allocated when taken
+  StateArena arena_{0};  // checkpoint buffers, allocated when taken
   std::unique_ptr<Chunk> chunk_;
   const std::string path_ =
       ::testing::TempDir() + "/chunk_test_checkpoint_" + std::to_string(getpid());
@@ -246,13 +246,14 @@ TEST_F(ChunkTest, WriteStateSetsTheStateAndStepBeforeTheFirstPush) {
 
 // A checkpoint armed for step 1 gets the state of step 1, and the loss
 // scaler its pushes reported, even when steps 2 and 3 are applied before it
-// is written (the chunk kept a copy); a chunk
-// past the step refuses to arm; a save that waits can be cancelled or time out.
+// is written (they went to a second buffer: training's state has the same
+// bits as in-place updates, and step 4 moves it back); a chunk past the step
+// refuses to arm; a save that waits can be cancelled or time out.
 TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
   std::vector<float> init(kN, 1.0f);
   ASSERT_TRUE(chunk_->WriteParams(kBegin, init.data(), kN).ok());
-  ASSERT_TRUE(chunk_->ArmCheckpoint(1, &blocks_).ok());
-  EXPECT_EQ(chunk_->ArmCheckpoint(2, &blocks_).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(chunk_->ArmCheckpoint(1, &arena_).ok());
+  EXPECT_EQ(chunk_->ArmCheckpoint(2, &arena_).code(), absl::StatusCode::kFailedPrecondition);
   auto scaler_after = [](int64_t step) {
     v1::LossScaleState s;
     s.set_scale(1024.0f * step);
@@ -283,12 +284,36 @@ TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
   float* p = state.data();
   EXPECT_TRUE(LoadChunkState(path_, *checksum, kN, p).ok());
 
+  // Training's state: what in-place updates give, in the second buffer
+  // (step 3) and back in the first after the save (step 4).
+  std::vector<float> want_p(kN, 1.0f), want_m(kN, 0.0f), want_v(kN, 0.0f);
+  std::vector<uint16_t> want_copy(kN);
+  auto expect_live_state = [&](int64_t step) {
+    std::vector<uint16_t> g(kN, FloatToHalf(0.25f * step));
+    AdamUpdate(MakeAdamConstants(AdamConfig{}, step, 1.0f), DType::kFp16, g.data(), want_p.data(),
+               want_m.data(), want_v.data(), DType::kFp16, want_copy.data(), kN);
+    if (step < 3) return;
+    std::vector<float> got_p(kN), got_m(kN), got_v(kN);
+    ASSERT_TRUE(chunk_->ReadState(kBegin, kN, got_p.data(), got_m.data(), got_v.data()).ok());
+    EXPECT_EQ(got_p, want_p) << "step " << step;
+    EXPECT_EQ(got_m, want_m) << "step " << step;
+    EXPECT_EQ(got_v, want_v) << "step " << step;
+    auto [pulled, bytes] = PullNow(step);
+    ASSERT_TRUE(pulled.ok());
+    EXPECT_EQ(bytes, std::string(reinterpret_cast<const char*>(want_copy.data()), 2 * kN));
+  };
+  for (int64_t step = 1; step <= 3; ++step) expect_live_state(step);
+  ASSERT_TRUE(*Stage(4, kBegin, kN, Grads(kN, 0.25f * 4), 1.0f));
+  chunk_->Apply();
+  expect_live_state(4);
+  EXPECT_EQ(arena_.taken_bytes(), 0u) << "the second buffer was not given back";
+
   // Disarmed by the save; past step 2 now.
-  EXPECT_EQ(chunk_->ArmCheckpoint(2, &blocks_).code(), absl::StatusCode::kAborted);
-  ASSERT_TRUE(chunk_->ArmCheckpoint(5, &blocks_).ok());
+  EXPECT_EQ(chunk_->ArmCheckpoint(2, &arena_).code(), absl::StatusCode::kAborted);
+  ASSERT_TRUE(chunk_->ArmCheckpoint(5, &arena_).ok());
   EXPECT_EQ(chunk_->AwaitCheckpointStep(absl::Now() + absl::Milliseconds(20)).code(),
             absl::StatusCode::kDeadlineExceeded);
-  ASSERT_TRUE(chunk_->ArmCheckpoint(5, &blocks_).ok());
+  ASSERT_TRUE(chunk_->ArmCheckpoint(5, &arena_).ok());
   std::thread cancel([&] {
     absl::SleepFor(absl::Milliseconds(20));
     chunk_->CancelCheckpoint();

@@ -1,7 +1,6 @@
-// BlockPool keeps its blocks for reuse and frees the others; a chunk state
-// copied into blocks (BlockedState) is written to the same file, with the
-// same checksum, as the same state in one buffer, whatever the blocks'
-// boundaries cut.
+// StateArena carves pieces from its region (first fit, freed pieces
+// coalesced) and allocates the others; a chunk state in arena memory
+// (ArenaState) is written to its file, with its checksum, as its view holds it.
 #include "server/saved_chunk.h"
 
 #include <unistd.h>
@@ -14,48 +13,56 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/block_pool.h"
+#include "server/state_arena.h"
 
 namespace strata {
 namespace {
 
-constexpr size_t kBlock = BlockPool::kBlockBytes;
+constexpr uint64_t kPage = StateArena::kAlignment;
 
-TEST(BlockPoolTest, KeptBlocksAreReusedAndOthersFreed) {
-  BlockPool pool(2 * kBlock + kBlock / 2);  // two whole blocks
-  EXPECT_EQ(pool.retained_bytes(), 2 * kBlock);
-  // Two kept blocks and a third allocated for the last 5000 bytes: 8 KiB.
-  const uint64_t bytes = 2 * kBlock + 5000;
-  absl::StatusOr<std::vector<std::byte*>> first = pool.Take(bytes);
-  ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_EQ(first->size(), 3u);
-  for (size_t i = 0; i < first->size(); ++i) {
-    std::byte* block = (*first)[i];
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % 4096, 0u);
-    std::fill(block, block + (i < 2 ? kBlock : 8192), std::byte{7});  // writable
+TEST(StateArenaTest, PiecesComeFromTheRegionFirstFitAndCoalesce) {
+  StateArena arena(6 * kPage + 100);  // six whole pages
+  EXPECT_EQ(arena.retained_bytes(), 6 * kPage);
+  absl::StatusOr<std::byte*> a = arena.Take(5000);  // two pages
+  absl::StatusOr<std::byte*> b = arena.Take(2 * kPage);
+  absl::StatusOr<std::byte*> c = arena.Take(2 * kPage);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  for (std::byte* piece : {*a, *b, *c}) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(piece) % kPage, 0u);
+    std::fill(piece, piece + 2 * kPage, std::byte{7});  // writable, whole
   }
-  EXPECT_EQ(pool.peak_taken_bytes(), 2 * kBlock + 8192);
-  EXPECT_EQ(pool.allocated_beyond_bytes(), 8192u);
-  pool.Give(*first, bytes);
+  EXPECT_EQ(*b, *a + 2 * kPage);
+  EXPECT_EQ(*c, *b + 2 * kPage);
+  EXPECT_EQ(arena.allocated_beyond_bytes(), 0u);
 
-  // The two kept blocks come back first; the third was freed.
-  absl::StatusOr<std::vector<std::byte*>> again = pool.Take(2 * kBlock);
+  // The region is full: a piece is allocated beyond it, and freed when given.
+  absl::StatusOr<std::byte*> beyond = arena.Take(100);
+  ASSERT_TRUE(beyond.ok());
+  EXPECT_EQ(arena.allocated_beyond_bytes(), kPage);
+  EXPECT_EQ(arena.taken_bytes(), 7 * kPage);
+  arena.Give(*beyond, 100);
+
+  // A freed piece is reused; two freed neighbours make one piece.
+  arena.Give(*b, 2 * kPage);
+  absl::StatusOr<std::byte*> again = arena.Take(kPage);
   ASSERT_TRUE(again.ok());
-  std::vector<std::byte*> kept(first->begin(), first->begin() + 2);
-  std::vector<std::byte*> got = *again;
-  std::sort(kept.begin(), kept.end());
-  std::sort(got.begin(), got.end());
-  EXPECT_EQ(got, kept);
-  EXPECT_EQ(pool.allocated_beyond_bytes(), 8192u);
-
-  // With the kept blocks out, a small state gets a small block.
-  absl::StatusOr<std::vector<std::byte*>> small = pool.Take(100);
-  ASSERT_TRUE(small.ok());
-  ASSERT_EQ(small->size(), 1u);
-  EXPECT_EQ(pool.peak_taken_bytes(), 2 * kBlock + 8192);
-  EXPECT_EQ(pool.allocated_beyond_bytes(), 8192u + 4096u);
-  pool.Give(*small, 100);
-  pool.Give(*again, 2 * kBlock);
+  EXPECT_EQ(*again, *b);
+  arena.Give(*again, kPage);
+  arena.Give(*a, 5000);
+  absl::StatusOr<std::byte*> joined = arena.Take(4 * kPage);
+  ASSERT_TRUE(joined.ok());
+  EXPECT_EQ(*joined, *a);
+  EXPECT_EQ(arena.allocated_beyond_bytes(), kPage);
+  EXPECT_EQ(arena.peak_taken_bytes(), 7 * kPage);
+  arena.Give(*joined, 4 * kPage);
+  arena.Give(*c, 2 * kPage);
+  EXPECT_EQ(arena.taken_bytes(), 0u);
+  // All of it coalesced again.
+  absl::StatusOr<std::byte*> whole = arena.Take(6 * kPage);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(*whole, *a);
+  EXPECT_EQ(arena.allocated_beyond_bytes(), kPage);
+  arena.Give(*whole, 6 * kPage);
 }
 
 class SavedChunkTest : public ::testing::Test {
@@ -81,57 +88,55 @@ std::vector<float> State(uint64_t n) {
   return state;
 }
 
-TEST_F(SavedChunkTest, BlocksAreWrittenAsOneBufferWouldBe) {
-  BlockPool pool(kBlock);  // one kept block; the others are allocated
-  // 12n bytes: 1 block, 2 blocks with m and v crossing block boundaries,
-  // and lengths that are not whole 4 KiB blocks (the tail is written
-  // without direct I/O).
-  for (uint64_t n : {uint64_t{1000}, uint64_t{(2 * kBlock) / 12 + 333}, uint64_t{kBlock / 4}}) {
+TEST_F(SavedChunkTest, AnArenaStateIsWrittenAsItsViewHoldsIt) {
+  StateArena arena(uint64_t{1} << 20);
+  // Within the region and beyond it; lengths that are not whole 4 KiB
+  // pages (the tail is written without direct I/O) and more than one 8 MiB
+  // piece of I/O.
+  for (uint64_t n : {uint64_t{1000}, uint64_t{(16 << 20) / 12 + 333}}) {
     SCOPED_TRACE(n);
     const std::vector<float> state = State(n);
-    absl::StatusOr<BlockedState> blocked = BlockedState::Take(&pool, n);
-    ASSERT_TRUE(blocked.ok()) << blocked.status();
-    EXPECT_EQ(blocked->blocks().size(), (12 * n + kBlock - 1) / kBlock);
-    blocked->CopyFrom(StateView{const_cast<float*>(state.data()),
-                                const_cast<float*>(state.data()) + n,
-                                const_cast<float*>(state.data()) + 2 * n});
+    absl::StatusOr<ArenaState> copy = ArenaState::Take(&arena, n);
+    ASSERT_TRUE(copy.ok()) << copy.status();
+    copy->CopyFrom(StateView{const_cast<float*>(state.data()), const_cast<float*>(state.data()) + n,
+                             const_cast<float*>(state.data()) + 2 * n});
+    const StateView view = copy->view();
+    EXPECT_EQ(view.m, view.p + n);
+    EXPECT_EQ(view.v, view.p + 2 * n);
 
-    StateBuffer buffer = AllocateStateBuffer(n);
-    std::copy(state.begin(), state.end(), buffer.get());
-    absl::StatusOr<uint64_t> want = SaveChunkState(dir_ + "/buffer", buffer.get(), n);
-    absl::StatusOr<uint64_t> got = SaveChunkState(dir_ + "/blocks", *blocked);
-    ASSERT_TRUE(want.ok()) << want.status();
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(*got, *want);
-    const std::string bytes = Contents(dir_ + "/blocks");
+    absl::StatusOr<uint64_t> checksum = SaveChunkState(dir_ + "/chunk", copy->data(), n);
+    ASSERT_TRUE(checksum.ok()) << checksum.status();
+    const std::string bytes = Contents(dir_ + "/chunk");
     ASSERT_EQ(bytes.size(), 12 * n);
     EXPECT_TRUE(bytes == std::string(reinterpret_cast<const char*>(state.data()), 12 * n));
 
     StateBuffer loaded = AllocateStateBuffer(n);
-    ASSERT_TRUE(LoadChunkState(dir_ + "/blocks", *got, n, loaded.get()).ok());
+    ASSERT_TRUE(LoadChunkState(dir_ + "/chunk", *checksum, n, loaded.get()).ok());
     EXPECT_TRUE(std::equal(state.begin(), state.end(), loaded.get()));
-    EXPECT_EQ(LoadChunkState(dir_ + "/blocks", *got + 1, n, loaded.get()).code(),
+    EXPECT_EQ(LoadChunkState(dir_ + "/chunk", *checksum + 1, n, loaded.get()).code(),
               absl::StatusCode::kDataLoss);
   }
-  EXPECT_GT(pool.allocated_beyond_bytes(), 0u);
+  EXPECT_GT(arena.allocated_beyond_bytes(), 0u);
+  EXPECT_EQ(arena.taken_bytes(), 0u);
 }
 
-TEST_F(SavedChunkTest, ABlockedStateGivesItsBlocksBack) {
-  BlockPool pool(kBlock);
+TEST_F(SavedChunkTest, AnArenaStateGivesItsMemoryBack) {
+  StateArena arena(uint64_t{1} << 20);
   {
-    absl::StatusOr<BlockedState> a = BlockedState::Take(&pool, 1000);
+    absl::StatusOr<ArenaState> a = ArenaState::Take(&arena, 1000);
     ASSERT_TRUE(a.ok());
-    BlockedState moved = *std::move(a);
+    ArenaState moved = *std::move(a);
     EXPECT_FALSE(moved.empty());
     EXPECT_TRUE(a->empty());
-    EXPECT_EQ(pool.peak_taken_bytes(), kBlock);
+    EXPECT_EQ(arena.taken_bytes(), 3 * kPage);  // 12000 bytes
   }
-  // Given back: taking it again allocates nothing new.
-  absl::StatusOr<BlockedState> b = BlockedState::Take(&pool, 1000);
+  EXPECT_EQ(arena.taken_bytes(), 0u);
+  absl::StatusOr<ArenaState> b = ArenaState::Take(&arena, 1000);
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(pool.allocated_beyond_bytes(), 0u);
   b->Reset();
   EXPECT_TRUE(b->empty());
+  EXPECT_EQ(arena.taken_bytes(), 0u);
+  EXPECT_EQ(arena.allocated_beyond_bytes(), 0u);
 }
 
 }  // namespace

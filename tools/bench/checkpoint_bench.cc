@@ -169,9 +169,9 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   // The most any server's copies took at once, and allocated beyond its kept memory.
   uint64_t copies_peak_bytes = 0, copies_beyond_bytes = 0;
   for (const auto& server : (*cluster)->servers()) {
-    copies_peak_bytes = std::max(copies_peak_bytes, server->checkpoint_blocks().peak_taken_bytes());
+    copies_peak_bytes = std::max(copies_peak_bytes, server->checkpoint_arena().peak_taken_bytes());
     copies_beyond_bytes =
-        std::max(copies_beyond_bytes, server->checkpoint_blocks().allocated_beyond_bytes());
+        std::max(copies_beyond_bytes, server->checkpoint_arena().allocated_beyond_bytes());
   }
   client->reset();
   cluster->reset();

@@ -4,7 +4,7 @@
 // fio's sequential direct write on DIR in the same run. Reports the save's
 // and restore's times and rates, and the training pause the save caused:
 // the time the steps overlapping the save took beyond the median step; and
-// the memory the servers' copies took (server/block_pool.h).
+// the memory the servers' copies took (server/state_arena.h).
 // Returns the JSON object to print.
 #ifndef STRATA_TOOLS_BENCH_CHECKPOINT_BENCH_H_
 #define STRATA_TOOLS_BENCH_CHECKPOINT_BENCH_H_

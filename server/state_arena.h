@@ -1,0 +1,77 @@
+// StateArena: host memory for the chunk states that checkpoints keep aside
+// (a host-tier chunk's second state buffer, an NVMe-tier chunk's copy), in
+// contiguous 4 KiB-aligned pieces (direct I/O writes them, kernels update
+// them). The first `retained_bytes` are one region allocated and faulted in
+// when the arena is made; Take() carves pieces from it (first fit, freed
+// pieces coalesced). A piece that does not fit there is allocated (and
+// faulted in) when taken and freed when given back. So a checkpoint never
+// waits for memory, and what the server keeps between saves is bounded.
+//
+// Why keep memory at all: faulting memory in costs more than filling it. On
+// a 2-vCPU VM, first touch ran at 1-1.5 GB/s against ~7 GB/s for a memcpy
+// into touched memory, and a save whose buffers were fresh spent half its
+// CPU in clear_page (and as much of the training's, which shares the cores).
+//
+// Thread-safe.
+#ifndef STRATA_SERVER_STATE_ARENA_H_
+#define STRATA_SERVER_STATE_ARENA_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace strata {
+
+// `bytes` (a multiple of 4 KiB) of memory aligned to 4 KiB, its pages
+// faulted in (a copy into fresh memory spends most of its time in page
+// faults); free() it. nullptr when the system refuses.
+std::byte* AllocateFaultedIn(size_t bytes);
+
+class StateArena {
+ public:
+  static constexpr uint64_t kAlignment = 4096;
+
+  // Keeps `retained_bytes` rounded down to 4 KiB (none if the system
+  // refuses them; pieces are then allocated when taken).
+  explicit StateArena(uint64_t retained_bytes);
+  // Every piece taken must have been given back.
+  ~StateArena();
+  StateArena(const StateArena&) = delete;
+  StateArena& operator=(const StateArena&) = delete;
+
+  // `bytes` of contiguous memory, 4 KiB-aligned; contents undefined.
+  // RESOURCE_EXHAUSTED when it is not in the region and the system refuses it.
+  absl::StatusOr<std::byte*> Take(uint64_t bytes);
+  // Returns what Take(bytes) gave.
+  void Give(std::byte* piece, uint64_t bytes);
+
+  uint64_t retained_bytes() const { return region_ != nullptr ? retained_bytes_ : 0; }
+  // The bytes out now.
+  uint64_t taken_bytes() const;
+  // The most bytes out at once, and those allocated beyond the region, since
+  // the arena was made: what --checkpoint_buffer_mib could be.
+  uint64_t peak_taken_bytes() const;
+  uint64_t allocated_beyond_bytes() const;
+
+ private:
+  static uint64_t RoundUp(uint64_t bytes) {
+    return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  }
+
+  const uint64_t retained_bytes_;
+  std::byte* const region_;  // nullptr when nothing is retained
+  mutable absl::Mutex mu_;
+  // The region's free pieces: offset -> bytes, never two adjacent.
+  std::map<uint64_t, uint64_t> free_ ABSL_GUARDED_BY(mu_);
+  uint64_t taken_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t peak_taken_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t allocated_beyond_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SERVER_STATE_ARENA_H_
