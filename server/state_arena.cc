@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -25,7 +26,7 @@ std::byte* AllocateFaultedIn(size_t bytes) {
 StateArena::StateArena(uint64_t retained_bytes)
     : retained_bytes_(retained_bytes / kAlignment * kAlignment),
       region_(retained_bytes_ > 0 ? AllocateFaultedIn(retained_bytes_) : nullptr) {
-  if (region_ != nullptr) free_[0] = retained_bytes_;
+  if (region_ != nullptr) free_.Give(0, retained_bytes_);
 }
 
 StateArena::~StateArena() { std::free(region_); }
@@ -34,15 +35,9 @@ absl::StatusOr<std::byte*> StateArena::Take(uint64_t bytes) {
   const uint64_t rounded = std::max(RoundUp(bytes), kAlignment);
   {
     absl::MutexLock lock(&mu_);
-    auto fits = std::find_if(free_.begin(), free_.end(),
-                             [&](const auto& piece) { return piece.second >= rounded; });
-    if (fits != free_.end()) {
-      const auto [offset, size] = *fits;
-      free_.erase(fits);
-      if (size > rounded) free_[offset + rounded] = size - rounded;
-      taken_bytes_ += rounded;
-      peak_taken_bytes_ = std::max(peak_taken_bytes_, taken_bytes_);
-      return region_ + offset;
+    if (std::optional<uint64_t> offset = free_.TakeFirstFit(rounded)) {
+      CountTaken(rounded);
+      return region_ + *offset;
     }
   }
   // Outside the lock: faulting memory in takes milliseconds.
@@ -52,39 +47,24 @@ absl::StatusOr<std::byte*> StateArena::Take(uint64_t bytes) {
         "the system refused ", rounded, " bytes of host memory for a chunk state kept aside"));
   }
   absl::MutexLock lock(&mu_);
-  taken_bytes_ += rounded;
-  peak_taken_bytes_ = std::max(peak_taken_bytes_, taken_bytes_);
+  CountTaken(rounded);
   allocated_beyond_bytes_ += rounded;
   return piece;
 }
 
+void StateArena::CountTaken(uint64_t bytes) {
+  taken_bytes_ += bytes;
+  peak_taken_bytes_ = std::max(peak_taken_bytes_, taken_bytes_);
+}
+
 void StateArena::Give(std::byte* piece, uint64_t bytes) {
   const uint64_t rounded = std::max(RoundUp(bytes), kAlignment);
-  if (region_ == nullptr || piece < region_ || piece >= region_ + retained_bytes_) {
-    std::free(piece);
-    absl::MutexLock lock(&mu_);
-    taken_bytes_ -= rounded;
-    return;
-  }
+  const bool in_region =
+      region_ != nullptr && piece >= region_ && piece < region_ + retained_bytes_;
+  if (!in_region) std::free(piece);
   absl::MutexLock lock(&mu_);
   taken_bytes_ -= rounded;
-  uint64_t offset = piece - region_;
-  uint64_t size = rounded;
-  // Coalesce with the free pieces on either side.
-  auto next = free_.lower_bound(offset);
-  if (next != free_.end() && next->first == offset + size) {
-    size += next->second;
-    next = free_.erase(next);
-  }
-  if (next != free_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == offset) {
-      offset = prev->first;
-      size += prev->second;
-      free_.erase(prev);
-    }
-  }
-  free_[offset] = size;
+  if (in_region) free_.Give(piece - region_, rounded);
 }
 
 uint64_t StateArena::taken_bytes() const {

@@ -18,11 +18,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "storage/free_ranges.h"
 
 namespace strata {
 
@@ -58,6 +58,7 @@ class StateArena {
   uint64_t allocated_beyond_bytes() const;
 
  private:
+  void CountTaken(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static uint64_t RoundUp(uint64_t bytes) {
     return (bytes + kAlignment - 1) / kAlignment * kAlignment;
   }
@@ -65,8 +66,7 @@ class StateArena {
   const uint64_t retained_bytes_;
   std::byte* const region_;  // nullptr when nothing is retained
   mutable absl::Mutex mu_;
-  // The region's free pieces: offset -> bytes, never two adjacent.
-  std::map<uint64_t, uint64_t> free_ ABSL_GUARDED_BY(mu_);
+  FreeRanges free_ ABSL_GUARDED_BY(mu_);  // of the region, by offset
   uint64_t taken_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t peak_taken_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t allocated_beyond_bytes_ ABSL_GUARDED_BY(mu_) = 0;

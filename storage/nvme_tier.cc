@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -74,7 +75,7 @@ NvmeTier::NvmeTier(std::string path, int fd, uint64_t budget_bytes, unsigned que
   // Block 0 is the tier's own: the start-up self-check writes it, so that
   // reopening the file never touches an extent.
   extents_[kProbeExtentId] = ExtentState{0, kBlockBytes, {0}, {false}};
-  free_[kBlockBytes] = budget_bytes;
+  free_.Give(kBlockBytes, budget_bytes);
 }
 
 absl::StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Open(const NvmeTierOptions& options) {
@@ -177,15 +178,10 @@ uint64_t NvmeTier::used_bytes() const {
 absl::StatusOr<Extent> NvmeTier::Allocate(uint64_t num_bytes) {
   uint64_t rounded = RoundUpToBlock(num_bytes);
   absl::MutexLock lock(&mu_);
-  for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if (it->second < rounded) continue;
-    uint64_t offset = it->first;
-    uint64_t left = it->second - rounded;
-    free_.erase(it);
-    if (left > 0) free_[offset + rounded] = left;
-    Extent extent{next_id_++, offset, num_bytes};
+  if (std::optional<uint64_t> offset = free_.TakeFirstFit(rounded)) {
+    Extent extent{next_id_++, *offset, num_bytes};
     size_t blocks = rounded / kBlockBytes;
-    extents_[extent.id] = ExtentState{offset, num_bytes, std::vector<uint64_t>(blocks),
+    extents_[extent.id] = ExtentState{*offset, num_bytes, std::vector<uint64_t>(blocks),
                                       std::vector<bool>(blocks, false)};
     used_bytes_ += rounded;
     return extent;
@@ -205,17 +201,9 @@ absl::StatusOr<Extent> NvmeTier::Adopt(uint64_t offset, uint64_t num_bytes,
                                                    " checksums"));
   }
   absl::MutexLock lock(&mu_);
-  auto it = free_.upper_bound(offset);
-  if (it == free_.begin() || std::prev(it)->first + std::prev(it)->second < offset + rounded) {
+  if (!free_.TakeAt(offset, rounded)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "NVMe tier: bytes [", offset, ", ", offset + rounded, ") of ", path_, " are not free"));
-  }
-  --it;
-  uint64_t free_begin = it->first, free_size = it->second;
-  free_.erase(it);
-  if (offset > free_begin) free_[free_begin] = offset - free_begin;
-  if (free_begin + free_size > offset + rounded) {
-    free_[offset + rounded] = free_begin + free_size - offset - rounded;
   }
   Extent extent{next_id_++, offset, num_bytes};
   extents_[extent.id] =
@@ -247,21 +235,7 @@ void NvmeTier::Free(const Extent& extent) {
   uint64_t size = RoundUpToBlock(it->second.num_bytes);
   extents_.erase(it);
   used_bytes_ -= size;
-  if (size == 0) return;
-  // Return the range and merge it with free neighbours.
-  auto next = free_.lower_bound(offset);
-  if (next != free_.end() && next->first == offset + size) {
-    size += next->second;
-    next = free_.erase(next);
-  }
-  if (next != free_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == offset) {
-      prev->second += size;
-      return;
-    }
-  }
-  free_[offset] = size;
+  free_.Give(offset, size);
 }
 
 absl::StatusOr<uint64_t> NvmeTier::Check(const Extent& extent, uint64_t offset, const void* buffer,

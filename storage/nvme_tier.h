@@ -17,7 +17,6 @@
 #include <liburing.h>
 
 #include <atomic>
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -26,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "storage/free_ranges.h"
 #include "storage/tier.h"
 
 namespace strata {
@@ -117,7 +117,7 @@ class NvmeTier : public Tier {
   mutable absl::Mutex mu_;
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<uint64_t, uint64_t> free_ ABSL_GUARDED_BY(mu_);  // offset -> bytes
+  FreeRanges free_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, ExtentState> extents_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex sq_mu_;
