@@ -368,13 +368,18 @@ void Chunk::KeepCheckpointState(int64_t step, const StateView& live) {
     held_ = LiveBuffer();
     return;
   }
-  absl::StatusOr<ArenaState> copy = ArenaState::Take(checkpoint_arena_, range_.size());
+  absl::StatusOr<ArenaState> copy = CopyToArena(live);
   if (!copy.ok()) {
     DisarmLocked(copy.status());
     return;
   }
-  copy->CopyFrom(live);
   checkpoint_copy_ = *std::move(copy);
+}
+
+absl::StatusOr<ArenaState> Chunk::CopyToArena(const StateView& view) {
+  ASSIGN_OR_RETURN(ArenaState copy, ArenaState::Take(checkpoint_arena_, range_.size()));
+  copy.CopyFrom(view);
+  return copy;
 }
 
 StateView Chunk::UpdateTarget(const StateView& loaded) {
@@ -467,15 +472,12 @@ absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path,
     } else if (!checkpoint_copy_.empty()) {
       copy = std::move(checkpoint_copy_);
     } else {
-      absl::StatusOr<ArenaState> made = ArenaState::Take(checkpoint_arena_, range_.size());
-      if (made.ok()) {
-        made->CopyFrom(*loaded);
-        copy = *std::move(made);
-      }
+      absl::StatusOr<ArenaState> made = CopyToArena(*loaded);
       if (!made.ok()) {
         state_->Release(*loaded);
         return made.status();
       }
+      copy = *std::move(made);
     }
     state_->Release(*loaded);
     if (state == nullptr) state = copy.data();

@@ -202,6 +202,9 @@ class Chunk {
   // the step goes on: training does not fail for a checkpoint.
   void KeepCheckpointState(int64_t step, const StateView& live)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // `view` copied into arena memory (an NVMe-tier chunk's state kept aside).
+  absl::StatusOr<ArenaState> CopyToArena(const StateView& view)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // Where Apply() writes the update of the live state: in place, unless the
   // live buffer is held for a save (then the other buffer, taking the shadow
   // from the arena), or the live state is in the shadow and the extent is

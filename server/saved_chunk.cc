@@ -24,22 +24,12 @@ constexpr size_t kDirectBlockBytes = 4096;
 constexpr size_t kPieceBytes = size_t{8} << 20;
 constexpr unsigned kPiecesInFlight = 4;
 
-// A state's bytes in memory: piece k holds bytes [k, k + 1) * kPieceBytes.
-using Pieces = absl::Span<std::byte* const>;
-
-// The pieces of `bytes` of contiguous memory at `data`.
-std::vector<std::byte*> PiecesOf(std::byte* data, size_t bytes) {
-  std::vector<std::byte*> pieces;
-  for (size_t at = 0; at < bytes; at += kPieceBytes) pieces.push_back(data + at);
-  return pieces;
-}
-
-// Writes bytes [from, to) of the state in `pieces` at the same offsets of
-// `fd` (or reads them into the pieces: `read`), a piece at a time with
+// Writes bytes [from, to) of the state at `data` at the same offsets of
+// `fd` (or reads them into it: `read`), in pieces of kPieceBytes with
 // kPiecesInFlight in flight (io_uring), and adds them to `hash` in order
 // while the others are in flight. A read that ends early is DATA_LOSS naming
 // the file.
-absl::Status TransferInFlight(bool read, int fd, Pieces pieces, size_t from, size_t to,
+absl::Status TransferInFlight(bool read, int fd, std::byte* data, size_t from, size_t to,
                               const std::string& path, XXH3_state_t* hash) {
   if (from == to) return absl::OkStatus();
   // The transfers: [from, to) cut at piece boundaries.
@@ -51,7 +41,7 @@ absl::Status TransferInFlight(bool read, int fd, Pieces pieces, size_t from, siz
   std::vector<Transfer> transfers;
   for (size_t at = from; at < to;) {
     const size_t n = std::min(to, (at / kPieceBytes + 1) * kPieceBytes) - at;
-    transfers.push_back({at, pieces[at / kPieceBytes] + at % kPieceBytes, n});
+    transfers.push_back({at, data + at, n});
     at += n;
   }
   io_uring ring;
@@ -139,14 +129,12 @@ Hash NewHash() {
   return hash;
 }
 
-// Opens `path` with `flags`, and O_DIRECT too when every piece is 4
-// KiB-aligned and the file system takes it; sets `direct` to whether it did.
-// -1 and errno as open() leaves them on failure.
-int OpenPreferringDirect(const std::string& path, int flags, Pieces pieces, bool* direct) {
+// Opens `path` with `flags`, and O_DIRECT too when `data` is 4 KiB-aligned
+// and the file system takes it; sets `direct` to whether it did. -1 and
+// errno as open() leaves them on failure.
+int OpenPreferringDirect(const std::string& path, int flags, const void* data, bool* direct) {
   int fd = -1;
-  if (std::all_of(pieces.begin(), pieces.end(), [](const std::byte* piece) {
-        return reinterpret_cast<uintptr_t>(piece) % kDirectBlockBytes == 0;
-      })) {
+  if (reinterpret_cast<uintptr_t>(data) % kDirectBlockBytes == 0) {
     fd = open(path.c_str(), flags | O_DIRECT, 0600);
   }
   *direct = fd >= 0;
@@ -157,15 +145,15 @@ int OpenPreferringDirect(const std::string& path, int flags, Pieces pieces, bool
 // TransferInFlight() of `bytes` at offset 0 of `fd`: with `direct` (fd
 // opened O_DIRECT), the whole 4 KiB blocks so, then the tail with direct
 // I/O off; all of it so otherwise.
-absl::Status TransferWhole(bool read, int fd, bool direct, Pieces pieces, size_t bytes,
+absl::Status TransferWhole(bool read, int fd, bool direct, std::byte* data, size_t bytes,
                            const std::string& path, XXH3_state_t* hash) {
   const size_t aligned = direct ? bytes / kDirectBlockBytes * kDirectBlockBytes : 0;
-  RETURN_IF_ERROR(TransferInFlight(read, fd, pieces, 0, aligned, path, hash));
+  RETURN_IF_ERROR(TransferInFlight(read, fd, data, 0, aligned, path, hash));
   if (aligned == bytes) return absl::OkStatus();
   if (direct && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_DIRECT) != 0) {
     return ErrnoError("cannot clear O_DIRECT on", path);
   }
-  return TransferInFlight(read, fd, pieces, aligned, bytes, path, hash);
+  return TransferInFlight(read, fd, data, aligned, bytes, path, hash);
 }
 
 }  // namespace
@@ -215,13 +203,12 @@ void ArenaState::CopyFrom(const StateView& view) {
 absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* state,
                                         uint64_t num_params) {
   const size_t bytes = 3 * num_params * sizeof(float);
-  const std::vector<std::byte*> pieces =
-      PiecesOf(reinterpret_cast<std::byte*>(const_cast<float*>(state)), bytes);
+  std::byte* data = reinterpret_cast<std::byte*>(const_cast<float*>(state));
   bool direct;
-  int fd = OpenPreferringDirect(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, pieces, &direct);
+  int fd = OpenPreferringDirect(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, data, &direct);
   if (fd < 0) return ErrnoError("cannot create", path);
   Hash hash = NewHash();
-  absl::Status status = TransferWhole(/*read=*/false, fd, direct, pieces, bytes, path, hash.get());
+  absl::Status status = TransferWhole(/*read=*/false, fd, direct, data, bytes, path, hash.get());
   if (status.ok() && fsync(fd) != 0) status = ErrnoError("cannot sync", path);
   close(fd);
   if (!status.ok()) return status;
@@ -231,9 +218,9 @@ absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* st
 absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t num_params,
                             float* state) {
   const size_t bytes = 3 * num_params * sizeof(float);
-  const std::vector<std::byte*> pieces = PiecesOf(reinterpret_cast<std::byte*>(state), bytes);
+  std::byte* data = reinterpret_cast<std::byte*>(state);
   bool direct;
-  int fd = OpenPreferringDirect(path, O_RDONLY | O_CLOEXEC, pieces, &direct);
+  int fd = OpenPreferringDirect(path, O_RDONLY | O_CLOEXEC, data, &direct);
   if (fd < 0) {
     if (errno == ENOENT) {
       return absl::DataLossError(absl::StrCat("chunk file ", path, " is missing"));
@@ -252,7 +239,7 @@ absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t
   }
   Hash hash = NewHash();
   if (status.ok()) {
-    status = TransferWhole(/*read=*/true, fd, direct, pieces, bytes, path, hash.get());
+    status = TransferWhole(/*read=*/true, fd, direct, data, bytes, path, hash.get());
   }
   close(fd);
   if (!status.ok()) return status;
