@@ -52,10 +52,17 @@ struct CollectiveOptions {
   std::function<bool()> abandon;
 };
 
-// UNAVAILABLE when the group cannot be formed within the timeout or is abandoned.
+// UNAVAILABLE when the group cannot be formed within the timeout or is
+// abandoned. From the first call on, the process ignores SIGPIPE unless it
+// handles it itself: a peer that dies mid-write is then an error of the
+// collective, not the end of this process.
 absl::StatusOr<std::unique_ptr<Collective>> CreateGlooCollective(const CollectiveOptions& options);
-// FAILED_PRECONDITION where strata was built without CUDA or no GPU is present.
+// FAILED_PRECONDITION where strata was built without CUDA or no GPU is
+// present. Rank r uses GPU r % NcclDeviceCount(); NCCL refuses (UNAVAILABLE)
+// two ranks of one group on one GPU.
 absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(const CollectiveOptions& options);
+// The GPUs this process can use for NCCL: 0 without CUDA or a device.
+int NcclDeviceCount();
 
 }  // namespace strata
 

@@ -7,9 +7,12 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <signal.h>
+
 #include <cstring>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
 #include "client/collective.h"
 #include "client/coordinator_store.h"
@@ -127,9 +130,23 @@ class GlooCollective : public Collective {
   std::vector<uint8_t> input_;
 };
 
+// Gloo writes to its sockets without MSG_NOSIGNAL: a peer that died would
+// kill this process with SIGPIPE (no message, no status) instead of failing
+// the collective. Ignored unless the process installed a handler of its own.
+void IgnoreSigpipe() {
+  static absl::once_flag once;
+  absl::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Collective>> CreateGlooCollective(const CollectiveOptions& options) {
+  IgnoreSigpipe();
   auto timeout = absl::ToChronoMilliseconds(options.timeout);
   std::shared_ptr<gloo::rendezvous::Context> context;
   absl::Status s = Guarded("rendezvous", [&] {

@@ -10,14 +10,10 @@
 #include "client/collective.h"
 #include "client/coordinator_store.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/cuda_status.h"
 
 namespace strata {
 namespace {
-
-absl::Status CudaStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat("CUDA ", what, ": ", cudaGetErrorString(e)));
-}
 
 absl::Status NcclStatus(ncclResult_t r, const char* what) {
   if (r == ncclSuccess) return absl::OkStatus();
@@ -154,9 +150,14 @@ class NcclCollective : public Collective {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(const CollectiveOptions& options) {
+int NcclDeviceCount() {
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+  return cudaGetDeviceCount(&devices) == cudaSuccess ? devices : 0;
+}
+
+absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(const CollectiveOptions& options) {
+  const int devices = NcclDeviceCount();
+  if (devices == 0) {
     return absl::FailedPreconditionError("NCCL collective: no CUDA device is present");
   }
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options.rank % devices), "set device"));

@@ -1,4 +1,4 @@
-// CreateNcclCollective where strata is built without the CUDA toolkit.
+// CreateNcclCollective and NcclDeviceCount where strata is built without the CUDA toolkit.
 #include "client/collective.h"
 
 namespace strata {
@@ -7,5 +7,7 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(const Collectiv
   return absl::FailedPreconditionError(
       "NCCL collective: this build of strata has no CUDA support (toolkit not found)");
 }
+
+int NcclDeviceCount() { return 0; }
 
 }  // namespace strata

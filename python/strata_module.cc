@@ -128,6 +128,16 @@ py::dict StepResultToDict(const StepResult& r) {
   return d;
 }
 
+py::dict ReformStatsToDict(const ReformStats& r) {
+  py::dict d;
+  d["count"] = r.count;
+  d["generation"] = r.generation;
+  d["seconds"] = r.seconds;
+  d["param_pull_seconds"] = r.param_pull_seconds;
+  d["steps_lost"] = r.steps_lost;
+  return d;
+}
+
 }  // namespace
 }  // namespace strata
 
@@ -159,6 +169,11 @@ PYBIND11_MODULE(_strata, m) {
       .def_property_readonly("loss_scale_good_steps", &Client::loss_scale_good_steps)
       .def_property_readonly("num_params", [](const Client& c) { return c.layout().num_params(); })
       .def_property_readonly("resident_param_bytes", &Client::resident_param_bytes)
+      .def_property_readonly(
+          "last_reform", [](const Client& c) { return ReformStatsToDict(c.last_reform()); },
+          "How the group last formed (at connect or a membership change): count, generation, "
+          "seconds, param_pull_seconds, steps_lost (steps undone by a resume from an older "
+          "checkpoint after a shard server was lost)")
       .def(
           "copy_params",
           [](const Client& c, FloatArray out) {

@@ -53,6 +53,17 @@ absl::Status Chunk::WriteRecordLocked(int64_t step) {
   return metadata_->Put(RecordKey(job_id_, chunk_id_), record.SerializeAsString(), /*sync=*/true);
 }
 
+absl::Status Chunk::CommitAndRelease(const StateView& view, int64_t step) {
+  absl::Status committed = state_->Commit(view);
+  if (committed.ok()) {
+    // The record names the new slot: without it the step is not durable.
+    committed = WriteRecordLocked(step);
+    if (!committed.ok()) state_->Rollback();
+  }
+  state_->Release(view);
+  return committed;
+}
+
 absl::Status Chunk::WriteRecord() {
   absl::MutexLock state_lock(&state_mu_);
   return WriteRecordLocked(applied_step());
@@ -161,41 +172,16 @@ void Chunk::Apply() {
   std::vector<Waiter> ready;
   {
     absl::MutexLock state_lock(&state_mu_);
-    absl::StatusOr<StateView> view = state_->Load();
-    if (!view.ok()) {
-      FailApply(std::move(pushes), view.status());
-      return;
-    }
-    const StateView in = LiveView(*view);
-    KeepCheckpointState(step - 1, in);
-    const StateView out = UpdateTarget(*view);
-    // One pass per push, straight from its bytes: the update is elementwise,
-    // so this gives the bits of one pass over the chunk.
     const AdamConstants constants = MakeAdamConstants(adam, step, coef);
-    const size_t esize = DTypeSize(dtype_);
     // The copy of `step` takes the place of step - 2's, which no pull can
     // ask for while applying_.
-    std::byte* copy_out = copy(step);
-    for (const auto& [begin, push] : pushes) {
-      uint64_t offset = begin - range_.begin;
-      AdamUpdate(constants, dtype_, push.grads.data(),
-                 AdamInputs{in.p + offset, in.m + offset, in.v + offset},
-                 AdamOutputs{out.p + offset, out.m + offset, out.v + offset}, dtype_,
-                 copy_out + offset * esize, push.end - begin);
-    }
-    absl::Status committed = state_->Commit(*view);
-    if (committed.ok()) {
-      // The record names the new slot: without it the step is not durable.
-      committed = WriteRecordLocked(step);
-      if (!committed.ok()) state_->Rollback();
-    }
-    state_->Release(*view);
-    if (!committed.ok()) {
-      FailApply(std::move(pushes), committed);
+    absl::Status updated = state_->updates_in_tier()
+                               ? UpdateInTier(step, constants, pushes, copy(step))
+                               : UpdateInMemory(step, constants, pushes, copy(step));
+    if (!updated.ok()) {
+      FailApply(std::move(pushes), updated);
       return;
     }
-    live_in_shadow_ = !shadow_.empty() && out.p == shadow_.data();
-    ReleaseUnusedShadow();
     // Still under state_mu_: ReadState() sees the state and its step together.
     absl::MutexLock lock(&mu_);
     applied_step_ = step;
@@ -217,6 +203,48 @@ void Chunk::Apply() {
   // The copy stays unchanged until every worker has pulled this step (the
   // next step needs all of them), so it is read without the lock.
   for (Waiter& w : ready) std::move(w.done)(absl::OkStatus(), step, CopyView(step, w.begin, w.n));
+}
+
+absl::Status Chunk::UpdateInMemory(int64_t step, const AdamConstants& constants,
+                                   const std::map<uint64_t, StagedPush>& pushes,
+                                   std::byte* copy_out) {
+  ASSIGN_OR_RETURN(StateView view, state_->Load());
+  const StateView in = LiveView(view);
+  if (CheckpointNeedsState(step - 1)) KeepCheckpointState(step - 1, in);
+  const StateView out = UpdateTarget(view);
+  // One pass per push, straight from its bytes: the update is elementwise,
+  // so this gives the bits of one pass over the chunk.
+  const size_t esize = DTypeSize(dtype_);
+  for (const auto& [begin, push] : pushes) {
+    uint64_t offset = begin - range_.begin;
+    AdamUpdate(constants, dtype_, push.grads.data(),
+               AdamInputs{in.p + offset, in.m + offset, in.v + offset},
+               AdamOutputs{out.p + offset, out.m + offset, out.v + offset}, dtype_,
+               copy_out + offset * esize, push.end - begin);
+  }
+  RETURN_IF_ERROR(CommitAndRelease(view, step));
+  live_in_shadow_ = !shadow_.empty() && out.p == shadow_.data();
+  ReleaseUnusedShadow();
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::UpdateInTier(int64_t step, const AdamConstants& constants,
+                                 const std::map<uint64_t, StagedPush>& pushes,
+                                 std::byte* copy_out) {
+  if (CheckpointNeedsState(step - 1)) {
+    absl::StatusOr<StateView> live = state_->Load();
+    if (live.ok()) {
+      KeepCheckpointState(step - 1, *live);
+      state_->Release(*live);
+    } else {
+      DisarmLocked(live.status());  // training does not fail for a checkpoint
+    }
+  }
+  std::vector<GradRange> grads;
+  for (const auto& [begin, push] : pushes) {
+    grads.push_back(GradRange{begin - range_.begin, push.end - begin, push.grads.data()});
+  }
+  return state_->Update(constants, grads, copy_out);
 }
 
 void Chunk::FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status) {
@@ -274,13 +302,7 @@ absl::Status Chunk::WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, con
   ASSIGN_OR_RETURN(StateView view, state_->Load());
   uint64_t offset = begin - range_.begin;
   write(LiveView(view), offset);
-  absl::Status committed = state_->Commit(view);
-  if (committed.ok()) {
-    committed = WriteRecordLocked(step);
-    if (!committed.ok()) state_->Rollback();
-  }
-  state_->Release(view);
-  RETURN_IF_ERROR(committed);
+  RETURN_IF_ERROR(CommitAndRelease(view, step));
   CastFromFloat(params, dtype_, copy(step) + offset * DTypeSize(dtype_), n);
   return absl::OkStatus();
 }
@@ -358,10 +380,15 @@ StateView Chunk::LiveView(const StateView& loaded) const {
   return live_in_shadow_ ? shadow_.view() : loaded;
 }
 
+bool Chunk::CheckpointNeedsState(int64_t step) {
+  if (held_ != Buffer::kNone || !checkpoint_copy_.empty()) return false;
+  absl::MutexLock lock(&mu_);
+  return checkpoint_step_ == step;
+}
+
 void Chunk::KeepCheckpointState(int64_t step, const StateView& live) {
   {
     absl::MutexLock lock(&mu_);
-    if (checkpoint_step_ != step || held_ != Buffer::kNone || !checkpoint_copy_.empty()) return;
     checkpoint_loss_scale_ = loss_scales_[step & 1];
   }
   if (state_->tier() == TierKind::kHost) {

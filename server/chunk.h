@@ -1,5 +1,5 @@
 // Chunk: one chunk of a job on a shard server: its FP32 p, m, v (in a
-// ChunkState: host memory or NVMe), two low-precision copies of p that
+// ChunkState: host memory, NVMe or GPU memory), two low-precision copies of p that
 // workers pull (of the applied step and of the one before; always in host
 // memory), and its step state machine.
 //
@@ -39,6 +39,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "kernels/adam.h"
 #include "server/chunk_state.h"
 #include "server/saved_chunk.h"
 #include "storage/metadata_store.h"
@@ -141,10 +142,10 @@ class Chunk {
   // Keeps the state of `step` for SaveCheckpoint() without stopping
   // training: a host-tier chunk's updates past `step` go to a second buffer
   // from `arena` (out of place: no copy) until the save has written the
-  // buffer that holds `step`; an NVMe-tier chunk copies its state into
-  // `arena` memory. `arena` must outlive the save. ABORTED when the chunk is
-  // past `step`, FAILED_PRECONDITION when armed for another step or still
-  // writing a checkpoint.
+  // buffer that holds `step`; an NVMe- or GPU-tier chunk copies its state
+  // into `arena` memory. `arena` must outlive the save. ABORTED when the
+  // chunk is past `step`, FAILED_PRECONDITION when armed for another step or
+  // still writing a checkpoint.
   absl::Status ArmCheckpoint(int64_t step, StateArena* arena) ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
   // Waits until the chunk reaches the armed step: DEADLINE_EXCEEDED after
   // `wait_until` (disarmed), CANCELLED by CancelCheckpoint(),
@@ -181,6 +182,10 @@ class Chunk {
   }
   absl::string_view CopyView(int64_t step, uint64_t begin, uint64_t n) const;
   absl::Status WriteRecordLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Commits `view` (state_->Load()'s) with the record of `step`, rolling the
+  // commit back when the record cannot be written, and releases the view.
+  absl::Status CommitAndRelease(const StateView& view, int64_t step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // Loads the state, has `write(view, offset of begin)` change [begin,
   // begin + n), commits it with the record of `step`, and sets the copy of
   // `step` there from `params`. The tier's error leaves the state as it was.
@@ -195,14 +200,26 @@ class Chunk {
   Buffer LiveBuffer() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_) {
     return live_in_shadow_ ? Buffer::kShadow : Buffer::kExtent;
   }
-  // In Apply(), before the state of `step` changes: if a checkpoint of
-  // `step` is armed and not yet kept, keeps `live`: a host-tier chunk holds
-  // its live buffer, an NVMe-tier chunk copies it into the arena. When no
+  // Apply()'s update of the state to `step`, writing the copy of `step` to
+  // `copy_out`: loaded into memory and committed, or in the state's tier.
+  // The tier's error leaves the state as it was.
+  absl::Status UpdateInMemory(int64_t step, const AdamConstants& constants,
+                              const std::map<uint64_t, StagedPush>& pushes, std::byte* copy_out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  absl::Status UpdateInTier(int64_t step, const AdamConstants& constants,
+                            const std::map<uint64_t, StagedPush>& pushes, std::byte* copy_out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Whether a checkpoint of `step` is armed and its state not yet kept.
+  bool CheckpointNeedsState(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // In Apply(), before the state of `step` changes, once
+  // CheckpointNeedsState(step): keeps `live`: a host-tier chunk holds
+  // its live buffer, an NVMe- or GPU-tier chunk copies it into the arena. When no
   // memory can hold the copy, the checkpoint is disarmed with that error and
   // the step goes on: training does not fail for a checkpoint.
   void KeepCheckpointState(int64_t step, const StateView& live)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
-  // `view` copied into arena memory (an NVMe-tier chunk's state kept aside).
+  // `view` copied into arena memory (an NVMe- or GPU-tier chunk's state kept aside).
   absl::StatusOr<ArenaState> CopyToArena(const StateView& view)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // Where Apply() writes the update of the live state: in place, unless the
@@ -254,7 +271,7 @@ class Chunk {
   // (empty unless a checkpoint needs it), whether it holds the live state,
   // the buffer held with the armed step's state (no update writes it until
   // the save wrote it), and whether SaveCheckpoint() is writing it now. An
-  // NVMe-tier chunk's copy of the armed step's state, once an Apply() went
+  // NVMe- or GPU-tier chunk's copy of the armed step's state, once an Apply() went
   // past it before the save.
   int64_t checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
   absl::Status checkpoint_failure_ ABSL_GUARDED_BY(mu_);

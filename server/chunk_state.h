@@ -7,6 +7,9 @@
 //    current slot into a staging buffer of a StagingPool; Commit() writes the
 //    updated state to the other slot and only then makes it current, so a
 //    failed or torn write leaves the previous state intact.
+//  - GpuChunkState (server/gpu_chunk_state.h): in GPU memory, updated there
+//    by Update(); Load()/Commit() copy it to and from host memory for the
+//    rarer reads and writes.
 //
 // Not thread-safe: the owning Chunk serializes Load/Commit/Release (one
 // update or read at a time). StagingPool is thread-safe.
@@ -19,6 +22,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "kernels/adam.h"
 #include "storage/nvme_tier.h"
 #include "storage/tier.h"
 #include "strata/v1/shard.pb.h"
@@ -31,6 +36,14 @@ struct StateView {
   float* m = nullptr;
   float* v = nullptr;
   std::byte* buffer = nullptr;  // the staging buffer, if any
+};
+
+// Gradients of [offset, offset + n) of a chunk (offsets from its begin), in
+// host memory.
+struct GradRange {
+  uint64_t offset = 0;
+  uint64_t n = 0;
+  const void* grads = nullptr;
 };
 
 // Page-locked staging buffers of one size, taken from the host tier.
@@ -70,6 +83,16 @@ class ChunkState {
   virtual bool durable() const { return false; }
   virtual absl::Status Describe(v1::ChunkRecord*) const { return absl::OkStatus(); }
   virtual void Rollback() {}
+  // Whether the tier computes the update where the state lives (GPU):
+  // Update() then takes the place of Load(), a CPU update and Commit().
+  virtual bool updates_in_tier() const { return false; }
+  // Applies AdamW with `c` from `grads` (together covering the chunk, in the
+  // job's dtype, which such a state is made with) and writes the new p in
+  // that dtype to `copy` (host memory).
+  virtual absl::Status Update(const AdamConstants& /*c*/, absl::Span<const GradRange> /*grads*/,
+                              std::byte* /*copy*/) {
+    return absl::UnimplementedError("this chunk state is updated through Load() and Commit()");
+  }
 };
 
 class HostChunkState : public ChunkState {

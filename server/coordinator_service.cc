@@ -40,10 +40,10 @@ uint64_t JobBytes(const v1::ChunkSpec& chunk, v1::DType dtype) {
   return Chunk::NumBytes(chunk.num_params(), DTypeFromProto(dtype).value_or(DType::kFp32));
 }
 
-// Bytes of chunks a server can hold: its host budget, plus half its NVMe
-// budget (a chunk on NVMe keeps two slots). An estimate; the server decides.
+// Bytes of chunks a server can hold: its GPU and host budgets, plus half its
+// NVMe budget (a chunk on NVMe keeps two slots). An estimate; the server decides.
 uint64_t Capacity(const v1::ServerRecord& server) {
-  return server.host_budget_bytes() + server.nvme_budget_bytes() / 2;
+  return server.gpu_budget_bytes() + server.host_budget_bytes() + server.nvme_budget_bytes() / 2;
 }
 
 }  // namespace
@@ -125,8 +125,8 @@ absl::Status CoordinatorService::DoRegister(const v1::RegisterServerRequest& req
   }
   monitor_->Watch(server.address());
   LogEventCat("coordinator", "shard server ", server.address(), " registered with ",
-              server.host_budget_bytes(), " host and ", server.nvme_budget_bytes(),
-              " nvme budget bytes");
+              server.gpu_budget_bytes(), " gpu, ", server.host_budget_bytes(), " host and ",
+              server.nvme_budget_bytes(), " nvme budget bytes");
   DropJobsMovedOff(server.address());
   return absl::OkStatus();
 }
@@ -140,9 +140,9 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterServer(
 absl::Status CoordinatorService::AssignServers(v1::JobInfo* job) {
   const v1::JobSpec& spec = job->spec();
   // Bytes each live server can still take: its capacity less other jobs' chunks.
-  std::map<std::string, uint64_t> free;
+  std::map<std::string, uint64_t> free, capacity;
   for (const auto& [address, server] : servers_) {
-    if (!monitor_->IsLost(address)) free[address] = Capacity(server);
+    if (!monitor_->IsLost(address)) free[address] = capacity[address] = Capacity(server);
   }
   if (free.empty()) return absl::FailedPreconditionError("no live shard servers are registered");
   for (const auto& [id, other] : jobs_) {
@@ -157,10 +157,17 @@ absl::Status CoordinatorService::AssignServers(v1::JobInfo* job) {
   for (v1::ChunkAssignment& a : *job->mutable_chunks()) {
     uint64_t bytes = JobBytes(a.chunk(), spec.dtype());
     job_bytes += bytes;
-    // Balance by bytes: the server with the most free bytes takes the chunk.
-    auto best = std::max_element(free.begin(), free.end(),
-                                 [](const auto& a, const auto& b) { return a.second < b.second; });
-    if (best->second < bytes) {
+    // Balance by share: of the servers the chunk fits on, the one with the
+    // most of its capacity free takes it, so that servers of (about) one
+    // size take turns whatever their budgets' last bytes.
+    auto share = [&](const auto& server) {
+      return static_cast<double>(server.second) / std::max<uint64_t>(capacity[server.first], 1);
+    };
+    auto best = free.end();
+    for (auto it = free.begin(); it != free.end(); ++it) {
+      if (it->second >= bytes && (best == free.end() || share(*it) > share(*best))) best = it;
+    }
+    if (best == free.end()) {
       uint64_t total_free = 0;
       for (const auto& [address, bytes_free] : free) total_free += bytes_free;
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -284,11 +291,13 @@ void CoordinatorService::LoadCheckpoint(std::shared_ptr<const v1::JobInfo> job,
 
 void CoordinatorService::DropOnServers(const std::string& job_id,
                                        const std::vector<std::string>& addresses,
-                                       std::function<void()> done) {
+                                       bool wait_for_ready, std::function<void()> done) {
   FanOut<v1::DropJobResponse>(
       addresses, kServerCallTimeout,
-      [this, job_id](const std::string& address, grpc::ClientContext* context,
-                     v1::DropJobResponse* out, std::function<void(grpc::Status)> done) {
+      [this, job_id, wait_for_ready](const std::string& address, grpc::ClientContext* context,
+                                     v1::DropJobResponse* out,
+                                     std::function<void(grpc::Status)> done) {
+        context->set_wait_for_ready(wait_for_ready);
         auto drop = std::make_shared<v1::DropJobRequest>();
         drop->set_job_id(job_id);
         StubFor(address)->async()->DropJob(
@@ -323,7 +332,7 @@ grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerCont
       reactor->Finish(ToGrpcStatus(status));
     };
     if (status.ok()) return answer();
-    DropOnServers(job->spec().job_id(), allocated, answer);
+    DropOnServers(job->spec().job_id(), allocated, /*wait_for_ready=*/false, answer);
   };
   AllocateOnServers(
       job, /*min_generation=*/0,
@@ -431,17 +440,22 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
   checkpointer_.CancelSaves(job_id);
   // Every chunk starts again from the checkpoint: drop the job first on
   // every live server that holds it or will.
-  std::set<std::string> stale;
-  auto add_live = [&](const v1::JobInfo& placement) {
+  std::set<std::string> stale, lost;
+  auto add = [&](const v1::JobInfo& placement) {
     for (std::string& address : ServersOf(placement)) {
-      if (!monitor_->IsLost(address)) stale.insert(std::move(address));
+      if (monitor_->IsLost(address)) {
+        lost.insert(std::move(address));
+      } else {
+        stale.insert(std::move(address));
+      }
     }
   };
-  add_live(job);
-  add_live(*moved);
+  add(job);
+  add(*moved);
   auto drop = [&](const std::vector<std::string>& addresses) {
     Await([&](auto done) {
-      DropOnServers(job_id, addresses, [done] { done(absl::OkStatus()); });
+      DropOnServers(job_id, addresses, /*wait_for_ready=*/false,
+                    [done] { done(absl::OkStatus()); });
     }).IgnoreError();
   };
   drop({stale.begin(), stale.end()});
@@ -465,6 +479,13 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
     absl::MutexLock lock(&mu_);
     jobs_[job_id] = *moved;
   }
+  // A lost server that registered again during the move kept the job's
+  // chunks (its DropJobsMovedOff saw the job still on it): drop them now.
+  std::vector<std::string> returned;
+  for (const std::string& address : lost) {
+    if (!monitor_->IsLost(address) && !HasChunksOn(*moved, address)) returned.push_back(address);
+  }
+  if (!returned.empty()) DropOnServers(job_id, returned, /*wait_for_ready=*/true, [] {});
   LogEventCat("coordinator", "job ", job_id, ": chunks moved to ", ServersOf(*moved).size(),
               " live shard server(s) in ", absl::FormatDuration(absl::Now() - started),
               "; it resumes from checkpoint ", moved->restored_from(), " (step ", manifest->step(),
@@ -481,7 +502,11 @@ void CoordinatorService::DropJobsMovedOff(const std::string& address) {
       if (job.placement_version() > 0 && !HasChunksOn(job, address)) moved_off.push_back(id);
     }
   }
-  for (const std::string& id : moved_off) DropOnServers(id, {address}, [] {});
+  for (const std::string& id : moved_off) {
+    LogEventCat("coordinator", "job ", id, " moved off shard server ", address,
+                ": dropping it there");
+    DropOnServers(id, {address}, /*wait_for_ready=*/true, [] {});
+  }
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* ctx,

@@ -114,9 +114,12 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // `min_generation` refused), then `done(status, servers that allocated)`.
   void AllocateOnServers(std::shared_ptr<const v1::JobInfo> job, uint64_t min_generation,
                          std::function<void(absl::Status, std::vector<std::string>)> done);
-  // Drops the job on `addresses` (undoing a failed creation), then `done()`.
+  // Drops `job_id` on `addresses` (after a failed creation, or where a moved job's chunks
+  // were or will be); `done` runs when all answered. With `wait_for_ready` (servers that just
+  // registered), each call waits within its timeout for the channel to connect instead of failing
+  // at once while the channel to the address's previous process is still backing off.
   void DropOnServers(const std::string& job_id, const std::vector<std::string>& addresses,
-                     std::function<void()> done);
+                     bool wait_for_ready, std::function<void()> done);
   void FinishCreate(const v1::JobInfo& job, absl::Status status);
   absl::StatusOr<v1::JobInfo> FindJob(const std::string& job_id) const;
   // ServerMonitor callbacks (its thread). A lost server's jobs move; a

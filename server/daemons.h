@@ -32,6 +32,13 @@ struct ShardServerOptions {
   std::string advertise_address;
   std::string coordinator_address;
   std::string data_dir;  // RocksDB metadata lives in data_dir/metadata
+  // The GPU tier on GPU gpu_device: gpu_budget_bytes, or kNoGpuTier, or
+  // kAutoGpuBudget (80% of the GPU's free memory at start-up where a GPU is
+  // found, no GPU tier where none is).
+  static constexpr int64_t kNoGpuTier = 0;
+  static constexpr int64_t kAutoGpuBudget = -1;
+  int gpu_device = 0;
+  int64_t gpu_budget_bytes = kNoGpuTier;
   uint64_t host_budget_bytes = uint64_t{1} << 30;
   // Page-lock the host tier (mlock): it is never swapped out.
   bool pin_host_memory = true;
@@ -50,7 +57,7 @@ struct ShardServerOptions {
   // host:port of the Prometheus endpoint (/metrics); empty: none.
   std::string metrics_listen_address;
   // Save host-memory chunk states to data_dir at a clean shutdown, for the
-  // next start-up (ShardService::SaveHostChunks).
+  // next start-up (ShardService::SaveMemoryChunks); GPU-tier chunk states too.
   bool save_host_chunks = true;
 };
 
@@ -74,6 +81,7 @@ class ShardServer {
   std::unique_ptr<Metrics> metrics_;
   bool save_host_chunks_ = true;
   std::unique_ptr<MetadataStore> metadata_;
+  std::unique_ptr<Tier> gpu_;  // nullptr: no GPU tier
   std::unique_ptr<HostTier> tier_;
   std::unique_ptr<NvmeTier> nvme_;
   std::unique_ptr<ThreadPool> executor_;

@@ -26,6 +26,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     ShardServerOptions server;
     server.coordinator_address = cluster->coordinator_->address();
     server.data_dir = absl::StrCat(pattern, "/server", i);
+    server.gpu_budget_bytes = options.gpu_budget_bytes;
     server.host_budget_bytes = options.host_budget_bytes;
     server.executor_threads = options.executor_threads;
     server.nvme_executor_threads = options.executor_threads;

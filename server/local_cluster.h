@@ -23,6 +23,8 @@ struct LocalClusterOptions {
   uint64_t checkpoint_buffer_bytes = 0;
   // Per server; 0: no NVMe tier.
   uint64_t nvme_budget_bytes = 0;
+  // Per server, on GPU 0 (ShardServerOptions::gpu_budget_bytes); none by default.
+  int64_t gpu_budget_bytes = ShardServerOptions::kNoGpuTier;
   absl::Duration worker_lease = absl::Seconds(3);
   // Serve every daemon's Prometheus metrics on a free loopback port.
   bool serve_metrics = false;

@@ -10,6 +10,11 @@ ABSL_FLAG(std::string, advertise, "",
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "host:port of strata-coordinator");
 ABSL_FLAG(std::string, data_dir, "/var/lib/strata/server",
           "directory for this server's RocksDB metadata");
+ABSL_FLAG(int64_t, gpu_budget_mib, -1,
+          "GPU-tier budget in MiB on --gpu_device: chunk states go there first and AdamW runs "
+          "on the GPU; -1: 80% of the GPU's free memory at start-up where a GPU is found, no "
+          "GPU tier where none is; 0: no GPU tier");
+ABSL_FLAG(int, gpu_device, 0, "the GPU (CUDA device ordinal) of the GPU tier");
 ABSL_FLAG(uint64_t, host_budget_mib, 1024,
           "host-tier budget in MiB; a job that does not fit is refused");
 ABSL_FLAG(bool, pin_host_memory, true,
@@ -22,7 +27,7 @@ ABSL_FLAG(uint64_t, nvme_budget_mib, 0,
           "NVMe-tier budget in MiB (a chunk there takes two slots); 0: no NVMe tier");
 ABSL_FLAG(uint32_t, nvme_queue_depth, 32, "io_uring queue depth of the NVMe tier");
 ABSL_FLAG(bool, save_host_chunks, true,
-          "at a clean shutdown (SIGTERM), save the chunk states held in host memory under "
+          "at a clean shutdown (SIGTERM), save the chunk states held in host and GPU memory under "
           "--data_dir, so that a restart continues them (a crash loses them)");
 ABSL_FLAG(int, executor_threads, 2, "threads that apply the optimizer to chunks");
 ABSL_FLAG(int, nvme_executor_threads, 2,
@@ -47,11 +52,12 @@ int main(int argc, char** argv) {
   strata::InitCommandLine(
       argc, argv,
       "strata-server: a shard server. Holds chunks of the FP32 master weights and Adam\n"
-      "moments of jobs in its host tier (then its NVMe tier), applies AdamW as workers\n"
+      "moments of jobs in its GPU tier (where a GPU is found), then its host tier, then\n"
+      "its NVMe tier, applies AdamW as workers\n"
       "push gradients, and serves the updated low-precision parameters; also the gRPC\n"
       "health service and, with --metrics_listen, Prometheus metrics. Registers with\n"
       "the coordinator at start-up; stops cleanly on SIGINT/SIGTERM, saving the chunks\n"
-      "held in host memory for its next start.\n\n"
+      "held in host and GPU memory for its next start.\n\n"
       "  strata-server --coordinator=HOST:PORT --listen=HOST:PORT --data_dir=DIR\n"
       "  strata-server --flagfile=FILE    (the same flags, one --flag=value per line)");
   strata::BlockShutdownSignals();
@@ -60,6 +66,9 @@ int main(int argc, char** argv) {
   options.advertise_address = absl::GetFlag(FLAGS_advertise);
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  const int64_t gpu_budget_mib = absl::GetFlag(FLAGS_gpu_budget_mib);
+  options.gpu_budget_bytes = gpu_budget_mib > 0 ? gpu_budget_mib << 20 : gpu_budget_mib;
+  options.gpu_device = absl::GetFlag(FLAGS_gpu_device);
   options.host_budget_bytes = absl::GetFlag(FLAGS_host_budget_mib) << 20;
   options.pin_host_memory = absl::GetFlag(FLAGS_pin_host_memory);
   if (absl::GetFlag(FLAGS_nvme_budget_mib) > 0) options.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "server/chunk_saver.h"
+#include "server/gpu_chunk_state.h"
 #include "server/saved_chunk.h"
 
 namespace strata {
@@ -25,10 +27,11 @@ std::string CheckpointFileName(uint32_t chunk_id) {
 
 }  // namespace
 
-ShardService::ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata,
+ShardService::ShardService(Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore* metadata,
                            ThreadPool* executor, ThreadPool* nvme_executor,
                            StateArena* checkpoint_arena, std::string saved_chunks_dir)
-    : host_(host),
+    : gpu_(gpu),
+      host_(host),
       nvme_(nvme),
       metadata_(metadata),
       executor_(executor),
@@ -38,7 +41,7 @@ ShardService::ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata,
       staging_buffers_(nvme_executor == nullptr ? 0 : nvme_executor->num_threads() + 1) {}
 
 absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(
-    Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
+    Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
     ThreadPool* nvme_executor, StateArena* checkpoint_arena, std::string saved_chunks_dir) {
   if (nvme != nullptr && nvme_executor == nullptr) {
     return absl::InvalidArgumentError("an NVMe tier needs an NVMe executor");
@@ -49,7 +52,7 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create directory ", saved_chunks_dir, ": ", error.message()));
   }
-  std::unique_ptr<ShardService> service(new ShardService(host, nvme, metadata, executor,
+  std::unique_ptr<ShardService> service(new ShardService(gpu, host, nvme, metadata, executor,
                                                          nvme_executor, checkpoint_arena,
                                                          std::move(saved_chunks_dir)));
   ASSIGN_OR_RETURN(auto records, metadata->Scan(kJobPrefix));
@@ -83,7 +86,8 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
                      " of its chunks were in host memory, which survives only a clean shutdown"));
   }
   ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request.spec().dtype()));
-  std::shared_ptr<StagingPool> staging;  // made for the first NVMe chunk
+  std::shared_ptr<StagingPool> staging;      // made for the first NVMe chunk
+  std::shared_ptr<StagingPool> gpu_staging;  // made for the first GPU chunk
   auto job = std::make_shared<Job>();
   job->record = request;
   job->dtype = dtype;
@@ -98,9 +102,12 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
     const uint64_t n = record.chunk().num_params();
     std::unique_ptr<ChunkState> state;
     if (!record.saved_file().empty()) {
-      ASSIGN_OR_RETURN(state, HostChunkState::Create(host_, n));
+      ASSIGN_OR_RETURN(state, MakeMemoryState(request.spec(), n, dtype, &gpu_staging));
       ASSIGN_OR_RETURN(StateView view, state->Load());
-      RETURN_IF_ERROR(LoadChunkState(record.saved_file(), record.saved_checksum(), n, view.p));
+      absl::Status loaded = LoadChunkState(record.saved_file(), record.saved_checksum(), n, view.p);
+      if (loaded.ok()) loaded = state->Commit(view);
+      state->Release(view);
+      RETURN_IF_ERROR(loaded);
       saved_files.push_back(record.saved_file());
     } else {
       if (nvme_ == nullptr) {
@@ -123,7 +130,7 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
   // The saved states live in memory again: their records and files go, so
   // that a later crash cannot bring back these steps.
   for (const auto& [begin, chunk] : job->chunks_by_begin) {
-    if (chunk->tier() == TierKind::kHost) {
+    if (chunk->tier() != TierKind::kNvme) {
       RETURN_IF_ERROR(metadata_->Delete(Chunk::RecordKey(job_id, chunk->chunk_id())));
     }
   }
@@ -136,7 +143,7 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
   return absl::OkStatus();
 }
 
-void ShardService::SaveHostChunks() {
+void ShardService::SaveMemoryChunks() {
   std::vector<std::shared_ptr<Job>> jobs;
   {
     absl::MutexLock lock(&mu_);
@@ -147,7 +154,7 @@ void ShardService::SaveHostChunks() {
     int saved = 0;
     absl::Status status;
     for (const auto& [begin, chunk] : job->chunks_by_begin) {
-      if (chunk->tier() != TierKind::kHost) continue;
+      if (chunk->tier() == TierKind::kNvme) continue;  // durable already
       const uint64_t n = chunk->range().size();
       StateBuffer state = AllocateStateBuffer(n);
       absl::StatusOr<int64_t> step =
@@ -173,10 +180,10 @@ void ShardService::SaveHostChunks() {
       ++saved;
     }
     if (!status.ok()) {
-      LogEventCat("server", "job ", job_id, ": cannot save its host-memory chunks (",
+      LogEventCat("server", "job ", job_id, ": cannot save its chunks held in memory (",
                   status.ToString(), "); the job will be discarded at the next start");
     } else if (saved > 0) {
-      LogEventCat("server", "job ", job_id, ": saved ", saved, " host-memory chunk(s) to ",
+      LogEventCat("server", "job ", job_id, ": saved ", saved, " chunk(s) held in memory to ",
                   saved_chunks_dir_);
     }
   }
@@ -232,12 +239,37 @@ absl::StatusOr<std::shared_ptr<Chunk>> ShardService::FindChunk(const std::string
   return chunk;
 }
 
+std::vector<Tier*> ShardService::Tiers() const {
+  std::vector<Tier*> tiers;
+  for (Tier* tier : {gpu_, host_, static_cast<Tier*>(nvme_)}) {
+    if (tier != nullptr) tiers.push_back(tier);
+  }
+  return tiers;
+}
+
+absl::StatusOr<std::unique_ptr<ChunkState>> ShardService::MakeMemoryState(
+    const v1::JobSpec& spec, uint64_t num_params, DType dtype,
+    std::shared_ptr<StagingPool>* gpu_staging) {
+  if (gpu_ != nullptr && *gpu_staging == nullptr) {
+    absl::StatusOr<std::unique_ptr<StagingPool>> pool = StagingPool::Create(
+        host_, GpuStagingBytes(spec.chunk_num_params(), dtype), executor_->num_threads() + 1);
+    if (pool.ok()) *gpu_staging = *std::move(pool);
+  }
+  if (*gpu_staging != nullptr) {
+    absl::StatusOr<std::unique_ptr<ChunkState>> state =
+        CreateGpuChunkState(gpu_, *gpu_staging, num_params, dtype);
+    if (state.ok() || state.status().code() != absl::StatusCode::kResourceExhausted) return state;
+  }
+  return HostChunkState::Create(host_, num_params);
+}
+
 absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request, DType dtype,
                                        std::shared_ptr<StagingPool> staging, Job* job) {
   const std::string& job_id = request.spec().job_id();
   const AdamConfig adam = AdamFromProto(request.spec().adam());
   // Copies first: every chunk's copy is in host memory whatever its tier.
   std::vector<Extent> copies;
+  std::shared_ptr<StagingPool> gpu_staging;  // made for the first GPU chunk
   absl::Status status;
   for (const v1::ChunkSpec& c : request.chunks()) {
     absl::StatusOr<Extent> copy = host_->Allocate(Chunk::CopyBytes(c.num_params(), dtype));
@@ -250,7 +282,7 @@ absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
   for (int i = 0; status.ok() && i < request.chunks_size(); ++i) {
     const v1::ChunkSpec& c = request.chunks(i);
     absl::StatusOr<std::unique_ptr<ChunkState>> state =
-        HostChunkState::Create(host_, c.num_params());
+        MakeMemoryState(request.spec(), c.num_params(), dtype, &gpu_staging);
     if (!state.ok() && staging != nullptr) {
       state = NvmeChunkState::Create(nvme_, staging, c.num_params());
     }
@@ -295,18 +327,21 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   auto job = std::make_shared<Job>();
   job->record = request;
   job->dtype = dtype;
-  // The fastest tier first: every state in host memory if all fit; else the
-  // NVMe staging buffers first, host memory while it lasts, the rest on NVMe.
-  // (Not tried when the bytes alone cannot fit: a try allocates and zeroes
-  // host memory until it runs out.)
-  uint64_t all_host_bytes = 0;
+  // The fastest tier first: every state in GPU memory while it lasts, then
+  // host memory, if all fit there; else the NVMe staging buffers first, GPU
+  // and host memory while they last, the rest on NVMe. (Not tried when the
+  // bytes alone cannot fit: a try allocates and zeroes memory until it runs
+  // out.)
+  uint64_t all_bytes = 0;
   for (const v1::ChunkSpec& c : request.chunks()) {
-    all_host_bytes += Chunk::NumBytes(c.num_params(), dtype);
+    all_bytes += Chunk::NumBytes(c.num_params(), dtype);
   }
+  uint64_t memory_free_bytes = host_->budget_bytes() - host_->used_bytes();
+  if (gpu_ != nullptr) memory_free_bytes += gpu_->budget_bytes() - gpu_->used_bytes();
   absl::Status placed =
-      all_host_bytes <= host_->budget_bytes() - host_->used_bytes()
+      all_bytes <= memory_free_bytes
           ? PlaceChunks(request, dtype, nullptr, job.get())
-          : absl::ResourceExhaustedError("the chunks' states do not fit in host memory");
+          : absl::ResourceExhaustedError("the chunks' states do not fit in memory");
   if (!placed.ok() && nvme_ != nullptr) {
     absl::StatusOr<std::unique_ptr<StagingPool>> staging = MakeStagingPool(request.spec());
     placed = staging.ok() ? PlaceChunks(request, dtype, *std::move(staging), job.get())
@@ -316,24 +351,27 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
     if (placed.ok()) placed = chunk->WriteRecord();
   }
   if (!placed.ok()) {
-    std::string free = absl::StrCat("host tier ", host_->budget_bytes() - host_->used_bytes(),
-                                    " of ", host_->budget_bytes(), " bytes free");
-    if (nvme_ != nullptr) {
-      absl::StrAppend(&free, ", nvme tier ", nvme_->budget_bytes() - nvme_->used_bytes(), " of ",
-                      nvme_->budget_bytes());
+    std::string free;
+    for (Tier* tier : Tiers()) {
+      absl::StrAppend(&free, free.empty() ? "" : ", ", TierKindName(tier->kind()), " tier ",
+                      tier->budget_bytes() - tier->used_bytes(), " of ", tier->budget_bytes(),
+                      " bytes free");
     }
     return absl::ResourceExhaustedError(absl::StrCat("job '", job_id, "' (", request.chunks_size(),
                                                      " chunks) does not fit on this shard server (",
                                                      free, "): ", placed.message()));
   }
   RETURN_IF_ERROR(metadata_->Put(absl::StrCat(kJobPrefix, job_id), request.SerializeAsString()));
-  int on_nvme = 0;
-  for (const auto& [begin, chunk] : job->chunks_by_begin)
-    on_nvme += chunk->tier() == TierKind::kNvme;
+  std::map<TierKind, int> per_tier;
+  for (const auto& [begin, chunk] : job->chunks_by_begin) ++per_tier[chunk->tier()];
   jobs_[job_id] = std::move(job);
-  LogEventCat("server", "job ", job_id, ": allocated ", request.chunks_size(), " chunks (",
-              request.chunks_size() - on_nvme, " in the host tier, ", on_nvme,
-              " in the nvme tier)");
+  std::string counts;
+  for (const auto& [kind, count] : per_tier) {
+    absl::StrAppend(&counts, counts.empty() ? "" : ", ", count, " in the ", TierKindName(kind),
+                    " tier");
+  }
+  LogEventCat("server", "job ", job_id, ": allocated ", request.chunks_size(), " chunks (", counts,
+              ")");
   return absl::OkStatus();
 }
 
@@ -452,9 +490,7 @@ void ShardService::ExportMetrics(Metrics* metrics) {
       }
     }
     std::vector<std::pair<prometheus::Labels, double>> budget, used, chunks, io;
-    std::vector<Tier*> tiers = {host_};
-    if (nvme_ != nullptr) tiers.push_back(nvme_);
-    for (Tier* tier : tiers) {
+    for (Tier* tier : Tiers()) {
       std::string name = TierKindName(tier->kind());
       budget.push_back({{{"tier", name}}, static_cast<double>(tier->budget_bytes())});
       used.push_back({{{"tier", name}}, static_cast<double>(tier->used_bytes())});

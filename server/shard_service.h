@@ -28,23 +28,23 @@ namespace strata {
 
 class ShardService final : public v1::ShardServer::CallbackService {
  public:
-  // Chunk states go to `host` first, then to `nvme` (nullptr: none). Chunks
-  // are applied on `executor`, those whose state is on NVMe on
+  // Chunk states go to `gpu` first (nullptr: none), then `host`, then `nvme`
+  // (nullptr: none). Chunks are applied on `executor`, those whose state is on NVMe on
   // `nvme_executor` (required with `nvme`): they wait for the disk, and the
   // host-tier chunks of every job must not wait behind them. Checkpoints
   // keep chunk states aside in `checkpoint_arena`. Jobs a
   // previous run recorded in `metadata` come back when every chunk was on NVMe
-  // or saved by SaveHostChunks() into `saved_chunks_dir` (at the steps
+  // or saved by SaveMemoryChunks() into `saved_chunks_dir` (at the steps
   // recorded); the others are discarded, with a log line saying why.
   static absl::StatusOr<std::unique_ptr<ShardService>> Create(
-      Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
+      Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
       ThreadPool* nvme_executor, StateArena* checkpoint_arena, std::string saved_chunks_dir);
 
   void BeginShutdown();
   // At a clean shutdown, once no step is being applied: saves every chunk
-  // state in host memory to a file (synced) and records it, so that the next
-  // start-up finds it. Chunks that fail to save are logged and lost.
-  void SaveHostChunks();
+  // state in host or GPU memory to a file (synced) and records it, so that
+  // the next start-up finds it. Chunks that fail to save are logged and lost.
+  void SaveMemoryChunks();
   // Exports the server's metrics into `metrics` (which must outlive the
   // service): per tier budget, bytes and chunks, NVMe bytes read and written,
   // bytes pushed and pulled, and a histogram of chunk apply times.
@@ -86,7 +86,7 @@ class ShardService final : public v1::ShardServer::CallbackService {
     std::map<uint64_t, std::shared_ptr<Chunk>> chunks_by_begin;
   };
 
-  ShardService(Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
+  ShardService(Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
                ThreadPool* nvme_executor, StateArena* checkpoint_arena,
                std::string saved_chunks_dir);
   // The staging buffers of a job's NVMe chunks, from the host tier.
@@ -94,8 +94,17 @@ class ShardService final : public v1::ShardServer::CallbackService {
   // Rebuilds a job of a previous run from its chunk records.
   absl::Status Recover(const v1::AllocateChunksRequest& request);
   absl::Status DoAllocate(const v1::AllocateChunksRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+  // The tiers this server has, fastest first.
+  std::vector<Tier*> Tiers() const;
+  // A chunk state of job `spec` in memory: GPU memory if it fits, else host
+  // memory. GPU states share the job's staging buffers in `gpu_staging`,
+  // made for the first (one per executor thread, one spare, from the host
+  // tier); without room for them the state goes to host memory.
+  absl::StatusOr<std::unique_ptr<ChunkState>> MakeMemoryState(
+      const v1::JobSpec& spec, uint64_t num_params, DType dtype,
+      std::shared_ptr<StagingPool>* gpu_staging);
   // Makes every chunk of `request` in `job`: copies in host memory, states in
-  // host memory, then (with `staging`) on NVMe. On error `job` has no chunks.
+  // memory, then (with `staging`) on NVMe. On error `job` has no chunks.
   absl::Status PlaceChunks(const v1::AllocateChunksRequest& request, DType dtype,
                            std::shared_ptr<StagingPool> staging, Job* job);
   absl::Status DoWriteParams(const v1::WriteParamsRequest& request);
@@ -123,6 +132,7 @@ class ShardService final : public v1::ShardServer::CallbackService {
                             v1::SaveChunksResponse* response);
   absl::Status DoLoadChunks(const v1::LoadChunksRequest& request);
 
+  Tier* const gpu_;
   Tier* const host_;
   NvmeTier* const nvme_;
   MetadataStore* const metadata_;

@@ -8,18 +8,21 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "storage/gpu_tier.h"
 
 namespace strata {
 
-HostTier::HostTier(uint64_t budget_bytes, bool pin_memory)
-    : budget_bytes_(budget_bytes), pin_memory_(pin_memory) {}
+HostTier::HostTier(uint64_t budget_bytes, Pinning pinning)
+    : budget_bytes_(budget_bytes), pinning_(pinning) {}
 
 HostTier::~HostTier() {
   for (auto& [id, block] : blocks_) Release(block);
 }
 
 void HostTier::Release(const Block& block) {
-  if (pin_memory_) munlock(block.data, block.num_bytes);
+  if (block.num_bytes > 0 && pinning_ == Pinning::kMlock) munlock(block.data, block.num_bytes);
+  if (block.num_bytes > 0 && pinning_ == Pinning::kGpu) UnpinForGpu(block.data);
   std::free(block.data);
 }
 
@@ -30,14 +33,14 @@ uint64_t HostTier::used_bytes() const {
 
 absl::StatusOr<Extent> HostTier::Allocate(uint64_t num_bytes) {
   // Large extents 4 KiB-aligned: direct I/O writes checkpoints straight from
-  // chunk states; small ones 64 bytes, so that tiny chunks do not take pages.
-  const uint64_t alignment = num_bytes >= kPageAlignedFromBytes ? 4096 : 64;
+  // chunk states; small ones 64 bytes, so that tiny chunks do not take pages,
+  // unless registered with CUDA, which refuses two registrations of a page.
+  const uint64_t alignment =
+      num_bytes >= kPageAlignedFromBytes || pinning_ == Pinning::kGpu ? 4096 : 64;
   uint64_t rounded = (num_bytes + alignment - 1) / alignment * alignment;
   absl::MutexLock lock(&mu_);
   if (rounded > budget_bytes_ - used_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat("host tier: ", num_bytes,
-                                                     " bytes do not fit: ", used_bytes_, " of ",
-                                                     budget_bytes_, " budget bytes in use"));
+    return BudgetExceeded("host tier", num_bytes, used_bytes_, budget_bytes_);
   }
   void* block = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
   if (block == nullptr) {
@@ -45,11 +48,11 @@ absl::StatusOr<Extent> HostTier::Allocate(uint64_t num_bytes) {
         absl::StrCat("host tier: the system refused ", rounded, " bytes"));
   }
   std::memset(block, 0, rounded);
-  if (pin_memory_ && rounded > 0 && mlock(block, rounded) != 0) {
-    int error = errno;
+  absl::Status pinned = rounded == 0 ? absl::OkStatus() : Pin(block, rounded);
+  if (!pinned.ok()) {
     std::free(block);
     return absl::ResourceExhaustedError(absl::StrCat(
-        "host tier: cannot page-lock ", rounded, " bytes (", std::strerror(error),
+        "host tier: cannot page-lock ", rounded, " bytes (", pinned.message(),
         "): raise the memlock limit (ulimit -l; in docker-compose, ulimits: memlock: -1) or "
         "grant CAP_IPC_LOCK, or run the server with --pin_host_memory=false"));
   }
@@ -57,6 +60,19 @@ absl::StatusOr<Extent> HostTier::Allocate(uint64_t num_bytes) {
   blocks_.emplace(extent.id, Block{static_cast<std::byte*>(block), rounded});
   used_bytes_ += rounded;
   return extent;
+}
+
+absl::Status HostTier::Pin(void* block, uint64_t num_bytes) {
+  switch (pinning_) {
+    case Pinning::kNone:
+      return absl::OkStatus();
+    case Pinning::kMlock:
+      if (mlock(block, num_bytes) == 0) return absl::OkStatus();
+      return absl::ResourceExhaustedError(std::strerror(errno));
+    case Pinning::kGpu:
+      return PinForGpu(block, num_bytes);
+  }
+  return absl::OkStatus();
 }
 
 void HostTier::Free(const Extent& extent) {
@@ -70,11 +86,7 @@ void HostTier::Free(const Extent& extent) {
 
 absl::StatusOr<std::byte*> HostTier::Locate(const Extent& extent, uint64_t offset,
                                             uint64_t num_bytes) {
-  if (offset > extent.num_bytes || num_bytes > extent.num_bytes - offset) {
-    return absl::OutOfRangeError(absl::StrCat("host tier: range [", offset, ", ",
-                                              offset + num_bytes, ") is outside extent ", extent.id,
-                                              " of ", extent.num_bytes, " bytes"));
-  }
+  RETURN_IF_ERROR(CheckRange("host tier", extent.id, extent.num_bytes, offset, num_bytes));
   std::byte* base = Map(extent);
   if (base == nullptr) {
     return absl::NotFoundError(absl::StrCat("host tier: no extent ", extent.id));

@@ -1,8 +1,10 @@
 // HostTier: chunk extents in host memory, zeroed, aligned to 4 KiB from
-// kPageAlignedFromBytes (64 KiB) on and to 64 bytes below, within
-// a byte budget, optionally page-locked (mlock) so that they are never
-// swapped out and can be the source of DMA. Thread-safe. Reads and writes are
-// memcpy and complete inline.
+// kPageAlignedFromBytes (64 KiB) on (pinned for the GPU: all) and to 64
+// bytes below, within
+// a byte budget, optionally page-locked so that they are never swapped out:
+// with mlock, or registered with CUDA (cudaHostRegister, storage/gpu_tier.h)
+// so that the GPUs copy to and from them by DMA. Thread-safe. Reads and
+// writes are memcpy and complete inline.
 #ifndef STRATA_STORAGE_HOST_TIER_H_
 #define STRATA_STORAGE_HOST_TIER_H_
 
@@ -19,9 +21,10 @@ class HostTier : public Tier {
  public:
   static constexpr uint64_t kPageAlignedFromBytes = uint64_t{64} << 10;
 
-  // With `pin_memory`, Allocate() page-locks each extent and fails with
+  enum class Pinning { kNone, kMlock, kGpu };
+  // Pinned, Allocate() page-locks each extent and fails with
   // RESOURCE_EXHAUSTED, naming the memlock limit, when that is refused.
-  explicit HostTier(uint64_t budget_bytes, bool pin_memory = false);
+  explicit HostTier(uint64_t budget_bytes, Pinning pinning = Pinning::kNone);
   ~HostTier() override;
   HostTier(const HostTier&) = delete;
   HostTier& operator=(const HostTier&) = delete;
@@ -44,10 +47,12 @@ class HostTier : public Tier {
   // OUT_OF_RANGE unless [offset, offset + num_bytes) lies in `extent`.
   absl::StatusOr<std::byte*> Locate(const Extent& extent, uint64_t offset, uint64_t num_bytes);
 
+  // Page-locks a new block as pinning_ says; the error names the cause.
+  absl::Status Pin(void* block, uint64_t num_bytes);
   void Release(const Block& block);
 
   const uint64_t budget_bytes_;
-  const bool pin_memory_;
+  const Pinning pinning_;
   mutable absl::Mutex mu_;
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

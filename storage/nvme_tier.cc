@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace strata {
 namespace {
@@ -186,9 +187,7 @@ absl::StatusOr<Extent> NvmeTier::Allocate(uint64_t num_bytes) {
     used_bytes_ += rounded;
     return extent;
   }
-  return absl::ResourceExhaustedError(absl::StrCat("NVMe tier: ", num_bytes,
-                                                   " bytes do not fit: ", used_bytes_, " of ",
-                                                   budget_bytes_, " budget bytes in use"));
+  return BudgetExceeded("NVMe tier", num_bytes, used_bytes_, budget_bytes_);
 }
 
 absl::StatusOr<Extent> NvmeTier::Adopt(uint64_t offset, uint64_t num_bytes,
@@ -246,11 +245,7 @@ absl::StatusOr<uint64_t> NvmeTier::Check(const Extent& extent, uint64_t offset, 
     return absl::NotFoundError(absl::StrCat("NVMe tier: no extent ", extent.id));
   }
   uint64_t size = RoundUpToBlock(it->second.num_bytes);
-  if (offset > size || num_bytes > size - offset) {
-    return absl::OutOfRangeError(absl::StrCat("NVMe tier: range [", offset, ", ",
-                                              offset + num_bytes, ") is outside extent ", extent.id,
-                                              " of ", size, " bytes"));
-  }
+  RETURN_IF_ERROR(CheckRange("NVMe tier", extent.id, size, offset, num_bytes));
   if (offset % kBlockBytes != 0 || num_bytes % kBlockBytes != 0 ||
       reinterpret_cast<uintptr_t>(buffer) % kBlockBytes != 0) {
     return absl::InvalidArgumentError(

@@ -1,5 +1,6 @@
 #include "storage/tier.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 
 namespace strata {
@@ -14,6 +15,21 @@ const char* TierKindName(TierKind kind) {
       return "nvme";
   }
   return "unknown";
+}
+
+absl::Status BudgetExceeded(absl::string_view tier, uint64_t num_bytes, uint64_t used_bytes,
+                            uint64_t budget_bytes) {
+  return absl::ResourceExhaustedError(absl::StrCat(tier, ": ", num_bytes,
+                                                   " bytes do not fit: ", used_bytes, " of ",
+                                                   budget_bytes, " budget bytes in use"));
+}
+
+absl::Status CheckRange(absl::string_view tier, uint64_t extent_id, uint64_t extent_bytes,
+                        uint64_t offset, uint64_t num_bytes) {
+  if (offset <= extent_bytes && num_bytes <= extent_bytes - offset) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat(tier, ": range [", offset, ", ", offset + num_bytes,
+                                            ") is outside extent ", extent_id, " of ", extent_bytes,
+                                            " bytes"));
 }
 
 namespace {

@@ -17,6 +17,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace strata {
@@ -50,12 +51,24 @@ class Tier {
   // The extent's bytes in this process's address space, for tiers that are
   // memory the CPU can address; nullptr for tiers that are not (NVMe, GPU).
   virtual std::byte* Map(const Extent& extent) = 0;
+  // The extent's address in GPU memory, for tiers in a GPU's memory (whose
+  // kernels then work on it in place); nullptr for others.
+  virtual std::byte* DeviceAddress(const Extent&) { return nullptr; }
   // The per-block checksums of a wholly written extent, for tiers that keep
   // them (NVMe), to be recorded for a restart; UNIMPLEMENTED for others.
   virtual absl::StatusOr<std::vector<uint64_t>> Checksums(const Extent&) const {
     return absl::UnimplementedError("this tier keeps no checksums");
   }
 };
+
+// The refusals every tier gives, its name ("host tier") first.
+// RESOURCE_EXHAUSTED: `num_bytes` do not fit beside `used_bytes` of `budget_bytes`.
+absl::Status BudgetExceeded(absl::string_view tier, uint64_t num_bytes, uint64_t used_bytes,
+                            uint64_t budget_bytes);
+// OK when [offset, offset + num_bytes) lies in extent `extent_id` of
+// `extent_bytes`; OUT_OF_RANGE naming both otherwise.
+absl::Status CheckRange(absl::string_view tier, uint64_t extent_id, uint64_t extent_bytes,
+                        uint64_t offset, uint64_t num_bytes);
 
 // Synchronous forms of Tier::Read and Tier::Write: they wait for `done`.
 // For callers that may block (step executor threads, tests), never reactors.

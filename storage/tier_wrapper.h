@@ -30,6 +30,7 @@ class TierWrapper : public Tier {
     target_->Write(to, offset, from, std::move(done));
   }
   std::byte* Map(const Extent& extent) override { return target_->Map(extent); }
+  std::byte* DeviceAddress(const Extent& extent) override { return target_->DeviceAddress(extent); }
   absl::StatusOr<std::vector<uint64_t>> Checksums(const Extent& extent) const override {
     return target_->Checksums(extent);
   }

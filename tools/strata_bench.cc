@@ -13,9 +13,12 @@
 
 ABSL_FLAG(uint64_t, params, 0,
           "parameters (a multiple of 64); 0: the command's default, 64 Mi (4 Mi for elastic)");
-ABSL_FLAG(int, threads, 2, "adam, grad-stats, cast, server-step, nvme-step: kernel threads");
+ABSL_FLAG(int, threads, 2,
+          "adam, grad-stats, cast, server-step, gpu-step, nvme-step: kernel threads");
 ABSL_FLAG(std::string, isa, "", "adam, grad-stats, cast: scalar, avx2 or avx512 (default: best)");
-ABSL_FLAG(std::string, grad, "fp16", "adam, grad-stats, cast: fp16, bf16 or fp32 (cast: 16-bit)");
+ABSL_FLAG(std::string, grad, "fp16",
+          "adam, grad-stats, cast, server-step, gpu-step, nvme-step: fp16, bf16 or fp32 (cast and "
+          "the steps: 16-bit)");
 ABSL_FLAG(std::string, op, "to_float", "cast: to_float (16-bit -> fp32) or from_float");
 ABSL_FLAG(int, reps, 5, "adam, grad-stats, cast: timed repetitions (median reported)");
 ABSL_FLAG(int, workers, 2, "step: workers (threads with their own client and Gloo pairs)");
@@ -54,6 +57,9 @@ constexpr char kUsage[] =
     "  strata-bench server-step --params N --threads T [--grad fp16|bf16]\n"
     "      a shard server's staging and apply over host-tier chunks (no network),\n"
     "      against the AdamW kernel alone in the same run\n"
+    "  strata-bench gpu-step --params N --threads T [--grad fp16|bf16]\n"
+    "      the same over chunks in a GPU tier (AdamW on the GPU), against the copies\n"
+    "      to and from the GPU it needs and beside the host-tier step, in the same run\n"
     "  strata-bench nvme-step --params N --dir DIR [--queue_depth Q] [--io_bytes B]\n"
     "                    [--host_params M]\n"
     "      the same over NVMe-resident chunks (read p m v, apply, write back),\n"
@@ -128,6 +134,7 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
   if (command == "grad-stats") return strata::BenchGradStats(o);
   if (command == "cast") return strata::BenchCast(o);
   if (command == "server-step") return strata::BenchServerStep(o);
+  if (command == "gpu-step") return strata::BenchGpuStep(o);
   if (command == "nvme-step") {
     return strata::BenchNvmeStep(
         o,

@@ -135,6 +135,9 @@ class Ctl {
       absl::Status s = Call(&v1::Coordinator::Stub::GetPlacement, request, &response);
       if (!s.ok()) return s;
       for (const v1::ServerRecord& server : response.servers()) {
+        if (server.gpu_budget_bytes() > 0) {
+          summary[{server.address(), "gpu"}].budget = server.gpu_budget_bytes();
+        }
         summary[{server.address(), "host"}].budget = server.host_budget_bytes();
         if (server.nvme_budget_bytes() > 0) {
           summary[{server.address(), "nvme"}].budget = server.nvme_budget_bytes();

@@ -6,16 +6,12 @@
 #include <string>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_status.h"
 
 namespace strata {
 namespace {
 
 constexpr int kThreads = 256;
-
-absl::Status CudaError(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::UnavailableError(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
-}
 
 template <DType D>
 struct Element;
@@ -126,36 +122,37 @@ absl::Status CudaAdamUpdate(const AdamConstants& c, DType grad_dtype, const void
           <<<Blocks(n), kThreads, 0, s>>>(c, grads, p, m, v, copy, n);
     });
   });
-  return CudaError(cudaGetLastError(), "AdamW launch");
+  return CudaStatus(cudaGetLastError(), "AdamW launch");
 }
 
 absl::Status CudaGradStats(DType dtype, const void* grads, size_t n, GradStats* stats,
                            void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   double* sum = nullptr;
-  if (absl::Status e = CudaError(cudaMallocAsync(&sum, sizeof(double), s), "malloc"); !e.ok()) {
+  if (absl::Status e = CudaStatus(cudaMallocAsync(&sum, sizeof(double), s), "malloc"); !e.ok()) {
     return e;
   }
   // Sums into *sum, copies it to `host` and waits; frees `sum` on every path.
   double host = 0.0;
   auto run = [&]() -> absl::Status {
-    if (absl::Status e = CudaError(cudaMemsetAsync(sum, 0, sizeof(double), s), "memset"); !e.ok()) {
+    if (absl::Status e = CudaStatus(cudaMemsetAsync(sum, 0, sizeof(double), s), "memset");
+        !e.ok()) {
       return e;
     }
     if (n > 0) {
       WithDType(dtype, [&](auto d) {
         SumSquaresKernel<decltype(d)::value><<<Blocks(n), kThreads, 0, s>>>(grads, n, sum);
       });
-      if (absl::Status e = CudaError(cudaGetLastError(), "sum of squares launch"); !e.ok()) {
+      if (absl::Status e = CudaStatus(cudaGetLastError(), "sum of squares launch"); !e.ok()) {
         return e;
       }
     }
-    if (absl::Status e = CudaError(
+    if (absl::Status e = CudaStatus(
             cudaMemcpyAsync(&host, sum, sizeof(double), cudaMemcpyDeviceToHost, s), "copy");
         !e.ok()) {
       return e;
     }
-    return CudaError(cudaStreamSynchronize(s), "synchronize");
+    return CudaStatus(cudaStreamSynchronize(s), "synchronize");
   };
   absl::Status status = run();
   cudaFreeAsync(sum, s);
@@ -170,7 +167,7 @@ absl::Status CudaCastFromFloat(const float* from, DType dtype, void* to, size_t 
     CastKernel<DType::kFp32, decltype(d)::value>
         <<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(from, to, n);
   });
-  return CudaError(cudaGetLastError(), "cast launch");
+  return CudaStatus(cudaGetLastError(), "cast launch");
 }
 
 absl::Status CudaCastToFloat(DType dtype, const void* from, float* to, size_t n, void* stream) {
@@ -179,7 +176,7 @@ absl::Status CudaCastToFloat(DType dtype, const void* from, float* to, size_t n,
     CastKernel<decltype(d)::value, DType::kFp32>
         <<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(from, to, n);
   });
-  return CudaError(cudaGetLastError(), "cast launch");
+  return CudaStatus(cudaGetLastError(), "cast launch");
 }
 
 }  // namespace strata

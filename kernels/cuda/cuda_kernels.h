@@ -22,7 +22,9 @@ namespace strata {
 bool CudaDevicePresent();
 
 // Each returns UNAVAILABLE with CUDA's message when a launch or copy fails.
-// `stream` is a cudaStream_t (nullptr: the default stream).
+// `stream` is a cudaStream_t (nullptr: the default stream). CudaAdamUpdate's
+// `copy` may be `grads` when the two dtypes are one: each element of the
+// gradients is read before its copy is written.
 absl::Status CudaAdamUpdate(const AdamConstants& c, DType grad_dtype, const void* grads, float* p,
                             float* m, float* v, DType copy_dtype, void* copy, size_t n,
                             void* stream);

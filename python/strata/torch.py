@@ -139,6 +139,14 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def loss_scale(self):
         return self._client.loss_scale
 
+    @property
+    def last_reform(self):
+        """How the workers' group last formed (at start or when a worker came
+        or went): dict of count, generation, seconds, param_pull_seconds and
+        steps_lost -- the completed steps undone when the job resumed from its
+        last checkpoint after losing a shard server (step_count goes back)."""
+        return self._client.last_reform
+
     def param_memory(self):
         """Parameter memory of this worker, in bytes: `resident` (the
         client's parameters between steps: the model, or its slice on

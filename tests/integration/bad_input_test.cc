@@ -22,6 +22,7 @@
 #include "strata/v1/shard.grpc.pb.h"
 #include "tests/testing/job_runner.h"
 #include "tests/testing/placement.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -252,8 +253,8 @@ TEST_F(BadInputTest, WriteStateRefusesBadStateAndStartedJobs) {
 }
 
 TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {
-  const std::string dir = ::testing::TempDir() + "bad_input_checkpoints";
-  std::filesystem::create_directories(dir);
+  const testing::ScratchDir scratch("bad_input_checkpoints");
+  const std::string& dir = scratch.path();
   auto save_chunks = [&](const std::string& job, int64_t step, const std::string& to) {
     v1::SaveChunksRequest request;
     request.set_job_id(job);
@@ -321,7 +322,6 @@ TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {
   s = FromGrpcStatus(coordinator_->CreateJob(&create_context, create, &created));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("is not a checkpoint"));
-  std::filesystem::remove_all(dir);
 }
 
 TEST_F(BadInputTest, MembershipRequestsNameTheProblem) {

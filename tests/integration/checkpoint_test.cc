@@ -19,6 +19,7 @@
 #include "strata/client.h"
 #include "tests/testing/job_runner.h"
 #include "tests/testing/processes.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -58,7 +59,8 @@ void ExpectSameState(const MasterState& got, const MasterState& want) {
 // same data and ends with the same FP32 state, bit for bit, as the
 // uninterrupted job. (Pruning apart from timing: CheckpointStoreTest.)
 TEST(CheckpointTest, RestoresOnAnotherTopologyAndChunkSizeAndContinuesBitwise) {
-  const std::string dir = testing::FreshDir("checkpoint_topology");
+  const testing::ScratchDir scratch("checkpoint_topology");
+  const std::string& dir = scratch.path();
   auto first = LocalCluster::Start({2, uint64_t{64} << 20, 1});
   ASSERT_TRUE(first.ok()) << first.status();
   ClientOptions o = testing::SmallFp32Job((*first)->coordinator_address(), "ckpt");
@@ -109,7 +111,8 @@ TEST(CheckpointTest, RestoresOnAnotherTopologyAndChunkSizeAndContinuesBitwise) {
 // The manifest keeps the loss scaler of its step (reported by the pushes);
 // an FP16 job restored from it starts with that scaler, not the initial one.
 TEST(CheckpointTest, ARestoredJobTakesTheLossScaleOfItsCheckpoint) {
-  const std::string dir = testing::FreshDir("checkpoint_loss_scale");
+  const testing::ScratchDir scratch("checkpoint_loss_scale");
+  const std::string& dir = scratch.path();
   auto cluster = LocalCluster::Start({2, uint64_t{64} << 20, 1});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "scaled");
@@ -153,7 +156,8 @@ TEST(CheckpointTest, ARestoredJobTakesTheLossScaleOfItsCheckpoint) {
 // any step, naming the file; a refused restore leaves no job behind (the id
 // can be restored again), and the running job is untouched.
 TEST(CheckpointTest, DamagedOrMismatchedCheckpointsAreRefused) {
-  const std::string dir = testing::FreshDir("checkpoint_damaged");
+  const testing::ScratchDir scratch("checkpoint_damaged");
+  const std::string& dir = scratch.path();
   auto cluster = LocalCluster::Start({2, uint64_t{64} << 20, 1});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string coordinator = (*cluster)->coordinator_address();
@@ -240,8 +244,9 @@ TEST(CheckpointTest, DamagedOrMismatchedCheckpointsAreRefused) {
 // second checkpoint: the save fails, nothing of it is visible, and the
 // previous checkpoint restores with every checksum verified.
 TEST(CheckpointTest, SigkillDuringASaveLeavesThePreviousCheckpointUsable) {
+  const testing::ScratchDir scratch("checkpoint_sigkill");
+  const std::string& dir = scratch.path();
   testing::Processes daemons;
-  const std::string dir = testing::FreshDir("checkpoint_sigkill");
   const std::string bin = STRATA_BIN_DIR;
   const std::string coordinator = testing::StartCoordinator(bin, dir, &daemons);
   ASSERT_FALSE(coordinator.empty());

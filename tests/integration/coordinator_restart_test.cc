@@ -7,6 +7,7 @@
 #include "server/daemons.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -19,8 +20,8 @@ grpc::Status Call(v1::Coordinator::Stub* stub, Method method, const Request& req
 }
 
 TEST(CoordinatorRestartTest, StateSurvivesARestart) {
-  std::string dir = testing::TempDir() + "/coordinator_restart_test";
-  std::filesystem::remove_all(dir);
+  const testing::ScratchDir scratch("coordinator_restart_test");
+  const std::string& dir = scratch.path();
   CoordinatorOptions coordinator_options;
   coordinator_options.data_dir = dir + "/coordinator";
   auto coordinator = Coordinator::Start(coordinator_options);
@@ -80,7 +81,6 @@ TEST(CoordinatorRestartTest, StateSurvivesARestart) {
   create.mutable_spec()->set_world_size(2);
   EXPECT_EQ(Call(stub.get(), &v1::Coordinator::Stub::CreateJob, create, &again).error_code(),
             grpc::FAILED_PRECONDITION);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/scratch_dir.h"
 
 namespace {
 
@@ -26,8 +27,8 @@ std::string ReadFile(const std::string& path) {
 }
 
 TEST(DemoTest, LocalClusterTrainsAndShutsDownCleanly) {
-  std::string data = testing::TempDir() + "/demo_test";
-  std::filesystem::remove_all(data);
+  const strata::testing::ScratchDir scratch("demo_test");
+  const std::string& data = scratch.path();
   std::string command = absl::StrCat("cd ", STRATA_SOURCE_DIR, " && STRATA_BIN=", STRATA_BIN_DIR,
                                      " STEPS=40 bash deploy/local-cluster.sh ", data, " 2>&1");
   FILE* pipe = popen(command.c_str(), "r");
@@ -57,7 +58,6 @@ TEST(DemoTest, LocalClusterTrainsAndShutsDownCleanly) {
     EXPECT_THAT(log, HasSubstr("received Terminated"));
     EXPECT_THAT(log, HasSubstr("shut down"));
   }
-  std::filesystem::remove_all(data);
 }
 
 }  // namespace

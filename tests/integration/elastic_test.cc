@@ -24,6 +24,7 @@
 #include "strata/v1/shard.grpc.pb.h"
 #include "tests/testing/linear_model.h"
 #include "tests/testing/processes.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -35,18 +36,12 @@ constexpr absl::Duration kRunTimeout = absl::Seconds(240);
 class ElasticTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/elastic_test_" + std::to_string(getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
     LocalClusterOptions options;
     options.num_servers = 2;
     options.worker_lease = kLease;
     auto cluster = LocalCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
-  }
-  void TearDown() override {
-    if (!HasFailure() && getenv("KEEP") == nullptr) std::filesystem::remove_all(dir_);
   }
 
   // Starts a worker of `job`; its JSON lines go to dir_/<id>.jsonl.
@@ -176,16 +171,32 @@ class ElasticTest : public ::testing::Test {
     std::printf("max relative error against the replay: %.3g\n", max_error);
   }
 
-  std::string dir_;
+  const testing::ScratchDir scratch_{"elastic_test"};
+  const std::string& dir_ = scratch_.path();
   std::unique_ptr<LocalCluster> cluster_;
   testing::Processes processes_;
 };
 
-bool KilledBySigkill(int status) {
-  return status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+// How a worker ended (a waitpid status; -1: still running), for failures.
+std::string Ending(int status) {
+  if (status == -1) return "still running";
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
+                        ")");
+  }
+  return absl::StrCat("exited with status ", WEXITSTATUS(status));
 }
-bool ExitedCleanly(int status) {
-  return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+::testing::AssertionResult KilledBySigkill(int status) {
+  if (status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << Ending(status);
+}
+::testing::AssertionResult ExitedCleanly(int status) {
+  if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << Ending(status);
 }
 
 TEST_F(ElasticTest, JoinLeaveAndKillWhileTheSurvivorsTrainOn) {

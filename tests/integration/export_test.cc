@@ -14,6 +14,7 @@
 #include "strata/client.h"
 #include "tests/testing/job_runner.h"
 #include "tests/testing/processes.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -40,7 +41,8 @@ TEST(ExportTest, SafetensorsHoldEveryTensorAtOneStep) {
   });
   ASSERT_EQ(run.master.step, 3);
 
-  std::string dir = ::testing::TempDir() + "/export_test_" + std::to_string(getpid());
+  const testing::ScratchDir scratch("export_test");
+  const std::string& dir = scratch.path();
   auto [code, output] = Stratactl(absl::StrCat("--coordinator=", o.coordinator_address,
                                                " --job=export-job --out=", dir,
                                                " --with_optimizer_state --json export"));
@@ -91,7 +93,6 @@ TEST(ExportTest, SafetensorsHoldEveryTensorAtOneStep) {
                              " --job=export-job --out=", dir, "/model.safetensors/x export"));
   EXPECT_EQ(file_code, 1);
   EXPECT_THAT(file_error, HasSubstr("cannot create directory"));
-  std::filesystem::remove_all(dir);
 }
 
 // A new job started from an export (weights and moments) continues exactly as
@@ -116,7 +117,8 @@ TEST(ExportTest, ANewJobStartedFromAnExportContinuesBitwise) {
   ASSERT_EQ(testing::RunWorkers(first, 3, 1, gradient).master.step, 3);
   MasterState want = testing::RunWorkers(whole, 5, 1, gradient).master;
 
-  std::string dir = ::testing::TempDir() + "/import_test_" + std::to_string(getpid());
+  const testing::ScratchDir scratch("import_test");
+  const std::string& dir = scratch.path();
   auto [code, output] =
       Stratactl(absl::StrCat("--coordinator=", o.coordinator_address,
                              " --job=first-three --out=", dir, " --with_optimizer_state export"));
@@ -154,7 +156,6 @@ TEST(ExportTest, ANewJobStartedFromAnExportContinuesBitwise) {
   other.job_id = "missing-file";
   other.initial_state_path = dir + "/nope.safetensors";
   EXPECT_EQ(Client::Connect(other).status().code(), absl::StatusCode::kNotFound);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

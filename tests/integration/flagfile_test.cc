@@ -8,12 +8,14 @@
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "tests/testing/processes.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
 
 TEST(FlagfileTest, TierBudgetsComeFromAConfigFile) {
-  std::string dir = testing::FreshDir("flagfile_test");
+  const testing::ScratchDir scratch("flagfile_test");
+  const std::string& dir = scratch.path();
   std::string bin = STRATA_BIN_DIR;
   testing::Processes daemons;
   std::string coordinator = testing::StartCoordinator(bin, dir, &daemons);
@@ -49,7 +51,6 @@ TEST(FlagfileTest, TierBudgetsComeFromAConfigFile) {
   EXPECT_EQ(placement.servers(0).host_budget_bytes(), uint64_t{24} << 20);
   EXPECT_EQ(placement.servers(0).nvme_budget_bytes(), uint64_t{40} << 20);
   client->reset();
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

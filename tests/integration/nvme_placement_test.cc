@@ -1,8 +1,11 @@
 // Chunks whose state does not fit in host memory go to the NVMe tier and
 // train to exactly the same weights (bitwise) as with everything in host
 // memory; placement shows both tiers. NVMe chunks are applied on threads of
-// their own, so a stalled disk does not hold up host-tier chunks.
+// their own, so a stalled disk does not hold up host-tier chunks. Where a GPU
+// is found, chunks fill a GPU tier first, then host memory, then NVMe, and
+// still train to the same bits.
 #include <atomic>
+#include <filesystem>
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
@@ -10,11 +13,15 @@
 #include "absl/synchronization/notification.h"
 #include "common/grpc_util.h"
 #include "common/thread_pool.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/local_cluster.h"
+#include "storage/gpu_tier.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "tests/testing/job_runner.h"
 #include "tests/testing/placement.h"
+#include "tests/testing/processes.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -56,9 +63,11 @@ struct TierRun {
   std::map<std::string, int> chunks_per_tier;
 };
 
-TierRun RunWith(uint64_t host_budget_bytes, uint64_t nvme_budget_bytes) {
+TierRun RunWith(uint64_t host_budget_bytes, uint64_t nvme_budget_bytes,
+                int64_t gpu_budget_bytes = ShardServerOptions::kNoGpuTier) {
   LocalClusterOptions cluster_options;
   cluster_options.num_servers = 1;
+  cluster_options.gpu_budget_bytes = gpu_budget_bytes;
   cluster_options.host_budget_bytes = host_budget_bytes;
   cluster_options.nvme_budget_bytes = nvme_budget_bytes;
   auto cluster = LocalCluster::Start(cluster_options);
@@ -74,6 +83,15 @@ TierRun RunWith(uint64_t host_budget_bytes, uint64_t nvme_budget_bytes) {
   return run;
 }
 
+// `got` and `want` hold the same master state, bit for bit, and trained.
+void ExpectTrainedBitwiseAlike(const MasterState& got, const MasterState& want) {
+  EXPECT_EQ(got.step, want.step);
+  EXPECT_EQ(got.params, want.params);
+  EXPECT_EQ(got.exp_avg, want.exp_avg);
+  EXPECT_EQ(got.exp_avg_sq, want.exp_avg_sq);
+  EXPECT_NE(got.params, JobOptions("").initial_params);
+}
+
 TEST(NvmePlacementTest, StateTwiceTheHostBudgetTrainsBitwiseAsInHostMemory) {
   TierRun host_only = RunWith(uint64_t{64} << 20, 0);
   // 135 K params: 1.6 MB of state against a 768 KiB host budget, which also
@@ -85,11 +103,51 @@ TEST(NvmePlacementTest, StateTwiceTheHostBudgetTrainsBitwiseAsInHostMemory) {
   EXPECT_GT(mixed.chunks_per_tier["nvme"], 0);
   EXPECT_GT(mixed.chunks_per_tier["host"], 0);  // the fastest tier is filled first
   EXPECT_GE(JobOptions("").initial_params.size() * 12, 2 * (uint64_t{768} << 10));
-  EXPECT_EQ(mixed.master.step, host_only.master.step);
-  EXPECT_EQ(mixed.master.params, host_only.master.params);
-  EXPECT_EQ(mixed.master.exp_avg, host_only.master.exp_avg);
-  EXPECT_EQ(mixed.master.exp_avg_sq, host_only.master.exp_avg_sq);
-  EXPECT_NE(mixed.master.params, JobOptions("").initial_params);
+  ExpectTrainedBitwiseAlike(mixed.master, host_only.master);
+}
+
+TEST(NvmePlacementTest, GpuThenHostThenNvmeTrainsBitwiseAsInHostMemory) {
+  if (GpuCount() == 0) GTEST_SKIP() << "no GPU";
+  TierRun host_only = RunWith(uint64_t{64} << 20, 0);
+  // 135 K params: 2.1 MB of state on a GPU tier (16 bytes per parameter
+  // there, with the scratch of gradients) of 640 KiB, a host tier of 1 MiB
+  // that also holds every chunk's copies (4 bytes per parameter) and the
+  // staging buffers, and NVMe.
+  TierRun tiered = RunWith(uint64_t{1} << 20, uint64_t{16} << 20, int64_t{640} << 10);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  EXPECT_GT(tiered.chunks_per_tier["gpu"], 0);
+  EXPECT_GT(tiered.chunks_per_tier["host"], 0);
+  EXPECT_GT(tiered.chunks_per_tier["nvme"], 0);
+  ExpectTrainedBitwiseAlike(tiered.master, host_only.master);
+}
+
+// A GPU tier asked for on a GPU this machine lacks, or with a negative
+// budget, stops the start-up with the reason; the default (auto) then runs
+// without one.
+TEST(GpuTierStartUpTest, AMissingGpuOrABadBudgetIsRefusedAndAutoGoesWithout) {
+  ShardServerOptions options;
+  options.coordinator_address = "127.0.0.1:1";  // never reached
+  const testing::ScratchDir scratch("gpu_tier_start_up_test");
+  options.data_dir = scratch.path();
+  options.pin_host_memory = false;
+  options.register_timeout = absl::Milliseconds(100);
+  options.gpu_device = GpuCount();  // one past the last
+  options.gpu_budget_bytes = int64_t{64} << 20;
+  auto missing = ShardServer::Start(options);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition) << missing.status();
+  EXPECT_THAT(std::string(missing.status().message()),
+              ::testing::AnyOf(::testing::HasSubstr(absl::StrCat("no GPU ", GpuCount())),
+                               ::testing::HasSubstr("no CUDA support")));  // built without CUDA
+  options.gpu_device = 0;
+  options.gpu_budget_bytes = -5;
+  auto negative = ShardServer::Start(options);
+  EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument) << negative.status();
+  // Auto on a missing GPU: no GPU tier, so the start-up goes on to the
+  // (unreachable) coordinator.
+  options.gpu_device = GpuCount();
+  options.gpu_budget_bytes = ShardServerOptions::kAutoGpuBudget;
+  auto without = ShardServer::Start(options);
+  EXPECT_EQ(without.status().code(), absl::StatusCode::kUnavailable) << without.status();
 }
 
 TEST(NvmePlacementTest, HostTierStepsDoNotWaitForStalledNvmeChunks) {

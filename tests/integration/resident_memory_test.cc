@@ -16,6 +16,7 @@
 #include "strata/client.h"
 #include "tests/testing/job_runner.h"
 #include "tests/testing/processes.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -45,8 +46,9 @@ TEST(ResidentMemoryTest, ServerStaysWithinItsHostBudget) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "ASan's shadow memory and quarantine are not the server's";
 #endif
+  const testing::ScratchDir scratch("resident_memory_test");
+  const std::string& dir = scratch.path();
   testing::Processes daemons;
-  const std::string dir = testing::FreshDir("resident_memory_test");
   const std::string bin = STRATA_BIN_DIR;
   const std::string coordinator = testing::StartCoordinator(bin, dir, &daemons);
   ASSERT_FALSE(coordinator.empty());
@@ -93,7 +95,6 @@ TEST(ResidentMemoryTest, ServerStaysWithinItsHostBudget) {
   EXPECT_LE(peak_bytes, host_budget_bytes + kFixedOverheadBytes)
       << "peak resident " << peak_bytes / kMiB << " MiB";
   EXPECT_LT(peak_bytes, state_bytes);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -2,11 +2,14 @@
 // notices (health checks), moves the job's chunks onto the live servers
 // from its newest checkpoint, and the workers -- not restarted -- resume
 // from that checkpoint's step. The result equals a run restored from the
-// same checkpoint, bit for bit.
+// same checkpoint, bit for bit. A server that comes back after its job
+// moved off it drops the chunks it brought back.
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -21,6 +24,7 @@
 #include "tests/testing/job_runner.h"
 #include "tests/testing/placement.h"
 #include "tests/testing/processes.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -50,21 +54,37 @@ absl::Status Compute(const MicroBatch& batch, Client& client) {
   return client.AccumulateGradients(g);
 }
 
+// A coordinator that takes a server for lost after `server_timeout_ms`, and
+// `num_servers` servers "server-<i>" with 64 MiB of host memory, all in
+// `dir`. An empty address: it did not come up (no server starts without the
+// coordinator).
+struct Cluster {
+  std::string coordinator;
+  std::vector<testing::ServerProcess> servers;
+};
+Cluster StartCluster(const std::string& dir, int server_timeout_ms, int num_servers,
+                     testing::Processes* daemons) {
+  Cluster cluster;
+  cluster.coordinator = testing::StartCoordinator(
+      STRATA_BIN_DIR, dir, daemons, {absl::StrCat("--server_timeout_ms=", server_timeout_ms)});
+  for (int i = 0; i < num_servers && !cluster.coordinator.empty(); ++i) {
+    cluster.servers.push_back(testing::StartServer(STRATA_BIN_DIR, dir, absl::StrCat("server-", i),
+                                                   cluster.coordinator, {"--host_budget_mib=64"},
+                                                   daemons));
+  }
+  return cluster;
+}
+
 // Test 3: three servers, two workers, checkpoints every 5 steps; a server
 // is SIGKILLed during step 13 and never restarted.
 TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
+  const testing::ScratchDir scratch("server_failure");
+  const std::string& dir = scratch.path();
   testing::Processes daemons;
-  const std::string dir = testing::FreshDir("server_failure");
-  const std::string bin = STRATA_BIN_DIR;
-  const std::string coordinator =
-      testing::StartCoordinator(bin, dir, &daemons, {"--server_timeout_ms=3000"});
+  const Cluster cluster = StartCluster(dir, /*server_timeout_ms=*/3000, 3, &daemons);
+  const std::string& coordinator = cluster.coordinator;
   ASSERT_FALSE(coordinator.empty());
-  std::vector<testing::ServerProcess> servers;
-  for (int i = 0; i < 3; ++i) {
-    servers.push_back(testing::StartServer(bin, dir, absl::StrCat("server-", i), coordinator,
-                                           {"--host_budget_mib=64"}, &daemons));
-    ASSERT_FALSE(servers.back().address.empty());
-  }
+  for (const testing::ServerProcess& server : cluster.servers) ASSERT_FALSE(server.address.empty());
   const std::string checkpoints = dir + "/checkpoints";
   ClientOptions o = Job(coordinator, "failover");
   o.checkpoint_every_steps = kCheckpointEvery;
@@ -72,7 +92,7 @@ TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
   const uint64_t n = FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params();
   o.initial_params = testing::InitialParams(n);
 
-  const testing::ServerProcess& victim = servers[1];
+  const testing::ServerProcess& victim = cluster.servers[1];
   absl::Mutex mu;
   bool killed = false;
   absl::Time killed_at;
@@ -179,6 +199,86 @@ TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
   EXPECT_TRUE(resumed.params == restarted.params);
   EXPECT_TRUE(resumed.exp_avg == restarted.exp_avg);
   EXPECT_TRUE(resumed.exp_avg_sq == restarted.exp_avg_sq);
+}
+
+// A server that stops cleanly (saving its host chunks) and stays away past
+// the timeout loses its job to the other server; when it comes back on its
+// data directory and address, it restores those chunks -- stale: the job
+// lives elsewhere now -- and the coordinator has it drop them.
+TEST(ServerFailureTest, AServerThatComesBackAfterItsJobMovedDropsItsStaleChunks) {
+  const testing::ScratchDir scratch("server_comes_back");
+  const std::string& dir = scratch.path();
+  testing::Processes daemons;
+  const Cluster cluster = StartCluster(dir, /*server_timeout_ms=*/2000, 2, &daemons);
+  const std::string& coordinator = cluster.coordinator;
+  ASSERT_FALSE(coordinator.empty());
+  for (const testing::ServerProcess& server : cluster.servers) ASSERT_FALSE(server.address.empty());
+  const testing::ServerProcess& victim = cluster.servers[1];
+  auto victims_chunks = [&] {
+    auto shard = v1::ShardServer::NewStub(MakeChannel(victim.address));
+    v1::ListChunksRequest request;
+    request.set_job_id("moved");
+    v1::ListChunksResponse response;
+    absl::Status s = CallUnary(shard.get(), &v1::ShardServer::Stub::ListChunks, request, &response,
+                               absl::Seconds(10));
+    EXPECT_TRUE(s.ok()) << s;
+    return response.chunks_size();
+  };
+
+  ClientOptions o = Job(coordinator, "moved");
+  o.world_size = 1;
+  o.checkpoint_every_steps = 2;
+  o.checkpoint_dir = dir + "/checkpoints";
+  {
+    auto client = Client::Connect(o);
+    ASSERT_TRUE(client.ok()) << client.status();
+    for (int s = 0; s < 2; ++s) ASSERT_TRUE(testing::TrainStep(**client).ok());
+  }
+  for (int i = 0; i < 600 && !std::filesystem::exists(CheckpointPath(o.checkpoint_dir, "moved", 2));
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(std::filesystem::exists(CheckpointPath(o.checkpoint_dir, "moved", 2)));
+  const int victims_share = victims_chunks();
+  ASSERT_GT(victims_share, 0);
+
+  kill(victim.pid, SIGTERM);  // a clean stop: its host chunks are saved
+  ASSERT_EQ(testing::WaitExit(victim.pid, absl::Seconds(30)), 0);
+  daemons.Forget(victim.pid);
+  auto on_victim = [&] {
+    auto placement = testing::Placement(coordinator, "moved");
+    EXPECT_TRUE(placement.ok()) << placement.status();
+    int chunks = 0;
+    for (const v1::PlacementRow& row : placement->rows()) {
+      chunks += row.server_address() == victim.address;
+    }
+    return chunks;
+  };
+  for (int i = 0; i < 600 && on_victim() > 0; ++i) absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_EQ(on_victim(), 0) << "the job did not move off the stopped server";
+
+  const testing::ServerProcess back =
+      testing::StartServer(STRATA_BIN_DIR, dir, "server-1", coordinator,
+                           {"--host_budget_mib=64", "--listen=" + victim.address}, &daemons);
+  ASSERT_EQ(back.address, victim.address);
+  int left = victims_chunks();
+  for (int i = 0; i < 200 && left > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    left = victims_chunks();
+  }
+  EXPECT_EQ(left, 0) << "the server kept " << left << " chunk(s) of a job that moved off it";
+  // It had brought them back, and dropped them (the line follows the drop).
+  auto log = [&] {
+    std::ifstream in(dir + "/server-1.log");
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  for (int i = 0; i < 100 && log().find("job moved: dropped") == std::string::npos; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_THAT(log(), HasSubstr(absl::StrCat("recovered job moved: 0 chunks from the nvme tier and ",
+                                            victims_share, " saved at the last clean shutdown")));
+  EXPECT_THAT(log(), HasSubstr("job moved: dropped"));
+  EXPECT_EQ(on_victim(), 0);
 }
 
 }  // namespace

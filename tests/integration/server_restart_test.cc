@@ -3,7 +3,8 @@
 // directories: it finds its chunks, the placement is the same, the worker
 // (which does not restart, and sees no error: it pushes and pulls an
 // interrupted step again) continues, and the final weights equal those of an
-// uninterrupted run, bit for bit.
+// uninterrupted run, bit for bit. A server stopped cleanly saves the chunks
+// it holds in host (or GPU) memory and brings them back where they were.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,11 +18,13 @@
 #include "common/grpc_util.h"
 #include "gtest/gtest.h"
 #include "server/local_cluster.h"
+#include "storage/gpu_tier.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "tests/testing/job_runner.h"
 #include "tests/testing/placement.h"
 #include "tests/testing/processes.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -80,9 +83,10 @@ MasterState Uninterrupted(int steps) {
 
 TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
   const MasterState want = Uninterrupted(7);
-  testing::Processes daemons;
+  const testing::ScratchDir scratch("server_restart_test");
+  const std::string& dir = scratch.path();
 
-  std::string dir = testing::FreshDir("server_restart_test");
+  testing::Processes daemons;
   std::string bin = STRATA_BIN_DIR;
   std::string coordinator_address = testing::StartCoordinator(bin, dir, &daemons);
   ASSERT_FALSE(coordinator_address.empty());
@@ -95,6 +99,7 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
                                     "--listen=" + listen,
                                     "--coordinator=" + coordinator_address,
                                     "--data_dir=" + dir + "/server",
+                                    "--gpu_budget_mib=0",
                                     "--host_budget_mib=6",
                                     "--pin_host_memory=false",
                                     "--nvme_dir=" + dir + "/nvme",
@@ -156,13 +161,19 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);  // clean shutdown
   }
   daemons.pids.clear();
-  std::filesystem::remove_all(dir);
 }
 
-TEST(ServerRestartTest, CleanlyStoppedServerBringsBackItsHostMemoryChunks) {
+// In host memory, or (where a GPU is found) in a GPU tier.
+class CleanRestartTest : public ::testing::TestWithParam<TierKind> {};
+
+TEST_P(CleanRestartTest, CleanlyStoppedServerBringsBackItsMemoryChunks) {
+  const bool on_gpu = GetParam() == TierKind::kGpu;
+  if (on_gpu && GpuCount() == 0) GTEST_SKIP() << "no GPU";
   const MasterState want = Uninterrupted(6);
+  const testing::ScratchDir scratch(
+      absl::StrCat("server_clean_restart_test_", TierKindName(GetParam())));
+  const std::string& dir = scratch.path();
   testing::Processes daemons;
-  std::string dir = testing::FreshDir("server_clean_restart_test");
   std::string bin = STRATA_BIN_DIR;
   std::string coordinator_address = testing::StartCoordinator(bin, dir, &daemons);
   ASSERT_FALSE(coordinator_address.empty());
@@ -170,8 +181,9 @@ TEST(ServerRestartTest, CleanlyStoppedServerBringsBackItsHostMemoryChunks) {
     std::filesystem::remove(dir + "/server.addr");
     daemons.pids.push_back(
         Spawn({bin + "/strata-server", "--listen=" + listen, "--coordinator=" + coordinator_address,
-               "--data_dir=" + dir + "/server", "--host_budget_mib=256", "--pin_host_memory=false",
-               "--ready_file=" + dir + "/server.addr"},
+               "--data_dir=" + dir + "/server",
+               on_gpu ? "--gpu_budget_mib=64" : "--gpu_budget_mib=0", "--host_budget_mib=256",
+               "--pin_host_memory=false", "--ready_file=" + dir + "/server.addr"},
               dir + "/server.log"));
     return WaitReady(dir + "/server.addr");
   };
@@ -181,7 +193,7 @@ TEST(ServerRestartTest, CleanlyStoppedServerBringsBackItsHostMemoryChunks) {
   ASSERT_TRUE(client.ok()) << client.status();
   Train(**client, 3);
   std::string before = Placement(coordinator_address);
-  EXPECT_NE(before.find("host 3"), std::string::npos) << before;
+  EXPECT_NE(before.find(absl::StrCat(TierKindName(GetParam()), " 3")), std::string::npos) << before;
 
   // SIGTERM: a clean stop saves the 16 chunks; the restart loads them (and
   // removes the files, so that a later crash cannot bring back step 3).
@@ -213,8 +225,11 @@ TEST(ServerRestartTest, CleanlyStoppedServerBringsBackItsHostMemoryChunks) {
   daemons.Forget(server);
   ASSERT_EQ(start_server(server_address), server_address);
   EXPECT_NE(Placement(coordinator_address).find("missing -1"), std::string::npos);
-  std::filesystem::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(Tiers, CleanRestartTest,
+                         ::testing::Values(TierKind::kHost, TierKind::kGpu),
+                         [](const auto& info) { return std::string(TierKindName(info.param)); });
 
 }  // namespace
 }  // namespace strata

@@ -209,6 +209,10 @@ class OptimizerApiTest(unittest.TestCase):
             opt.step()
         self.assertEqual(opt.step_count, 3)
         self.assertFalse(opt.last_result["skipped"])
+        # One formation, at the start; nothing undone.
+        reform = opt.last_reform
+        self.assertEqual((reform["count"], reform["steps_lost"]), (1, 0))
+        self.assertEqual(reform["generation"], opt.last_result["generation"])
         saved = opt.state_dict()
         self.assertEqual(saved["strata"]["step"], 3)
         opt.param_groups[0]["lr"] = 0.5

@@ -1,11 +1,14 @@
 // The conformance suite every Tier passes. Instantiate it with a factory:
 //
 //   INSTANTIATE_TEST_SUITE_P(Host, TierConformanceTest,
-//       ::testing::Values(TierFactory{"host", [](uint64_t budget) { ... }}));
+//       ::testing::Values(TierFactory{"host", [](uint64_t budget, const std::string&) {
+//         ... }}));
 //
 // A factory returns a tier of the given budget, or nullptr to skip (a GPU
-// tier on a machine without a GPU). Buffers are 4 KiB aligned and sizes whole
-// 4 KiB blocks, the strictest alignment any tier asks for.
+// tier on a machine without a GPU); a tier that keeps files keeps them in the
+// directory it is given (which does not exist yet, and is removed after the
+// test). Buffers are 4 KiB aligned and sizes whole 4 KiB blocks, the
+// strictest alignment any tier asks for.
 #ifndef STRATA_TESTS_STORAGE_TIER_CONFORMANCE_H_
 #define STRATA_TESTS_STORAGE_TIER_CONFORMANCE_H_
 
@@ -21,12 +24,13 @@
 
 #include "gtest/gtest.h"
 #include "storage/tier.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata::testing {
 
 struct TierFactory {
   std::string name;
-  std::function<std::unique_ptr<Tier>(uint64_t budget_bytes)> make;
+  std::function<std::unique_ptr<Tier>(uint64_t budget_bytes, const std::string& dir)> make;
 };
 
 inline constexpr uint64_t kBlock = 4096;
@@ -57,13 +61,17 @@ class TierConformanceTest : public ::testing::TestWithParam<TierFactory> {
  protected:
   // The tier, or nullptr after marking the test skipped.
   std::unique_ptr<Tier> Make(uint64_t budget) {
-    std::unique_ptr<Tier> tier = GetParam().make(budget);
+    std::unique_ptr<Tier> tier =
+        GetParam().make(budget, scratch_.path() + "/tier" + std::to_string(made_++));
     if (tier == nullptr) Skip();
     return tier;
   }
 
  private:
   void Skip() { GTEST_SKIP() << GetParam().name << " tier not available here"; }
+
+  const ScratchDir scratch_{"tier_test_" + GetParam().name};
+  int made_ = 0;
 };
 
 TEST_P(TierConformanceTest, KeepsWithinItsBudget) {

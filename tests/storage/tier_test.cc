@@ -9,21 +9,17 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "storage/gpu_tier.h"
 #include "storage/host_tier.h"
 #include "storage/nvme_tier.h"
 #include "tests/storage/faulty_tier.h"
 #include "tests/storage/tier_conformance.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string ScratchDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/tier_test_" + name + "_" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 std::unique_ptr<NvmeTier> OpenNvme(uint64_t budget, const std::string& dir) {
   auto tier = NvmeTier::Open(NvmeTierOptions{dir, budget, 8});
@@ -34,25 +30,38 @@ std::unique_ptr<NvmeTier> OpenNvme(uint64_t budget, const std::string& dir) {
 INSTANTIATE_TEST_SUITE_P(
     Tiers, TierConformanceTest,
     ::testing::Values(
-        TierFactory{"host", [](uint64_t budget) { return std::make_unique<HostTier>(budget); }},
+        TierFactory{"host", [](uint64_t budget,
+                               const std::string&) { return std::make_unique<HostTier>(budget); }},
         TierFactory{"host_pinned",
-                    [](uint64_t budget) -> std::unique_ptr<Tier> {
+                    [](uint64_t budget, const std::string&) -> std::unique_ptr<Tier> {
                       // Page-locking needs a memlock limit above the budget.
                       rlimit limit{};
                       getrlimit(RLIMIT_MEMLOCK, &limit);
                       if (geteuid() != 0 && limit.rlim_cur < budget) return nullptr;
-                      return std::make_unique<HostTier>(budget, /*pin_memory=*/true);
+                      return std::make_unique<HostTier>(budget, HostTier::Pinning::kMlock);
+                    }},
+        TierFactory{"host_pinned_for_gpu",
+                    [](uint64_t budget, const std::string&) -> std::unique_ptr<Tier> {
+                      if (GpuCount() == 0) return nullptr;
+                      return std::make_unique<HostTier>(budget, HostTier::Pinning::kGpu);
                     }},
         TierFactory{"nvme",
-                    [](uint64_t budget) -> std::unique_ptr<Tier> {
-                      return OpenNvme(budget, ScratchDir("conformance"));
+                    [](uint64_t budget, const std::string& dir) -> std::unique_ptr<Tier> {
+                      return OpenNvme(budget, dir);
+                    }},
+        // GPU 0, where there is one.
+        TierFactory{"gpu",
+                    [](uint64_t budget, const std::string&) -> std::unique_ptr<Tier> {
+                      if (GpuCount() == 0) return nullptr;
+                      auto tier = OpenGpuTier(0, budget);
+                      EXPECT_TRUE(tier.ok()) << tier.status();
+                      return tier.ok() ? *std::move(tier) : nullptr;
                     }},
         // One block per submission and two in flight: ops split into parts
         // that wait for room in the ring.
         TierFactory{"nvme_small_io",
-                    [](uint64_t budget) -> std::unique_ptr<Tier> {
-                      auto tier = NvmeTier::Open(
-                          NvmeTierOptions{ScratchDir("small_io"), budget, 2, kBlock});
+                    [](uint64_t budget, const std::string& dir) -> std::unique_ptr<Tier> {
+                      auto tier = NvmeTier::Open(NvmeTierOptions{dir, budget, 2, kBlock});
                       EXPECT_TRUE(tier.ok()) << tier.status();
                       return tier.ok() ? *std::move(tier) : nullptr;
                     }}),
@@ -63,25 +72,64 @@ TEST(HostTierTest, RefusedPageLockNamesTheMemlockLimit) {
   rlimit limit{};
   getrlimit(RLIMIT_MEMLOCK, &limit);
   if (limit.rlim_cur == RLIM_INFINITY) GTEST_SKIP() << "no memlock limit";
-  HostTier tier(limit.rlim_cur * 4, /*pin_memory=*/true);
+  HostTier tier(limit.rlim_cur * 4, HostTier::Pinning::kMlock);
   auto extent = tier.Allocate(limit.rlim_cur * 2);
   EXPECT_EQ(extent.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(extent.status().message()), HasSubstr("ulimit -l"));
   EXPECT_EQ(tier.used_bytes(), 0u);
 }
 
+TEST(GpuTierTest, RefusesAMissingGpuAndABudgetBeyondItsMemory) {
+  auto missing = OpenGpuTier(GpuCount(), kBlock);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("GPU"));
+  if (GpuCount() == 0) GTEST_SKIP() << "no GPU";
+  auto huge = OpenGpuTier(0, uint64_t{1} << 50);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(huge.status().message()), HasSubstr("free on GPU 0"));
+}
+
+// Extents start as zeros in device memory that the tier's DeviceAddress
+// names, so that kernels work on them in place; they are not host memory.
+TEST(GpuTierTest, ExtentsAreZeroedDeviceMemory) {
+  if (GpuCount() == 0) GTEST_SKIP() << "no GPU";
+  auto tier = OpenGpuTier(0, 64 * kBlock);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_EQ((*tier)->kind(), TierKind::kGpu);
+  auto e = (*tier)->Allocate(3 * kBlock + 5);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*tier)->Map(*e), nullptr);
+  EXPECT_NE((*tier)->DeviceAddress(*e), nullptr);
+  std::vector<std::byte> back(3 * kBlock + 5, std::byte{0xff});
+  ASSERT_TRUE(ReadAndWait(**tier, *e, 0, absl::MakeSpan(back)).ok());
+  EXPECT_EQ(back, std::vector<std::byte>(back.size()));
+  (*tier)->Free(*e);
+  EXPECT_EQ((*tier)->DeviceAddress(*e), nullptr);
+}
+
+// CUDA refuses to register a page twice: tiny extents each take pages of
+// their own.
+TEST(HostTierTest, PinnedForTheGpuTinyExtentsEachRegister) {
+  if (GpuCount() == 0) GTEST_SKIP() << "no GPU";
+  HostTier tier(1 << 20, HostTier::Pinning::kGpu);
+  std::vector<Extent> extents;
+  for (int i = 0; i < 64; ++i) {
+    auto e = tier.Allocate(100);
+    ASSERT_TRUE(e.ok()) << i << ": " << e.status();
+    extents.push_back(*e);
+  }
+  EXPECT_EQ(tier.used_bytes(), 64 * kBlock);
+  for (const Extent& e : extents) tier.Free(e);
+  EXPECT_EQ(tier.used_bytes(), 0u);
+}
+
 class NvmeTierTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ScratchDir("nvme");
-    tier_ = OpenNvme(64 * kBlock, dir_);
+    tier_ = OpenNvme(64 * kBlock, scratch_.path());
     ASSERT_NE(tier_, nullptr);
   }
-  void TearDown() override {
-    tier_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  std::string dir_;
+  const ScratchDir scratch_{"tier_test_nvme"};
   std::unique_ptr<NvmeTier> tier_;
 };
 
@@ -138,7 +186,8 @@ TEST_F(NvmeTierTest, FixedBuffersRoundTrip) {
 }
 
 TEST(NvmeTierReopenTest, AdoptedExtentsReadBackAfterAReopen) {
-  std::string dir = ScratchDir("reopen");
+  const ScratchDir scratch("tier_test_reopen");
+  const std::string& dir = scratch.path();
   AlignedBuffer in(3 * kBlock), out(3 * kBlock);
   in.Fill(11);
   uint64_t offset = 0;
@@ -167,8 +216,6 @@ TEST(NvmeTierReopenTest, AdoptedExtentsReadBackAfterAReopen) {
   auto fresh = tier->Allocate(8 * kBlock);
   ASSERT_TRUE(fresh.ok());
   EXPECT_TRUE(fresh->offset + 8 * kBlock <= offset || fresh->offset >= offset + 3 * kBlock);
-  tier.reset();
-  std::filesystem::remove_all(dir);
 }
 
 TEST(NvmeTierOpenTest, RefusesAFileSystemWithoutODirect) {
@@ -182,7 +229,8 @@ TEST(NvmeTierOpenTest, RefusesAFileSystemWithoutODirect) {
 }
 
 TEST(FaultyTierTest, AFailedWriteLeavesThePreviousContents) {
-  std::string dir = ScratchDir("faulty");
+  const ScratchDir scratch("tier_test_faulty");
+  const std::string& dir = scratch.path();
   auto nvme = OpenNvme(16 * kBlock, dir);
   ASSERT_NE(nvme, nullptr);
   FaultyTier tier(nvme.get());
@@ -205,8 +253,6 @@ TEST(FaultyTierTest, AFailedWriteLeavesThePreviousContents) {
   EXPECT_TRUE(out == second);
   tier.SetFull(true);
   EXPECT_EQ(tier.Allocate(kBlock).status().code(), absl::StatusCode::kResourceExhausted);
-  nvme.reset();
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

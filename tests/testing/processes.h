@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -66,14 +65,6 @@ inline std::string WaitReady(const std::string& file) {
   return "";
 }
 
-// An empty directory `name` under the test's temporary directory.
-inline std::string FreshDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 // Starts `bin`/strata-coordinator with its data, log and ready file in `dir`
 // and `extra` flags; returns its address ("" when it did not come up).
 inline std::string StartCoordinator(const std::string& bin, const std::string& dir,
@@ -94,18 +85,23 @@ struct ServerProcess {
 };
 
 // Starts `bin`/strata-server `name` (data in `dir`/name, log and ready file
-// beside it) for `coordinator`, unpinned host memory, one executor thread
-// (and one for NVMe chunks), no memory kept for checkpoint copies, and
-// `extra` flags.
+// beside it) for `coordinator`, no GPU tier (on a machine with a GPU too),
+// unpinned host memory, one executor thread (and one for NVMe chunks), no
+// memory kept for checkpoint copies, and `extra` flags (which may override these).
+// A ready file left by an earlier server of that name (a restart on the same
+// directory) is removed first, so that the new server's address is awaited.
 inline ServerProcess StartServer(const std::string& bin, const std::string& dir,
                                  const std::string& name, const std::string& coordinator,
                                  const std::vector<std::string>& extra, Processes* processes) {
   const std::string base = dir + "/" + name;
   std::vector<std::string> args = {
-      bin + "/strata-server",      "--listen=127.0.0.1:0",      "--coordinator=" + coordinator,
-      "--data_dir=" + base,        "--pin_host_memory=false",   "--executor_threads=1",
-      "--nvme_executor_threads=1", "--checkpoint_buffer_mib=0", "--ready_file=" + base + ".addr"};
+      bin + "/strata-server",         "--listen=127.0.0.1:0",
+      "--coordinator=" + coordinator, "--data_dir=" + base,
+      "--pin_host_memory=false",      "--executor_threads=1",
+      "--nvme_executor_threads=1",    "--checkpoint_buffer_mib=0",
+      "--gpu_budget_mib=0",           "--ready_file=" + base + ".addr"};
   args.insert(args.end(), extra.begin(), extra.end());
+  std::remove((base + ".addr").c_str());
   ServerProcess server;
   server.pid = Spawn(args, base + ".log");
   processes->pids.push_back(server.pid);

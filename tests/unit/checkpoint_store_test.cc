@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -19,8 +20,6 @@ namespace fs = std::filesystem;
 
 class CheckpointStoreTest : public ::testing::Test {
  protected:
-  ~CheckpointStoreTest() override { fs::remove_all(dir_); }
-
   // Commits an empty checkpoint of `step` of job "j"; its path.
   std::string Save(int64_t step) {
     absl::StatusOr<std::string> partial = BeginCheckpoint(dir_, "j", step);
@@ -41,8 +40,8 @@ class CheckpointStoreTest : public ::testing::Test {
     return steps;
   }
 
-  const std::string dir_ =
-      fs::absolute(::testing::TempDir() + "/checkpoint_store_test_" + std::to_string(getpid()));
+  const testing::ScratchDir scratch_{"checkpoint_store_test"};
+  const std::string dir_ = fs::absolute(scratch_.path());
 };
 
 TEST_F(CheckpointStoreTest, ListsCommittedOnesAndPrunesAllButTheNewest) {

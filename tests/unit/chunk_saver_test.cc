@@ -11,6 +11,7 @@
 #include "kernels/half.h"
 #include "server/saved_chunk.h"
 #include "storage/host_tier.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -34,7 +35,6 @@ class ChunkSaverTest : public ::testing::Test {
       paths_.push_back(dir_ + "/chunk-" + std::to_string(i));
     }
   }
-  ~ChunkSaverTest() override { std::filesystem::remove_all(dir_); }
 
   // Pushes and applies the next step on every chunk.
   void Step(int64_t step) {
@@ -63,7 +63,8 @@ class ChunkSaverTest : public ::testing::Test {
   HostTier tier_;
   // Room for two chunk states: the others' are allocated beyond it.
   StateArena arena_{2 * 61440};
-  const std::string dir_ = ::testing::TempDir() + "/chunk_saver_test_" + std::to_string(getpid());
+  const testing::ScratchDir scratch_{"chunk_saver_test"};
+  const std::string& dir_ = scratch_.path();
   std::vector<std::shared_ptr<Chunk>> chunks_;
   std::vector<std::string> paths_;
 };

@@ -18,6 +18,7 @@
 #include "storage/host_tier.h"
 #include "storage/nvme_tier.h"
 #include "tests/storage/faulty_tier.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -63,8 +64,8 @@ class ChunkTest : public ::testing::Test {
   HostTier tier_;
   StateArena arena_{0};  // checkpoint buffers, allocated when taken
   std::unique_ptr<Chunk> chunk_;
-  const std::string path_ =
-      ::testing::TempDir() + "/chunk_test_checkpoint_" + std::to_string(getpid());
+  const testing::ScratchDir scratch_{"chunk_test"};
+  const std::string path_ = scratch_.path() + "/checkpoint";
   std::deque<std::string> buffers_;
   std::deque<absl::Status> pushed_;
 };
@@ -350,8 +351,7 @@ constexpr uint64_t kNvmeN = 3000;  // not a multiple of the 4 KiB block
 class NvmeChunkTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/nvme_chunk_test_" + std::to_string(getpid());
-    auto nvme = NvmeTier::Open(NvmeTierOptions{dir_, 1 << 20, 8});
+    auto nvme = NvmeTier::Open(NvmeTierOptions{scratch_.path(), 1 << 20, 8});
     ASSERT_TRUE(nvme.ok()) << nvme.status();
     nvme_ = *std::move(nvme);
     faulty_ = std::make_unique<testing::FaultyTier>(nvme_.get());
@@ -370,7 +370,6 @@ class NvmeChunkTest : public ::testing::Test {
     chunk_.reset();
     faulty_.reset();
     nvme_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   absl::Status PushAndApply(int64_t step) {
@@ -388,7 +387,7 @@ class NvmeChunkTest : public ::testing::Test {
     return p;
   }
 
-  std::string dir_;
+  const testing::ScratchDir scratch_{"nvme_chunk_test"};
   HostTier host_{1 << 20};
   std::unique_ptr<NvmeTier> nvme_;
   std::unique_ptr<testing::FaultyTier> faulty_;

@@ -14,6 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "server/state_arena.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -67,18 +68,13 @@ TEST(StateArenaTest, PiecesComeFromTheRegionFirstFitAndCoalesce) {
 
 class SavedChunkTest : public ::testing::Test {
  protected:
-  ~SavedChunkTest() override { std::filesystem::remove_all(dir_); }
-
   static std::string Contents(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
-  const std::string dir_ = [] {
-    std::string dir = ::testing::TempDir() + "/saved_chunk_test_" + std::to_string(getpid());
-    std::filesystem::create_directories(dir);
-    return dir;
-  }();
+  const testing::ScratchDir scratch_{"saved_chunk_test"};
+  const std::string& dir_ = scratch_.path();
 };
 
 // p, m and v of n parameters whose every float differs from its neighbours.

@@ -5,6 +5,7 @@
 #include "gtest/gtest.h"
 #include "storage/host_tier.h"
 #include "storage/metadata_store.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -33,8 +34,8 @@ TEST(HostTierTest, KeepsWithinBudgetAndRoundTrips) {
 }
 
 TEST(MetadataStoreTest, PutGetScanDeletePersist) {
-  std::string dir = testing::TempDir() + "/metadata_store_test";
-  std::filesystem::remove_all(dir);
+  const testing::ScratchDir scratch("metadata_store_test");
+  const std::string& dir = scratch.path();
   {
     auto store = MetadataStore::Open(dir);
     ASSERT_TRUE(store.ok()) << store.status();

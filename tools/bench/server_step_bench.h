@@ -4,6 +4,13 @@
 // applied on a pool of T threads (as the step executor does).
 //  - server-step: chunks in the host tier; against the AdamW kernel alone over
 //    the same N and T, in the same run.
+//  - gpu-step: chunks in a GPU tier on GPU 0 (AdamW on the GPU); against the
+//    bus it needs, timed in the same run: e bytes per parameter go to the GPU
+//    (the gradient) while e come back (the copy), so the bound is
+//    min(to_gpu, from_gpu) / e parameters per second, with both directions
+//    timed at once over pinned memory, 4 copies in flight each way; and
+//    beside the same step over host-tier chunks.
+//    FAILED_PRECONDITION without a GPU.
 //  - nvme-step: chunks on the NVMe tier in DIR (read p, m, v; apply; write
 //    back); against fio on the same directory with the same I/O size and queue
 //    depth, in the same run: the bound is 1 / (12 / fio_read + 12 / fio_write)
@@ -31,6 +38,7 @@ struct NvmeBenchOptions {
 };
 
 absl::StatusOr<nlohmann::json> BenchServerStep(const KernelBenchOptions& options);
+absl::StatusOr<nlohmann::json> BenchGpuStep(const KernelBenchOptions& options);
 absl::StatusOr<nlohmann::json> BenchNvmeStep(const KernelBenchOptions& options,
                                              const NvmeBenchOptions& nvme);
 

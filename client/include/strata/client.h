@@ -79,7 +79,9 @@ struct ClientOptions {
   LossScaleOptions loss_scale;
   // Clip the global gradient norm to this value; 0 disables clipping.
   double max_grad_norm = 0.0;
-  // "gloo" (CPU, TCP) or "nccl" (GPU).
+  // "gloo" (CPU, TCP) or "nccl" (GPU). With Gloo the process ignores
+  // SIGPIPE unless it handles it itself: a peer that dies while this worker
+  // writes to it is then an error of the step, not the end of this worker.
   std::string collective = "gloo";
   // Address this worker's Gloo pairs listen on.
   std::string collective_hostname = "127.0.0.1";

@@ -1,6 +1,9 @@
-// The Gloo collective against plain sums, for world sizes that are and are
-// not powers of two, in every dtype; ranks run as threads over real TCP pairs
-// on loopback, rendezvousing through a coordinator.
+// The collectives against plain sums, in every dtype, rendezvousing through a
+// coordinator; ranks run as threads. Gloo: world sizes that are and are not
+// powers of two, over real TCP pairs on loopback. NCCL: one rank per GPU,
+// skipped where the machine has fewer GPUs than ranks (or none).
+#include <signal.h>
+
 #include <filesystem>
 #include <thread>
 
@@ -9,33 +12,39 @@
 #include "gtest/gtest.h"
 #include "kernels/elementwise.h"
 #include "server/daemons.h"
+#include "tests/testing/scratch_dir.h"
 
 namespace strata {
 namespace {
 
-class GlooCollectiveTest : public ::testing::TestWithParam<int> {
+enum class Backend { kGloo, kNccl };
+
+struct World {
+  Backend backend;
+  int size;
+};
+
+std::string WorldName(const ::testing::TestParamInfo<World>& info) {
+  return absl::StrCat(info.param.backend == Backend::kGloo ? "Gloo" : "Nccl", info.param.size);
+}
+
+class CollectiveTest : public ::testing::TestWithParam<World> {
  protected:
   void SetUp() override {
+    if (GetParam().backend == Backend::kNccl && NcclDeviceCount() < GetParam().size) {
+      GTEST_SKIP() << GetParam().size << " NCCL ranks need as many GPUs; this machine has "
+                   << NcclDeviceCount();
+    }
     CoordinatorOptions options;
-    options.data_dir = ::testing::TempDir() + "/gloo_collective_test_" + std::to_string(getpid()) +
-                       "_" + std::to_string(GetParam());
-    // A directory left by an earlier run with the same pid would hand the
-    // ranks its stale rendezvous addresses.
-    std::filesystem::remove_all(options.data_dir);
-    data_dir_ = options.data_dir;
+    options.data_dir = scratch_.path();
     auto coordinator = Coordinator::Start(options);
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
   }
 
-  void TearDown() override {
-    coordinator_.reset();
-    std::filesystem::remove_all(data_dir_);
-  }
-
   // Runs `body(rank, collective)` on world-size threads.
   void RunRanks(const std::string& group, const std::function<void(int, Collective&)>& body) {
-    const int world = GetParam();
+    const int world = GetParam().size;
     std::vector<std::thread> threads;
     for (int rank = 0; rank < world; ++rank) {
       threads.emplace_back([&, rank] {
@@ -45,7 +54,8 @@ class GlooCollectiveTest : public ::testing::TestWithParam<int> {
         options.rank = rank;
         options.size = world;
         options.timeout = absl::Seconds(30);
-        auto collective = CreateGlooCollective(options);
+        auto collective = GetParam().backend == Backend::kGloo ? CreateGlooCollective(options)
+                                                               : CreateNcclCollective(options);
         ASSERT_TRUE(collective.ok()) << collective.status();
         body(rank, **collective);
       });
@@ -53,15 +63,15 @@ class GlooCollectiveTest : public ::testing::TestWithParam<int> {
     for (auto& t : threads) t.join();
   }
 
-  std::string data_dir_;
+  const testing::ScratchDir scratch_{"collective_test"};
   std::unique_ptr<Coordinator> coordinator_;
 };
 
 // Small integers: their sums are exact in every dtype.
 float Value(int rank, size_t i) { return static_cast<float>((rank + 1) * (i % 7) + rank); }
 
-TEST_P(GlooCollectiveTest, ReduceScatterAllGatherAndAllReduceMatchPlainSums) {
-  const int world = GetParam();
+TEST_P(CollectiveTest, ReduceScatterAllGatherAndAllReduceMatchPlainSums) {
+  const int world = GetParam().size;
   const size_t n = 64 * 3 * 5 * 4;  // divisible by every world size tested
   for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
     RunRanks(absl::StrCat("dtype-", static_cast<int>(dtype)), [&](int rank, Collective& c) {
@@ -95,8 +105,8 @@ TEST_P(GlooCollectiveTest, ReduceScatterAllGatherAndAllReduceMatchPlainSums) {
 }
 
 // Uneven contributions, some empty (a range that misses a rank's slice).
-TEST_P(GlooCollectiveTest, AllGatherVConcatenatesTheRanksInputsInRankOrder) {
-  const int world = GetParam();
+TEST_P(CollectiveTest, AllGatherVConcatenatesTheRanksInputsInRankOrder) {
+  const int world = GetParam().size;
   std::vector<size_t> counts;
   for (int r = 0; r < world; ++r) counts.push_back(r % 3 == 1 ? 0 : 5 + 7 * r);
   size_t total = 0;
@@ -122,7 +132,23 @@ TEST_P(GlooCollectiveTest, AllGatherVConcatenatesTheRanksInputsInRankOrder) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooCollectiveTest, ::testing::Values(1, 2, 3, 4, 5));
+// Gloo writes to sockets without MSG_NOSIGNAL: once a group formed, SIGPIPE
+// is ignored, so that a peer dying mid-write fails the collective instead of
+// killing this process (ElasticTest kills workers while others write).
+TEST_P(CollectiveTest, AfterAGlooGroupSigpipeIsIgnored) {
+  if (GetParam().backend != Backend::kGloo) GTEST_SKIP() << "Gloo only";
+  RunRanks("sigpipe", [](int, Collective&) {});
+  struct sigaction current {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &current), 0);
+  EXPECT_EQ(current.sa_handler, SIG_IGN);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, CollectiveTest,
+                         ::testing::Values(World{Backend::kGloo, 1}, World{Backend::kGloo, 2},
+                                           World{Backend::kGloo, 3}, World{Backend::kGloo, 4},
+                                           World{Backend::kGloo, 5}, World{Backend::kNccl, 1},
+                                           World{Backend::kNccl, 2}),
+                         WorldName);
 
 }  // namespace
 }  // namespace strata

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Packs built binaries with the shared libraries they load, so that they run
+# on a machine that has a GPU driver but not the build's packages (gRPC,
+# RocksDB, Gloo, liburing, ...): glibc, the driver (libcuda) and NCCL (180
+# MB; GPU hosts have it, e.g. in PyTorch's nvidia-nccl package, which `run`
+# finds) are the target's own, everything else travels. Debug info is
+# stripped.
+#
+#   tools/device/bundle.sh OUT_DIR BINARY...
+#   OUT_DIR/run BINARY_NAME [ARGS...]     (on the target)
+set -euo pipefail
+if [[ $# -lt 2 ]]; then
+  echo "usage: $0 OUT_DIR BINARY..." >&2
+  exit 2
+fi
+out=$1
+shift
+mkdir -p "$out/bin" "$out/lib"
+# The target's own: the C library, the GPU driver and NCCL.
+system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libcuda|libnvidia|libnccl)[.-]'
+for binary in "$@"; do
+  strip --strip-debug -o "$out/bin/$(basename "$binary")" "$binary"
+  ldd "$binary" | awk '$3 ~ /^\// {print $1, $3}' | while read -r name path; do
+    [[ $name =~ $system ]] && continue
+    [[ -e $out/lib/$name ]] || strip --strip-debug -o "$out/lib/$name" "$(readlink -f "$path")"
+  done
+done
+cat >"$out/run" <<'RUN'
+#!/usr/bin/env bash
+here=$(cd "$(dirname "$0")" && pwd)
+name=$1
+shift
+libs=$here/lib
+if ! ldconfig -p | grep -q libnccl.so.2; then
+  nccl=$(find / -xdev -name libnccl.so.2 -path '*nvidia*' 2>/dev/null | head -1)
+  [[ -n $nccl ]] && libs=$libs:$(dirname "$nccl")
+fi
+LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/bin/$name" "$@"
+RUN
+chmod +x "$out/run"
+du -sh "$out"
