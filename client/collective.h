@@ -52,6 +52,8 @@ struct CollectiveOptions {
   std::function<bool()> abandon;
 };
 
+// Returns once every rank of the group has connected to every other, so a
+// rank may drop its group at once without failing a slower rank's formation.
 // UNAVAILABLE when the group cannot be formed within the timeout or is
 // abandoned. From the first call on, the process ignores SIGPIPE unless it
 // handles it itself: a peer that dies mid-write is then an error of the

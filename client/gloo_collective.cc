@@ -10,12 +10,14 @@
 #include <signal.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
 #include "client/collective.h"
 #include "client/coordinator_store.h"
+#include "common/status_macros.h"
 #include "kernels/elementwise.h"
 
 namespace strata {
@@ -159,7 +161,13 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateGlooCollective(const Collectiv
     context->connectFullMesh(store, device);
   });
   if (!s.ok()) return s;
-  return std::unique_ptr<Collective>(new GlooCollective(std::move(context), timeout));
+  auto collective = std::make_unique<GlooCollective>(std::move(context), timeout);
+  // A rank's connectFullMesh returns when its own pairs are connected; a peer
+  // may not have accepted them yet. Had this rank dropped the group then, the
+  // peer would accept a closed socket and fail its formation ("Connection
+  // closed by peer"). Past a barrier every rank has connected all its pairs.
+  RETURN_IF_ERROR(collective->Barrier());
+  return collective;
 }
 
 }  // namespace strata
