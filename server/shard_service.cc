@@ -1,5 +1,6 @@
 #include "server/shard_service.h"
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -10,6 +11,7 @@
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/log.h"
+#include "common/parallel_for.h"
 #include "common/status_macros.h"
 #include "server/chunk_saver.h"
 #include "server/gpu_chunk_state.h"
@@ -19,6 +21,9 @@ namespace strata {
 namespace {
 
 constexpr char kJobPrefix[] = "job/";
+// Checkpoint files read at a time by LoadChunks: one file's checksum and
+// copies into chunks overlap another's reads.
+constexpr size_t kParallelLoads = 2;
 
 // The file of a chunk in a checkpoint directory.
 std::string CheckpointFileName(uint32_t chunk_id) {
@@ -742,40 +747,50 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
   if (request.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 0"));
   }
-  ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
-  // Parameters of each local chunk the files cover.
-  std::vector<uint64_t> covered(chunks.size(), 0);
-  StateBuffer state;
-  uint64_t state_params = 0;
   for (const v1::CheckpointFile& file : request.files()) {
-    const uint64_t n = file.chunk().num_params();
-    const FlatRange source{file.chunk().flat_begin(), file.chunk().flat_begin() + n};
-    const std::string path = absl::StrCat(request.dir(), "/", file.file());
     if (file.file().empty() || file.file().find('/') != std::string::npos) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint file name '", file.file(), "' is not a plain file name"));
     }
-    if (state_params != n) {
-      state = AllocateStateBuffer(n);
-      state_params = n;
-    }
-    float* p = state.get();
-    RETURN_IF_ERROR(LoadChunkState(path, file.checksum(), n, p));
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      const FlatRange target = chunks[i]->range();
-      const uint64_t begin = std::max(source.begin, target.begin);
-      const uint64_t end = std::min(source.end, target.end);
-      if (begin >= end) continue;
-      const uint64_t offset = begin - source.begin;
-      RETURN_IF_ERROR(chunks[i]->WriteState(begin, p + offset, p + n + offset, p + 2 * n + offset,
-                                            end - begin, request.step()));
-      covered[i] += end - begin;
-    }
   }
+  ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
+  // Parameters of each local chunk the files cover.
+  std::vector<std::atomic<uint64_t>> covered(chunks.size());
+  // Each loading thread's buffer, reused while the files' sizes repeat.
+  struct Buffer {
+    StateBuffer state;
+    uint64_t num_params = 0;
+  };
+  std::vector<Buffer> buffers(kParallelLoads);
+  RETURN_IF_ERROR(ParallelFor(
+      request.files_size(), kParallelLoads, [&](size_t thread, size_t f) -> absl::Status {
+        const v1::CheckpointFile& file = request.files(f);
+        const uint64_t n = file.chunk().num_params();
+        const FlatRange source{file.chunk().flat_begin(), file.chunk().flat_begin() + n};
+        Buffer& buffer = buffers[thread];
+        if (buffer.num_params != n) {
+          buffer.state = AllocateStateBuffer(n);
+          buffer.num_params = n;
+        }
+        float* p = buffer.state.get();
+        RETURN_IF_ERROR(
+            LoadChunkState(absl::StrCat(request.dir(), "/", file.file()), file.checksum(), n, p));
+        for (size_t i = 0; i < chunks.size(); ++i) {
+          const FlatRange target = chunks[i]->range();
+          const uint64_t begin = std::max(source.begin, target.begin);
+          const uint64_t end = std::min(source.end, target.end);
+          if (begin >= end) continue;
+          const uint64_t offset = begin - source.begin;
+          RETURN_IF_ERROR(chunks[i]->WriteState(begin, p + offset, p + n + offset,
+                                                p + 2 * n + offset, end - begin, request.step()));
+          covered[i] += end - begin;
+        }
+        return absl::OkStatus();
+      }));
   for (size_t i = 0; i < chunks.size(); ++i) {
     if (covered[i] != chunks[i]->range().size()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("the checkpoint's files cover ", covered[i], " of the ",
+          absl::StrCat("the checkpoint's files cover ", covered[i].load(), " of the ",
                        chunks[i]->range().size(), " parameters of chunk ", chunks[i]->chunk_id()));
     }
   }
