@@ -356,7 +356,7 @@ void Chunk::FailWaiters(const absl::Status& status) {
   for (Waiter& w : failed) std::move(w.done)(status, w.step, {});
 }
 
-absl::Status Chunk::ArmCheckpoint(int64_t step, StateArena* arena) {
+absl::Status Chunk::ArmCheckpoint(int64_t step, StateArena* arena, std::string path) {
   // Under state_mu_, no Apply() is between its check of the armed step and
   // its update: it applied before (and the chunk is past `step`) or will see it.
   absl::MutexLock state_lock(&state_mu_);
@@ -373,6 +373,8 @@ absl::Status Chunk::ArmCheckpoint(int64_t step, StateArena* arena) {
   checkpoint_step_ = step;
   checkpoint_failure_ = absl::OkStatus();
   checkpoint_arena_ = arena;
+  checkpoint_path_ = std::move(path);
+  checkpoint_written_.reset();
   return absl::OkStatus();
 }
 
@@ -381,7 +383,9 @@ StateView Chunk::LiveView(const StateView& loaded) const {
 }
 
 bool Chunk::CheckpointNeedsState(int64_t step) {
-  if (held_ != Buffer::kNone || !checkpoint_copy_.empty()) return false;
+  if (held_ != Buffer::kNone || !checkpoint_copy_.empty() || checkpoint_written_.has_value()) {
+    return false;
+  }
   absl::MutexLock lock(&mu_);
   return checkpoint_step_ == step;
 }
@@ -397,10 +401,20 @@ void Chunk::KeepCheckpointState(int64_t step, const StateView& live) {
   }
   absl::StatusOr<ArenaState> copy = CopyToArena(live);
   if (!copy.ok()) {
-    DisarmLocked(copy.status());
+    WriteCheckpointNow(live);
     return;
   }
   checkpoint_copy_ = *std::move(copy);
+}
+
+void Chunk::WriteCheckpointNow(const StateView& live) {
+  absl::StatusOr<uint64_t> checksum = SaveChunkState(checkpoint_path_, live.p, range_.size());
+  held_ = Buffer::kNone;
+  if (!checksum.ok()) {
+    DisarmLocked(checksum.status());
+    return;
+  }
+  checkpoint_written_ = *checksum;
 }
 
 absl::StatusOr<ArenaState> Chunk::CopyToArena(const StateView& view) {
@@ -418,7 +432,7 @@ StateView Chunk::UpdateTarget(const StateView& loaded) {
       if (!shadow.ok()) {
         state_mu_.Await(absl::Condition(
             +[](bool* writing) { return !*writing; }, &writing_held_));
-        if (held_ == live) DisarmLocked(shadow.status());
+        if (held_ == live) WriteCheckpointNow(loaded);
         return loaded;
       }
       shadow_ = *std::move(shadow);
@@ -440,6 +454,7 @@ void Chunk::DisarmLocked(const absl::Status& failure) {
     ReleaseUnusedShadow();
   }
   checkpoint_copy_.Reset();
+  checkpoint_written_.reset();
   absl::MutexLock lock(&mu_);
   checkpoint_step_ = -1;
   checkpoint_failure_ = failure;
@@ -470,23 +485,26 @@ absl::Status Chunk::AwaitCheckpointStep(absl::Time wait_until) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(const std::string& path,
-                                               std::optional<v1::LossScaleState>* loss_scale) {
+absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(std::optional<v1::LossScaleState>* loss_scale) {
   RETURN_IF_ERROR(AwaitCheckpointStep(absl::InfinitePast()));
   // The state of the armed step: the buffer held (by an Apply() that went
   // past it, or now: the chunk is at the step and no Apply() runs while
   // state_mu_ is held), or the copy an Apply() made (NVMe tier), or one made
-  // now. Apply()s go on while it is written.
+  // now; or the file an Apply() wrote. Apply()s go on while it is written.
   const float* state = nullptr;
   ArenaState copy;
+  std::string path;
   {
     absl::MutexLock state_lock(&state_mu_);
-    const bool kept = held_ != Buffer::kNone || !checkpoint_copy_.empty();
+    const bool kept =
+        held_ != Buffer::kNone || !checkpoint_copy_.empty() || checkpoint_written_.has_value();
     {
       absl::MutexLock lock(&mu_);
       *loss_scale = kept ? checkpoint_loss_scale_ : loss_scales_[applied_step_ & 1];
       checkpoint_step_ = -1;
     }
+    if (checkpoint_written_.has_value()) return *std::exchange(checkpoint_written_, std::nullopt);
+    path = checkpoint_path_;
     absl::StatusOr<StateView> loaded = state_->Load();
     if (!loaded.ok()) {
       DisarmLocked(absl::OkStatus());

@@ -139,27 +139,31 @@ class Chunk {
   // job dropped); the staged step can then be pushed again.
   void FailWaiters(const absl::Status& status);
 
-  // Keeps the state of `step` for SaveCheckpoint() without stopping
-  // training: a host-tier chunk's updates past `step` go to a second buffer
-  // from `arena` (out of place: no copy) until the save has written the
-  // buffer that holds `step`; an NVMe- or GPU-tier chunk copies its state
-  // into `arena` memory. `arena` must outlive the save. ABORTED when the
-  // chunk is past `step`, FAILED_PRECONDITION when armed for another step or
-  // still writing a checkpoint.
-  absl::Status ArmCheckpoint(int64_t step, StateArena* arena) ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
+  // Keeps the state of `step` for SaveCheckpoint() to write to `path`,
+  // without stopping training: a host-tier chunk's updates past `step` go to
+  // a second buffer from `arena` (out of place: no copy) until the save has
+  // written the buffer that holds `step`; an NVMe- or GPU-tier chunk copies
+  // its state into `arena` memory. When the arena refuses the memory, the
+  // Apply() past `step` writes the state to `path` itself before it updates
+  // (training waits for the write instead of the server running out of
+  // memory). `arena` must outlive the save. ABORTED when the chunk is past
+  // `step`, FAILED_PRECONDITION when armed for another step or still writing
+  // a checkpoint.
+  absl::Status ArmCheckpoint(int64_t step, StateArena* arena, std::string path)
+      ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
   // Waits until the chunk reaches the armed step: DEADLINE_EXCEEDED after
   // `wait_until` (disarmed), CANCELLED by CancelCheckpoint(),
   // FAILED_PRECONDITION when not armed, or the error that disarmed it (an
   // Apply() found no memory to keep the state in).
   absl::Status AwaitCheckpointStep(absl::Time wait_until) ABSL_LOCKS_EXCLUDED(mu_);
   // Once AwaitCheckpointStep() returned OK: writes the chunk's state at the
-  // armed step to `path` (synced, server/saved_chunk.h; straight from the
-  // buffer that holds it) and disarms. Returns
-  // the file's checksum and sets `loss_scale` to the loss scaler the step's
-  // pushes reported; AwaitCheckpointStep()'s error when the step is not
-  // reached (or the checkpoint was cancelled), or the I/O error naming the file.
-  absl::StatusOr<uint64_t> SaveCheckpoint(const std::string& path,
-                                          std::optional<v1::LossScaleState>* loss_scale)
+  // armed step to the armed path (synced, server/saved_chunk.h; straight
+  // from the buffer that holds it), unless an Apply() wrote it already, and
+  // disarms. Returns the file's checksum and sets `loss_scale` to the loss
+  // scaler the step's pushes reported; AwaitCheckpointStep()'s error when
+  // the step is not reached (or the checkpoint was cancelled), or the I/O
+  // error naming the file.
+  absl::StatusOr<uint64_t> SaveCheckpoint(std::optional<v1::LossScaleState>* loss_scale)
       ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
   // Disarms, ending an AwaitCheckpointStep() that waits.
   void CancelCheckpoint() ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
@@ -214,11 +218,15 @@ class Chunk {
       ABSL_LOCKS_EXCLUDED(mu_);
   // In Apply(), before the state of `step` changes, once
   // CheckpointNeedsState(step): keeps `live`: a host-tier chunk holds
-  // its live buffer, an NVMe- or GPU-tier chunk copies it into the arena. When no
-  // memory can hold the copy, the checkpoint is disarmed with that error and
-  // the step goes on: training does not fail for a checkpoint.
+  // its live buffer, an NVMe- or GPU-tier chunk copies it into the arena, or
+  // writes it now when the arena refuses the memory.
   void KeepCheckpointState(int64_t step, const StateView& live)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Writes `live` (the armed step's state) to the armed path now, in
+  // Apply(), and lets go of the held buffer; an I/O error disarms the
+  // checkpoint with it. Either way the step goes on: training does not fail
+  // for a checkpoint.
+  void WriteCheckpointNow(const StateView& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // `view` copied into arena memory (an NVMe- or GPU-tier chunk's state kept aside).
   absl::StatusOr<ArenaState> CopyToArena(const StateView& view)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
@@ -226,8 +234,8 @@ class Chunk {
   // live buffer is held for a save (then the other buffer, taking the shadow
   // from the arena), or the live state is in the shadow and the extent is
   // free again (back to it). If the arena refuses the shadow, waits for a
-  // write of the held buffer to end, or else disarms the checkpoint, and
-  // updates in place.
+  // write of the held buffer to end, or else writes it now, and updates in
+  // place.
   StateView UpdateTarget(const StateView& loaded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // Gives the shadow back when it holds neither the live state nor a held one.
   void ReleaseUnusedShadow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
@@ -272,10 +280,13 @@ class Chunk {
   // the buffer held with the armed step's state (no update writes it until
   // the save wrote it), and whether SaveCheckpoint() is writing it now. An
   // NVMe- or GPU-tier chunk's copy of the armed step's state, once an Apply() went
-  // past it before the save.
+  // past it before the save. The checksum of the file, once an Apply()
+  // wrote it (no memory to keep the state in).
   int64_t checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
   absl::Status checkpoint_failure_ ABSL_GUARDED_BY(mu_);
   StateArena* checkpoint_arena_ ABSL_GUARDED_BY(state_mu_) = nullptr;
+  std::string checkpoint_path_ ABSL_GUARDED_BY(state_mu_);
+  std::optional<uint64_t> checkpoint_written_ ABSL_GUARDED_BY(state_mu_);
   ArenaState shadow_ ABSL_GUARDED_BY(state_mu_);
   bool live_in_shadow_ ABSL_GUARDED_BY(state_mu_) = false;
   Buffer held_ ABSL_GUARDED_BY(state_mu_) = Buffer::kNone;

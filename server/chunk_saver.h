@@ -25,10 +25,11 @@ struct SavedChunk {
   std::optional<v1::LossScaleState> loss_scale;
 };
 
-// Writes chunk i to paths[i]. On the first error, the chunks
-// not yet written are disarmed and that error (naming the file) is returned.
+// Writes each chunk to the path it was armed with. On the first error, the
+// chunks not yet written are disarmed and that error (naming the file) is
+// returned.
 absl::StatusOr<std::vector<SavedChunk>> SaveArmedChunks(
-    const std::vector<std::shared_ptr<Chunk>>& chunks, const std::vector<std::string>& paths);
+    const std::vector<std::shared_ptr<Chunk>>& chunks);
 
 }  // namespace strata
 

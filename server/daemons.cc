@@ -114,6 +114,12 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   if (options.executor_threads < 1 || options.nvme_executor_threads < 1) {
     return absl::InvalidArgumentError("executor threads and NVMe executor threads must be >= 1");
   }
+  if (options.checkpoint_memory_limit_bytes < options.checkpoint_buffer_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint memory limit (",
+                                                   options.checkpoint_memory_limit_bytes >> 20,
+                                                   " MiB) is below the checkpoint buffer kept (",
+                                                   options.checkpoint_buffer_bytes >> 20, " MiB)"));
+  }
   std::unique_ptr<ShardServer> server(new ShardServer());
   server->save_host_chunks_ = options.save_host_chunks;
   ASSIGN_OR_RETURN(server->metadata_, OpenMetadata(options.data_dir));
@@ -133,7 +139,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   if (server->nvme_ != nullptr) {
     server->nvme_executor_ = std::make_unique<ThreadPool>(options.nvme_executor_threads);
   }
-  server->checkpoint_arena_ = std::make_unique<StateArena>(options.checkpoint_buffer_bytes);
+  server->checkpoint_arena_ = std::make_unique<StateArena>(options.checkpoint_buffer_bytes,
+                                                           options.checkpoint_memory_limit_bytes);
   ASSIGN_OR_RETURN(
       server->service_,
       ShardService::Create(server->gpu_.get(), server->tier_.get(), server->nvme_.get(),

@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     server.nvme_executor_threads = options.executor_threads;
     server.pin_host_memory = options.pin_host_memory;
     server.checkpoint_buffer_bytes = options.checkpoint_buffer_bytes;
+    server.checkpoint_memory_limit_bytes = options.checkpoint_memory_limit_bytes;
     server.save_host_chunks = false;  // the data directory goes with the cluster
     if (options.serve_metrics) server.metrics_listen_address = "127.0.0.1:0";
     if (options.nvme_budget_bytes > 0) {

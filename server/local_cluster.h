@@ -21,6 +21,7 @@ struct LocalClusterOptions {
   bool pin_host_memory = false;
   // Per server (ShardServerOptions).
   uint64_t checkpoint_buffer_bytes = 0;
+  uint64_t checkpoint_memory_limit_bytes = ShardServerOptions::kDefaultCheckpointMemoryLimitBytes;
   // Per server; 0: no NVMe tier.
   uint64_t nvme_budget_bytes = 0;
   // Per server, on GPU 0 (ShardServerOptions::gpu_budget_bytes); none by default.

@@ -40,7 +40,13 @@ ABSL_FLAG(uint64_t, checkpoint_buffer_mib, 384,
           "that training updates before the save wrote it (until its next step), a copy for "
           "NVMe-tier chunks (the default holds 8 chunks of 4 Mi parameters). A save that needs "
           "more allocates it and frees it after, which costs page faults in the training's "
-          "path. Each save logs the most it used");
+          "path, up to --checkpoint_memory_limit_mib. Each save logs the most it used");
+ABSL_FLAG(uint64_t, checkpoint_memory_limit_mib,
+          strata::ShardServerOptions::kDefaultCheckpointMemoryLimitBytes >> 20,
+          "the most host memory in MiB that checkpoints may keep chunk states aside in at once "
+          "(at least --checkpoint_buffer_mib). Past it, a training step that finds a chunk's "
+          "state not yet saved writes it to the checkpoint itself before updating the chunk: "
+          "training waits for that write instead of the server running out of memory");
 ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at start-up");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port to serve Prometheus metrics on (/metrics); port 0 picks a free port; "
@@ -78,6 +84,7 @@ int main(int argc, char** argv) {
   options.nvme_executor_threads = absl::GetFlag(FLAGS_nvme_executor_threads);
   options.save_host_chunks = absl::GetFlag(FLAGS_save_host_chunks);
   options.checkpoint_buffer_bytes = absl::GetFlag(FLAGS_checkpoint_buffer_mib) << 20;
+  options.checkpoint_memory_limit_bytes = absl::GetFlag(FLAGS_checkpoint_memory_limit_mib) << 20;
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);
   auto server = strata::ShardServer::Start(options);

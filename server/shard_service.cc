@@ -684,7 +684,9 @@ absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ArmChunks(
   }
   ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
   for (size_t i = 0; i < chunks.size(); ++i) {
-    absl::Status armed = chunks[i]->ArmCheckpoint(request.step(), checkpoint_arena_);
+    absl::Status armed = chunks[i]->ArmCheckpoint(
+        request.step(), checkpoint_arena_,
+        absl::StrCat(request.dir(), "/", CheckpointFileName(chunks[i]->chunk_id())));
     if (!armed.ok()) {
       for (size_t j = 0; j < i; ++j) chunks[j]->CancelCheckpoint();
       return armed;
@@ -705,11 +707,7 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
     }
   }
   const absl::Time writing = absl::Now();
-  std::vector<std::string> paths;
-  for (const auto& chunk : chunks) {
-    paths.push_back(absl::StrCat(request.dir(), "/", CheckpointFileName(chunk->chunk_id())));
-  }
-  ASSIGN_OR_RETURN(std::vector<SavedChunk> saved, SaveArmedChunks(chunks, paths));
+  ASSIGN_OR_RETURN(std::vector<SavedChunk> saved, SaveArmedChunks(chunks));
   for (size_t i = 0; i < chunks.size(); ++i) {
     const Chunk& chunk = *chunks[i];
     if (saved[i].loss_scale.has_value()) *response->mutable_loss_scale() = *saved[i].loss_scale;
@@ -727,7 +725,9 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
               " s; checkpoint buffers since start-up: at most ",
               checkpoint_arena_->peak_taken_bytes() >> 20, " MiB at once, ",
               checkpoint_arena_->allocated_beyond_bytes() >> 20, " MiB beyond the ",
-              checkpoint_arena_->retained_bytes() >> 20, " MiB kept");
+              checkpoint_arena_->retained_bytes() >> 20, " MiB kept, ",
+              checkpoint_arena_->refused_bytes() >> 20, " MiB refused for the limit of ",
+              checkpoint_arena_->limit_bytes() >> 20, " MiB (written by training steps instead)");
   return absl::OkStatus();
 }
 

@@ -23,8 +23,9 @@ std::byte* AllocateFaultedIn(size_t bytes) {
   return static_cast<std::byte*>(memory);
 }
 
-StateArena::StateArena(uint64_t retained_bytes)
+StateArena::StateArena(uint64_t retained_bytes, uint64_t limit_bytes)
     : retained_bytes_(retained_bytes / kAlignment * kAlignment),
+      limit_bytes_(std::max(limit_bytes, retained_bytes_)),
       region_(retained_bytes_ > 0 ? AllocateFaultedIn(retained_bytes_) : nullptr) {
   if (region_ != nullptr) free_.Give(0, retained_bytes_);
 }
@@ -39,15 +40,23 @@ absl::StatusOr<std::byte*> StateArena::Take(uint64_t bytes) {
       CountTaken(rounded);
       return region_ + *offset;
     }
+    // Reserved here, so that takes racing for the last bytes do not all pass.
+    if (taken_bytes_ + rounded > limit_bytes_) {
+      refused_bytes_ += rounded;
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the checkpoint memory limit (", limit_bytes_ >> 20, " MiB, ", taken_bytes_ >> 20,
+          " MiB out) has no room for a chunk state of ", rounded >> 20, " MiB"));
+    }
+    CountTaken(rounded);
   }
   // Outside the lock: faulting memory in takes milliseconds.
   std::byte* piece = AllocateFaultedIn(rounded);
+  absl::MutexLock lock(&mu_);
   if (piece == nullptr) {
+    taken_bytes_ -= rounded;
     return absl::ResourceExhaustedError(absl::StrCat(
         "the system refused ", rounded, " bytes of host memory for a chunk state kept aside"));
   }
-  absl::MutexLock lock(&mu_);
-  CountTaken(rounded);
   allocated_beyond_bytes_ += rounded;
   return piece;
 }
@@ -75,6 +84,11 @@ uint64_t StateArena::taken_bytes() const {
 uint64_t StateArena::peak_taken_bytes() const {
   absl::MutexLock lock(&mu_);
   return peak_taken_bytes_;
+}
+
+uint64_t StateArena::refused_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return refused_bytes_;
 }
 
 uint64_t StateArena::allocated_beyond_bytes() const {

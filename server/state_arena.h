@@ -4,8 +4,11 @@
 // them). The first `retained_bytes` are one region allocated and faulted in
 // when the arena is made; Take() carves pieces from it (first fit, freed
 // pieces coalesced). A piece that does not fit there is allocated (and
-// faulted in) when taken and freed when given back. So a checkpoint never
-// waits for memory, and what the server keeps between saves is bounded.
+// faulted in) when taken and freed when given back, as long as all that is
+// out stays within `limit_bytes`. So a checkpoint rarely waits for memory,
+// what the server keeps between saves is bounded, and so is what a save
+// takes: a chunk refused memory is written by the training step instead
+// (Chunk::UpdateTarget), rather than the server running out of memory.
 //
 // Why keep memory at all: faulting memory in costs more than filling it. On
 // a 2-vCPU VM, first touch ran at 1-1.5 GB/s against ~7 GB/s for a memcpy
@@ -36,26 +39,31 @@ class StateArena {
   static constexpr uint64_t kAlignment = 4096;
 
   // Keeps `retained_bytes` rounded down to 4 KiB (none if the system
-  // refuses them; pieces are then allocated when taken).
-  explicit StateArena(uint64_t retained_bytes);
+  // refuses them; pieces are then allocated when taken); never gives out more
+  // than max(limit_bytes, the retained bytes) at once.
+  explicit StateArena(uint64_t retained_bytes, uint64_t limit_bytes = UINT64_MAX);
   // Every piece taken must have been given back.
   ~StateArena();
   StateArena(const StateArena&) = delete;
   StateArena& operator=(const StateArena&) = delete;
 
   // `bytes` of contiguous memory, 4 KiB-aligned; contents undefined.
-  // RESOURCE_EXHAUSTED when it is not in the region and the system refuses it.
+  // RESOURCE_EXHAUSTED when it would pass the limit, or is not in the region
+  // and the system refuses it.
   absl::StatusOr<std::byte*> Take(uint64_t bytes);
   // Returns what Take(bytes) gave.
   void Give(std::byte* piece, uint64_t bytes);
 
   uint64_t retained_bytes() const { return region_ != nullptr ? retained_bytes_ : 0; }
+  uint64_t limit_bytes() const { return limit_bytes_; }
   // The bytes out now.
   uint64_t taken_bytes() const;
   // The most bytes out at once, and those allocated beyond the region, since
   // the arena was made: what --checkpoint_buffer_mib could be.
   uint64_t peak_taken_bytes() const;
   uint64_t allocated_beyond_bytes() const;
+  // The bytes refused for the limit since the arena was made.
+  uint64_t refused_bytes() const;
 
  private:
   void CountTaken(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -64,12 +72,14 @@ class StateArena {
   }
 
   const uint64_t retained_bytes_;
+  const uint64_t limit_bytes_;
   std::byte* const region_;  // nullptr when nothing is retained
   mutable absl::Mutex mu_;
   FreeRanges free_ ABSL_GUARDED_BY(mu_);  // of the region, by offset
   uint64_t taken_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t peak_taken_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t allocated_beyond_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t refused_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace strata

@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "common/command_line.h"
 #include "kernels/isa.h"
+#include "server/daemons.h"
 #include "tools/bench/checkpoint_bench.h"
 #include "tools/bench/elastic_bench.h"
 #include "tools/bench/kernel_bench.h"
@@ -28,6 +29,10 @@ ABSL_FLAG(
     uint64_t, checkpoint_buffer_mib, 384,
     "checkpoint: host memory per shard server kept for the states checkpoints keep aside (the "
     "server's --checkpoint_buffer_mib)");
+ABSL_FLAG(uint64_t, checkpoint_memory_limit_mib,
+          strata::ShardServerOptions::kDefaultCheckpointMemoryLimitBytes >> 20,
+          "checkpoint: the most host memory per shard server for the states checkpoints keep "
+          "aside (the server's --checkpoint_memory_limit_mib)");
 ABSL_FLAG(std::string, dtype, "fp16", "step: fp16 or bf16");
 ABSL_FLAG(int, steps, 5, "step: timed steps (after one warm-up step)");
 ABSL_FLAG(std::string, dir, "",
@@ -68,6 +73,7 @@ constexpr char kUsage[] =
     "  strata-bench step --params N --workers W --servers S [--dtype fp16|bf16]\n"
     "      the whole optimizer path of a step on loopback, against iperf3\n"
     "  strata-bench checkpoint --params N --dir DIR [--servers S] [--checkpoint_buffer_mib M]\n"
+    "      [--checkpoint_memory_limit_mib L]\n"
     "      saves a checkpoint of a training job (host-tier chunks) into DIR while it\n"
     "      trains, and restores a new job from it, against fio's direct write on DIR;\n"
     "      reports the training pause the save caused\n"
@@ -107,6 +113,7 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
     o.servers = absl::GetFlag(FLAGS_servers);
     o.executor_threads = absl::GetFlag(FLAGS_executor_threads);
     o.checkpoint_buffer_bytes = absl::GetFlag(FLAGS_checkpoint_buffer_mib) << 20;
+    o.checkpoint_memory_limit_bytes = absl::GetFlag(FLAGS_checkpoint_memory_limit_mib) << 20;
     return strata::BenchCheckpoint(o);
   }
   if (command == "step") {

@@ -324,6 +324,22 @@ TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {
   EXPECT_THAT(s.message(), HasSubstr("is not a checkpoint"));
 }
 
+// A checkpoint memory limit below the memory kept for checkpoints is a
+// configuration error, refused at start-up with both figures.
+TEST(ShardServerStartUpTest, ACheckpointMemoryLimitBelowTheKeptBufferIsRefused) {
+  ShardServerOptions options;
+  options.coordinator_address = "127.0.0.1:1";  // never reached
+  const testing::ScratchDir scratch("checkpoint_limit_start_up_test");
+  options.data_dir = scratch.path();
+  options.checkpoint_buffer_bytes = uint64_t{64} << 20;
+  options.checkpoint_memory_limit_bytes = uint64_t{32} << 20;
+  auto server = ShardServer::Start(options);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << server.status();
+  EXPECT_THAT(std::string(server.status().message()),
+              ::testing::AllOf(::testing::HasSubstr("limit (32 MiB)"),
+                               ::testing::HasSubstr("kept (64 MiB)")));
+}
+
 TEST_F(BadInputTest, MembershipRequestsNameTheProblem) {
   auto call = [&](auto method, const auto& request, auto* response) {
     return CallUnary(coordinator_.get(), method, request, response, absl::Seconds(10));

@@ -253,8 +253,8 @@ TEST_F(ChunkTest, WriteStateSetsTheStateAndStepBeforeTheFirstPush) {
 TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
   std::vector<float> init(kN, 1.0f);
   ASSERT_TRUE(chunk_->WriteParams(kBegin, init.data(), kN).ok());
-  ASSERT_TRUE(chunk_->ArmCheckpoint(1, &arena_).ok());
-  EXPECT_EQ(chunk_->ArmCheckpoint(2, &arena_).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(chunk_->ArmCheckpoint(1, &arena_, path_).ok());
+  EXPECT_EQ(chunk_->ArmCheckpoint(2, &arena_, path_).code(), absl::StatusCode::kFailedPrecondition);
   auto scaler_after = [](int64_t step) {
     v1::LossScaleState s;
     s.set_scale(1024.0f * step);
@@ -272,7 +272,7 @@ TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
     }
   }
   std::optional<v1::LossScaleState> loss_scale;
-  absl::StatusOr<uint64_t> checksum = chunk_->SaveCheckpoint(path_, &loss_scale);
+  absl::StatusOr<uint64_t> checksum = chunk_->SaveCheckpoint(&loss_scale);
   ASSERT_TRUE(checksum.ok()) << checksum.status();
   ASSERT_TRUE(loss_scale.has_value());
   EXPECT_EQ(loss_scale->SerializeAsString(), scaler_after(1).SerializeAsString());
@@ -310,11 +310,11 @@ TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
   EXPECT_EQ(arena_.taken_bytes(), 0u) << "the second buffer was not given back";
 
   // Disarmed by the save; past step 2 now.
-  EXPECT_EQ(chunk_->ArmCheckpoint(2, &arena_).code(), absl::StatusCode::kAborted);
-  ASSERT_TRUE(chunk_->ArmCheckpoint(5, &arena_).ok());
+  EXPECT_EQ(chunk_->ArmCheckpoint(2, &arena_, path_).code(), absl::StatusCode::kAborted);
+  ASSERT_TRUE(chunk_->ArmCheckpoint(5, &arena_, path_).ok());
   EXPECT_EQ(chunk_->AwaitCheckpointStep(absl::Now() + absl::Milliseconds(20)).code(),
             absl::StatusCode::kDeadlineExceeded);
-  ASSERT_TRUE(chunk_->ArmCheckpoint(5, &arena_).ok());
+  ASSERT_TRUE(chunk_->ArmCheckpoint(5, &arena_, path_).ok());
   std::thread cancel([&] {
     absl::SleepFor(absl::Milliseconds(20));
     chunk_->CancelCheckpoint();
@@ -322,7 +322,7 @@ TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
   EXPECT_EQ(chunk_->AwaitCheckpointStep(absl::InfiniteFuture()).code(),
             absl::StatusCode::kCancelled);
   cancel.join();
-  EXPECT_EQ(chunk_->SaveCheckpoint(path_, &loss_scale).status().code(),
+  EXPECT_EQ(chunk_->SaveCheckpoint(&loss_scale).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 

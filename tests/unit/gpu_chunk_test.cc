@@ -109,8 +109,11 @@ TEST_P(GpuChunkTest, TrainsBitwiseLikeAHostChunk) {
   EXPECT_EQ(State(*on_gpu_), State(*on_host_));
   EXPECT_EQ(Pull(*on_gpu_, 10), Pull(*on_host_, 10));
   StateArena arena(0);
+  // Each is written and read back in turn.
+  const testing::ScratchDir scratch("gpu_chunk_test");
+  const std::string path = scratch.path() + "/checkpoint";
   for (Chunk* chunk : {on_gpu_.get(), on_host_.get()}) {
-    ASSERT_TRUE(chunk->ArmCheckpoint(12, &arena).ok());
+    ASSERT_TRUE(chunk->ArmCheckpoint(12, &arena, path).ok());
   }
   for (int64_t step = 11; step <= 15; ++step) {
     Step(step);
@@ -120,13 +123,11 @@ TEST_P(GpuChunkTest, TrainsBitwiseLikeAHostChunk) {
   }
   EXPECT_EQ(Pull(*on_gpu_, 14), Pull(*on_host_, 14));
   // The checkpoint of step 12, kept while steps 13-15 went on.
-  const testing::ScratchDir scratch("gpu_chunk_test");
-  const std::string path = scratch.path() + "/checkpoint";
   std::string files[2];
   int i = 0;
   for (Chunk* chunk : {on_gpu_.get(), on_host_.get()}) {
     std::optional<v1::LossScaleState> loss_scale;
-    auto checksum = chunk->SaveCheckpoint(path, &loss_scale);
+    auto checksum = chunk->SaveCheckpoint(&loss_scale);
     ASSERT_TRUE(checksum.ok()) << checksum.status();
     std::ifstream in(path, std::ios::binary);
     files[i++] = std::string((std::istreambuf_iterator<char>(in)), {});

@@ -97,6 +97,7 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   cluster_options.num_servers = o.servers;
   cluster_options.executor_threads = o.executor_threads;
   cluster_options.checkpoint_buffer_bytes = o.checkpoint_buffer_bytes;
+  cluster_options.checkpoint_memory_limit_bytes = o.checkpoint_memory_limit_bytes;
   // The trainer's steps of big models starve heartbeats to the in-process
   // coordinator on small machines; membership changes are not measured here.
   cluster_options.worker_lease = absl::Minutes(5);
@@ -167,11 +168,12 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   }
   const double restore_s = absl::ToDoubleSeconds(absl::Now() - restore_started);
   // The most any server's copies took at once, and allocated beyond its kept memory.
-  uint64_t copies_peak_bytes = 0, copies_beyond_bytes = 0;
+  uint64_t copies_peak_bytes = 0, copies_beyond_bytes = 0, refused_bytes = 0;
   for (const auto& server : (*cluster)->servers()) {
     copies_peak_bytes = std::max(copies_peak_bytes, server->checkpoint_arena().peak_taken_bytes());
     copies_beyond_bytes =
         std::max(copies_beyond_bytes, server->checkpoint_arena().allocated_beyond_bytes());
+    refused_bytes = std::max(refused_bytes, server->checkpoint_arena().refused_bytes());
   }
   client->reset();
   cluster->reset();
@@ -201,7 +203,9 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
               {"pause_fraction_of_save", pause_s / save_s},
               {"checkpoint_buffer_MiB", o.checkpoint_buffer_bytes >> 20},
               {"copies_peak_MiB", copies_peak_bytes >> 20},
-              {"copies_beyond_buffer_MiB", copies_beyond_bytes >> 20}};
+              {"copies_beyond_buffer_MiB", copies_beyond_bytes >> 20},
+              {"checkpoint_memory_limit_MiB", o.checkpoint_memory_limit_bytes >> 20},
+              {"refused_by_limit_MiB", refused_bytes >> 20}};
 }
 
 }  // namespace strata

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "server/daemons.h"
 
 namespace strata {
 
@@ -21,8 +22,10 @@ struct CheckpointBenchOptions {
   std::string dir;
   int servers = 2;
   int executor_threads = 1;
-  // Per server: host memory kept for checkpoint copies.
+  // Per server: host memory kept for the states checkpoints keep aside, and
+  // the most they may take.
   uint64_t checkpoint_buffer_bytes = uint64_t{384} << 20;
+  uint64_t checkpoint_memory_limit_bytes = ShardServerOptions::kDefaultCheckpointMemoryLimitBytes;
 };
 
 absl::StatusOr<nlohmann::json> BenchCheckpoint(const CheckpointBenchOptions& options);
