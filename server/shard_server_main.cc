@@ -39,12 +39,13 @@ ABSL_FLAG(uint64_t, checkpoint_buffer_mib, 384,
           "checkpoints keep aside while training goes on: the new state of each host-tier chunk "
           "that training updates before the save wrote it (until its next step), a copy for "
           "NVMe-tier chunks (the default holds 8 chunks of 4 Mi parameters). A save that needs "
-          "more allocates it and frees it after, which costs page faults in the training's "
-          "path, up to --checkpoint_memory_limit_mib. Each save logs the most it used");
+          "more allocates it, which costs page faults in the training's path, and keeps it for "
+          "the next saves, up to --checkpoint_memory_limit_mib. Each save logs the most it used");
 ABSL_FLAG(uint64_t, checkpoint_memory_limit_mib,
           strata::ShardServerOptions::kDefaultCheckpointMemoryLimitBytes >> 20,
-          "the most host memory in MiB that checkpoints may keep chunk states aside in at once "
-          "(at least --checkpoint_buffer_mib). Past it, a training step that finds a chunk's "
+          "the most host memory in MiB that the server holds for checkpoints to keep chunk "
+          "states aside in (at least --checkpoint_buffer_mib). Past it, a training step that finds "
+          "a chunk's "
           "state not yet saved writes it to the checkpoint itself before updating the chunk: "
           "training waits for that write instead of the server running out of memory");
 ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at start-up");

@@ -383,7 +383,29 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
 grpc::ServerUnaryReactor* ShardService::AllocateChunks(grpc::CallbackServerContext* ctx,
                                                        const v1::AllocateChunksRequest* request,
                                                        v1::AllocateChunksResponse*) {
-  return FinishUnary(ctx, DoAllocate(*request));
+  absl::Status allocated = DoAllocate(*request);
+  if (allocated.ok() && request->spec().checkpoint_every_steps() > 0) {
+    PrepareCheckpointMemory(*request);
+  }
+  return FinishUnary(ctx, allocated);
+}
+
+void ShardService::PrepareCheckpointMemory(const v1::AllocateChunksRequest& request) {
+  std::vector<uint64_t> piece_bytes;
+  for (const v1::ChunkSpec& c : request.chunks()) {
+    piece_bytes.push_back(3 * sizeof(float) * c.num_params());
+  }
+  checkpoint_writers_.Schedule(
+      [this, job_id = request.spec().job_id(), piece_bytes = std::move(piece_bytes)] {
+        const absl::Time started = absl::Now();
+        const uint64_t prepared = checkpoint_arena_->Prepare(piece_bytes);
+        if (prepared == 0) return;
+        LogEventCat("server", "job ", job_id, ": ", prepared >> 10,
+                    " KiB of memory faulted in for its periodic checkpoints in ",
+                    absl::FormatDuration(absl::Now() - started), " (",
+                    checkpoint_arena_->held_bytes() >> 20, " MiB held of the ",
+                    checkpoint_arena_->limit_bytes() >> 20, " MiB limit)");
+      });
 }
 
 grpc::ServerUnaryReactor* ShardService::DropJob(grpc::CallbackServerContext* ctx,

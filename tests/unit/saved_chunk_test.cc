@@ -36,7 +36,7 @@ TEST(StateArenaTest, PiecesComeFromTheRegionFirstFitAndCoalesce) {
   EXPECT_EQ(*c, *b + 2 * kPage);
   EXPECT_EQ(arena.allocated_beyond_bytes(), 0u);
 
-  // The region is full: a piece is allocated beyond it, and freed when given.
+  // The region is full: a piece is allocated beyond it, and kept when given.
   absl::StatusOr<std::byte*> beyond = arena.Take(100);
   ASSERT_TRUE(beyond.ok());
   EXPECT_EQ(arena.allocated_beyond_bytes(), kPage);
@@ -64,6 +64,55 @@ TEST(StateArenaTest, PiecesComeFromTheRegionFirstFitAndCoalesce) {
   EXPECT_EQ(*whole, *a);
   EXPECT_EQ(arena.allocated_beyond_bytes(), kPage);
   arena.Give(*whole, 6 * kPage);
+}
+
+// Pieces beyond the region are kept for the next take of their size; all
+// the arena holds stays within the limit, kept pieces freed to make room.
+TEST(StateArenaTest, PiecesBeyondTheRegionAreKeptForLaterTakesWithinTheLimit) {
+  StateArena arena(2 * kPage, /*limit_bytes=*/5 * kPage);
+  absl::StatusOr<std::byte*> region = arena.Take(2 * kPage);
+  absl::StatusOr<std::byte*> beyond = arena.Take(2 * kPage);
+  ASSERT_TRUE(region.ok() && beyond.ok());
+  EXPECT_EQ(arena.held_bytes(), 4 * kPage);
+  arena.Give(*beyond, 2 * kPage);
+  EXPECT_EQ(arena.held_bytes(), 4 * kPage) << "a piece beyond the region was not kept";
+  absl::StatusOr<std::byte*> reused = arena.Take(2 * kPage);
+  ASSERT_TRUE(reused.ok());
+  EXPECT_EQ(*reused, *beyond);
+  EXPECT_EQ(arena.allocated_beyond_bytes(), 2 * kPage) << "the kept piece was not reused";
+  // Out pieces fill the limit but for one page: a piece of two is refused.
+  EXPECT_EQ(arena.Take(2 * kPage).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(arena.refused_bytes(), 2 * kPage);
+  // Given back, the kept piece (of another size) is freed to make room.
+  arena.Give(*reused, 2 * kPage);
+  absl::StatusOr<std::byte*> bigger = arena.Take(3 * kPage);
+  ASSERT_TRUE(bigger.ok()) << bigger.status();
+  EXPECT_EQ(arena.held_bytes(), 5 * kPage);
+  EXPECT_EQ(arena.allocated_beyond_bytes(), 5 * kPage);
+  arena.Give(*bigger, 3 * kPage);
+  arena.Give(*region, 2 * kPage);
+  EXPECT_EQ(arena.taken_bytes(), 0u);
+}
+
+// Prepare() allocates, ahead, what the region's free bytes and the kept
+// pieces cannot give, within the limit; the takes then allocate nothing.
+TEST(StateArenaTest, PrepareAllocatesAheadWhatTheRegionAndKeptPiecesCannotGive) {
+  StateArena arena(2 * kPage, /*limit_bytes=*/9 * kPage);
+  EXPECT_EQ(arena.Prepare({2 * kPage, 2 * kPage, 2 * kPage}), 4 * kPage);
+  EXPECT_EQ(arena.held_bytes(), 6 * kPage);
+  std::vector<std::byte*> pieces;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<std::byte*> piece = arena.Take(2 * kPage);
+    ASSERT_TRUE(piece.ok()) << piece.status();
+    pieces.push_back(*piece);
+  }
+  EXPECT_EQ(arena.allocated_beyond_bytes(), 4 * kPage) << "a take allocated memory";
+  for (std::byte* piece : pieces) arena.Give(piece, 2 * kPage);
+  EXPECT_EQ(arena.Prepare({2 * kPage, 2 * kPage, 2 * kPage}), 0u);
+  // Another size: one piece of three pages fits the limit, the next not.
+  EXPECT_EQ(arena.Prepare({3 * kPage, 3 * kPage}), 3 * kPage);
+  EXPECT_EQ(arena.held_bytes(), 9 * kPage);
+  EXPECT_EQ(arena.taken_bytes(), 0u);
 }
 
 class SavedChunkTest : public ::testing::Test {

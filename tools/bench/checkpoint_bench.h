@@ -3,8 +3,10 @@
 // saved into DIR; then a new job is restored from that checkpoint. Against
 // fio's sequential direct write on DIR in the same run. Reports the save's
 // and restore's times and rates, and the training pause the save caused:
-// the time the steps overlapping the save took beyond the median step; and
-// the memory the servers' copies took (server/state_arena.h).
+// the time the steps overlapping the save took beyond the median step; the
+// same for a second save two steps later (whose second buffers come from the
+// memory the first left in the arena); and the memory the servers' second
+// buffers and copies took (server/state_arena.h).
 // Returns the JSON object to print.
 #ifndef STRATA_TOOLS_BENCH_CHECKPOINT_BENCH_H_
 #define STRATA_TOOLS_BENCH_CHECKPOINT_BENCH_H_
