@@ -47,6 +47,22 @@ class ChunkSaverTest : public ::testing::Test {
     }
   }
 
+  // Saves the armed chunks: file i must hold want[i], every chunk disarmed.
+  void SaveAndExpect(const std::vector<std::vector<float>>& want) {
+    absl::StatusOr<std::vector<SavedChunk>> saved = SaveArmedChunks(chunks_);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    ASSERT_EQ(saved->size(), kChunks);
+    for (int i = 0; i < kChunks; ++i) {
+      std::vector<float> got(3 * kN);
+      float* p = got.data();
+      ASSERT_TRUE(LoadChunkState(paths_[i], (*saved)[i].checksum, kN, p).ok()) << "chunk " << i;
+      EXPECT_TRUE(got == want[i]) << "chunk " << i << " was not saved at its armed step";
+      EXPECT_EQ(chunks_[i]->AwaitCheckpointStep(absl::InfinitePast()).code(),
+                absl::StatusCode::kFailedPrecondition)
+          << "chunk " << i << " is still armed";
+    }
+  }
+
   // Pushes and applies the next step on every chunk.
   void Step(int64_t step) { Step(chunks_, step); }
   static void Step(const std::vector<std::shared_ptr<Chunk>>& chunks, int64_t step) {
@@ -97,18 +113,8 @@ TEST_F(ChunkSaverTest, WritesEveryChunkAtItsArmedStepWhileLaterStepsApply) {
     chunks_[i]->Apply();
   }
 
-  absl::StatusOr<std::vector<SavedChunk>> saved = SaveArmedChunks(chunks_);
-  ASSERT_TRUE(saved.ok()) << saved.status();
-  ASSERT_EQ(saved->size(), kChunks);
-  for (int i = 0; i < kChunks; ++i) {
-    std::vector<float> got(3 * kN);
-    float* p = got.data();
-    ASSERT_TRUE(LoadChunkState(paths_[i], (*saved)[i].checksum, kN, p).ok()) << "chunk " << i;
-    EXPECT_TRUE(got == want[i]) << "chunk " << i << " was not saved at step 1";
-    // Disarmed by the save.
-    EXPECT_EQ(chunks_[i]->AwaitCheckpointStep(absl::InfinitePast()).code(),
-              absl::StatusCode::kFailedPrecondition);
-  }
+  SaveAndExpect(want);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(arena_.allocated_beyond_bytes(), 61440u);
   EXPECT_EQ(arena_.peak_taken_bytes(), 3 * 61440u);
   // The next steps move the state back; every second buffer goes back.
@@ -157,17 +163,8 @@ TEST_F(ChunkSaverTest, WhenTheArenaIsFullAStepWritesTheArmedStateBeforeItUpdates
   EXPECT_EQ(full.refused_bytes(), (kChunks - 1) * 61440u);
   EXPECT_TRUE(States() == States(control)) << "training's state differs from in-place updates";
 
-  absl::StatusOr<std::vector<SavedChunk>> saved = SaveArmedChunks(chunks_);
-  ASSERT_TRUE(saved.ok()) << saved.status();
-  for (int i = 0; i < kChunks; ++i) {
-    std::vector<float> got(3 * kN);
-    float* p = got.data();
-    ASSERT_TRUE(LoadChunkState(paths_[i], (*saved)[i].checksum, kN, p).ok()) << "chunk " << i;
-    EXPECT_TRUE(got == want[i]) << "chunk " << i << " was not saved at step 1";
-    EXPECT_EQ(chunks_[i]->AwaitCheckpointStep(absl::InfinitePast()).code(),
-              absl::StatusCode::kFailedPrecondition)
-        << "chunk " << i << " is still armed";
-  }
+  SaveAndExpect(want);
+  if (HasFatalFailure()) return;
   Step(3);
   Step(control, 3);
   EXPECT_TRUE(States() == States(control));
