@@ -3,12 +3,19 @@
 #ifndef STRATA_COMMON_LOG_H_
 #define STRATA_COMMON_LOG_H_
 
+#include <cstdint>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
 namespace strata {
 
 void LogEvent(absl::string_view component, absl::string_view message);
+
+// `bytes` for a log line, in the largest unit that keeps it >= 1: "512 B",
+// "12 KiB", "384 MiB", "1.5 GiB" (KiB and MiB rounded down).
+std::string FormatBytes(uint64_t bytes);
 
 // LogEventCat("server", "job ", id, " created") concatenates its arguments.
 template <typename... Args>

@@ -400,11 +400,11 @@ void ShardService::PrepareCheckpointMemory(const v1::AllocateChunksRequest& requ
         const absl::Time started = absl::Now();
         const uint64_t prepared = checkpoint_arena_->Prepare(piece_bytes);
         if (prepared == 0) return;
-        LogEventCat("server", "job ", job_id, ": ", prepared >> 10,
-                    " KiB of memory faulted in for its periodic checkpoints in ",
+        LogEventCat("server", "job ", job_id, ": ", FormatBytes(prepared),
+                    " of memory faulted in for its periodic checkpoints in ",
                     absl::FormatDuration(absl::Now() - started), " (",
-                    checkpoint_arena_->held_bytes() >> 20, " MiB held of the ",
-                    checkpoint_arena_->limit_bytes() >> 20, " MiB limit)");
+                    FormatBytes(checkpoint_arena_->held_bytes()), " held of the ",
+                    FormatBytes(checkpoint_arena_->limit_bytes()), " limit)");
       });
 }
 
@@ -745,11 +745,12 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
   LogEventCat("server", "job ", request.job_id(), ": saved ", chunks.size(), " chunk(s) of step ",
               request.step(), " to ", request.dir(), " in ", response->write_seconds(),
               " s; checkpoint buffers since start-up: at most ",
-              checkpoint_arena_->peak_taken_bytes() >> 20, " MiB at once, ",
-              checkpoint_arena_->allocated_beyond_bytes() >> 20, " MiB beyond the ",
-              checkpoint_arena_->retained_bytes() >> 20, " MiB kept, ",
-              checkpoint_arena_->refused_bytes() >> 20, " MiB refused for the limit of ",
-              checkpoint_arena_->limit_bytes() >> 20, " MiB (written by training steps instead)");
+              FormatBytes(checkpoint_arena_->peak_taken_bytes()), " at once, ",
+              FormatBytes(checkpoint_arena_->allocated_beyond_bytes()), " allocated beyond the ",
+              FormatBytes(checkpoint_arena_->retained_bytes()), " kept, ",
+              FormatBytes(checkpoint_arena_->refused_bytes()), " refused for the limit of ",
+              FormatBytes(checkpoint_arena_->limit_bytes()),
+              " (those chunks written by training steps instead)");
   return absl::OkStatus();
 }
 
