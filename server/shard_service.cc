@@ -68,7 +68,10 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(
     }
     absl::Status recovered = service->Recover(record);
     const std::string& job_id = record.spec().job_id();
-    if (recovered.ok()) continue;
+    if (recovered.ok()) {
+      service->PrepareCheckpointMemory(record);
+      continue;
+    }
     LogEventCat("server", "discarding job ", job_id, " of a previous run: ", recovered.message());
     RETURN_IF_ERROR(metadata->Delete(key));
     RETURN_IF_ERROR(metadata->DeletePrefix(Chunk::RecordPrefix(job_id)));
@@ -384,13 +387,12 @@ grpc::ServerUnaryReactor* ShardService::AllocateChunks(grpc::CallbackServerConte
                                                        const v1::AllocateChunksRequest* request,
                                                        v1::AllocateChunksResponse*) {
   absl::Status allocated = DoAllocate(*request);
-  if (allocated.ok() && request->spec().checkpoint_every_steps() > 0) {
-    PrepareCheckpointMemory(*request);
-  }
+  if (allocated.ok()) PrepareCheckpointMemory(*request);
   return FinishUnary(ctx, allocated);
 }
 
 void ShardService::PrepareCheckpointMemory(const v1::AllocateChunksRequest& request) {
+  if (request.spec().checkpoint_every_steps() == 0) return;
   std::vector<uint64_t> piece_bytes;
   for (const v1::ChunkSpec& c : request.chunks()) {
     piece_bytes.push_back(3 * sizeof(float) * c.num_params());

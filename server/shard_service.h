@@ -125,10 +125,10 @@ class ShardService final : public v1::ShardServer::CallbackService {
   // The chunks of a known job (NOT_FOUND otherwise), in flat order.
   absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ChunksOf(const std::string& job_id);
   // Arms every chunk of the request, or none (the first chunk's error).
-  // For a job that checkpoints periodically, just allocated: faults in, on
-  // a checkpoint writer, the memory its saves' second buffers and copies
-  // will take (StateArena::Prepare), so that its first save's training steps
-  // do not.
+  // For a job that checkpoints periodically, just allocated or recovered:
+  // faults in, on a checkpoint writer, the memory its saves' second buffers
+  // and copies will take (StateArena::Prepare), so that its first save's
+  // training steps do not. Nothing for other jobs.
   void PrepareCheckpointMemory(const v1::AllocateChunksRequest& request);
   absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ArmChunks(
       const v1::SaveChunksRequest& request);

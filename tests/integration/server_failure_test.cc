@@ -279,6 +279,19 @@ TEST(ServerFailureTest, AServerThatComesBackAfterItsJobMovedDropsItsStaleChunks)
                                             victims_share, " saved at the last clean shutdown")));
   EXPECT_THAT(log(), HasSubstr("job moved: dropped"));
   EXPECT_EQ(on_victim(), 0);
+  // Its memory for periodic checkpoints was faulted in when it was
+  // allocated, and again when it was recovered (before the drop).
+  auto prepared = [&] {
+    const std::string text = log();
+    int lines = 0;
+    for (size_t at = 0; (at = text.find("for its periodic checkpoints", at)) != std::string::npos;
+         ++at) {
+      ++lines;
+    }
+    return lines;
+  };
+  for (int i = 0; i < 100 && prepared() < 2; ++i) absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(prepared(), 2) << log();
 }
 
 }  // namespace
