@@ -539,7 +539,17 @@ void ShardService::ExportMetrics(Metrics* metrics) {
         ValueFamily(MetricType::Gauge, "strata_tier_chunks",
                     "Chunks whose state lives in each tier", chunks),
         ValueFamily(MetricType::Counter, "strata_tier_io_bytes_total",
-                    "Bytes moved by tier I/O (rate() gives the bandwidth)", io)};
+                    "Bytes moved by tier I/O (rate() gives the bandwidth)", io),
+        ValueFamily(MetricType::Gauge, "strata_checkpoint_memory_bytes",
+                    "Host memory for chunk states that checkpoints keep aside: held now "
+                    "(kept region, pieces out and kept), out now, and the limit",
+                    {{{{"kind", "held"}}, static_cast<double>(checkpoint_arena_->held_bytes())},
+                     {{{"kind", "taken"}}, static_cast<double>(checkpoint_arena_->taken_bytes())},
+                     {{{"kind", "limit"}}, static_cast<double>(checkpoint_arena_->limit_bytes())}}),
+        ValueFamily(MetricType::Counter, "strata_checkpoint_memory_refused_bytes_total",
+                    "Checkpoint memory refused for the limit: those chunks' states were written "
+                    "by training steps",
+                    {{{}, static_cast<double>(checkpoint_arena_->refused_bytes())}})};
   });
   metrics->Register(collected_);
 }

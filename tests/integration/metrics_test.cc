@@ -60,6 +60,8 @@ TEST(MetricsTest, ServersAndCoordinatorExportWhatOperatorsWatch) {
   LocalClusterOptions options;
   options.num_servers = 1;
   options.host_budget_bytes = uint64_t{64} << 20;
+  options.checkpoint_buffer_bytes = uint64_t{1} << 20;
+  options.checkpoint_memory_limit_bytes = uint64_t{256} << 20;
   options.serve_metrics = true;
   auto cluster = LocalCluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -105,6 +107,12 @@ TEST(MetricsTest, ServersAndCoordinatorExportWhatOperatorsWatch) {
   EXPECT_EQ(
       Value(text, "strata_rpcs_total{code=\"NOT_FOUND\",method=\"/strata.v1.ShardServer/Push\"}"),
       1);
+  EXPECT_EQ(Value(text, "strata_checkpoint_memory_bytes{kind=\"limit\"}"),
+            options.checkpoint_memory_limit_bytes);
+  EXPECT_EQ(Value(text, "strata_checkpoint_memory_bytes{kind=\"taken\"}"), 0);
+  EXPECT_EQ(Value(text, "strata_checkpoint_memory_bytes{kind=\"held\"}"),
+            options.checkpoint_buffer_bytes);  // the region; the job saves nothing
+  EXPECT_EQ(Value(text, "strata_checkpoint_memory_refused_bytes_total"), 0);
 
   std::string coordinator = Scrape((*cluster)->coordinator_metrics_address());
   EXPECT_EQ(Value(coordinator, "strata_servers"), 1);
