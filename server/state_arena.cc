@@ -37,24 +37,23 @@ StateArena::~StateArena() {
 }
 
 absl::StatusOr<std::byte*> StateArena::Take(uint64_t bytes) {
-  const uint64_t rounded = std::max(RoundUp(bytes), kAlignment);
+  const uint64_t rounded = PieceBytes(bytes);
   std::vector<std::byte*> freed;  // kept pieces that make room, freed outside the lock
   {
     absl::MutexLock lock(&mu_);
     if (std::optional<uint64_t> offset = free_.TakeFirstFit(rounded)) {
+      region_taken_bytes_ += rounded;
       CountTaken(rounded);
       return region_ + *offset;
     }
     if (auto it = kept_.find(rounded); it != kept_.end()) {
       std::byte* piece = it->second;
       kept_.erase(it);
-      kept_bytes_ -= rounded;
       CountTaken(rounded);
       return piece;
     }
     while (retained_bytes() + beyond_bytes_ + rounded > limit_bytes_ && !kept_.empty()) {
       beyond_bytes_ -= kept_.begin()->first;
-      kept_bytes_ -= kept_.begin()->first;
       freed.push_back(kept_.begin()->second);
       kept_.erase(kept_.begin());
     }
@@ -88,16 +87,16 @@ void StateArena::CountTaken(uint64_t bytes) {
 }
 
 void StateArena::Give(std::byte* piece, uint64_t bytes) {
-  const uint64_t rounded = std::max(RoundUp(bytes), kAlignment);
+  const uint64_t rounded = PieceBytes(bytes);
   const bool in_region =
       region_ != nullptr && piece >= region_ && piece < region_ + retained_bytes_;
   absl::MutexLock lock(&mu_);
   taken_bytes_ -= rounded;
   if (in_region) {
     free_.Give(piece - region_, rounded);
+    region_taken_bytes_ -= rounded;
   } else {
     kept_.emplace(rounded, piece);
-    kept_bytes_ += rounded;
   }
 }
 
@@ -105,15 +104,11 @@ uint64_t StateArena::Prepare(const std::vector<uint64_t>& piece_bytes) {
   std::vector<uint64_t> missing;
   {
     absl::MutexLock lock(&mu_);
-    // Out of the region now: all that is out, less the pieces beyond it (out,
-    // or being allocated by another Prepare()).
-    const uint64_t beyond_out = beyond_bytes_ - kept_bytes_;
-    const uint64_t region_out = taken_bytes_ > beyond_out ? taken_bytes_ - beyond_out : 0;
-    uint64_t region_free = retained_bytes() > region_out ? retained_bytes() - region_out : 0;
+    uint64_t region_free = retained_bytes() - region_taken_bytes_;
     std::map<uint64_t, size_t> kept_by_size;
     for (const auto& [bytes, piece] : kept_) ++kept_by_size[bytes];
     for (uint64_t bytes : piece_bytes) {
-      const uint64_t rounded = std::max(RoundUp(bytes), kAlignment);
+      const uint64_t rounded = PieceBytes(bytes);
       if (region_free >= rounded) {
         region_free -= rounded;
       } else if (size_t& kept = kept_by_size[rounded]; kept > 0) {
@@ -133,7 +128,6 @@ uint64_t StateArena::Prepare(const std::vector<uint64_t>& piece_bytes) {
       continue;
     }
     kept_.emplace(rounded, piece);
-    kept_bytes_ += rounded;
     allocated_beyond_bytes_ += rounded;
     allocated += rounded;
   }

@@ -21,6 +21,7 @@
 #ifndef STRATA_SERVER_STATE_ARENA_H_
 #define STRATA_SERVER_STATE_ARENA_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -79,18 +80,19 @@ class StateArena {
 
  private:
   void CountTaken(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static uint64_t RoundUp(uint64_t bytes) {
-    return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  // What a piece of `bytes` takes: whole 4 KiB pages, one at least.
+  static uint64_t PieceBytes(uint64_t bytes) {
+    return std::max((bytes + kAlignment - 1) / kAlignment * kAlignment, kAlignment);
   }
 
   const uint64_t retained_bytes_;
   const uint64_t limit_bytes_;
   std::byte* const region_;  // nullptr when nothing is retained
   mutable absl::Mutex mu_;
-  FreeRanges free_ ABSL_GUARDED_BY(mu_);  // of the region, by offset
+  FreeRanges free_ ABSL_GUARDED_BY(mu_);                  // of the region, by offset
+  uint64_t region_taken_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of the region, out now
   // Pieces allocated beyond the region and given back, by size.
   std::multimap<uint64_t, std::byte*> kept_ ABSL_GUARDED_BY(mu_);
-  uint64_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t beyond_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // allocated beyond the region, out or kept
   uint64_t taken_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t peak_taken_bytes_ ABSL_GUARDED_BY(mu_) = 0;
