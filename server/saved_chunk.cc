@@ -166,7 +166,7 @@ StateBuffer AllocateStateBuffer(uint64_t num_params) {
 }
 
 absl::StatusOr<ArenaState> ArenaState::Take(StateArena* arena, uint64_t num_params) {
-  ASSIGN_OR_RETURN(std::byte * data, arena->Take(3 * num_params * sizeof(float)));
+  ASSIGN_OR_RETURN(std::byte * data, arena->Take(NumBytes(num_params)));
   ArenaState state;
   state.arena_ = arena;
   state.data_ = reinterpret_cast<float*>(data);
@@ -186,7 +186,7 @@ ArenaState& ArenaState::operator=(ArenaState&& other) noexcept {
 
 void ArenaState::Reset() {
   if (arena_ != nullptr) {
-    arena_->Give(reinterpret_cast<std::byte*>(data_), 3 * num_params_ * sizeof(float));
+    arena_->Give(reinterpret_cast<std::byte*>(data_), NumBytes(num_params_));
   }
   arena_ = nullptr;
   data_ = nullptr;

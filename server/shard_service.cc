@@ -395,7 +395,7 @@ void ShardService::PrepareCheckpointMemory(const v1::AllocateChunksRequest& requ
   if (request.spec().checkpoint_every_steps() == 0) return;
   std::vector<uint64_t> piece_bytes;
   for (const v1::ChunkSpec& c : request.chunks()) {
-    piece_bytes.push_back(3 * sizeof(float) * c.num_params());
+    piece_bytes.push_back(ArenaState::NumBytes(c.num_params()));
   }
   checkpoint_writers_.Schedule(
       [this, job_id = request.spec().job_id(), piece_bytes = std::move(piece_bytes)] {
