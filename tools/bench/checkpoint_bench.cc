@@ -119,14 +119,18 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   v1::SaveCheckpointRequest save;
   save.set_job_id(options.job_id);
   save.set_dir(dir);
-  v1::CheckpointInfo info, first_info;  // of the last save, and of the first
-  // A save while the trainer steps: its time, and the time the steps it
-  // overlapped took beyond the median step.
+  // A save while the trainer steps: its window, what the coordinator
+  // answered, and the time the steps it overlapped took beyond the median.
   struct Save {
-    double save_s = 0, pause_s = 0;
+    absl::Time started, ended;
+    v1::CheckpointInfo info;
+    double pause_s = 0;
     int steps_during_save = 0;
+    double save_s() const { return absl::ToDoubleSeconds(ended - started); }
   };
-  Save first, next;
+  // The first save, and a second two steps later: its second buffers come
+  // from memory the first one left in the arena.
+  Save saves[2];
   double step_s = 0;
   {
     Trainer trainer(client->get(), o.num_params);
@@ -138,29 +142,25 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
     }
     durations.erase(durations.begin());
     step_s = Median(durations);
-    std::vector<std::pair<absl::Time, absl::Time>> windows;
-    for (int i = 0; i < 2; ++i) {
-      const absl::Time save_started = absl::Now();
+    for (Save& s : saves) {
+      s.started = absl::Now();
       absl::Status saved = CallUnary(coordinator.get(), &v1::Coordinator::Stub::SaveCheckpoint,
-                                     save, &info, absl::Hours(1));
-      windows.emplace_back(save_started, absl::Now());
+                                     save, &s.info, absl::Hours(1));
+      s.ended = absl::Now();
       if (!saved.ok()) return saved;
-      if (i == 0) first_info = info;
-      if (absl::Status s = trainer.WaitSteps(trainer.steps().size() + 2); !s.ok()) return s;
+      if (absl::Status w = trainer.WaitSteps(trainer.steps().size() + 2); !w.ok()) return w;
     }
     if (absl::Status s = trainer.Stop(); !s.ok()) return s;
-    const auto steps = trainer.steps();
-    for (size_t i = 0; i < windows.size(); ++i) {
-      const auto [save_started, save_ended] = windows[i];
-      Save& result = i == 0 ? first : next;
-      result.save_s = absl::ToDoubleSeconds(save_ended - save_started);
-      for (const auto& [begin, end] : steps) {
-        if (end <= save_started || begin >= save_ended) continue;
-        ++result.steps_during_save;
-        result.pause_s += std::max(0.0, absl::ToDoubleSeconds(end - begin) - step_s);
+    for (const auto& [begin, end] : trainer.steps()) {
+      for (Save& s : saves) {
+        if (end <= s.started || begin >= s.ended) continue;
+        ++s.steps_during_save;
+        s.pause_s += std::max(0.0, absl::ToDoubleSeconds(end - begin) - step_s);
       }
     }
   }
+  const Save& first = saves[0];
+  const Save& next = saves[1];
 
   v1::GetJobRequest get;
   get.set_job_id(options.job_id);
@@ -173,7 +173,7 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   v1::CreateJobRequest restore;
   *restore.mutable_spec() = job.spec();
   restore.mutable_spec()->set_job_id("bench-restored");
-  restore.set_restore_from(info.path());
+  restore.set_restore_from(next.info.path());
   v1::JobInfo restored;
   const absl::Time restore_started = absl::Now();
   if (absl::Status s = CallUnary(coordinator.get(), &v1::Coordinator::Stub::CreateJob, restore,
@@ -197,33 +197,31 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   std::filesystem::remove(std::filesystem::path(o.dir) / "strata-fio.data", ignored);
   std::filesystem::remove_all(dir, ignored);
   if (!fio_write.ok()) return fio_write.status();
-  const double bytes = static_cast<double>(info.num_bytes());
-  const double save_s = first.save_s, pause_s = first.pause_s;
+  const double bytes = static_cast<double>(first.info.num_bytes());
+  const double save_s = first.save_s(), pause_s = first.pause_s;
   return json{{"bench", "checkpoint"},
               {"params", o.num_params},
               {"servers", o.servers},
-              {"bytes", info.num_bytes()},
-              {"step", info.step()},
+              {"bytes", first.info.num_bytes()},
+              {"step", next.info.step()},
               {"save_s", save_s},
               {"save_GBps", bytes / save_s / 1e9},
               {"restore_s", restore_s},
               {"restore_GBps", bytes / restore_s / 1e9},
-              {"write_s", first_info.write_seconds()},
-              {"write_GBps", bytes / first_info.write_seconds() / 1e9},
+              {"write_s", first.info.write_seconds()},
+              {"write_GBps", bytes / first.info.write_seconds() / 1e9},
               {"fio_write_GBps", *fio_write},
-              {"write_fraction_of_fio", bytes / first_info.write_seconds() / 1e9 / *fio_write},
+              {"write_fraction_of_fio", bytes / first.info.write_seconds() / 1e9 / *fio_write},
               {"save_fraction_of_fio", bytes / save_s / 1e9 / *fio_write},
               {"step_s", step_s},
               {"steps_during_save", first.steps_during_save},
               {"pause_s", pause_s},
               {"pause_fraction_of_save", pause_s / save_s},
-              // A second save of the job, two steps later: its second
-              // buffers come from memory the first one left in the arena.
-              {"next_save_s", next.save_s},
-              {"next_save_fraction_of_fio", bytes / next.save_s / 1e9 / *fio_write},
+              {"next_save_s", next.save_s()},
+              {"next_save_fraction_of_fio", bytes / next.save_s() / 1e9 / *fio_write},
               {"next_steps_during_save", next.steps_during_save},
               {"next_pause_s", next.pause_s},
-              {"next_pause_fraction_of_save", next.pause_s / next.save_s},
+              {"next_pause_fraction_of_save", next.pause_s / next.save_s()},
               {"checkpoint_buffer_MiB", o.checkpoint_buffer_bytes >> 20},
               {"copies_peak_MiB", copies_peak_bytes >> 20},
               {"copies_beyond_buffer_MiB", copies_beyond_bytes >> 20},
