@@ -50,9 +50,10 @@ struct ShardServerOptions {
   // Threads that apply the chunks whose state is on NVMe (with an NVMe tier).
   int nvme_executor_threads = 2;
   // Host memory kept, faulted in from the start, for the chunk states that
-  // checkpoints keep aside while training goes on (server/state_arena.h); a
-  // save that needs more allocates the rest and keeps it for the next saves,
-  // up to `checkpoint_memory_limit_bytes` in all (at least the kept bytes). Past
+  // checkpoints keep aside while training goes on (server/state_arena.h).
+  // Beyond it, what each job's saves take is faulted in when the job's chunks
+  // are allocated and kept while the job lives, up to
+  // `checkpoint_memory_limit_bytes` in all (at least the kept bytes). Past
   // the limit, a training step writes a chunk's state to the checkpoint
   // itself before it updates the chunk.
   uint64_t checkpoint_buffer_bytes = 0;

@@ -36,7 +36,7 @@ class ArenaState {
  public:
   ArenaState() = default;
   // The arena bytes the state of `num_params` parameters takes (what
-  // StateArena::Prepare must be given for it).
+  // StateArena::Reserve must be given for it).
   static uint64_t NumBytes(uint64_t num_params) { return 3 * num_params * sizeof(float); }
   // RESOURCE_EXHAUSTED when the arena cannot have the memory.
   static absl::StatusOr<ArenaState> Take(StateArena* arena, uint64_t num_params);

@@ -38,15 +38,17 @@ ABSL_FLAG(uint64_t, checkpoint_buffer_mib, 384,
           "host memory in MiB kept (faulted in at start-up) for the chunk states that "
           "checkpoints keep aside while training goes on: the new state of each host-tier chunk "
           "that training updates before the save wrote it (until its next step), a copy for "
-          "NVMe-tier chunks (the default holds 8 chunks of 4 Mi parameters). A save that needs "
-          "more allocates it, which costs page faults in the training's path, and keeps it for "
-          "the next saves, up to --checkpoint_memory_limit_mib. Each save logs the most it used");
+          "NVMe-tier chunks (the default holds 8 chunks of 4 Mi parameters). Beyond it, the memory "
+          "each job's saves take (a state per chunk) is faulted in when the job's chunks are "
+          "allocated, so that saves do not fault memory in inside training steps, and kept "
+          "while the job lives, up to --checkpoint_memory_limit_mib. Each save logs the most it "
+          "used");
 ABSL_FLAG(uint64_t, checkpoint_memory_limit_mib,
           strata::ShardServerOptions::kDefaultCheckpointMemoryLimitBytes >> 20,
           "the most host memory in MiB that the server holds for checkpoints to keep chunk "
-          "states aside in (at least --checkpoint_buffer_mib). Past it, a training step that finds "
-          "a chunk's "
-          "state not yet saved writes it to the checkpoint itself before updating the chunk: "
+          "states aside in (at least --checkpoint_buffer_mib; equal to it, nothing is faulted in "
+          "ahead). Past it, a training step that finds a chunk's state not yet saved writes it to "
+          "the checkpoint itself before updating the chunk: "
           "training waits for that write instead of the server running out of memory");
 ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at start-up");
 ABSL_FLAG(std::string, metrics_listen, "",

@@ -69,7 +69,7 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(
     absl::Status recovered = service->Recover(record);
     const std::string& job_id = record.spec().job_id();
     if (recovered.ok()) {
-      service->PrepareCheckpointMemory(record);
+      service->FaultInCheckpointMemory(record.spec().job_id());
       continue;
     }
     LogEventCat("server", "discarding job ", job_id, " of a previous run: ", recovered.message());
@@ -144,7 +144,7 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
   }
   for (const std::string& file : saved_files) std::filesystem::remove(file);
   absl::MutexLock lock(&mu_);
-  jobs_[job_id] = std::move(job);
+  AddJob(std::move(job));
   LogEventCat("server", "recovered job ", job_id, ": ", records.size() - saved_files.size(),
               " chunks from the nvme tier and ", saved_files.size(),
               " saved at the last clean shutdown, at step ", step);
@@ -372,7 +372,7 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   RETURN_IF_ERROR(metadata_->Put(absl::StrCat(kJobPrefix, job_id), request.SerializeAsString()));
   std::map<TierKind, int> per_tier;
   for (const auto& [begin, chunk] : job->chunks_by_begin) ++per_tier[chunk->tier()];
-  jobs_[job_id] = std::move(job);
+  AddJob(std::move(job));
   std::string counts;
   for (const auto& [kind, count] : per_tier) {
     absl::StrAppend(&counts, counts.empty() ? "" : ", ", count, " in the ", TierKindName(kind),
@@ -387,27 +387,30 @@ grpc::ServerUnaryReactor* ShardService::AllocateChunks(grpc::CallbackServerConte
                                                        const v1::AllocateChunksRequest* request,
                                                        v1::AllocateChunksResponse*) {
   absl::Status allocated = DoAllocate(*request);
-  if (allocated.ok()) PrepareCheckpointMemory(*request);
+  if (allocated.ok()) FaultInCheckpointMemory(request->spec().job_id());
   return FinishUnary(ctx, allocated);
 }
 
-void ShardService::PrepareCheckpointMemory(const v1::AllocateChunksRequest& request) {
-  if (request.spec().checkpoint_every_steps() == 0) return;
-  std::vector<uint64_t> piece_bytes;
-  for (const v1::ChunkSpec& c : request.chunks()) {
-    piece_bytes.push_back(ArenaState::NumBytes(c.num_params()));
+void ShardService::AddJob(std::shared_ptr<Job> job) {
+  for (const auto& [begin, chunk] : job->chunks_by_begin) {
+    if (chunk->tier() == TierKind::kNvme) continue;
+    job->checkpoint_pieces.push_back(ArenaState::NumBytes(chunk->range().size()));
   }
-  checkpoint_writers_.Schedule(
-      [this, job_id = request.spec().job_id(), piece_bytes = std::move(piece_bytes)] {
-        const absl::Time started = absl::Now();
-        const uint64_t prepared = checkpoint_arena_->Prepare(piece_bytes);
-        if (prepared == 0) return;
-        LogEventCat("server", "job ", job_id, ": ", FormatBytes(prepared),
-                    " of memory faulted in for its periodic checkpoints in ",
-                    absl::FormatDuration(absl::Now() - started), " (",
-                    FormatBytes(checkpoint_arena_->held_bytes()), " held of the ",
-                    FormatBytes(checkpoint_arena_->limit_bytes()), " limit)");
-      });
+  checkpoint_arena_->Reserve(job->checkpoint_pieces);
+  jobs_[job->record.spec().job_id()] = std::move(job);
+}
+
+void ShardService::FaultInCheckpointMemory(const std::string& job_id) {
+  checkpoint_writers_.Schedule([this, job_id] {
+    const absl::Time started = absl::Now();
+    const uint64_t allocated = checkpoint_arena_->FaultInReserved();
+    if (allocated == 0) return;
+    LogEventCat("server", "job ", job_id, ": ", FormatBytes(allocated),
+                " of memory faulted in for its checkpoints in ",
+                absl::FormatDuration(absl::Now() - started), " (",
+                FormatBytes(checkpoint_arena_->held_bytes()), " held of the ",
+                FormatBytes(checkpoint_arena_->limit_bytes()), " limit)");
+  });
 }
 
 grpc::ServerUnaryReactor* ShardService::DropJob(grpc::CallbackServerContext* ctx,
@@ -428,6 +431,7 @@ grpc::ServerUnaryReactor* ShardService::DropJob(grpc::CallbackServerContext* ctx
   }
   absl::Status status = absl::AbortedError(absl::StrCat("job '", request->job_id(), "' dropped"));
   for (auto& [begin, chunk] : job->chunks_by_begin) chunk->FailWaiters(status);
+  checkpoint_arena_->Unreserve(job->checkpoint_pieces);
   absl::Status s = metadata_->Delete(absl::StrCat(kJobPrefix, request->job_id()));
   if (s.ok()) s = metadata_->DeletePrefix(Chunk::RecordPrefix(request->job_id()));
   LogEventCat("server", "job ", request->job_id(), ": dropped");

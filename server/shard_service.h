@@ -84,6 +84,8 @@ class ShardService final : public v1::ShardServer::CallbackService {
     v1::AllocateChunksRequest record;
     DType dtype;
     std::map<uint64_t, std::shared_ptr<Chunk>> chunks_by_begin;
+    // What AddJob reserved in the checkpoint arena, given back by DropJob.
+    std::vector<uint64_t> checkpoint_pieces;
   };
 
   ShardService(Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
@@ -124,12 +126,16 @@ class ShardService final : public v1::ShardServer::CallbackService {
   void ScheduleApply(std::shared_ptr<Chunk> chunk);
   // The chunks of a known job (NOT_FOUND otherwise), in flat order.
   absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ChunksOf(const std::string& job_id);
+  // Adds `job` to jobs_, reserving in the checkpoint arena the pieces its
+  // saves take at once: a state per chunk in memory (host or GPU tier; an
+  // NVMe-tier chunk's copy is taken when a save needs it, as the state is
+  // on NVMe for want of memory). DropJob gives them back.
+  void AddJob(std::shared_ptr<Job> job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a job is allocated or recovered: faults in, on a checkpoint
+  // writer, the memory its saves' second buffers and copies will take
+  // (StateArena::FaultInReserved), so that no save's training steps do.
+  void FaultInCheckpointMemory(const std::string& job_id);
   // Arms every chunk of the request, or none (the first chunk's error).
-  // For a job that checkpoints periodically, just allocated or recovered:
-  // faults in, on a checkpoint writer, the memory its saves' second buffers
-  // and copies will take (StateArena::Prepare), so that its first save's
-  // training steps do not. Nothing for other jobs.
-  void PrepareCheckpointMemory(const v1::AllocateChunksRequest& request);
   absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ArmChunks(
       const v1::SaveChunksRequest& request);
   absl::Status DoSaveChunks(const v1::SaveChunksRequest& request,

@@ -53,7 +53,7 @@ absl::StatusOr<std::byte*> StateArena::Take(uint64_t bytes) {
       return piece;
     }
     while (retained_bytes() + beyond_bytes_ + rounded > limit_bytes_ && !kept_.empty()) {
-      beyond_bytes_ -= kept_.begin()->first;
+      DropBeyond(kept_.begin()->first);
       freed.push_back(kept_.begin()->second);
       kept_.erase(kept_.begin());
     }
@@ -63,8 +63,9 @@ absl::StatusOr<std::byte*> StateArena::Take(uint64_t bytes) {
           "the checkpoint memory limit (", limit_bytes_ >> 20, " MiB, ", taken_bytes_ >> 20,
           " MiB out) has no room for a chunk state of ", rounded >> 20, " MiB"));
     }
-    // Reserved here, so that takes racing for the last bytes do not all pass.
+    // Counted here, so that takes racing for the last bytes do not all pass.
     beyond_bytes_ += rounded;
+    ++beyond_pieces_[rounded];
     CountTaken(rounded);
   }
   for (std::byte* piece : freed) std::free(piece);
@@ -72,7 +73,7 @@ absl::StatusOr<std::byte*> StateArena::Take(uint64_t bytes) {
   std::byte* piece = AllocateFaultedIn(rounded);
   absl::MutexLock lock(&mu_);
   if (piece == nullptr) {
-    beyond_bytes_ -= rounded;
+    DropBeyond(rounded);
     taken_bytes_ -= rounded;
     return absl::ResourceExhaustedError(absl::StrCat(
         "the system refused ", rounded, " bytes of host memory for a chunk state kept aside"));
@@ -86,35 +87,84 @@ void StateArena::CountTaken(uint64_t bytes) {
   peak_taken_bytes_ = std::max(peak_taken_bytes_, taken_bytes_);
 }
 
+void StateArena::DropBeyond(uint64_t rounded) {
+  beyond_bytes_ -= rounded;
+  if (--beyond_pieces_[rounded] == 0) beyond_pieces_.erase(rounded);
+}
+
 void StateArena::Give(std::byte* piece, uint64_t bytes) {
   const uint64_t rounded = PieceBytes(bytes);
   const bool in_region =
       region_ != nullptr && piece >= region_ && piece < region_ + retained_bytes_;
-  absl::MutexLock lock(&mu_);
-  taken_bytes_ -= rounded;
-  if (in_region) {
-    free_.Give(piece - region_, rounded);
-    region_taken_bytes_ -= rounded;
-  } else {
-    kept_.emplace(rounded, piece);
+  {
+    absl::MutexLock lock(&mu_);
+    taken_bytes_ -= rounded;
+    if (in_region) {
+      free_.Give(piece - region_, rounded);
+      region_taken_bytes_ -= rounded;
+      return;
+    }
+    const std::map<uint64_t, uint64_t> needed = NeededBeyond();
+    const auto it = needed.find(rounded);
+    if (it != needed.end() && beyond_pieces_[rounded] <= it->second) {
+      kept_.emplace(rounded, piece);
+      return;
+    }
+    DropBeyond(rounded);
   }
+  std::free(piece);
 }
 
-uint64_t StateArena::Prepare(const std::vector<uint64_t>& piece_bytes) {
+std::map<uint64_t, uint64_t> StateArena::NeededBeyond() const {
+  std::map<uint64_t, uint64_t> needed;
+  uint64_t region_left = retained_bytes();
+  for (const auto& [rounded, count] : reserved_pieces_) {
+    const uint64_t in_region = std::min(count, region_left / rounded);
+    region_left -= in_region * rounded;
+    if (count > in_region) needed[rounded] = count - in_region;
+  }
+  return needed;
+}
+
+void StateArena::Reserve(const std::vector<uint64_t>& piece_bytes) {
+  absl::MutexLock lock(&mu_);
+  for (uint64_t bytes : piece_bytes) ++reserved_pieces_[PieceBytes(bytes)];
+}
+
+void StateArena::Unreserve(const std::vector<uint64_t>& piece_bytes) {
+  std::vector<std::byte*> freed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (uint64_t bytes : piece_bytes) {
+      auto it = reserved_pieces_.find(PieceBytes(bytes));
+      if (it != reserved_pieces_.end() && --it->second == 0) reserved_pieces_.erase(it);
+    }
+    const std::map<uint64_t, uint64_t> needed = NeededBeyond();
+    for (auto it = kept_.begin(); it != kept_.end();) {
+      const auto need = needed.find(it->first);
+      if (need != needed.end() && beyond_pieces_[it->first] <= need->second) {
+        ++it;
+        continue;
+      }
+      DropBeyond(it->first);
+      freed.push_back(it->second);
+      it = kept_.erase(it);
+    }
+  }
+  for (std::byte* piece : freed) std::free(piece);
+}
+
+uint64_t StateArena::FaultInReserved() {
   std::vector<uint64_t> missing;
   {
     absl::MutexLock lock(&mu_);
-    uint64_t region_free = retained_bytes() - region_taken_bytes_;
-    std::map<uint64_t, size_t> kept_by_size;
-    for (const auto& [bytes, piece] : kept_) ++kept_by_size[bytes];
-    for (uint64_t bytes : piece_bytes) {
-      const uint64_t rounded = PieceBytes(bytes);
-      if (region_free >= rounded) {
-        region_free -= rounded;
-      } else if (size_t& kept = kept_by_size[rounded]; kept > 0) {
-        --kept;
-      } else if (retained_bytes() + beyond_bytes_ + rounded <= limit_bytes_) {
-        beyond_bytes_ += rounded;  // reserved, as in Take()
+    for (const auto& [rounded, count] : NeededBeyond()) {
+      const auto it = beyond_pieces_.find(rounded);
+      for (uint64_t held = it == beyond_pieces_.end() ? 0 : it->second;
+           held < count && retained_bytes() + beyond_bytes_ + rounded <= limit_bytes_; ++held) {
+        // Counted now, as in Take(), so that a concurrent call does not allocate it too.
+        beyond_bytes_ += rounded;
+        ++beyond_pieces_[rounded];
         missing.push_back(rounded);
       }
     }
@@ -124,7 +174,7 @@ uint64_t StateArena::Prepare(const std::vector<uint64_t>& piece_bytes) {
     std::byte* piece = AllocateFaultedIn(rounded);
     absl::MutexLock lock(&mu_);
     if (piece == nullptr) {
-      beyond_bytes_ -= rounded;
+      DropBeyond(rounded);
       continue;
     }
     kept_.emplace(rounded, piece);

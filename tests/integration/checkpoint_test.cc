@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -18,6 +19,7 @@
 #include "server/local_cluster.h"
 #include "server/state_arena.h"
 #include "strata/client.h"
+#include "strata/v1/shard.grpc.pb.h"
 #include "tests/testing/job_runner.h"
 #include "tests/testing/processes.h"
 #include "tests/testing/scratch_dir.h"
@@ -109,13 +111,12 @@ TEST(CheckpointTest, RestoresOnAnotherTopologyAndChunkSizeAndContinuesBitwise) {
   ExpectSameState(restored, uninterrupted);
 }
 
-// A job that checkpoints periodically gets the memory its saves will keep
-// chunk states aside in faulted in, in the background, when its chunks are
-// allocated (the servers keep none of their own here): one 4 KiB piece per
-// chunk of 256 parameters, then kept for the saves (StateArenaTest: takes
-// reuse kept pieces). A job that does not checkpoint gets none.
-TEST(CheckpointTest, APeriodicJobGetsMemoryForItsSavesFaultedInAtAllocation) {
-  const testing::ScratchDir scratch("checkpoint_prepared");
+// Every job gets the memory its saves will keep chunk states aside in
+// faulted in, in the background, when its chunks are allocated (the servers
+// keep no region of their own here): one 4 KiB piece per chunk of 256
+// parameters, kept for the saves (StateArenaTest: takes reuse kept pieces).
+// A dropped job's pieces are freed.
+TEST(CheckpointTest, EachJobGetsMemoryForItsSavesFaultedInAtAllocationUntilDropped) {
   auto cluster = LocalCluster::Start({2, uint64_t{64} << 20, 1});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto held_bytes = [&] {
@@ -124,17 +125,30 @@ TEST(CheckpointTest, APeriodicJobGetsMemoryForItsSavesFaultedInAtAllocation) {
       held += server->checkpoint_arena().held_bytes();
     return held;
   };
-  ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "plain");
+  auto await_held = [&](uint64_t want) {
+    for (int i = 0; i < 100 && held_bytes() != want; ++i) absl::SleepFor(absl::Milliseconds(50));
+    return held_bytes();
+  };
+  ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "first");
   o.world_size = 1;
   ASSERT_TRUE(Client::Connect(o).ok());
-  o.job_id = "periodic";
-  o.checkpoint_every_steps = 2;
-  o.checkpoint_dir = scratch.path();
-  ASSERT_TRUE(Client::Connect(o).ok());
-  const uint64_t want =
+  const uint64_t per_job =
       FlatLayout::Create(o.tensors, o.chunk_num_params)->num_chunks() * StateArena::kAlignment;
-  for (int i = 0; i < 100 && held_bytes() < want; ++i) absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_EQ(held_bytes(), want);
+  EXPECT_EQ(await_held(per_job), per_job);
+  o.job_id = "second";
+  ASSERT_TRUE(Client::Connect(o).ok());
+  EXPECT_EQ(await_held(2 * per_job), 2 * per_job) << "the second job's pieces were not added";
+
+  v1::DropJobRequest drop;
+  drop.set_job_id("first");
+  for (const auto& server : (*cluster)->servers()) {
+    auto shard = v1::ShardServer::NewStub(MakeChannel(server->address()));
+    v1::DropJobResponse unused;
+    ASSERT_TRUE(
+        CallUnary(shard.get(), &v1::ShardServer::Stub::DropJob, drop, &unused, absl::Seconds(10))
+            .ok());
+  }
+  EXPECT_EQ(held_bytes(), per_job) << "the dropped job's pieces were kept";
 }
 
 // The manifest keeps the loss scaler of its step (reported by the pushes);

@@ -279,12 +279,12 @@ TEST(ServerFailureTest, AServerThatComesBackAfterItsJobMovedDropsItsStaleChunks)
                                             victims_share, " saved at the last clean shutdown")));
   EXPECT_THAT(log(), HasSubstr("job moved: dropped"));
   EXPECT_EQ(on_victim(), 0);
-  // Its memory for periodic checkpoints was faulted in when it was
-  // allocated, and again when it was recovered (before the drop).
+  // Its checkpoint memory was faulted in when it was allocated, and again
+  // when it was recovered (before the drop).
   auto prepared = [&] {
     const std::string text = log();
     int lines = 0;
-    for (size_t at = 0; (at = text.find("for its periodic checkpoints", at)) != std::string::npos;
+    for (size_t at = 0; (at = text.find("faulted in for its checkpoints", at)) != std::string::npos;
          ++at) {
       ++lines;
     }

@@ -36,12 +36,14 @@ TEST(StateArenaTest, PiecesComeFromTheRegionFirstFitAndCoalesce) {
   EXPECT_EQ(*c, *b + 2 * kPage);
   EXPECT_EQ(arena.allocated_beyond_bytes(), 0u);
 
-  // The region is full: a piece is allocated beyond it, and kept when given.
+  // The region is full: a piece is allocated beyond it; nothing reserved
+  // needs it, so it is freed when given back.
   absl::StatusOr<std::byte*> beyond = arena.Take(100);
   ASSERT_TRUE(beyond.ok());
   EXPECT_EQ(arena.allocated_beyond_bytes(), kPage);
   EXPECT_EQ(arena.taken_bytes(), 7 * kPage);
   arena.Give(*beyond, 100);
+  EXPECT_EQ(arena.held_bytes(), 6 * kPage);
 
   // A freed piece is reused; two freed neighbours make one piece.
   arena.Give(*b, 2 * kPage);
@@ -66,16 +68,58 @@ TEST(StateArenaTest, PiecesComeFromTheRegionFirstFitAndCoalesce) {
   arena.Give(*whole, 6 * kPage);
 }
 
-// Pieces beyond the region are kept for the next take of their size; all
-// the arena holds stays within the limit, kept pieces freed to make room.
-TEST(StateArenaTest, PiecesBeyondTheRegionAreKeptForLaterTakesWithinTheLimit) {
+// FaultInReserved() allocates, ahead, what the reservations need beyond the
+// region, within the limit; the takes then allocate nothing, and the pieces
+// are kept between saves. Unreserve() frees what no reservation needs.
+TEST(StateArenaTest, ReservedPiecesAreFaultedInAheadAndKeptUntilUnreserved) {
+  StateArena arena(2 * kPage, /*limit_bytes=*/9 * kPage);
+  const std::vector<uint64_t> job = {2 * kPage, 2 * kPage, 2 * kPage};
+  arena.Reserve(job);
+  EXPECT_EQ(arena.held_bytes(), 2 * kPage) << "Reserve() allocated";
+  EXPECT_EQ(arena.FaultInReserved(), 4 * kPage);  // the region gives one piece
+  EXPECT_EQ(arena.FaultInReserved(), 0u);
+  EXPECT_EQ(arena.held_bytes(), 6 * kPage);
+  for (int save = 0; save < 2; ++save) {
+    std::vector<std::byte*> pieces;
+    for (int i = 0; i < 3; ++i) {
+      absl::StatusOr<std::byte*> piece = arena.Take(2 * kPage);
+      ASSERT_TRUE(piece.ok()) << piece.status();
+      pieces.push_back(*piece);
+    }
+    for (std::byte* piece : pieces) arena.Give(piece, 2 * kPage);
+    EXPECT_EQ(arena.held_bytes(), 6 * kPage) << "save " << save;
+  }
+  EXPECT_EQ(arena.allocated_beyond_bytes(), 4 * kPage) << "a take allocated memory";
+
+  // A second job of another size: one piece of three pages fits the limit,
+  // the next not.
+  const std::vector<uint64_t> other = {3 * kPage, 3 * kPage};
+  arena.Reserve(other);
+  EXPECT_EQ(arena.FaultInReserved(), 3 * kPage);
+  EXPECT_EQ(arena.held_bytes(), 9 * kPage);
+  // The first job goes: its two pieces are freed, and the second job's
+  // missing piece now fits.
+  arena.Unreserve(job);
+  EXPECT_EQ(arena.held_bytes(), 5 * kPage);
+  EXPECT_EQ(arena.FaultInReserved(), 3 * kPage);
+  EXPECT_EQ(arena.held_bytes(), 8 * kPage);
+  arena.Unreserve(other);
+  EXPECT_EQ(arena.held_bytes(), 2 * kPage);
+  EXPECT_EQ(arena.taken_bytes(), 0u);
+}
+
+// A take that neither the region nor a kept piece can give allocates; the
+// piece is freed when given back unless a reservation needs it. All the
+// arena holds stays within the limit, kept pieces freed to make room.
+TEST(StateArenaTest, PiecesBeyondTheRegionAreKeptOnlyForReservationsWithinTheLimit) {
   StateArena arena(2 * kPage, /*limit_bytes=*/5 * kPage);
+  arena.Reserve({2 * kPage, 2 * kPage});  // the second piece is beyond the region
   absl::StatusOr<std::byte*> region = arena.Take(2 * kPage);
-  absl::StatusOr<std::byte*> beyond = arena.Take(2 * kPage);
+  absl::StatusOr<std::byte*> beyond = arena.Take(2 * kPage);  // nothing faulted in yet
   ASSERT_TRUE(region.ok() && beyond.ok());
   EXPECT_EQ(arena.held_bytes(), 4 * kPage);
   arena.Give(*beyond, 2 * kPage);
-  EXPECT_EQ(arena.held_bytes(), 4 * kPage) << "a piece beyond the region was not kept";
+  EXPECT_EQ(arena.held_bytes(), 4 * kPage) << "a reserved piece was not kept";
   absl::StatusOr<std::byte*> reused = arena.Take(2 * kPage);
   ASSERT_TRUE(reused.ok());
   EXPECT_EQ(*reused, *beyond);
@@ -89,29 +133,10 @@ TEST(StateArenaTest, PiecesBeyondTheRegionAreKeptForLaterTakesWithinTheLimit) {
   ASSERT_TRUE(bigger.ok()) << bigger.status();
   EXPECT_EQ(arena.held_bytes(), 5 * kPage);
   EXPECT_EQ(arena.allocated_beyond_bytes(), 5 * kPage);
+  // No reservation needs a piece of three: freed when given back.
   arena.Give(*bigger, 3 * kPage);
+  EXPECT_EQ(arena.held_bytes(), 2 * kPage);
   arena.Give(*region, 2 * kPage);
-  EXPECT_EQ(arena.taken_bytes(), 0u);
-}
-
-// Prepare() allocates, ahead, what the region's free bytes and the kept
-// pieces cannot give, within the limit; the takes then allocate nothing.
-TEST(StateArenaTest, PrepareAllocatesAheadWhatTheRegionAndKeptPiecesCannotGive) {
-  StateArena arena(2 * kPage, /*limit_bytes=*/9 * kPage);
-  EXPECT_EQ(arena.Prepare({2 * kPage, 2 * kPage, 2 * kPage}), 4 * kPage);
-  EXPECT_EQ(arena.held_bytes(), 6 * kPage);
-  std::vector<std::byte*> pieces;
-  for (int i = 0; i < 3; ++i) {
-    absl::StatusOr<std::byte*> piece = arena.Take(2 * kPage);
-    ASSERT_TRUE(piece.ok()) << piece.status();
-    pieces.push_back(*piece);
-  }
-  EXPECT_EQ(arena.allocated_beyond_bytes(), 4 * kPage) << "a take allocated memory";
-  for (std::byte* piece : pieces) arena.Give(piece, 2 * kPage);
-  EXPECT_EQ(arena.Prepare({2 * kPage, 2 * kPage, 2 * kPage}), 0u);
-  // Another size: one piece of three pages fits the limit, the next not.
-  EXPECT_EQ(arena.Prepare({3 * kPage, 3 * kPage}), 3 * kPage);
-  EXPECT_EQ(arena.held_bytes(), 9 * kPage);
   EXPECT_EQ(arena.taken_bytes(), 0u);
 }
 
