@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "server/chunk_state.h"
 
 namespace strata {
 namespace {
@@ -136,8 +137,7 @@ absl::StatusOr<v1::CheckpointManifest> ReadCheckpoint(const std::string& path) {
   for (const v1::CheckpointFile* f : files) {
     const std::string file = absl::StrCat(path, "/", f->file());
     if (f->file().empty() || absl::StrContains(f->file(), "/") || f->chunk().flat_begin() != next ||
-        f->chunk().num_params() == 0 ||
-        f->num_bytes() != 3 * sizeof(float) * f->chunk().num_params()) {
+        f->chunk().num_params() == 0 || f->num_bytes() != StateBytes(f->chunk().num_params())) {
       return absl::DataLossError(absl::StrCat("checkpoint manifest ", path, "/", kManifest,
                                               ": entry for ", file,
                                               " does not fit the flat space at index ", next));

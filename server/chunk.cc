@@ -16,7 +16,7 @@ uint64_t Chunk::CopyBytes(uint64_t num_params, DType dtype) {
 }
 
 uint64_t Chunk::NumBytes(uint64_t num_params, DType dtype) {
-  return num_params * 3 * sizeof(float) + CopyBytes(num_params, dtype);
+  return StateBytes(num_params) + CopyBytes(num_params, dtype);
 }
 
 Chunk::Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype, AdamConfig adam,

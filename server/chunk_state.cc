@@ -12,8 +12,6 @@ constexpr uint64_t kBlockBytes = 4096;
 
 uint64_t RoundUpToBlock(uint64_t n) { return (n + kBlockBytes - 1) / kBlockBytes * kBlockBytes; }
 
-uint64_t StateBytes(uint64_t num_params) { return num_params * 3 * sizeof(float); }
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(Tier* host, uint64_t buffer_bytes,

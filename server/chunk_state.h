@@ -38,6 +38,10 @@ struct StateView {
   std::byte* buffer = nullptr;  // the staging buffer, if any
 };
 
+// The bytes of the FP32 state (p, m and v) of `num_params` parameters: in
+// memory, in a checkpoint's or a clean shutdown's chunk file.
+inline uint64_t StateBytes(uint64_t num_params) { return 3 * num_params * sizeof(float); }
+
 // Gradients of [offset, offset + n) of a chunk (offsets from its begin), in
 // host memory.
 struct GradRange {

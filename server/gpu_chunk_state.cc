@@ -33,7 +33,7 @@ class GpuChunkState : public ChunkState {
   absl::StatusOr<StateView> Load() override {
     auto* buffer = new float[3 * num_params_];
     absl::Status read =
-        ReadAndWait(*gpu_, extent_, 0, absl::MakeSpan(AsBytes(buffer), StateBytes()));
+        ReadAndWait(*gpu_, extent_, 0, absl::MakeSpan(AsBytes(buffer), StateBytes(num_params_)));
     if (!read.ok()) {
       delete[] buffer;
       return read;
@@ -42,7 +42,8 @@ class GpuChunkState : public ChunkState {
   }
 
   absl::Status Commit(const StateView& view) override {
-    return WriteAndWait(*gpu_, extent_, 0, absl::MakeConstSpan(view.buffer, StateBytes()));
+    return WriteAndWait(*gpu_, extent_, 0,
+                        absl::MakeConstSpan(view.buffer, StateBytes(num_params_)));
   }
 
   void Release(const StateView& view) override { delete[] view.p; }
@@ -84,7 +85,6 @@ class GpuChunkState : public ChunkState {
   }
 
   static std::byte* AsBytes(float* p) { return reinterpret_cast<std::byte*>(p); }
-  uint64_t StateBytes() const { return 3 * num_params_ * sizeof(float); }
   // strata::CudaStatus naming this state's GPU.
   absl::Status CudaStatus(cudaError_t e, const char* what) const {
     return strata::CudaStatus(e, absl::StrCat(what, " on GPU ", device_));

@@ -36,7 +36,7 @@ inline uint64_t GpuStagingBytes(uint64_t num_params, DType dtype) {
 
 // Tier bytes a chunk of `num_params` in `dtype` takes in a GPU tier.
 inline uint64_t GpuChunkStateBytes(uint64_t num_params, DType dtype) {
-  return num_params * (3 * sizeof(float) + DTypeSize(dtype));
+  return StateBytes(num_params) + num_params * DTypeSize(dtype);
 }
 
 // A zeroed state in `gpu` (a GPU tier) whose updates take buffers of at

@@ -159,14 +159,14 @@ absl::Status TransferWhole(bool read, int fd, bool direct, std::byte* data, size
 }  // namespace
 
 StateBuffer AllocateStateBuffer(uint64_t num_params) {
-  size_t bytes = 3 * num_params * sizeof(float);
+  size_t bytes = StateBytes(num_params);
   bytes = std::max(kDirectBlockBytes,
                    (bytes + kDirectBlockBytes - 1) / kDirectBlockBytes * kDirectBlockBytes);
   return StateBuffer(reinterpret_cast<float*>(AllocateFaultedIn(bytes)));
 }
 
 absl::StatusOr<ArenaState> ArenaState::Take(StateArena* arena, uint64_t num_params) {
-  ASSIGN_OR_RETURN(std::byte * data, arena->Take(NumBytes(num_params)));
+  ASSIGN_OR_RETURN(std::byte * data, arena->Take(StateBytes(num_params)));
   ArenaState state;
   state.arena_ = arena;
   state.data_ = reinterpret_cast<float*>(data);
@@ -186,7 +186,7 @@ ArenaState& ArenaState::operator=(ArenaState&& other) noexcept {
 
 void ArenaState::Reset() {
   if (arena_ != nullptr) {
-    arena_->Give(reinterpret_cast<std::byte*>(data_), NumBytes(num_params_));
+    arena_->Give(reinterpret_cast<std::byte*>(data_), StateBytes(num_params_));
   }
   arena_ = nullptr;
   data_ = nullptr;
@@ -202,7 +202,7 @@ void ArenaState::CopyFrom(const StateView& view) {
 
 absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* state,
                                         uint64_t num_params) {
-  const size_t bytes = 3 * num_params * sizeof(float);
+  const size_t bytes = StateBytes(num_params);
   std::byte* data = reinterpret_cast<std::byte*>(const_cast<float*>(state));
   bool direct;
   int fd = OpenPreferringDirect(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, data, &direct);
@@ -217,7 +217,7 @@ absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* st
 
 absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t num_params,
                             float* state) {
-  const size_t bytes = 3 * num_params * sizeof(float);
+  const size_t bytes = StateBytes(num_params);
   std::byte* data = reinterpret_cast<std::byte*>(state);
   bool direct;
   int fd = OpenPreferringDirect(path, O_RDONLY | O_CLOEXEC, data, &direct);

@@ -35,10 +35,8 @@ StateBuffer AllocateStateBuffer(uint64_t num_params);
 class ArenaState {
  public:
   ArenaState() = default;
-  // The arena bytes the state of `num_params` parameters takes (what
-  // StateArena::Reserve must be given for it).
-  static uint64_t NumBytes(uint64_t num_params) { return 3 * num_params * sizeof(float); }
-  // RESOURCE_EXHAUSTED when the arena cannot have the memory.
+  // StateBytes(num_params) of the arena; RESOURCE_EXHAUSTED when it cannot
+  // have them.
   static absl::StatusOr<ArenaState> Take(StateArena* arena, uint64_t num_params);
   ArenaState(ArenaState&& other) noexcept { *this = std::move(other); }
   ArenaState& operator=(ArenaState&& other) noexcept;

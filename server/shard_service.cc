@@ -394,7 +394,7 @@ grpc::ServerUnaryReactor* ShardService::AllocateChunks(grpc::CallbackServerConte
 void ShardService::AddJob(std::shared_ptr<Job> job) {
   for (const auto& [begin, chunk] : job->chunks_by_begin) {
     if (chunk->tier() == TierKind::kNvme) continue;
-    job->checkpoint_pieces.push_back(ArenaState::NumBytes(chunk->range().size()));
+    job->checkpoint_pieces.push_back(StateBytes(chunk->range().size()));
   }
   checkpoint_arena_->Reserve(job->checkpoint_pieces);
   jobs_[job->record.spec().job_id()] = std::move(job);
@@ -754,7 +754,7 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
     file->mutable_chunk()->set_flat_begin(chunk.range().begin);
     file->mutable_chunk()->set_num_params(chunk.range().size());
     file->set_file(CheckpointFileName(chunk.chunk_id()));
-    file->set_num_bytes(3 * sizeof(float) * chunk.range().size());
+    file->set_num_bytes(StateBytes(chunk.range().size()));
     file->set_checksum(saved[i].checksum);
   }
   response->set_write_seconds(absl::ToDoubleSeconds(absl::Now() - writing));
