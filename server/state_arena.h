@@ -7,22 +7,23 @@
 // faulted in) when taken.
 //
 // The shard server reserves, for each job it holds, the pieces its saves
-// take at once (one per chunk; Reserve/Unreserve), and faults in ahead,
-// off the training's path, what the region cannot give (FaultInReserved):
-// the arena keeps those pieces beyond the region between saves, so that no
-// save faults memory in inside a training step. A piece beyond what the
-// reservations need is freed when given back. All the arena holds (the
-// region, pieces out and pieces kept) stays within `limit_bytes`; kept
-// pieces are freed to make room before a Take() is refused. A chunk refused
-// memory is written by the training step instead (Chunk::UpdateTarget),
-// rather than the server running out of memory.
+// take at once (a state per chunk in memory; Reserve/Unreserve), and faults
+// in ahead, off the training's path, what the region cannot give
+// (FaultInReserved): the arena keeps those pieces beyond the region between
+// saves, so that no save faults memory in inside a training step. A piece
+// beyond what the reservations need is freed when given back. All the arena
+// holds (the region, pieces out and pieces kept) stays within
+// `limit_bytes`; kept pieces are freed to make room before a Take() is
+// refused. A chunk refused memory is written by the training step instead
+// (Chunk::UpdateTarget), rather than the server running out of memory.
 //
 // Why keep memory at all: faulting memory in costs more than filling it. On
 // a 2-vCPU VM, first touch ran at 1-1.5 GB/s against ~7 GB/s for a memcpy
 // into touched memory, and a save whose buffers were fresh spent half its
 // CPU in clear_page (and as much of the training's, which shares the cores);
 // on a 16-core host, faulting in a 1.5 GiB job's buffers in its first save
-// paused training for 30-70% of the save, against 4-9% with them kept.
+// paused training for 30-70% of the save, against 0-9% with them faulted in
+// ahead.
 //
 // Thread-safe.
 #ifndef STRATA_SERVER_STATE_ARENA_H_
