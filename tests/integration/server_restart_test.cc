@@ -29,9 +29,6 @@
 namespace strata {
 namespace {
 
-using testing::Spawn;
-using testing::WaitReady;
-
 constexpr uint64_t kChunkParams = 65536;
 
 ClientOptions JobOptions(const std::string& coordinator) {
@@ -94,23 +91,14 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
   // the staging buffers (2 x 768 KiB: one NVMe executor thread and one
   // spare), none of the 12 MiB of state: every chunk
   // goes to NVMe.
-  auto server_args = [&](const std::string& listen) {
-    return std::vector<std::string>{bin + "/strata-server",
-                                    "--listen=" + listen,
-                                    "--coordinator=" + coordinator_address,
-                                    "--data_dir=" + dir + "/server",
-                                    "--gpu_budget_mib=0",
-                                    "--host_budget_mib=6",
-                                    "--pin_host_memory=false",
-                                    "--nvme_dir=" + dir + "/nvme",
-                                    "--nvme_budget_mib=32",
-                                    "--executor_threads=1",
-                                    "--nvme_executor_threads=1",
-                                    "--ready_file=" + dir + "/server.addr"};
+  auto start_server = [&](const std::string& listen) {
+    return testing::StartServer(bin, dir, "server", coordinator_address,
+                                {"--listen=" + listen, "--host_budget_mib=6",
+                                 "--nvme_dir=" + dir + "/nvme", "--nvme_budget_mib=32"},
+                                &daemons);
   };
-  pid_t server = Spawn(server_args("127.0.0.1:0"), dir + "/server.log");
-  daemons.pids.push_back(server);
-  std::string server_address = WaitReady(dir + "/server.addr");
+  testing::ServerProcess server = start_server("127.0.0.1:0");
+  const std::string server_address = server.address;
   ASSERT_FALSE(server_address.empty());
 
   auto client = Client::Connect(JobOptions(coordinator_address));
@@ -120,13 +108,11 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
   EXPECT_NE(before.find("nvme 3"), std::string::npos) << before;
   ASSERT_EQ(before.find("host"), std::string::npos) << before;
 
-  kill(server, SIGKILL);
-  waitpid(server, nullptr, 0);
-  daemons.pids.pop_back();
-  std::filesystem::remove(dir + "/server.addr");
-  server = Spawn(server_args(server_address), dir + "/server.log");
-  daemons.pids.push_back(server);
-  ASSERT_EQ(WaitReady(dir + "/server.addr"), server_address);
+  kill(server.pid, SIGKILL);
+  waitpid(server.pid, nullptr, 0);
+  daemons.Forget(server.pid);
+  server = start_server(server_address);
+  ASSERT_EQ(server.address, server_address);
   EXPECT_EQ(Placement(coordinator_address), before);  // same chunks, same steps
 
   // The same worker, not restarted, trains on while the server is killed
@@ -136,13 +122,11 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
        ++i) {
     absl::SleepFor(absl::Milliseconds(1));
   }
-  kill(server, SIGKILL);
-  waitpid(server, nullptr, 0);
-  daemons.pids.pop_back();
-  std::filesystem::remove(dir + "/server.addr");
-  server = Spawn(server_args(server_address), dir + "/server.log");
-  daemons.pids.push_back(server);
-  ASSERT_EQ(WaitReady(dir + "/server.addr"), server_address);
+  kill(server.pid, SIGKILL);
+  waitpid(server.pid, nullptr, 0);
+  daemons.Forget(server.pid);
+  server = start_server(server_address);
+  ASSERT_EQ(server.address, server_address);
   training.join();
   ASSERT_FALSE(::testing::Test::HasFailure());
   auto state = (*client)->ReadMasterState();
@@ -178,16 +162,14 @@ TEST_P(CleanRestartTest, CleanlyStoppedServerBringsBackItsMemoryChunks) {
   std::string coordinator_address = testing::StartCoordinator(bin, dir, &daemons);
   ASSERT_FALSE(coordinator_address.empty());
   auto start_server = [&](const std::string& listen) {
-    std::filesystem::remove(dir + "/server.addr");
-    daemons.pids.push_back(
-        Spawn({bin + "/strata-server", "--listen=" + listen, "--coordinator=" + coordinator_address,
-               "--data_dir=" + dir + "/server",
-               on_gpu ? "--gpu_budget_mib=64" : "--gpu_budget_mib=0", "--host_budget_mib=256",
-               "--pin_host_memory=false", "--ready_file=" + dir + "/server.addr"},
-              dir + "/server.log"));
-    return WaitReady(dir + "/server.addr");
+    return testing::StartServer(
+        bin, dir, "server", coordinator_address,
+        {"--listen=" + listen, on_gpu ? "--gpu_budget_mib=64" : "--gpu_budget_mib=0",
+         "--host_budget_mib=256"},
+        &daemons);
   };
-  std::string server_address = start_server("127.0.0.1:0");
+  testing::ServerProcess server = start_server("127.0.0.1:0");
+  const std::string server_address = server.address;
   ASSERT_FALSE(server_address.empty());
   auto client = Client::Connect(JobOptions(coordinator_address));
   ASSERT_TRUE(client.ok()) << client.status();
@@ -197,15 +179,15 @@ TEST_P(CleanRestartTest, CleanlyStoppedServerBringsBackItsMemoryChunks) {
 
   // SIGTERM: a clean stop saves the 16 chunks; the restart loads them (and
   // removes the files, so that a later crash cannot bring back step 3).
-  pid_t server = daemons.pids.back();
-  kill(server, SIGTERM);
+  kill(server.pid, SIGTERM);
   int status = 0;
-  waitpid(server, &status, 0);
-  daemons.Forget(server);
+  waitpid(server.pid, &status, 0);
+  daemons.Forget(server.pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   const std::string saved = dir + "/server/saved-chunks";
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(saved), {}), 16);
-  ASSERT_EQ(start_server(server_address), server_address);
+  server = start_server(server_address);
+  ASSERT_EQ(server.address, server_address);
   EXPECT_EQ(Placement(coordinator_address), before);
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(saved), {}), 0);
 
@@ -219,11 +201,10 @@ TEST_P(CleanRestartTest, CleanlyStoppedServerBringsBackItsMemoryChunks) {
 
   // A crash (SIGKILL) loses host memory: the job is not brought back.
   client->reset();
-  server = daemons.pids.back();
-  kill(server, SIGKILL);
-  waitpid(server, nullptr, 0);
-  daemons.Forget(server);
-  ASSERT_EQ(start_server(server_address), server_address);
+  kill(server.pid, SIGKILL);
+  waitpid(server.pid, nullptr, 0);
+  daemons.Forget(server.pid);
+  ASSERT_EQ(start_server(server_address).address, server_address);
   EXPECT_NE(Placement(coordinator_address).find("missing -1"), std::string::npos);
 }
 
