@@ -39,7 +39,8 @@ ABSL_FLAG(uint64_t, checkpoint_buffer_mib, 384,
           "checkpoints keep aside while training goes on: the new state of each host-tier chunk "
           "that training updates before the save wrote it (until its next step), a copy for "
           "NVMe-tier chunks (the default holds 8 chunks of 4 Mi parameters). Beyond it, the memory "
-          "each job's saves take (a state per chunk) is faulted in when the job's chunks are "
+          "each job's saves take (a state per host- or GPU-tier chunk) is faulted in when the "
+          "job's chunks are "
           "allocated, so that saves do not fault memory in inside training steps, and kept "
           "while the job lives, up to --checkpoint_memory_limit_mib. Each save logs the most it "
           "used");
