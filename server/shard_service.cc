@@ -403,9 +403,17 @@ void ShardService::AddJob(std::shared_ptr<Job> job) {
 void ShardService::FaultInCheckpointMemory(const std::string& job_id) {
   checkpoint_writers_.Schedule([this, job_id] {
     const absl::Time started = absl::Now();
-    const uint64_t allocated = checkpoint_arena_->FaultInReserved();
-    if (allocated == 0) return;
-    LogEventCat("server", "job ", job_id, ": ", FormatBytes(allocated),
+    const StateArena::FaultedIn faulted_in = checkpoint_arena_->FaultInReserved();
+    if (faulted_in.short_bytes > 0) {
+      LogEventCat("server", "job ", job_id, ": the checkpoint memory limit of ",
+                  FormatBytes(checkpoint_arena_->limit_bytes()), " leaves ",
+                  FormatBytes(faulted_in.short_bytes),
+                  " of what this server's jobs' saves take unallocated: saves will fault it in "
+                  "during training steps, or have training steps write chunks to the checkpoint "
+                  "(raise --checkpoint_memory_limit_mib to avoid it)");
+    }
+    if (faulted_in.allocated_bytes == 0) return;
+    LogEventCat("server", "job ", job_id, ": ", FormatBytes(faulted_in.allocated_bytes),
                 " of memory faulted in for its checkpoints in ",
                 absl::FormatDuration(absl::Now() - started), " (",
                 FormatBytes(checkpoint_arena_->held_bytes()), " held of the ",
@@ -544,12 +552,15 @@ void ShardService::ExportMetrics(Metrics* metrics) {
                     "Chunks whose state lives in each tier", chunks),
         ValueFamily(MetricType::Counter, "strata_tier_io_bytes_total",
                     "Bytes moved by tier I/O (rate() gives the bandwidth)", io),
-        ValueFamily(MetricType::Gauge, "strata_checkpoint_memory_bytes",
-                    "Host memory for chunk states that checkpoints keep aside: held now "
-                    "(kept region, pieces out and kept), out now, and the limit",
-                    {{{{"kind", "held"}}, static_cast<double>(checkpoint_arena_->held_bytes())},
-                     {{{"kind", "taken"}}, static_cast<double>(checkpoint_arena_->taken_bytes())},
-                     {{{"kind", "limit"}}, static_cast<double>(checkpoint_arena_->limit_bytes())}}),
+        ValueFamily(
+            MetricType::Gauge, "strata_checkpoint_memory_bytes",
+            "Host memory for chunk states that checkpoints keep aside: held now "
+            "(kept region, pieces out and kept), out now, what the jobs' saves take "
+            "(reserved), and the limit",
+            {{{{"kind", "held"}}, static_cast<double>(checkpoint_arena_->held_bytes())},
+             {{{"kind", "reserved"}}, static_cast<double>(checkpoint_arena_->reserved_bytes())},
+             {{{"kind", "taken"}}, static_cast<double>(checkpoint_arena_->taken_bytes())},
+             {{{"kind", "limit"}}, static_cast<double>(checkpoint_arena_->limit_bytes())}}),
         ValueFamily(MetricType::Counter, "strata_checkpoint_memory_refused_bytes_total",
                     "Checkpoint memory refused for the limit: those chunks' states were written "
                     "by training steps",

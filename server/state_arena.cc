@@ -87,6 +87,11 @@ void StateArena::CountTaken(uint64_t bytes) {
   peak_taken_bytes_ = std::max(peak_taken_bytes_, taken_bytes_);
 }
 
+uint64_t StateArena::BeyondPieces(uint64_t rounded) const {
+  const auto it = beyond_pieces_.find(rounded);
+  return it == beyond_pieces_.end() ? 0 : it->second;
+}
+
 void StateArena::DropBeyond(uint64_t rounded) {
   beyond_bytes_ -= rounded;
   if (--beyond_pieces_[rounded] == 0) beyond_pieces_.erase(rounded);
@@ -106,7 +111,7 @@ void StateArena::Give(std::byte* piece, uint64_t bytes) {
     }
     const std::map<uint64_t, uint64_t> needed = NeededBeyond();
     const auto it = needed.find(rounded);
-    if (it != needed.end() && beyond_pieces_[rounded] <= it->second) {
+    if (it != needed.end() && BeyondPieces(rounded) <= it->second) {
       kept_.emplace(rounded, piece);
       return;
     }
@@ -128,7 +133,11 @@ std::map<uint64_t, uint64_t> StateArena::NeededBeyond() const {
 
 void StateArena::Reserve(const std::vector<uint64_t>& piece_bytes) {
   absl::MutexLock lock(&mu_);
-  for (uint64_t bytes : piece_bytes) ++reserved_pieces_[PieceBytes(bytes)];
+  for (uint64_t bytes : piece_bytes) {
+    const uint64_t rounded = PieceBytes(bytes);
+    ++reserved_pieces_[rounded];
+    reserved_bytes_ += rounded;
+  }
 }
 
 void StateArena::Unreserve(const std::vector<uint64_t>& piece_bytes) {
@@ -137,12 +146,14 @@ void StateArena::Unreserve(const std::vector<uint64_t>& piece_bytes) {
     absl::MutexLock lock(&mu_);
     for (uint64_t bytes : piece_bytes) {
       auto it = reserved_pieces_.find(PieceBytes(bytes));
-      if (it != reserved_pieces_.end() && --it->second == 0) reserved_pieces_.erase(it);
+      if (it == reserved_pieces_.end()) continue;
+      reserved_bytes_ -= it->first;
+      if (--it->second == 0) reserved_pieces_.erase(it);
     }
     const std::map<uint64_t, uint64_t> needed = NeededBeyond();
     for (auto it = kept_.begin(); it != kept_.end();) {
       const auto need = needed.find(it->first);
-      if (need != needed.end() && beyond_pieces_[it->first] <= need->second) {
+      if (need != needed.end() && BeyondPieces(it->first) <= need->second) {
         ++it;
         continue;
       }
@@ -154,13 +165,12 @@ void StateArena::Unreserve(const std::vector<uint64_t>& piece_bytes) {
   for (std::byte* piece : freed) std::free(piece);
 }
 
-uint64_t StateArena::FaultInReserved() {
+StateArena::FaultedIn StateArena::FaultInReserved() {
   std::vector<uint64_t> missing;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [rounded, count] : NeededBeyond()) {
-      const auto it = beyond_pieces_.find(rounded);
-      for (uint64_t held = it == beyond_pieces_.end() ? 0 : it->second;
+      for (uint64_t held = BeyondPieces(rounded);
            held < count && retained_bytes() + beyond_bytes_ + rounded <= limit_bytes_; ++held) {
         // Counted now, as in Take(), so that a concurrent call does not allocate it too.
         beyond_bytes_ += rounded;
@@ -169,7 +179,7 @@ uint64_t StateArena::FaultInReserved() {
       }
     }
   }
-  uint64_t allocated = 0;
+  FaultedIn result;
   for (uint64_t rounded : missing) {
     std::byte* piece = AllocateFaultedIn(rounded);
     absl::MutexLock lock(&mu_);
@@ -179,9 +189,19 @@ uint64_t StateArena::FaultInReserved() {
     }
     kept_.emplace(rounded, piece);
     allocated_beyond_bytes_ += rounded;
-    allocated += rounded;
+    result.allocated_bytes += rounded;
   }
-  return allocated;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [rounded, count] : NeededBeyond()) {
+    const uint64_t held = BeyondPieces(rounded);
+    if (held < count) result.short_bytes += (count - held) * rounded;
+  }
+  return result;
+}
+
+uint64_t StateArena::reserved_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return reserved_bytes_;
 }
 
 uint64_t StateArena::taken_bytes() const {

@@ -76,8 +76,14 @@ class StateArena {
   void Unreserve(const std::vector<uint64_t>& piece_bytes);
   // Allocates, faults in and keeps the pieces that the reservations need
   // beyond the region and the pieces already held, within the limit.
-  // Slow (first touch of every page); returns the bytes allocated.
-  uint64_t FaultInReserved();
+  // Slow (first touch of every page).
+  struct FaultedIn {
+    uint64_t allocated_bytes = 0;
+    // What the reservations still need for the limit (or the system
+    // refusing memory): takes of those pieces will allocate, or be refused.
+    uint64_t short_bytes = 0;
+  };
+  FaultedIn FaultInReserved();
 
   uint64_t retained_bytes() const { return region_ != nullptr ? retained_bytes_ : 0; }
   uint64_t limit_bytes() const { return limit_bytes_; }
@@ -85,6 +91,8 @@ class StateArena {
   // pieces kept for later saves).
   uint64_t taken_bytes() const;
   uint64_t held_bytes() const;
+  // The bytes of the reserved pieces (all jobs' saves, at once).
+  uint64_t reserved_bytes() const;
   // The most bytes out at once, and those allocated beyond the region, since
   // the arena was made: what --checkpoint_buffer_mib could be.
   uint64_t peak_taken_bytes() const;
@@ -101,6 +109,8 @@ class StateArena {
   // How many pieces of each size the reservations need beyond the region
   // (the region given to the smallest pieces first).
   std::map<uint64_t, uint64_t> NeededBeyond() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pieces of `rounded` bytes allocated beyond the region, out or kept.
+  uint64_t BeyondPieces(uint64_t rounded) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets a piece allocated beyond the region (out or kept); the caller
   // frees it, outside the lock.
   void DropBeyond(uint64_t rounded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -117,8 +127,9 @@ class StateArena {
   // their bytes, and their number by size.
   uint64_t beyond_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, uint64_t> beyond_pieces_ ABSL_GUARDED_BY(mu_);
-  // Reserved pieces, by size.
+  // Reserved pieces, by size, and their bytes.
   std::map<uint64_t, uint64_t> reserved_pieces_ ABSL_GUARDED_BY(mu_);
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t taken_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t peak_taken_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t allocated_beyond_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -14,6 +14,7 @@
 #include "common/grpc_util.h"
 #include "gtest/gtest.h"
 #include "server/local_cluster.h"
+#include "server/state_arena.h"
 #include "strata/client.h"
 #include "strata/v1/shard.grpc.pb.h"
 #include "tests/testing/job_runner.h"
@@ -111,7 +112,10 @@ TEST(MetricsTest, ServersAndCoordinatorExportWhatOperatorsWatch) {
             options.checkpoint_memory_limit_bytes);
   EXPECT_EQ(Value(text, "strata_checkpoint_memory_bytes{kind=\"taken\"}"), 0);
   EXPECT_EQ(Value(text, "strata_checkpoint_memory_bytes{kind=\"held\"}"),
-            options.checkpoint_buffer_bytes);  // the region; the job saves nothing
+            options.checkpoint_buffer_bytes);  // the region holds the job's pieces
+  // One page per chunk (256 parameters' p, m and v fit in one).
+  EXPECT_EQ(Value(text, "strata_checkpoint_memory_bytes{kind=\"reserved\"}"),
+            chunks * StateArena::kAlignment);
   EXPECT_EQ(Value(text, "strata_checkpoint_memory_refused_bytes_total"), 0);
 
   std::string coordinator = Scrape((*cluster)->coordinator_metrics_address());

@@ -76,8 +76,11 @@ TEST(StateArenaTest, ReservedPiecesAreFaultedInAheadAndKeptUntilUnreserved) {
   const std::vector<uint64_t> job = {2 * kPage, 2 * kPage, 2 * kPage};
   arena.Reserve(job);
   EXPECT_EQ(arena.held_bytes(), 2 * kPage) << "Reserve() allocated";
-  EXPECT_EQ(arena.FaultInReserved(), 4 * kPage);  // the region gives one piece
-  EXPECT_EQ(arena.FaultInReserved(), 0u);
+  EXPECT_EQ(arena.reserved_bytes(), 6 * kPage);
+  StateArena::FaultedIn faulted_in = arena.FaultInReserved();
+  EXPECT_EQ(faulted_in.allocated_bytes, 4 * kPage);  // the region gives one piece
+  EXPECT_EQ(faulted_in.short_bytes, 0u);
+  EXPECT_EQ(arena.FaultInReserved().allocated_bytes, 0u);
   EXPECT_EQ(arena.held_bytes(), 6 * kPage);
   for (int save = 0; save < 2; ++save) {
     std::vector<std::byte*> pieces;
@@ -95,16 +98,19 @@ TEST(StateArenaTest, ReservedPiecesAreFaultedInAheadAndKeptUntilUnreserved) {
   // the next not.
   const std::vector<uint64_t> other = {3 * kPage, 3 * kPage};
   arena.Reserve(other);
-  EXPECT_EQ(arena.FaultInReserved(), 3 * kPage);
+  faulted_in = arena.FaultInReserved();
+  EXPECT_EQ(faulted_in.allocated_bytes, 3 * kPage);
+  EXPECT_EQ(faulted_in.short_bytes, 3 * kPage);
   EXPECT_EQ(arena.held_bytes(), 9 * kPage);
   // The first job goes: its two pieces are freed, and the second job's
   // missing piece now fits.
   arena.Unreserve(job);
   EXPECT_EQ(arena.held_bytes(), 5 * kPage);
-  EXPECT_EQ(arena.FaultInReserved(), 3 * kPage);
+  EXPECT_EQ(arena.FaultInReserved().allocated_bytes, 3 * kPage);
   EXPECT_EQ(arena.held_bytes(), 8 * kPage);
   arena.Unreserve(other);
   EXPECT_EQ(arena.held_bytes(), 2 * kPage);
+  EXPECT_EQ(arena.reserved_bytes(), 0u);
   EXPECT_EQ(arena.taken_bytes(), 0u);
 }
 
