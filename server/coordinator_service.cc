@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
@@ -75,7 +76,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   service->monitor_ = std::make_unique<ServerMonitor>(
       std::min(absl::Seconds(1), server_timeout / 4), server_timeout,
       [raw](const std::string& address) { raw->OnServerLost(address); },
-      [raw](const std::string& address) { raw->DropJobsMovedOff(address); });
+      [raw](const std::string& address) { raw->DropStaleJobs(address); });
   RETURN_IF_ERROR(service->Load());
   return service;
 }
@@ -127,7 +128,7 @@ absl::Status CoordinatorService::DoRegister(const v1::RegisterServerRequest& req
   LogEventCat("coordinator", "shard server ", server.address(), " registered with ",
               server.gpu_budget_bytes(), " gpu, ", server.host_budget_bytes(), " host and ",
               server.nvme_budget_bytes(), " nvme budget bytes");
-  DropJobsMovedOff(server.address());
+  DropStaleJobs(server.address());
   return absl::OkStatus();
 }
 
@@ -291,7 +292,8 @@ void CoordinatorService::LoadCheckpoint(std::shared_ptr<const v1::JobInfo> job,
 
 void CoordinatorService::DropOnServers(const std::string& job_id,
                                        const std::vector<std::string>& addresses,
-                                       bool wait_for_ready, std::function<void()> done) {
+                                       bool wait_for_ready,
+                                       std::function<void(std::vector<std::string>)> done) {
   FanOut<v1::DropJobResponse>(
       addresses, kServerCallTimeout,
       [this, job_id, wait_for_ready](const std::string& address, grpc::ClientContext* context,
@@ -304,7 +306,13 @@ void CoordinatorService::DropOnServers(const std::string& job_id,
             context, drop.get(), out,
             [drop, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
       },
-      [done = std::move(done)](auto&) { done(); });
+      [done = std::move(done)](auto& results) {
+        std::vector<std::string> failed;
+        for (auto& r : results) {
+          if (!r->status.ok() && !absl::IsNotFound(r->status)) failed.push_back(r->address);
+        }
+        done(std::move(failed));
+      });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerContext* ctx,
@@ -332,7 +340,8 @@ grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerCont
       reactor->Finish(ToGrpcStatus(status));
     };
     if (status.ok()) return answer();
-    DropOnServers(job->spec().job_id(), allocated, /*wait_for_ready=*/false, answer);
+    DropOnServers(job->spec().job_id(), allocated, /*wait_for_ready=*/false,
+                  [answer](std::vector<std::string>) { answer(); });
   };
   AllocateOnServers(
       job, /*min_generation=*/0,
@@ -455,7 +464,7 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
   auto drop = [&](const std::vector<std::string>& addresses) {
     Await([&](auto done) {
       DropOnServers(job_id, addresses, /*wait_for_ready=*/false,
-                    [done] { done(absl::OkStatus()); });
+                    [done](std::vector<std::string>) { done(absl::OkStatus()); });
     }).IgnoreError();
   };
   drop({stale.begin(), stale.end()});
@@ -469,23 +478,29 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
   });
   if (status.ok()) status = Await([&](auto done) { LoadCheckpoint(moved, manifest, done); });
   if (status.ok()) {
-    status = metadata_->Put(absl::StrCat(kJobPrefix, job_id), moved->SerializeAsString());
+    absl::MutexLock lock(&mu_);
+    if (jobs_.count(job_id) == 0) {
+      status = absl::NotFoundError(absl::StrCat("job '", job_id, "' was deleted during the move"));
+      // The move opened a generation for it again.
+      membership_->Forget(job_id).IgnoreError();
+    } else {
+      status = metadata_->Put(absl::StrCat(kJobPrefix, job_id), moved->SerializeAsString());
+      if (status.ok()) jobs_[job_id] = *moved;
+    }
   }
   if (!status.ok()) {
     drop(allocated);
     return status;
   }
-  {
-    absl::MutexLock lock(&mu_);
-    jobs_[job_id] = *moved;
-  }
   // A lost server that registered again during the move kept the job's
-  // chunks (its DropJobsMovedOff saw the job still on it): drop them now.
+  // chunks (its DropStaleJobs saw the job still on it): drop them now.
   std::vector<std::string> returned;
   for (const std::string& address : lost) {
     if (!monitor_->IsLost(address) && !HasChunksOn(*moved, address)) returned.push_back(address);
   }
-  if (!returned.empty()) DropOnServers(job_id, returned, /*wait_for_ready=*/true, [] {});
+  if (!returned.empty()) {
+    DropOnServers(job_id, returned, /*wait_for_ready=*/true, [](std::vector<std::string>) {});
+  }
   LogEventCat("coordinator", "job ", job_id, ": chunks moved to ", ServersOf(*moved).size(),
               " live shard server(s) in ", absl::FormatDuration(absl::Now() - started),
               "; it resumes from checkpoint ", moved->restored_from(), " (step ", manifest->step(),
@@ -494,7 +509,7 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
   return absl::OkStatus();
 }
 
-void CoordinatorService::DropJobsMovedOff(const std::string& address) {
+void CoordinatorService::DropStaleJobs(const std::string& address) {
   std::vector<std::string> moved_off;
   {
     absl::MutexLock lock(&mu_);
@@ -505,8 +520,78 @@ void CoordinatorService::DropJobsMovedOff(const std::string& address) {
   for (const std::string& id : moved_off) {
     LogEventCat("coordinator", "job ", id, " moved off shard server ", address,
                 ": dropping it there");
-    DropOnServers(id, {address}, /*wait_for_ready=*/true, [] {});
+    DropOnServers(id, {address}, /*wait_for_ready=*/true, [](std::vector<std::string>) {});
   }
+  // Jobs deleted while the server was away (or whose creation the
+  // coordinator never finished).
+  FanOut<v1::ListChunksResponse>(
+      {address}, kServerCallTimeout,
+      [this](const std::string& address, grpc::ClientContext* context, v1::ListChunksResponse* out,
+             std::function<void(grpc::Status)> done) {
+        context->set_wait_for_ready(true);
+        auto request = std::make_shared<v1::ListChunksRequest>();
+        StubFor(address)->async()->ListChunks(
+            context, request.get(), out,
+            [request, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
+      },
+      [this](auto& results) {
+        const auto& listed = *results.front();
+        if (!listed.status.ok()) return;
+        std::set<std::string> unknown;
+        {
+          absl::MutexLock lock(&mu_);
+          for (const v1::ChunkStatus& c : listed.response.chunks()) {
+            if (jobs_.count(c.job_id()) == 0 && !creating_.contains(c.job_id())) {
+              unknown.insert(c.job_id());
+            }
+          }
+        }
+        for (const std::string& id : unknown) {
+          LogEventCat("coordinator", "job ", id, " on shard server ", listed.address,
+                      " is not a job of this coordinator (deleted while the server was away): "
+                      "dropping it there");
+          DropOnServers(id, {listed.address}, /*wait_for_ready=*/true,
+                        [](std::vector<std::string>) {});
+        }
+      });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerContext* ctx,
+                                                        const v1::DeleteJobRequest* request,
+                                                        v1::DeleteJobResponse* response) {
+  const std::string& job_id = request->job_id();
+  if (job_id.empty()) return FinishUnary(ctx, absl::InvalidArgumentError("job id is empty"));
+  v1::JobInfo job;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) {
+      return FinishUnary(
+          ctx, creating_.contains(job_id)
+                   ? absl::FailedPreconditionError(
+                         absl::StrCat("job '", job_id, "' is being created; try again after it"))
+                   : absl::NotFoundError(absl::StrCat("unknown job '", job_id, "'")));
+    }
+    // Under mu_, which JoinJob holds too: no worker joins in between.
+    absl::Status forgotten = membership_->Forget(job_id);
+    if (forgotten.ok()) forgotten = metadata_->Delete(absl::StrCat(kJobPrefix, job_id));
+    if (!forgotten.ok()) return FinishUnary(ctx, forgotten);
+    job = std::move(it->second);
+    jobs_.erase(it);
+  }
+  checkpointer_.CancelSaves(job_id);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  DropOnServers(job_id, ServersOf(job), /*wait_for_ready=*/false,
+                [reactor, response, job_id](std::vector<std::string> failed) {
+                  LogEventCat("coordinator", "job ", job_id, " deleted",
+                              failed.empty() ? "" : "; not dropped yet on ",
+                              absl::StrJoin(failed, ", "));
+                  for (std::string& address : failed) {
+                    response->add_unreachable_servers(std::move(address));
+                  }
+                  reactor->Finish(grpc::Status::OK);
+                });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* ctx,
@@ -565,9 +650,15 @@ void CoordinatorService::ExportMetrics(Metrics* metrics) {
 grpc::ServerUnaryReactor* CoordinatorService::JoinJob(grpc::CallbackServerContext* ctx,
                                                       const v1::JoinJobRequest* request,
                                                       v1::JoinJobResponse* response) {
-  absl::StatusOr<v1::JobInfo> job = FindJob(request->job_id());
-  if (!job.ok()) return FinishUnary(ctx, job.status());
-  absl::StatusOr<v1::JoinJobResponse> joined = membership_->Join(job->spec(), *request);
+  absl::StatusOr<v1::JoinJobResponse> joined;
+  {
+    // Under mu_, which DeleteJob holds too: a deleted job gets no member.
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(request->job_id());
+    joined = it == jobs_.end()
+                 ? absl::NotFoundError(absl::StrCat("unknown job '", request->job_id(), "'"))
+                 : membership_->Join(it->second.spec(), *request);
+  }
   if (joined.ok()) *response = *std::move(joined);
   return FinishUnary(ctx, joined.status());
 }

@@ -64,6 +64,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
                                      const v1::ListJobsRequest* request,
                                      v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
+                                      const v1::DeleteJobRequest* request,
+                                      v1::DeleteJobResponse* response) override;
   grpc::ServerUnaryReactor* JoinJob(grpc::CallbackServerContext* ctx,
                                     const v1::JoinJobRequest* request,
                                     v1::JoinJobResponse* response) override;
@@ -114,18 +117,20 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // `min_generation` refused), then `done(status, servers that allocated)`.
   void AllocateOnServers(std::shared_ptr<const v1::JobInfo> job, uint64_t min_generation,
                          std::function<void(absl::Status, std::vector<std::string>)> done);
-  // Drops `job_id` on `addresses` (after a failed creation, or where a moved job's chunks
-  // were or will be); `done` runs when all answered. With `wait_for_ready` (servers that just
+  // Drops `job_id` on `addresses` (after a failed creation, where a moved job's chunks
+  // were or will be, a deleted job's); `done(servers that failed)` runs when all answered (a
+  // server without the job has nothing to drop). With `wait_for_ready` (servers that just
   // registered), each call waits within its timeout for the channel to connect instead of failing
   // at once while the channel to the address's previous process is still backing off.
   void DropOnServers(const std::string& job_id, const std::vector<std::string>& addresses,
-                     bool wait_for_ready, std::function<void()> done);
+                     bool wait_for_ready, std::function<void(std::vector<std::string>)> done);
   void FinishCreate(const v1::JobInfo& job, absl::Status status);
   absl::StatusOr<v1::JobInfo> FindJob(const std::string& job_id) const;
   // ServerMonitor callbacks (its thread). A lost server's jobs move; a
-  // server back (or registering) drops the jobs that moved off it.
+  // server back (or registering) drops the jobs that moved off it, and
+  // those this coordinator does not have (deleted while it was away).
   void OnServerLost(const std::string& address);
-  void DropJobsMovedOff(const std::string& address);
+  void DropStaleJobs(const std::string& address);
   // Moves `job_id` onto the live servers from its newest checkpoint; blocks.
   absl::Status MoveJob(const std::string& job_id);
   v1::ShardServer::Stub* StubFor(const std::string& address);

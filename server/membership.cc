@@ -198,6 +198,24 @@ absl::StatusOr<v1::Generation> Membership::Leave(const v1::LeaveJobRequest& requ
   return job->second.generation;
 }
 
+absl::Status Membership::Forget(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto job = jobs_.find(job_id);
+  if (job == jobs_.end()) return absl::OkStatus();  // no worker ever joined
+  if (const std::vector<Member>& members = job->second.members; !members.empty()) {
+    std::string names;
+    for (const Member& m : members) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", m.info.worker_id());
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", job_id, "' has ", members.size(), " worker(s) (", names,
+                     "); they must leave, or their leases expire, first"));
+  }
+  RETURN_IF_ERROR(metadata_->Delete(absl::StrCat(kGenerationPrefix, job_id)));
+  jobs_.erase(job);
+  return absl::OkStatus();
+}
+
 void Membership::ExpireLeasesLoop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {

@@ -64,6 +64,10 @@ class Membership {
   // first, when none has formed yet).
   absl::StatusOr<uint64_t> ChunksMoved(const std::string& job_id, uint64_t version, int64_t step);
 
+  // Forgets a deleted job: its generations (and watchers, which hear no
+  // more). FAILED_PRECONDITION, naming them, while it has members.
+  absl::Status Forget(const std::string& job_id);
+
   void ListMembers(const std::string& job_id, v1::ListMembersResponse* response) const;
   void Summarize(const std::string& job_id, v1::JobSummary* summary) const;
 

@@ -58,6 +58,10 @@ constexpr char kUsage[] =
     "  stratactl [--coordinator=HOST:PORT] --job=ID --out=DIR [--with_optimizer_state] export\n"
     "      writes the job's FP32 master weights (and Adam moments) at one step to\n"
     "      DIR/model.safetensors, per tensor with its registered name and shape\n"
+    "  stratactl [--coordinator=HOST:PORT] [--json] --job=ID job delete\n"
+    "      deletes a job whose workers have all left: its chunks on every shard server\n"
+    "      (a server that does not answer drops them when it registers again; they\n"
+    "      are listed); its checkpoints stay\n"
     "  stratactl [--coordinator=HOST:PORT] [--json] --job=ID [--dir=DIR] checkpoint save\n"
     "      saves a consistent checkpoint (every chunk at one step, the newest applied)\n"
     "      into DIR/ID/step-N without stopping training; waits up to an hour\n"
@@ -176,6 +180,29 @@ class Ctl {
                   absl::StrCat(use.budget)});
     }
     totals.Print(stdout);
+    return absl::OkStatus();
+  }
+
+  absl::Status DeleteJob() {
+    const std::string job_id = absl::GetFlag(FLAGS_job);
+    if (job_id.empty()) return absl::InvalidArgumentError("job delete needs --job");
+    v1::DeleteJobRequest request;
+    request.set_job_id(job_id);
+    v1::DeleteJobResponse response;
+    if (absl::Status s = Call(&v1::Coordinator::Stub::DeleteJob, request, &response); !s.ok()) {
+      return s;
+    }
+    const std::vector<std::string> unreachable(response.unreachable_servers().begin(),
+                                               response.unreachable_servers().end());
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf("%s\n",
+                  json{{"job", job_id}, {"unreachable_servers", unreachable}}.dump().c_str());
+    } else if (unreachable.empty()) {
+      std::printf("job %s deleted\n", job_id.c_str());
+    } else {
+      std::printf("job %s deleted; %s did not answer and will drop it when registering again\n",
+                  job_id.c_str(), absl::StrJoin(unreachable, ", ").c_str());
+    }
     return absl::OkStatus();
   }
 
@@ -422,6 +449,14 @@ int main(int argc, char** argv) {
     absl::Status s = args[1] == "save" ? ctl.SaveCheckpoint() : ctl.ListCheckpoints();
     if (!s.ok()) {
       std::fprintf(stderr, "stratactl checkpoint %s: %s\n", args[1].c_str(), s.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  if (args.size() == 2 && args[0] == "job" && args[1] == "delete") {
+    absl::Status s = strata::Ctl().DeleteJob();
+    if (!s.ok()) {
+      std::fprintf(stderr, "stratactl job delete: %s\n", s.ToString().c_str());
       return 1;
     }
     return 0;

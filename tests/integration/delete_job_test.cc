@@ -1,0 +1,162 @@
+// Deleting a job (Coordinator.DeleteJob, `stratactl job delete`): refused
+// while workers are members, it then drops the job's chunks and checkpoint
+// memory on every shard server and frees its id; a server that was away
+// drops the job when it registers again.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/local_cluster.h"
+#include "strata/client.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+#include "strata/v1/shard.grpc.pb.h"
+#include "tests/testing/job_runner.h"
+#include "tests/testing/processes.h"
+#include "tests/testing/scratch_dir.h"
+
+namespace strata {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Status Delete(const std::string& coordinator, const std::string& job_id,
+                    v1::DeleteJobResponse* response) {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+  v1::DeleteJobRequest request;
+  request.set_job_id(job_id);
+  return CallUnary(stub.get(), &v1::Coordinator::Stub::DeleteJob, request, response,
+                   absl::Seconds(30));
+}
+
+// The chunks a shard server holds, of every job; -1 when it does not answer.
+int ChunksOn(const std::string& server) {
+  auto stub = v1::ShardServer::NewStub(MakeChannel(server));
+  v1::ListChunksResponse response;
+  if (!CallUnary(stub.get(), &v1::ShardServer::Stub::ListChunks, v1::ListChunksRequest(), &response,
+                 absl::Seconds(10))
+           .ok()) {
+    return -1;
+  }
+  return response.chunks_size();
+}
+
+std::string Contents(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(DeleteJobTest, ADeletedJobLeavesNothingOnTheServersAndItsIdIsFreeAgain) {
+  auto cluster = LocalCluster::Start({2, uint64_t{64} << 20, 1});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string& coordinator = (*cluster)->coordinator_address();
+  ClientOptions o = testing::SmallFp32Job(coordinator, "done");
+  o.world_size = 1;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE(testing::TrainStep(**client).ok());
+  for (const auto& server : (*cluster)->servers()) {
+    EXPECT_GT(ChunksOn(server->address()), 0);
+    EXPECT_GT(server->checkpoint_arena().reserved_bytes(), 0u);
+  }
+
+  // A member: refused, and the job trains on.
+  v1::DeleteJobResponse response;
+  absl::Status refused = Delete(coordinator, "done", &response);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("1 worker(s)"));
+  ASSERT_TRUE(testing::TrainStep(**client).ok());
+  EXPECT_EQ((*client)->step(), 2);
+
+  ASSERT_TRUE((*client)->Leave().ok());
+  client->reset();
+  auto [code, output] = testing::RunCommand(absl::StrCat(
+      STRATA_BIN_DIR, "/stratactl --coordinator=", coordinator, " --job=done", " job delete"));
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_THAT(output, HasSubstr("job done deleted"));
+  for (const auto& server : (*cluster)->servers()) {
+    EXPECT_EQ(ChunksOn(server->address()), 0) << server->address();
+    EXPECT_EQ(server->checkpoint_arena().reserved_bytes(), 0u) << server->address();
+  }
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+  v1::GetJobRequest get;
+  get.set_job_id("done");
+  v1::JobInfo unused;
+  EXPECT_EQ(
+      CallUnary(stub.get(), &v1::Coordinator::Stub::GetJob, get, &unused, absl::Seconds(10)).code(),
+      absl::StatusCode::kNotFound);
+  EXPECT_EQ(Delete(coordinator, "done", &response).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Delete(coordinator, "", &response).code(), absl::StatusCode::kInvalidArgument);
+
+  // The id is free: a job of another chunk size takes it, from step 0.
+  o.chunk_num_params = 512;
+  auto again = Client::Connect(o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->step(), 0);
+  ASSERT_TRUE(testing::TrainStep(**again).ok());
+}
+
+// A server stopped cleanly keeps its host-tier chunks; the job is deleted
+// while it is away, and it drops the job when it registers again.
+TEST(DeleteJobTest, AServerAwayDuringTheDeleteDropsTheJobWhenItComesBack) {
+  const testing::ScratchDir scratch("delete_job");
+  const std::string& dir = scratch.path();
+  testing::Processes daemons;
+  // No move while the server is away: it is not taken for lost.
+  const std::string coordinator =
+      testing::StartCoordinator(STRATA_BIN_DIR, dir, &daemons, {"--server_timeout_ms=600000"});
+  ASSERT_FALSE(coordinator.empty());
+  std::vector<testing::ServerProcess> servers;
+  for (int i = 0; i < 2; ++i) {
+    servers.push_back(testing::StartServer(STRATA_BIN_DIR, dir, absl::StrCat("server-", i),
+                                           coordinator, {"--host_budget_mib=64"}, &daemons));
+    ASSERT_FALSE(servers.back().address.empty());
+  }
+  ClientOptions o = testing::SmallFp32Job(coordinator, "gone");
+  o.world_size = 1;
+  {
+    auto client = Client::Connect(o);
+    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_TRUE(testing::TrainStep(**client).ok());
+    ASSERT_TRUE((*client)->Leave().ok());
+  }
+  const testing::ServerProcess away = servers[1];
+  const int away_chunks = ChunksOn(away.address);
+  ASSERT_GT(away_chunks, 0);
+  kill(away.pid, SIGTERM);
+  int status = 0;
+  waitpid(away.pid, &status, 0);
+  daemons.Forget(away.pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+  v1::DeleteJobResponse response;
+  ASSERT_TRUE(Delete(coordinator, "gone", &response).ok());
+  ASSERT_EQ(response.unreachable_servers_size(), 1);
+  EXPECT_EQ(response.unreachable_servers(0), away.address);
+  EXPECT_EQ(ChunksOn(servers[0].address), 0);
+
+  const testing::ServerProcess back =
+      testing::StartServer(STRATA_BIN_DIR, dir, "server-1", coordinator,
+                           {"--host_budget_mib=64", "--listen=" + away.address}, &daemons);
+  ASSERT_EQ(back.address, away.address);
+  int left = ChunksOn(back.address);
+  for (int i = 0; i < 200 && left != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    left = ChunksOn(back.address);
+  }
+  EXPECT_EQ(left, 0) << "the server kept the deleted job's chunks";
+  // It had brought the chunks back (the test is void otherwise).
+  EXPECT_THAT(Contents(dir + "/server-1.log"),
+              HasSubstr(absl::StrCat("recovered job gone: 0 chunks from the nvme tier and ",
+                                     away_chunks, " saved at the last clean shutdown")));
+  EXPECT_THAT(Contents(dir + "/coordinator.log"), HasSubstr("is not a job of this coordinator"));
+}
+
+}  // namespace
+}  // namespace strata
