@@ -1,9 +1,11 @@
 #include "server/coordinator_service.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -440,7 +442,12 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
   {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(AssignServers(moved.get()));
+    moving_.insert(job_id);
   }
+  absl::Cleanup moved_or_not = [&] {
+    absl::MutexLock lock(&mu_);
+    moving_.erase(job_id);
+  };
   v1::JobSummary before;
   membership_->Summarize(job_id, &before);
   // The workers stop the step they run, and wait for the new placement.
@@ -493,7 +500,7 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
     return status;
   }
   // A lost server that registered again during the move kept the job's
-  // chunks (its DropStaleJobs saw the job still on it): drop them now.
+  // chunks (its DropStaleJobs skipped the moving job): drop them now.
   std::vector<std::string> returned;
   for (const std::string& address : lost) {
     if (!monitor_->IsLost(address) && !HasChunksOn(*moved, address)) returned.push_back(address);
@@ -510,20 +517,6 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
 }
 
 void CoordinatorService::DropStaleJobs(const std::string& address) {
-  std::vector<std::string> moved_off;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, job] : jobs_) {
-      if (job.placement_version() > 0 && !HasChunksOn(job, address)) moved_off.push_back(id);
-    }
-  }
-  for (const std::string& id : moved_off) {
-    LogEventCat("coordinator", "job ", id, " moved off shard server ", address,
-                ": dropping it there");
-    DropOnServers(id, {address}, /*wait_for_ready=*/true, [](std::vector<std::string>) {});
-  }
-  // Jobs deleted while the server was away (or whose creation the
-  // coordinator never finished).
   FanOut<v1::ListChunksResponse>(
       {address}, kServerCallTimeout,
       [this](const std::string& address, grpc::ClientContext* context, v1::ListChunksResponse* out,
@@ -537,19 +530,28 @@ void CoordinatorService::DropStaleJobs(const std::string& address) {
       [this](auto& results) {
         const auto& listed = *results.front();
         if (!listed.status.ok()) return;
-        std::set<std::string> unknown;
+        // Job id -> why the server must not keep it.
+        std::map<std::string, std::string> stale;
         {
           absl::MutexLock lock(&mu_);
           for (const v1::ChunkStatus& c : listed.response.chunks()) {
-            if (jobs_.count(c.job_id()) == 0 && !creating_.contains(c.job_id())) {
-              unknown.insert(c.job_id());
+            const std::string& id = c.job_id();
+            // A creation or a move places chunks before it commits; both
+            // drop what they placed if they fail.
+            if (creating_.contains(id) || moving_.contains(id)) continue;
+            auto job = jobs_.find(id);
+            if (job == jobs_.end()) {
+              stale[id] = "it is not a job of this coordinator (deleted while the server was away)";
+            } else if (!HasChunksOn(job->second, listed.address)) {
+              stale[id] =
+                  "none of its chunks is placed there (they moved off, or the job was deleted and "
+                  "created again while the server was away)";
             }
           }
         }
-        for (const std::string& id : unknown) {
-          LogEventCat("coordinator", "job ", id, " on shard server ", listed.address,
-                      " is not a job of this coordinator (deleted while the server was away): "
-                      "dropping it there");
+        for (const auto& [id, why] : stale) {
+          LogEventCat("coordinator", "job ", id, " on shard server ", listed.address, ": ", why,
+                      "; dropping it there");
           DropOnServers(id, {listed.address}, /*wait_for_ready=*/true,
                         [](std::vector<std::string>) {});
         }

@@ -127,8 +127,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   void FinishCreate(const v1::JobInfo& job, absl::Status status);
   absl::StatusOr<v1::JobInfo> FindJob(const std::string& job_id) const;
   // ServerMonitor callbacks (its thread). A lost server's jobs move; a
-  // server back (or registering) drops the jobs that moved off it, and
-  // those this coordinator does not have (deleted while it was away).
+  // server back (or registering) lists its jobs and drops those that have
+  // no chunk placed on it (moved off, deleted, or deleted and created
+  // again while it was away), except jobs being created or moved.
   void OnServerLost(const std::string& address);
   void DropStaleJobs(const std::string& address);
   // Moves `job_id` onto the live servers from its newest checkpoint; blocks.
@@ -141,6 +142,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   std::map<std::string, v1::ServerRecord> servers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::JobInfo> jobs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(mu_);
+  // Jobs whose chunks MoveJob is placing anew.
+  absl::flat_hash_set<std::string> moving_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::unique_ptr<v1::ShardServer::Stub>> stubs_
       ABSL_GUARDED_BY(mu_);
   std::shared_ptr<CollectFunction> collected_;  // ExportMetrics

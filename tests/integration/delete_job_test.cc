@@ -1,7 +1,7 @@
 // Deleting a job (Coordinator.DeleteJob, `stratactl job delete`): refused
 // while workers are members, it then drops the job's chunks and checkpoint
 // memory on every shard server and frees its id; a server that was away
-// drops the job when it registers again.
+// drops the job when it registers again, even if the id was taken again.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -103,14 +103,15 @@ TEST(DeleteJobTest, ADeletedJobLeavesNothingOnTheServersAndItsIdIsFreeAgain) {
 }
 
 // A server stopped cleanly keeps its host-tier chunks; the job is deleted
-// while it is away, and it drops the job when it registers again.
+// while it is away, and created again (on the other server, once this one is
+// taken for lost); the server drops the old job's chunks when it registers
+// again, and the new job trains on.
 TEST(DeleteJobTest, AServerAwayDuringTheDeleteDropsTheJobWhenItComesBack) {
   const testing::ScratchDir scratch("delete_job");
   const std::string& dir = scratch.path();
   testing::Processes daemons;
-  // No move while the server is away: it is not taken for lost.
   const std::string coordinator =
-      testing::StartCoordinator(STRATA_BIN_DIR, dir, &daemons, {"--server_timeout_ms=600000"});
+      testing::StartCoordinator(STRATA_BIN_DIR, dir, &daemons, {"--server_timeout_ms=1000"});
   ASSERT_FALSE(coordinator.empty());
   std::vector<testing::ServerProcess> servers;
   for (int i = 0; i < 2; ++i) {
@@ -141,6 +142,19 @@ TEST(DeleteJobTest, AServerAwayDuringTheDeleteDropsTheJobWhenItComesBack) {
   EXPECT_EQ(response.unreachable_servers(0), away.address);
   EXPECT_EQ(ChunksOn(servers[0].address), 0);
 
+  // The same id again, once the server is taken for lost: all on server-0.
+  const std::string lost = absl::StrCat("shard server ", away.address, " is lost");
+  for (int i = 0; i < 200 && Contents(dir + "/coordinator.log").find(lost) == std::string::npos;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  o.chunk_num_params = 512;
+  auto again = Client::Connect(o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(testing::TrainStep(**again).ok());
+  const int new_chunks = ChunksOn(servers[0].address);
+  ASSERT_GT(new_chunks, 0);
+
   const testing::ServerProcess back =
       testing::StartServer(STRATA_BIN_DIR, dir, "server-1", coordinator,
                            {"--host_budget_mib=64", "--listen=" + away.address}, &daemons);
@@ -155,7 +169,11 @@ TEST(DeleteJobTest, AServerAwayDuringTheDeleteDropsTheJobWhenItComesBack) {
   EXPECT_THAT(Contents(dir + "/server-1.log"),
               HasSubstr(absl::StrCat("recovered job gone: 0 chunks from the nvme tier and ",
                                      away_chunks, " saved at the last clean shutdown")));
-  EXPECT_THAT(Contents(dir + "/coordinator.log"), HasSubstr("is not a job of this coordinator"));
+  EXPECT_THAT(Contents(dir + "/coordinator.log"), HasSubstr("none of its chunks is placed there"));
+  // The new job lost nothing.
+  EXPECT_EQ(ChunksOn(servers[0].address), new_chunks);
+  ASSERT_TRUE(testing::TrainStep(**again).ok());
+  EXPECT_EQ((*again)->step(), 2);
 }
 
 }  // namespace
