@@ -39,6 +39,10 @@ absl::Status ParseInto(const std::string& key, const std::string& bytes, Message
   return absl::OkStatus();
 }
 
+absl::Status UnknownJob(const std::string& job_id) {
+  return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "'"));
+}
+
 uint64_t JobBytes(const v1::ChunkSpec& chunk, v1::DType dtype) {
   return Chunk::NumBytes(chunk.num_params(), DTypeFromProto(dtype).value_or(DType::kFp32));
 }
@@ -317,6 +321,24 @@ void CoordinatorService::DropOnServers(const std::string& job_id,
       });
 }
 
+void CoordinatorService::ListChunksOn(
+    const std::vector<std::string>& addresses, const std::string& job_id, bool wait_for_ready,
+    std::function<void(std::vector<std::unique_ptr<FanOutResult<v1::ListChunksResponse>>>&)> done) {
+  FanOut<v1::ListChunksResponse>(
+      addresses, kServerCallTimeout,
+      [this, job_id, wait_for_ready](const std::string& address, grpc::ClientContext* context,
+                                     v1::ListChunksResponse* out,
+                                     std::function<void(grpc::Status)> done) {
+        context->set_wait_for_ready(wait_for_ready);
+        auto list = std::make_shared<v1::ListChunksRequest>();
+        list->set_job_id(job_id);
+        StubFor(address)->async()->ListChunks(
+            context, list.get(), out,
+            [list, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
+      },
+      std::move(done));
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerContext* ctx,
                                                         const v1::CreateJobRequest* request,
                                                         v1::JobInfo* response) {
@@ -385,7 +407,7 @@ void CoordinatorService::AllocateOnServers(
 absl::StatusOr<v1::JobInfo> CoordinatorService::FindJob(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "'"));
+  if (it == jobs_.end()) return UnknownJob(job_id);
   return it->second;
 }
 
@@ -517,45 +539,34 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
 }
 
 void CoordinatorService::DropStaleJobs(const std::string& address) {
-  FanOut<v1::ListChunksResponse>(
-      {address}, kServerCallTimeout,
-      [this](const std::string& address, grpc::ClientContext* context, v1::ListChunksResponse* out,
-             std::function<void(grpc::Status)> done) {
-        context->set_wait_for_ready(true);
-        auto request = std::make_shared<v1::ListChunksRequest>();
-        StubFor(address)->async()->ListChunks(
-            context, request.get(), out,
-            [request, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
-      },
-      [this](auto& results) {
-        const auto& listed = *results.front();
-        if (!listed.status.ok()) return;
-        // Job id -> why the server must not keep it.
-        std::map<std::string, std::string> stale;
-        {
-          absl::MutexLock lock(&mu_);
-          for (const v1::ChunkStatus& c : listed.response.chunks()) {
-            const std::string& id = c.job_id();
-            // A creation or a move places chunks before it commits; both
-            // drop what they placed if they fail.
-            if (creating_.contains(id) || moving_.contains(id)) continue;
-            auto job = jobs_.find(id);
-            if (job == jobs_.end()) {
-              stale[id] = "it is not a job of this coordinator (deleted while the server was away)";
-            } else if (!HasChunksOn(job->second, listed.address)) {
-              stale[id] =
-                  "none of its chunks is placed there (they moved off, or the job was deleted and "
-                  "created again while the server was away)";
-            }
-          }
+  ListChunksOn({address}, /*job_id=*/"", /*wait_for_ready=*/true, [this](auto& results) {
+    const auto& listed = *results.front();
+    if (!listed.status.ok()) return;
+    // Job id -> why the server must not keep it.
+    std::map<std::string, std::string> stale;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const v1::ChunkStatus& c : listed.response.chunks()) {
+        const std::string& id = c.job_id();
+        // A creation or a move places chunks before it commits; both
+        // drop what they placed if they fail.
+        if (creating_.contains(id) || moving_.contains(id)) continue;
+        auto job = jobs_.find(id);
+        if (job == jobs_.end()) {
+          stale[id] = "it is not a job of this coordinator (deleted while the server was away)";
+        } else if (!HasChunksOn(job->second, listed.address)) {
+          stale[id] =
+              "none of its chunks is placed there (they moved off, or the job was deleted and "
+              "created again while the server was away)";
         }
-        for (const auto& [id, why] : stale) {
-          LogEventCat("coordinator", "job ", id, " on shard server ", listed.address, ": ", why,
-                      "; dropping it there");
-          DropOnServers(id, {listed.address}, /*wait_for_ready=*/true,
-                        [](std::vector<std::string>) {});
-        }
-      });
+      }
+    }
+    for (const auto& [id, why] : stale) {
+      LogEventCat("coordinator", "job ", id, " on shard server ", listed.address, ": ", why,
+                  "; dropping it there");
+      DropOnServers(id, {listed.address}, /*wait_for_ready=*/true, [](std::vector<std::string>) {});
+    }
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerContext* ctx,
@@ -568,11 +579,10 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) {
-      return FinishUnary(
-          ctx, creating_.contains(job_id)
-                   ? absl::FailedPreconditionError(
-                         absl::StrCat("job '", job_id, "' is being created; try again after it"))
-                   : absl::NotFoundError(absl::StrCat("unknown job '", job_id, "'")));
+      return FinishUnary(ctx, creating_.contains(job_id)
+                                  ? absl::FailedPreconditionError(absl::StrCat(
+                                        "job '", job_id, "' is being created; try again after it"))
+                                  : UnknownJob(job_id));
     }
     // Under mu_, which JoinJob holds too: no worker joins in between.
     absl::Status forgotten = membership_->Forget(job_id);
@@ -657,9 +667,8 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinJob(grpc::CallbackServerContex
     // Under mu_, which DeleteJob holds too: a deleted job gets no member.
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(request->job_id());
-    joined = it == jobs_.end()
-                 ? absl::NotFoundError(absl::StrCat("unknown job '", request->job_id(), "'"))
-                 : membership_->Join(it->second.spec(), *request);
+    joined = it == jobs_.end() ? UnknownJob(request->job_id())
+                               : membership_->Join(it->second.spec(), *request);
   }
   if (joined.ok()) *response = *std::move(joined);
   return FinishUnary(ctx, joined.status());
@@ -797,16 +806,8 @@ grpc::ServerUnaryReactor* CoordinatorService::GetPlacement(grpc::CallbackServerC
     }
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  FanOut<v1::ListChunksResponse>(
-      ServersOf(*job), kServerCallTimeout,
-      [this, job](const std::string& address, grpc::ClientContext* context,
-                  v1::ListChunksResponse* out, std::function<void(grpc::Status)> done) {
-        auto list = std::make_shared<v1::ListChunksRequest>();
-        list->set_job_id(job->spec().job_id());
-        StubFor(address)->async()->ListChunks(
-            context, list.get(), out,
-            [list, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
-      },
+  ListChunksOn(
+      ServersOf(*job), job->spec().job_id(), /*wait_for_ready=*/false,
       [reactor, response, job, layout = *std::move(layout)](auto& results) {
         // (address, chunk id) -> what that server reports.
         std::map<std::pair<std::string, uint32_t>, const v1::ChunkStatus*> reported;

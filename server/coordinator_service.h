@@ -25,6 +25,7 @@
 #include "common/metrics.h"
 #include "common/thread_pool.h"
 #include "server/checkpointer.h"
+#include "server/fan_out.h"
 #include "server/membership.h"
 #include "server/server_monitor.h"
 #include "storage/metadata_store.h"
@@ -124,6 +125,12 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // at once while the channel to the address's previous process is still backing off.
   void DropOnServers(const std::string& job_id, const std::vector<std::string>& addresses,
                      bool wait_for_ready, std::function<void(std::vector<std::string>)> done);
+  // Lists the chunks of `job_id` (every job's when empty) on `addresses`;
+  // `done(results)` runs when all answered. `wait_for_ready` as above.
+  void ListChunksOn(
+      const std::vector<std::string>& addresses, const std::string& job_id, bool wait_for_ready,
+      std::function<void(std::vector<std::unique_ptr<FanOutResult<v1::ListChunksResponse>>>&)>
+          done);
   void FinishCreate(const v1::JobInfo& job, absl::Status status);
   absl::StatusOr<v1::JobInfo> FindJob(const std::string& job_id) const;
   // ServerMonitor callbacks (its thread). A lost server's jobs move; a
