@@ -52,20 +52,19 @@ absl::StatusOr<std::byte*> StateArena::Take(uint64_t bytes) {
       CountTaken(rounded);
       return piece;
     }
-    while (retained_bytes() + beyond_bytes_ + rounded > limit_bytes_ && !kept_.empty()) {
+    while (!FitsLimit(rounded) && !kept_.empty()) {
       DropBeyond(kept_.begin()->first);
       freed.push_back(kept_.begin()->second);
       kept_.erase(kept_.begin());
     }
-    if (retained_bytes() + beyond_bytes_ + rounded > limit_bytes_) {
+    if (!FitsLimit(rounded)) {
       refused_bytes_ += rounded;
       return absl::ResourceExhaustedError(absl::StrCat(
           "the checkpoint memory limit (", limit_bytes_ >> 20, " MiB, ", taken_bytes_ >> 20,
           " MiB out) has no room for a chunk state of ", rounded >> 20, " MiB"));
     }
     // Counted here, so that takes racing for the last bytes do not all pass.
-    beyond_bytes_ += rounded;
-    ++beyond_pieces_[rounded];
+    CountBeyond(rounded);
     CountTaken(rounded);
   }
   for (std::byte* piece : freed) std::free(piece);
@@ -87,9 +86,18 @@ void StateArena::CountTaken(uint64_t bytes) {
   peak_taken_bytes_ = std::max(peak_taken_bytes_, taken_bytes_);
 }
 
-uint64_t StateArena::BeyondPieces(uint64_t rounded) const {
-  const auto it = beyond_pieces_.find(rounded);
-  return it == beyond_pieces_.end() ? 0 : it->second;
+uint64_t StateArena::CountOf(const std::map<uint64_t, uint64_t>& pieces, uint64_t rounded) {
+  const auto it = pieces.find(rounded);
+  return it == pieces.end() ? 0 : it->second;
+}
+
+bool StateArena::FitsLimit(uint64_t rounded) const {
+  return retained_bytes() + beyond_bytes_ + rounded <= limit_bytes_;
+}
+
+void StateArena::CountBeyond(uint64_t rounded) {
+  beyond_bytes_ += rounded;
+  ++beyond_pieces_[rounded];
 }
 
 void StateArena::DropBeyond(uint64_t rounded) {
@@ -109,9 +117,7 @@ void StateArena::Give(std::byte* piece, uint64_t bytes) {
       region_taken_bytes_ -= rounded;
       return;
     }
-    const std::map<uint64_t, uint64_t> needed = NeededBeyond();
-    const auto it = needed.find(rounded);
-    if (it != needed.end() && BeyondPieces(rounded) <= it->second) {
+    if (CountOf(beyond_pieces_, rounded) <= CountOf(NeededBeyond(), rounded)) {
       kept_.emplace(rounded, piece);
       return;
     }
@@ -152,8 +158,7 @@ void StateArena::Unreserve(const std::vector<uint64_t>& piece_bytes) {
     }
     const std::map<uint64_t, uint64_t> needed = NeededBeyond();
     for (auto it = kept_.begin(); it != kept_.end();) {
-      const auto need = needed.find(it->first);
-      if (need != needed.end() && BeyondPieces(it->first) <= need->second) {
+      if (CountOf(beyond_pieces_, it->first) <= CountOf(needed, it->first)) {
         ++it;
         continue;
       }
@@ -170,11 +175,10 @@ StateArena::FaultedIn StateArena::FaultInReserved() {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [rounded, count] : NeededBeyond()) {
-      for (uint64_t held = BeyondPieces(rounded);
-           held < count && retained_bytes() + beyond_bytes_ + rounded <= limit_bytes_; ++held) {
+      for (uint64_t held = CountOf(beyond_pieces_, rounded); held < count && FitsLimit(rounded);
+           ++held) {
         // Counted now, as in Take(), so that a concurrent call does not allocate it too.
-        beyond_bytes_ += rounded;
-        ++beyond_pieces_[rounded];
+        CountBeyond(rounded);
         missing.push_back(rounded);
       }
     }
@@ -193,7 +197,7 @@ StateArena::FaultedIn StateArena::FaultInReserved() {
   }
   absl::MutexLock lock(&mu_);
   for (const auto& [rounded, count] : NeededBeyond()) {
-    const uint64_t held = BeyondPieces(rounded);
+    const uint64_t held = CountOf(beyond_pieces_, rounded);
     if (held < count) result.short_bytes += (count - held) * rounded;
   }
   return result;

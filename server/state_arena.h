@@ -109,8 +109,12 @@ class StateArena {
   // How many pieces of each size the reservations need beyond the region
   // (the region given to the smallest pieces first).
   std::map<uint64_t, uint64_t> NeededBeyond() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The pieces of `rounded` bytes allocated beyond the region, out or kept.
-  uint64_t BeyondPieces(uint64_t rounded) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The count of pieces of `rounded` bytes in `pieces` (by size).
+  static uint64_t CountOf(const std::map<uint64_t, uint64_t>& pieces, uint64_t rounded);
+  // Whether a new piece of `rounded` bytes keeps all the arena holds within the limit.
+  bool FitsLimit(uint64_t rounded) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a piece allocated (or being allocated) beyond the region.
+  void CountBeyond(uint64_t rounded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets a piece allocated beyond the region (out or kept); the caller
   // frees it, outside the lock.
   void DropBeyond(uint64_t rounded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
