@@ -16,8 +16,8 @@
 #include "server/local_cluster.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
-#include "strata/v1/shard.grpc.pb.h"
 #include "tests/testing/job_runner.h"
+#include "tests/testing/placement.h"
 #include "tests/testing/processes.h"
 #include "tests/testing/scratch_dir.h"
 
@@ -36,16 +36,7 @@ absl::Status Delete(const std::string& coordinator, const std::string& job_id,
 }
 
 // The chunks a shard server holds, of every job; -1 when it does not answer.
-int ChunksOn(const std::string& server) {
-  auto stub = v1::ShardServer::NewStub(MakeChannel(server));
-  v1::ListChunksResponse response;
-  if (!CallUnary(stub.get(), &v1::ShardServer::Stub::ListChunks, v1::ListChunksRequest(), &response,
-                 absl::Seconds(10))
-           .ok()) {
-    return -1;
-  }
-  return response.chunks_size();
-}
+int ChunksOn(const std::string& server) { return testing::ChunksOnServer(server).value_or(-1); }
 
 std::string Contents(const std::string& path) {
   std::ifstream in(path);

@@ -215,14 +215,9 @@ TEST(ServerFailureTest, AServerThatComesBackAfterItsJobMovedDropsItsStaleChunks)
   for (const testing::ServerProcess& server : cluster.servers) ASSERT_FALSE(server.address.empty());
   const testing::ServerProcess& victim = cluster.servers[1];
   auto victims_chunks = [&] {
-    auto shard = v1::ShardServer::NewStub(MakeChannel(victim.address));
-    v1::ListChunksRequest request;
-    request.set_job_id("moved");
-    v1::ListChunksResponse response;
-    absl::Status s = CallUnary(shard.get(), &v1::ShardServer::Stub::ListChunks, request, &response,
-                               absl::Seconds(10));
-    EXPECT_TRUE(s.ok()) << s;
-    return response.chunks_size();
+    absl::StatusOr<int> chunks = testing::ChunksOnServer(victim.address, "moved");
+    EXPECT_TRUE(chunks.ok()) << chunks.status();
+    return chunks.value_or(0);
   };
 
   ClientOptions o = Job(coordinator, "moved");
