@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/grpc_status.h"
-#include "common/grpc_util.h"
-#include "common/status_macros.h"
+#include "core/status_macros.h"
+#include "rpc/grpc_status.h"
+#include "rpc/grpc_util.h"
 
 namespace strata {
 namespace {

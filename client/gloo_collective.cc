@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/collective.h"
 #include "client/coordinator_store.h"
-#include "common/status_macros.h"
+#include "core/status_macros.h"
 #include "kernels/elementwise.h"
 
 namespace strata {

@@ -19,7 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "client/collective.h"
-#include "common/thread_pool.h"
+#include "core/thread_pool.h"
 #include "strata/client.h"
 
 namespace strata {

@@ -13,7 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/command_line.h"
+#include "core/command_line.h"
 #include "kernels/half.h"
 #include "strata/client.h"
 

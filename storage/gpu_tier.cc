@@ -8,7 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/status_macros.h"
+#include "core/status_macros.h"
 
 namespace strata {
 namespace {

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "core/status_macros.h"
 #include "storage/gpu_tier.h"
 
 namespace strata {

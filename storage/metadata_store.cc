@@ -4,6 +4,8 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include <filesystem>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -30,6 +32,18 @@ MetadataStore::MetadataStore(std::string path, std::unique_ptr<rocksdb::DB> db)
 
 MetadataStore::~MetadataStore() {
   if (db_ != nullptr) db_->Close().PermitUncheckedError();
+}
+
+absl::StatusOr<std::unique_ptr<MetadataStore>> MetadataStore::OpenInDataDir(
+    const std::string& data_dir) {
+  if (data_dir.empty()) return absl::InvalidArgumentError("a data directory is required");
+  std::error_code error;
+  std::filesystem::create_directories(data_dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create data directory ", data_dir, ": ", error.message()));
+  }
+  return Open(absl::StrCat(data_dir, "/metadata"));
 }
 
 absl::StatusOr<std::unique_ptr<MetadataStore>> MetadataStore::Open(const std::string& path) {

@@ -24,6 +24,10 @@ class MetadataStore {
  public:
   // Opens (creating if missing) the database in directory `path`.
   static absl::StatusOr<std::unique_ptr<MetadataStore>> Open(const std::string& path);
+  // Opens the database of a daemon whose data directory is `data_dir`
+  // (data_dir/metadata), creating the directory if missing; INVALID_ARGUMENT
+  // for an empty `data_dir`, FAILED_PRECONDITION when it cannot be created.
+  static absl::StatusOr<std::unique_ptr<MetadataStore>> OpenInDataDir(const std::string& data_dir);
   ~MetadataStore();
 
   // With `sync`, the write is on disk when Put returns.

@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "core/status_macros.h"
 
 namespace strata {
 namespace {

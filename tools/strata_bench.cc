@@ -3,9 +3,9 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
-#include "common/command_line.h"
+#include "core/command_line.h"
 #include "kernels/isa.h"
-#include "server/daemons.h"
+#include "shard/shard_server.h"
 #include "tools/bench/checkpoint_bench.h"
 #include "tools/bench/elastic_bench.h"
 #include "tools/bench/kernel_bench.h"

@@ -11,18 +11,18 @@
 #include <thread>
 
 #include "absl/strings/str_split.h"
-#include "common/grpc_status.h"
-#include "common/grpc_util.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
-#include "server/local_cluster.h"
+#include "rpc/grpc_status.h"
+#include "rpc/grpc_util.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
-#include "tests/testing/job_runner.h"
-#include "tests/testing/placement.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/job_runner.h"
+#include "testing/local_cluster.h"
+#include "testing/placement.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {

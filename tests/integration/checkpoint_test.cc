@@ -11,18 +11,18 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_util.h"
+#include "coordinator/checkpoint_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "server/checkpoint_store.h"
-#include "server/local_cluster.h"
-#include "server/state_arena.h"
+#include "rpc/grpc_util.h"
+#include "shard/state_arena.h"
 #include "strata/client.h"
 #include "strata/v1/shard.grpc.pb.h"
-#include "tests/testing/job_runner.h"
-#include "tests/testing/processes.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/job_runner.h"
+#include "testing/local_cluster.h"
+#include "testing/processes.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {

@@ -9,8 +9,8 @@
 #include "kernels/adam.h"
 #include "kernels/elementwise.h"
 #include "kernels/grad_stats.h"
-#include "server/local_cluster.h"
-#include "tests/testing/job_runner.h"
+#include "testing/job_runner.h"
+#include "testing/local_cluster.h"
 
 namespace strata {
 namespace {

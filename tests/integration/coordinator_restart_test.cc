@@ -2,12 +2,13 @@
 // directory it has the same servers, jobs, members and rendezvous keys.
 #include <filesystem>
 
-#include "common/grpc_util.h"
+#include "coordinator/coordinator_server.h"
 #include "gtest/gtest.h"
-#include "server/daemons.h"
+#include "rpc/grpc_util.h"
+#include "shard/shard_server.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {

@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/scratch_dir.h"
+#include "testing/scratch_dir.h"
 
 namespace {
 

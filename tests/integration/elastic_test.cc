@@ -15,16 +15,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/grpc_util.h"
 #include "gtest/gtest.h"
 #include "kernels/adam.h"
 #include "nlohmann/json.hpp"
-#include "server/local_cluster.h"
+#include "rpc/grpc_util.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
-#include "tests/testing/linear_model.h"
-#include "tests/testing/processes.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/linear_model.h"
+#include "testing/local_cluster.h"
+#include "testing/processes.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {

@@ -14,13 +14,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/time/clock.h"
-#include "common/command_line.h"
-#include "common/grpc_util.h"
+#include "core/command_line.h"
 #include "nlohmann/json.hpp"
+#include "rpc/grpc_util.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
-#include "tests/testing/linear_model.h"
+#include "testing/linear_model.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "coordinator host:port");
 ABSL_FLAG(std::string, job, "elastic", "job id");

@@ -10,11 +10,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "server/local_cluster.h"
 #include "strata/client.h"
-#include "tests/testing/job_runner.h"
-#include "tests/testing/processes.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/job_runner.h"
+#include "testing/local_cluster.h"
+#include "testing/processes.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {

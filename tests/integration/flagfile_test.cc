@@ -3,12 +3,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/grpc_util.h"
 #include "gtest/gtest.h"
+#include "rpc/grpc_util.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
-#include "tests/testing/processes.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/processes.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {

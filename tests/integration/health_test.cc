@@ -3,13 +3,13 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
-#include "common/grpc_util.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "server/local_cluster.h"
-#include "tests/testing/processes.h"
+#include "rpc/grpc_status.h"
+#include "rpc/grpc_util.h"
+#include "testing/local_cluster.h"
+#include "testing/processes.h"
 
 namespace strata {
 namespace {

@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "server/local_cluster.h"
-#include "tests/testing/job_runner.h"
+#include "testing/job_runner.h"
+#include "testing/local_cluster.h"
 
 namespace strata {
 namespace {

@@ -14,9 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "strata/client.h"
-#include "tests/testing/job_runner.h"
-#include "tests/testing/processes.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/job_runner.h"
+#include "testing/processes.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {

@@ -15,16 +15,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/grpc_util.h"
 #include "gtest/gtest.h"
-#include "server/local_cluster.h"
+#include "rpc/grpc_util.h"
 #include "storage/gpu_tier.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
-#include "tests/testing/job_runner.h"
-#include "tests/testing/placement.h"
-#include "tests/testing/processes.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/job_runner.h"
+#include "testing/local_cluster.h"
+#include "testing/placement.h"
+#include "testing/processes.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {

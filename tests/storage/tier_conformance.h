@@ -24,7 +24,7 @@
 
 #include "gtest/gtest.h"
 #include "storage/tier.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/scratch_dir.h"
 
 namespace strata::testing {
 

@@ -12,9 +12,9 @@
 #include "storage/gpu_tier.h"
 #include "storage/host_tier.h"
 #include "storage/nvme_tier.h"
-#include "tests/storage/faulty_tier.h"
+#include "testing/faulty_tier.h"
+#include "testing/scratch_dir.h"
 #include "tests/storage/tier_conformance.h"
-#include "tests/testing/scratch_dir.h"
 
 namespace strata::testing {
 namespace {

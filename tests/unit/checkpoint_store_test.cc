@@ -2,7 +2,7 @@
 // partial directory is not (and the next save removes it), and pruning keeps
 // the newest K -- the bookkeeping of periodic saves, apart from the timing of
 // a training job.
-#include "server/checkpoint_store.h"
+#include "coordinator/checkpoint_store.h"
 
 #include <unistd.h>
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {

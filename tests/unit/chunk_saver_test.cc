@@ -1,6 +1,6 @@
 // SaveArmedChunks: every armed chunk's state at its step, written while
 // training goes on, or on an error every chunk disarmed and the file named.
-#include "server/chunk_saver.h"
+#include "shard/chunk_saver.h"
 
 #include <unistd.h>
 
@@ -9,9 +9,9 @@
 
 #include "gtest/gtest.h"
 #include "kernels/half.h"
-#include "server/saved_chunk.h"
+#include "shard/saved_chunk.h"
 #include "storage/host_tier.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -30,7 +30,7 @@ class ChunkSaverTest : public ::testing::Test {
     std::vector<std::shared_ptr<Chunk>> chunks;
     for (int i = 0; i < kChunks; ++i) {
       const FlatRange range{i * kN, (i + 1) * kN};
-      auto copy = tier_.Allocate(Chunk::CopyBytes(kN, DType::kFp16));
+      auto copy = tier_.Allocate(ChunkCopyBytes(kN, DType::kFp16));
       chunks.push_back(std::make_shared<Chunk>("job", i, range, DType::kFp16, AdamConfig{},
                                                *HostChunkState::Create(&tier_, kN), &tier_, *copy));
       std::vector<float> init(kN);

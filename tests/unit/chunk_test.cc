@@ -1,6 +1,6 @@
 // The step state machine of one chunk: staging, exactly-once apply, stored
 // results for retries, ABORTED for old and future steps.
-#include "server/chunk.h"
+#include "shard/chunk.h"
 
 #include <unistd.h>
 
@@ -14,11 +14,11 @@
 #include "gtest/gtest.h"
 #include "kernels/adam.h"
 #include "kernels/half.h"
-#include "server/saved_chunk.h"
+#include "shard/saved_chunk.h"
 #include "storage/host_tier.h"
 #include "storage/nvme_tier.h"
-#include "tests/storage/faulty_tier.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/faulty_tier.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -29,7 +29,7 @@ constexpr uint64_t kN = 100;
 class ChunkTest : public ::testing::Test {
  protected:
   ChunkTest() : tier_(1 << 20) {
-    auto copy = tier_.Allocate(Chunk::CopyBytes(kN, DType::kFp16));
+    auto copy = tier_.Allocate(ChunkCopyBytes(kN, DType::kFp16));
     chunk_ =
         std::make_unique<Chunk>("job", 1, FlatRange{kBegin, kBegin + kN}, DType::kFp16,
                                 AdamConfig{}, *HostChunkState::Create(&tier_, kN), &tier_, *copy);
@@ -361,7 +361,7 @@ class NvmeChunkTest : public ::testing::Test {
     ASSERT_TRUE(state.ok()) << state.status();
     chunk_ = std::make_unique<Chunk>("job", 2, FlatRange{0, kNvmeN}, DType::kFp16, AdamConfig{},
                                      *std::move(state), &host_,
-                                     *host_.Allocate(Chunk::CopyBytes(kNvmeN, DType::kFp16)));
+                                     *host_.Allocate(ChunkCopyBytes(kNvmeN, DType::kFp16)));
     grads_ = std::string(kNvmeN * 2, '\0');
     std::vector<uint16_t> g(kNvmeN, FloatToHalf(0.25f));
     std::memcpy(grads_.data(), g.data(), kNvmeN * 2);

@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/collective.h"
+#include "coordinator/coordinator_server.h"
 #include "gtest/gtest.h"
 #include "kernels/elementwise.h"
-#include "server/daemons.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {

@@ -10,12 +10,12 @@
 
 #include "gtest/gtest.h"
 #include "kernels/elementwise.h"
-#include "server/chunk.h"
-#include "server/gpu_chunk_state.h"
-#include "server/saved_chunk.h"
+#include "shard/chunk.h"
+#include "shard/gpu_chunk_state.h"
+#include "shard/saved_chunk.h"
 #include "storage/gpu_tier.h"
 #include "storage/host_tier.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -45,7 +45,7 @@ class GpuChunkTest : public ::testing::TestWithParam<DType> {
     return std::make_unique<Chunk>("job", 3, FlatRange{kBegin, kBegin + kN}, GetParam(),
                                    AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, true},
                                    std::move(state), &host_,
-                                   *host_.Allocate(Chunk::CopyBytes(kN, GetParam())));
+                                   *host_.Allocate(ChunkCopyBytes(kN, GetParam())));
   }
 
   // Pushes random gradients of `step` to both chunks and applies them.

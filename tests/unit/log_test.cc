@@ -1,5 +1,5 @@
 // FormatBytes: the unit that keeps the figure >= 1, rounded down but GiB.
-#include "common/log.h"
+#include "core/log.h"
 
 #include "gtest/gtest.h"
 

@@ -1,6 +1,6 @@
 // ParallelFor: every item once, on the threads it names; after an error the
 // rest are skipped (not run) and the first error is returned.
-#include "common/parallel_for.h"
+#include "core/parallel_for.h"
 
 #include <atomic>
 #include <vector>

@@ -1,7 +1,7 @@
 // StateArena carves pieces from its region (first fit, freed pieces
 // coalesced) and allocates the others; a chunk state in arena memory
 // (ArenaState) is written to its file, with its checksum, as its view holds it.
-#include "server/saved_chunk.h"
+#include "shard/saved_chunk.h"
 
 #include <unistd.h>
 
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/state_arena.h"
-#include "tests/testing/scratch_dir.h"
+#include "shard/state_arena.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {

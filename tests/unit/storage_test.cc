@@ -5,7 +5,7 @@
 #include "gtest/gtest.h"
 #include "storage/host_tier.h"
 #include "storage/metadata_store.h"
-#include "tests/testing/scratch_dir.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {

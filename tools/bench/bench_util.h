@@ -15,7 +15,7 @@
 
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
-#include "common/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace strata {
 

@@ -9,12 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/grpc_status.h"
-#include "common/grpc_util.h"
-#include "server/chunk.h"
-#include "server/local_cluster.h"
+#include "rpc/grpc_status.h"
+#include "rpc/grpc_util.h"
+#include "shard/chunk.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
+#include "testing/local_cluster.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/fio.h"
 
@@ -103,7 +103,7 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   cluster_options.worker_lease = absl::Minutes(5);
   // Two jobs (the trained one and the restored one), with room for a chunk more each.
   const uint64_t per_server = o.num_params / o.servers + kChunkParams;
-  cluster_options.host_budget_bytes = 2 * Chunk::NumBytes(per_server, DType::kFp16);
+  cluster_options.host_budget_bytes = 2 * ChunkBytes(per_server, DType::kFp16);
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(cluster_options);
   if (!cluster.ok()) return cluster.status();
 

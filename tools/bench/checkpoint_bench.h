@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-#include "server/daemons.h"
+#include "shard/shard_server.h"
 
 namespace strata {
 

@@ -11,9 +11,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/subprocess.h"
-#include "server/local_cluster.h"
+#include "core/subprocess.h"
 #include "strata/client.h"
+#include "testing/local_cluster.h"
 #include "tools/bench/bench_util.h"
 
 namespace strata {

@@ -13,13 +13,13 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "common/grpc_util.h"
-#include "common/status_macros.h"
-#include "common/thread_pool.h"
+#include "core/status_macros.h"
+#include "core/thread_pool.h"
 #include "kernels/elementwise.h"
 #include "kernels/isa.h"
-#include "server/chunk.h"
-#include "server/gpu_chunk_state.h"
+#include "rpc/grpc_util.h"
+#include "shard/chunk.h"
+#include "shard/gpu_chunk_state.h"
 #include "storage/gpu_tier.h"
 #include "storage/host_tier.h"
 #include "storage/nvme_tier.h"
@@ -45,8 +45,8 @@ class ServerStepRig {
                                        ? NvmeChunkState::StagingBytes(kBenchChunkElements)
                                        : GpuStagingBytes(kBenchChunkElements, o.grad_dtype);
     const uint64_t host_bytes =
-        num_chunks * (tier != nullptr ? Chunk::CopyBytes(kBenchChunkElements, o.grad_dtype)
-                                      : Chunk::NumBytes(kBenchChunkElements, o.grad_dtype)) +
+        num_chunks * (tier != nullptr ? ChunkCopyBytes(kBenchChunkElements, o.grad_dtype)
+                                      : ChunkBytes(kBenchChunkElements, o.grad_dtype)) +
         (tier != nullptr ? (o.threads + 1) * (staging_bytes + 4096) : 0) + (uint64_t{64} << 20);
     // Pinned for the GPU as a server pins it (the copies come back by DMA).
     std::unique_ptr<ServerStepRig> rig(new ServerStepRig(
@@ -63,7 +63,7 @@ class ServerStepRig {
     }
     for (size_t begin = 0; begin < o.num_params; begin += kBenchChunkElements) {
       size_t size = std::min(kBenchChunkElements, o.num_params - begin);
-      absl::StatusOr<Extent> copy = host->Allocate(Chunk::CopyBytes(size, o.grad_dtype));
+      absl::StatusOr<Extent> copy = host->Allocate(ChunkCopyBytes(size, o.grad_dtype));
       if (!copy.ok()) return copy.status();
       absl::StatusOr<std::unique_ptr<ChunkState>> state =
           nvme != nullptr   ? NvmeChunkState::Create(nvme, staging, size)

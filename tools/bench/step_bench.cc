@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "kernels/adam.h"
-#include "server/local_cluster.h"
 #include "strata/client.h"
+#include "testing/local_cluster.h"
 #include "tools/bench/bench_util.h"
 
 namespace strata {

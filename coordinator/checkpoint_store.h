@@ -1,0 +1,54 @@
+// The checkpoints of jobs on a file system, as the coordinator sees them:
+//
+//   DIR/JOB/step-0000000010/chunk-00000000.bin ...   (server/saved_chunk.h)
+//   DIR/JOB/step-0000000010/manifest.json            (v1::CheckpointManifest)
+//
+// A save writes into a hidden directory DIR/JOB/.step-N.partial-T, writes
+// the manifest last, syncs, and renames the directory into place: a crash at
+// any moment leaves the earlier checkpoints intact and the partial one
+// invisible (the next save of the job removes it). Stateless functions.
+#ifndef STRATA_COORDINATOR_CHECKPOINT_STORE_H_
+#define STRATA_COORDINATOR_CHECKPOINT_STORE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "strata/v1/coordinator.pb.h"
+
+namespace strata {
+
+// The directory of `job_id`'s checkpoint of `step` under `dir`: DIR/JOB/step-NNNNNNNNNN.
+std::string CheckpointPath(const std::string& dir, const std::string& job_id, int64_t step);
+
+// A fresh partial directory for a save of `job_id`'s `step` under `dir`
+// (absolute), after removing partial ones of crashed saves of the job.
+// INVALID_ARGUMENT for a relative `dir`; the I/O error naming the directory.
+absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, const std::string& job_id,
+                                            int64_t step);
+// Writes `manifest` into `partial` (synced) and renames it to its final
+// name; returns that path. When a checkpoint of the step exists already,
+// `partial` is removed and the existing one's path returned.
+absl::StatusOr<std::string> CommitCheckpoint(const std::string& partial,
+                                             const v1::CheckpointManifest& manifest);
+// Removes a partial directory of a failed save.
+void AbandonCheckpoint(const std::string& partial);
+
+// The manifest of the checkpoint at `path`, checked: FAILED_PRECONDITION
+// when `path` has no manifest.json (not a checkpoint); DATA_LOSS naming the
+// file when the manifest does not parse, its files do not tile the flat
+// space, or a file is missing or has another size.
+absl::StatusOr<v1::CheckpointManifest> ReadCheckpoint(const std::string& path);
+
+// The complete checkpoints of `job_id` under `dir`, oldest first (by step).
+absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& dir,
+                                                                const std::string& job_id);
+// Removes all but the newest `keep` complete checkpoints of the job.
+absl::Status PruneCheckpoints(const std::string& dir, const std::string& job_id, uint32_t keep);
+
+v1::CheckpointInfo InfoOf(const v1::CheckpointManifest& manifest, const std::string& path);
+
+}  // namespace strata
+
+#endif  // STRATA_COORDINATOR_CHECKPOINT_STORE_H_

@@ -1,0 +1,168 @@
+// CoordinatorService: the gRPC Coordinator service
+// (proto/strata/v1/coordinator.proto). It registers shard servers, creates
+// jobs and assigns their chunks to live servers balanced by bytes, keeps
+// each job's workers and generations (Membership), saves checkpoints, and
+// serves the rendezvous key-value store. It watches the servers' health
+// (ServerMonitor): the chunks of a job on a server lost for longer than the
+// server timeout move to the live servers, every chunk restored from the
+// job's newest checkpoint, and a new generation makes the workers resume
+// from its step. All state is written to RocksDB before a request is
+// answered, and reloaded at start.
+// Thread-safe; calls to shard servers from RPCs are asynchronous (FanOut);
+// moves run on the monitor's thread.
+#ifndef STRATA_COORDINATOR_COORDINATOR_SERVICE_H_
+#define STRATA_COORDINATOR_COORDINATOR_SERVICE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/checkpointer.h"
+#include "coordinator/fan_out.h"
+#include "coordinator/membership.h"
+#include "coordinator/server_monitor.h"
+#include "core/thread_pool.h"
+#include "rpc/metrics.h"
+#include "storage/metadata_store.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+#include "strata/v1/shard.grpc.pb.h"
+
+namespace strata {
+
+class CoordinatorService final : public v1::Coordinator::CallbackService {
+ public:
+  // `worker_lease`: how long a worker stays a member without a heartbeat.
+  // `checkpoint_dir`: where jobs without their own directory save checkpoints.
+  // `server_timeout`: how long a shard server may fail its health checks
+  // before its jobs' chunks move.
+  static absl::StatusOr<std::unique_ptr<CoordinatorService>> Create(MetadataStore* metadata,
+                                                                    absl::Duration worker_lease,
+                                                                    std::string checkpoint_dir,
+                                                                    absl::Duration server_timeout);
+
+  // Before the gRPC server shuts down: stops watching servers, expiring
+  // leases, ends the generation streams and stops checkpoint saves.
+  void BeginShutdown();
+  // Exports the registered servers and jobs, and per job its members,
+  // generation and committed step, into `metrics` (which must outlive the
+  // service).
+  void ExportMetrics(Metrics* metrics);
+
+  grpc::ServerUnaryReactor* RegisterServer(grpc::CallbackServerContext* ctx,
+                                           const v1::RegisterServerRequest* request,
+                                           v1::RegisterServerResponse* response) override;
+  grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
+                                      const v1::CreateJobRequest* request,
+                                      v1::JobInfo* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
+                                   const v1::GetJobRequest* request,
+                                   v1::JobInfo* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
+                                      const v1::DeleteJobRequest* request,
+                                      v1::DeleteJobResponse* response) override;
+  grpc::ServerUnaryReactor* JoinJob(grpc::CallbackServerContext* ctx,
+                                    const v1::JoinJobRequest* request,
+                                    v1::JoinJobResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* LeaveJob(grpc::CallbackServerContext* ctx,
+                                     const v1::LeaveJobRequest* request,
+                                     v1::LeaveJobResponse* response) override;
+  grpc::ServerWriteReactor<v1::Generation>* WatchGeneration(
+      grpc::CallbackServerContext* ctx, const v1::WatchGenerationRequest* request) override;
+  grpc::ServerUnaryReactor* ListMembers(grpc::CallbackServerContext* ctx,
+                                        const v1::ListMembersRequest* request,
+                                        v1::ListMembersResponse* response) override;
+  grpc::ServerUnaryReactor* GetPlacement(grpc::CallbackServerContext* ctx,
+                                         const v1::GetPlacementRequest* request,
+                                         v1::GetPlacementResponse* response) override;
+  grpc::ServerUnaryReactor* SaveCheckpoint(grpc::CallbackServerContext* ctx,
+                                           const v1::SaveCheckpointRequest* request,
+                                           v1::CheckpointInfo* response) override;
+  grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* ctx,
+                                            const v1::ListCheckpointsRequest* request,
+                                            v1::ListCheckpointsResponse* response) override;
+  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx, const v1::KvSetRequest* request,
+                                  v1::KvSetResponse* response) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx, const v1::KvGetRequest* request,
+                                  v1::KvGetResponse* response) override;
+
+ private:
+  CoordinatorService(MetadataStore* metadata, std::unique_ptr<Membership> membership,
+                     std::string checkpoint_dir);
+  absl::Status Load();
+  absl::Status DoRegister(const v1::RegisterServerRequest& request);
+  // Assigns each chunk of `job` to the live server with the most free bytes
+  // (the chunks of other jobs counted).
+  absl::Status AssignServers(v1::JobInfo* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Validates the spec and assigns chunks; fills `job`. Marks the job as
+  // being created. OK with `*existing` set when the same job exists.
+  absl::Status PlanJob(const v1::JobSpec& spec, v1::JobInfo* job, bool* existing);
+  // Checks a restore's checkpoint against `job`'s spec and notes it in `job`;
+  // returns its manifest.
+  absl::StatusOr<v1::CheckpointManifest> PlanRestore(const std::string& path, v1::JobInfo* job);
+  // Has each server load its chunks from the checkpoint, then `done(status)`.
+  void LoadCheckpoint(std::shared_ptr<const v1::JobInfo> job,
+                      std::shared_ptr<const v1::CheckpointManifest> manifest,
+                      std::function<void(absl::Status)> done);
+  // Allocates the job's chunks on its servers (pushes of generations before
+  // `min_generation` refused), then `done(status, servers that allocated)`.
+  void AllocateOnServers(std::shared_ptr<const v1::JobInfo> job, uint64_t min_generation,
+                         std::function<void(absl::Status, std::vector<std::string>)> done);
+  // Drops `job_id` on `addresses` (after a failed creation, where a moved job's chunks
+  // were or will be, a deleted job's); `done(servers that failed)` runs when all answered (a
+  // server without the job has nothing to drop). With `wait_for_ready` (servers that just
+  // registered), each call waits within its timeout for the channel to connect instead of failing
+  // at once while the channel to the address's previous process is still backing off.
+  void DropOnServers(const std::string& job_id, const std::vector<std::string>& addresses,
+                     bool wait_for_ready, std::function<void(std::vector<std::string>)> done);
+  // Lists the chunks of `job_id` (every job's when empty) on `addresses`;
+  // `done(results)` runs when all answered. `wait_for_ready` as above.
+  void ListChunksOn(
+      const std::vector<std::string>& addresses, const std::string& job_id, bool wait_for_ready,
+      std::function<void(std::vector<std::unique_ptr<FanOutResult<v1::ListChunksResponse>>>&)>
+          done);
+  void FinishCreate(const v1::JobInfo& job, absl::Status status);
+  absl::StatusOr<v1::JobInfo> FindJob(const std::string& job_id) const;
+  // ServerMonitor callbacks (its thread). A lost server's jobs move; a
+  // server back (or registering) lists its jobs and drops those that have
+  // no chunk placed on it (moved off, deleted, or deleted and created
+  // again while it was away), except jobs being created or moved.
+  void OnServerLost(const std::string& address);
+  void DropStaleJobs(const std::string& address);
+  // Moves `job_id` onto the live servers from its newest checkpoint; blocks.
+  absl::Status MoveJob(const std::string& job_id);
+  v1::ShardServer::Stub* StubFor(const std::string& address);
+
+  MetadataStore* const metadata_;
+  const std::unique_ptr<Membership> membership_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, v1::ServerRecord> servers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, v1::JobInfo> jobs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(mu_);
+  // Jobs whose chunks MoveJob is placing anew.
+  absl::flat_hash_set<std::string> moving_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<v1::ShardServer::Stub>> stubs_
+      ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<CollectFunction> collected_;  // ExportMetrics
+  Checkpointer checkpointer_;
+  // Runs SaveCheckpoint requests, which block.
+  ThreadPool checkpoint_requests_{2};
+  // Why each job could not move yet (monitor thread only): logged when it changes.
+  std::map<std::string, std::string> move_failures_;
+  // Last: stopped (joined) first.
+  std::unique_ptr<ServerMonitor> monitor_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_COORDINATOR_COORDINATOR_SERVICE_H_

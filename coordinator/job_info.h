@@ -1,0 +1,40 @@
+// What the coordinator reads off a v1::JobInfo: which shard servers hold its
+// chunks, and which chunks each holds. Stateless.
+#ifndef STRATA_COORDINATOR_JOB_INFO_H_
+#define STRATA_COORDINATOR_JOB_INFO_H_
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "strata/v1/coordinator.pb.h"
+
+namespace strata {
+
+// The distinct addresses of the job's servers, sorted.
+inline std::vector<std::string> ServersOf(const v1::JobInfo& job) {
+  std::vector<std::string> addresses;
+  for (const auto& c : job.chunks()) addresses.push_back(c.server_address());
+  std::sort(addresses.begin(), addresses.end());
+  addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
+  return addresses;
+}
+
+// Whether the server at `address` holds any of the job's chunks.
+inline bool HasChunksOn(const v1::JobInfo& job, const std::string& address) {
+  return std::any_of(job.chunks().begin(), job.chunks().end(),
+                     [&](const v1::ChunkAssignment& c) { return c.server_address() == address; });
+}
+
+// The job's chunks on the server at `address`.
+inline std::vector<v1::ChunkSpec> ChunksOn(const v1::JobInfo& job, const std::string& address) {
+  std::vector<v1::ChunkSpec> chunks;
+  for (const auto& c : job.chunks()) {
+    if (c.server_address() == address) chunks.push_back(c.chunk());
+  }
+  return chunks;
+}
+
+}  // namespace strata
+
+#endif  // STRATA_COORDINATOR_JOB_INFO_H_

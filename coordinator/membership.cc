@@ -1,0 +1,299 @@
+#include "coordinator/membership.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/log.h"
+#include "core/status_macros.h"
+#include "rpc/job_spec.h"
+
+namespace strata {
+namespace {
+
+constexpr char kMemberPrefix[] = "member/";
+constexpr char kGenerationPrefix[] = "generation/";
+constexpr size_t kMaxMembers = 4096;
+constexpr size_t kMaxAddressBytes = 256;
+
+std::string MemberKey(const std::string& job_id, const std::string& worker_id) {
+  return absl::StrCat(kMemberPrefix, job_id, "/", worker_id);
+}
+
+absl::Status NotAMember(const std::string& job_id, const std::string& worker_id) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("worker '", worker_id, "' is not a member of job '", job_id,
+                   "' (it left, or its lease expired); it must join again"));
+}
+
+}  // namespace
+
+Membership::Membership(MetadataStore* metadata, absl::Duration lease)
+    : metadata_(metadata), lease_(lease) {}
+
+absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(MetadataStore* metadata,
+                                                               absl::Duration lease) {
+  if (lease <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the worker lease must be positive");
+  }
+  std::unique_ptr<Membership> membership(new Membership(metadata, lease));
+  RETURN_IF_ERROR(membership->Load());
+  membership->lease_thread_ = std::thread([m = membership.get()] { m->ExpireLeasesLoop(); });
+  return membership;
+}
+
+void Membership::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    for (auto& [job_id, job] : jobs_) {
+      for (Watcher* w : job.watchers) w->OnStop();
+    }
+  }
+  if (lease_thread_.joinable()) lease_thread_.join();
+}
+
+Membership::~Membership() { Stop(); }
+
+absl::Status Membership::Load() {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(auto generations, metadata_->Scan(kGenerationPrefix));
+  for (const auto& [key, value] : generations) {
+    v1::Generation generation;
+    if (!generation.ParseFromString(value)) {
+      return absl::DataLossError(absl::StrCat("coordinator metadata: cannot parse ", key));
+    }
+    Job& job = jobs_[generation.job_id()];
+    job.generation = generation;
+    job.placement_version = generation.placement_version();
+    // At the latest: the move happened in this generation or before.
+    if (job.placement_version > 0) job.moved_in = generation.number();
+  }
+  ASSIGN_OR_RETURN(auto members, metadata_->Scan(kMemberPrefix));
+  absl::Time expiry = absl::Now() + lease_;
+  for (const auto& [key, value] : members) {
+    size_t begin = strlen(kMemberPrefix);
+    std::string job_id = key.substr(begin, key.rfind('/') - begin);
+    Member member;
+    if (!member.info.ParseFromString(value)) {
+      return absl::DataLossError(absl::StrCat("coordinator metadata: cannot parse ", key));
+    }
+    member.lease_expiry = expiry;
+    jobs_[job_id].members.push_back(std::move(member));
+  }
+  for (auto& [job_id, job] : jobs_) {
+    std::sort(job.members.begin(), job.members.end(), [](const Member& a, const Member& b) {
+      return a.info.joined_unix_ms() < b.info.joined_unix_ms();
+    });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Membership::PutMember(const std::string& job_id, const Member& member) {
+  return metadata_->Put(MemberKey(job_id, member.info.worker_id()),
+                        member.info.SerializeAsString());
+}
+
+absl::Status Membership::MaybeOpenGeneration(const std::string& job_id, Job* job, bool changed) {
+  v1::Generation& generation = job->generation;
+  bool first = generation.number() == 0;
+  if (first ? job->members.size() < job->initial_world_size : !changed) return absl::OkStatus();
+  v1::Generation next;
+  next.set_job_id(job_id);
+  next.set_number(generation.number() + 1);
+  for (const Member& m : job->members) next.add_worker_ids(m.info.worker_id());
+  next.set_formed_unix_ms(absl::ToUnixMillis(absl::Now()));
+  next.set_placement_version(job->placement_version);
+  RETURN_IF_ERROR(
+      metadata_->Put(absl::StrCat(kGenerationPrefix, job_id), next.SerializeAsString()));
+  generation = std::move(next);
+  LogEventCat("coordinator", "job ", job_id, ": generation ", generation.number(), " with ",
+              generation.worker_ids_size(), " worker(s)");
+  for (Watcher* w : job->watchers) w->OnGeneration(generation);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JoinJobResponse> Membership::Join(const v1::JobSpec& spec,
+                                                     const v1::JoinJobRequest& request) {
+  if (!IsValidId(request.worker_id())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker id '", request.worker_id(), "' must be 1 to 128 of [A-Za-z0-9._-]"));
+  }
+  if (request.address().size() > kMaxAddressBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker address exceeds ", kMaxAddressBytes, " bytes"));
+  }
+  const std::string& job_id = spec.job_id();
+  absl::MutexLock lock(&mu_);
+  Job& job = jobs_[job_id];
+  job.initial_world_size = spec.world_size();
+  auto it = std::find_if(job.members.begin(), job.members.end(), [&](const Member& m) {
+    return m.info.worker_id() == request.worker_id();
+  });
+  bool is_new = it == job.members.end();
+  if (is_new) {
+    if (job.members.size() >= kMaxMembers) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("job '", job_id, "' already has ", job.members.size(), " workers"));
+    }
+    Member member;
+    member.info.set_worker_id(request.worker_id());
+    member.info.set_joined_unix_ms(absl::ToUnixMillis(absl::Now()));
+    member.info.set_address(request.address());
+    RETURN_IF_ERROR(PutMember(job_id, member));
+    job.members.push_back(std::move(member));
+    it = std::prev(job.members.end());
+    LogEventCat("coordinator", "job ", job_id, ": worker ", request.worker_id(), " (",
+                request.address(), ") joined");
+  }
+  // A join counts as a heartbeat.
+  it->lease_expiry = absl::Now() + lease_;
+  it->info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(absl::Now()));
+  RETURN_IF_ERROR(MaybeOpenGeneration(job_id, &job, is_new));
+  v1::JoinJobResponse response;
+  *response.mutable_generation() = job.generation;
+  response.set_lease_ms(absl::ToInt64Milliseconds(lease_));
+  return response;
+}
+
+absl::StatusOr<uint64_t> Membership::Heartbeat(const v1::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  auto job = jobs_.find(request.job_id());
+  if (job == jobs_.end()) return NotAMember(request.job_id(), request.worker_id());
+  for (Member& m : job->second.members) {
+    if (m.info.worker_id() != request.worker_id()) continue;
+    absl::Time now = absl::Now();
+    m.lease_expiry = now + lease_;
+    m.info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(now));
+    m.info.set_generation(request.generation());
+    m.info.set_completed_step(request.completed_step());
+    if (m.first_step < 0) m.first_step = request.completed_step();
+    m.info.set_steps_taken(request.completed_step() - m.first_step);
+    // Steps of workers that have not re-formed since the chunks moved were undone.
+    if (request.generation() >= job->second.moved_in) {
+      job->second.committed_step = std::max(job->second.committed_step, request.completed_step());
+    }
+    return job->second.generation.number();
+  }
+  return NotAMember(request.job_id(), request.worker_id());
+}
+
+absl::Status Membership::RemoveMember(const std::string& job_id, Job* job,
+                                      const std::string& worker_id, const char* why) {
+  auto it = std::find_if(job->members.begin(), job->members.end(),
+                         [&](const Member& m) { return m.info.worker_id() == worker_id; });
+  if (it == job->members.end()) return NotAMember(job_id, worker_id);
+  RETURN_IF_ERROR(metadata_->Delete(MemberKey(job_id, worker_id)));
+  job->members.erase(it);
+  LogEventCat("coordinator", "job ", job_id, ": worker ", worker_id, " ", why);
+  return MaybeOpenGeneration(job_id, job, /*changed=*/true);
+}
+
+absl::StatusOr<v1::Generation> Membership::Leave(const v1::LeaveJobRequest& request) {
+  absl::MutexLock lock(&mu_);
+  auto job = jobs_.find(request.job_id());
+  if (job == jobs_.end()) return NotAMember(request.job_id(), request.worker_id());
+  RETURN_IF_ERROR(RemoveMember(request.job_id(), &job->second, request.worker_id(), "left"));
+  return job->second.generation;
+}
+
+absl::Status Membership::Forget(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto job = jobs_.find(job_id);
+  if (job == jobs_.end()) return absl::OkStatus();  // no worker ever joined
+  if (const std::vector<Member>& members = job->second.members; !members.empty()) {
+    std::string names;
+    for (const Member& m : members) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", m.info.worker_id());
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", job_id, "' has ", members.size(), " worker(s) (", names,
+                     "); they must leave, or their leases expire, first"));
+  }
+  RETURN_IF_ERROR(metadata_->Delete(absl::StrCat(kGenerationPrefix, job_id)));
+  jobs_.erase(job);
+  return absl::OkStatus();
+}
+
+void Membership::ExpireLeasesLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), lease_ / 4);
+    if (stopping_) break;
+    absl::Time now = absl::Now();
+    for (auto& [job_id, job] : jobs_) {
+      std::vector<std::string> expired;
+      for (const Member& m : job.members) {
+        if (m.lease_expiry < now) expired.push_back(m.info.worker_id());
+      }
+      for (const std::string& worker_id : expired) {
+        absl::Status s = RemoveMember(job_id, &job, worker_id, "lost its lease");
+        if (!s.ok()) LogEventCat("coordinator", "job ", job_id, ": ", s.ToString());
+      }
+    }
+  }
+}
+
+absl::StatusOr<uint64_t> Membership::ChunksMoved(const std::string& job_id, uint64_t version,
+                                                 int64_t step) {
+  absl::MutexLock lock(&mu_);
+  Job& job = jobs_[job_id];
+  job.committed_step = step;
+  if (job.placement_version != version) {
+    job.placement_version = version;
+    if (job.generation.number() > 0) {
+      LogEventCat("coordinator", "job ", job_id, ": chunks moved (placement ", version,
+                  "); the workers resume from step ", step);
+      RETURN_IF_ERROR(MaybeOpenGeneration(job_id, &job, /*changed=*/true));
+    }
+    job.moved_in = std::max<uint64_t>(job.generation.number(), 1);
+  }
+  return job.moved_in;
+}
+
+void Membership::ListMembers(const std::string& job_id, v1::ListMembersResponse* response) const {
+  absl::MutexLock lock(&mu_);
+  response->set_lease_ms(absl::ToInt64Milliseconds(lease_));
+  auto job = jobs_.find(job_id);
+  if (job == jobs_.end()) return;
+  const v1::Generation& generation = job->second.generation;
+  *response->mutable_generation() = generation;
+  response->set_world_size(generation.worker_ids_size());
+  for (const Member& m : job->second.members) {
+    v1::Member* out = response->add_members();
+    *out = m.info;
+    const auto& ids = generation.worker_ids();
+    auto rank = std::find(ids.begin(), ids.end(), m.info.worker_id());
+    out->set_in_generation(rank != ids.end());
+    out->set_rank(rank != ids.end() ? static_cast<uint32_t>(rank - ids.begin()) : 0);
+  }
+}
+
+void Membership::Summarize(const std::string& job_id, v1::JobSummary* summary) const {
+  absl::MutexLock lock(&mu_);
+  auto job = jobs_.find(job_id);
+  if (job == jobs_.end()) return;
+  summary->set_num_members(job->second.members.size());
+  summary->set_generation(job->second.generation.number());
+  summary->set_committed_step(job->second.committed_step);
+}
+
+v1::Generation Membership::Subscribe(const std::string& job_id, Watcher* watcher) {
+  absl::MutexLock lock(&mu_);
+  Job& job = jobs_[job_id];
+  job.watchers.push_back(watcher);
+  v1::Generation current = job.generation;
+  current.set_job_id(job_id);
+  return current;
+}
+
+void Membership::Unsubscribe(const std::string& job_id, Watcher* watcher) {
+  absl::MutexLock lock(&mu_);
+  auto job = jobs_.find(job_id);
+  if (job == jobs_.end()) return;
+  auto& watchers = job->second.watchers;
+  watchers.erase(std::remove(watchers.begin(), watchers.end(), watcher), watchers.end());
+}
+
+}  // namespace strata

@@ -1,0 +1,117 @@
+// Membership: the workers of every job, their leases, and the job's
+// generations. A worker joins and renews its lease by heartbeats; a join, a
+// graceful leave or an expired lease opens a new generation (the members in
+// join order; a worker's rank is its index). The first generation of a job
+// forms once its spec's world_size workers have joined; after that every
+// change opens one, even to zero members. Generations and members are
+// written to RocksDB before a change is answered; after a restart every
+// member gets a fresh lease. Watchers hear of each new generation.
+//
+// Thread-safe. A background thread expires leases; Watcher callbacks run
+// under the membership's lock and must not call back into it.
+#ifndef STRATA_COORDINATOR_MEMBERSHIP_H_
+#define STRATA_COORDINATOR_MEMBERSHIP_H_
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "storage/metadata_store.h"
+#include "strata/v1/coordinator.pb.h"
+
+namespace strata {
+
+class Membership {
+ public:
+  class Watcher {
+   public:
+    virtual ~Watcher() = default;
+    virtual void OnGeneration(const v1::Generation& generation) = 0;
+    // The coordinator is stopping: no more generations will come.
+    virtual void OnStop() = 0;
+  };
+
+  // Loads members and generations from `metadata` and starts the lease thread.
+  static absl::StatusOr<std::unique_ptr<Membership>> Create(MetadataStore* metadata,
+                                                            absl::Duration lease);
+  // Stops expiring leases (a stopping coordinator must not drop members that
+  // cannot reach it) and tells the watchers. Also run by the destructor.
+  void Stop();
+  ~Membership();
+
+  absl::Duration lease() const { return lease_; }
+
+  // Adds (or renews) worker request.worker_id() in job `spec`. INVALID_ARGUMENT
+  // for a bad worker id; RESOURCE_EXHAUSTED past the maximum world size.
+  absl::StatusOr<v1::JoinJobResponse> Join(const v1::JobSpec& spec,
+                                           const v1::JoinJobRequest& request);
+  // Renews a lease; returns the current generation number. FAILED_PRECONDITION
+  // when the worker is not a member.
+  absl::StatusOr<uint64_t> Heartbeat(const v1::HeartbeatRequest& request);
+  // Removes a member; returns the generation without it. FAILED_PRECONDITION
+  // when the worker is not a member.
+  absl::StatusOr<v1::Generation> Leave(const v1::LeaveJobRequest& request);
+
+  // The job's chunks moved (JobInfo.placement_version is now `version`) and
+  // it resumes from `step`: opens a generation of the same members that
+  // carries the version, so that they re-form (unless the current one
+  // carries it already). Returns the number of that generation (of the
+  // first, when none has formed yet).
+  absl::StatusOr<uint64_t> ChunksMoved(const std::string& job_id, uint64_t version, int64_t step);
+
+  // Forgets a deleted job: its generations (and watchers, which hear no
+  // more). FAILED_PRECONDITION, naming them, while it has members.
+  absl::Status Forget(const std::string& job_id);
+
+  void ListMembers(const std::string& job_id, v1::ListMembersResponse* response) const;
+  void Summarize(const std::string& job_id, v1::JobSummary* summary) const;
+
+  // Registers `watcher` for the job's generations and returns the current one.
+  v1::Generation Subscribe(const std::string& job_id, Watcher* watcher);
+  void Unsubscribe(const std::string& job_id, Watcher* watcher);
+
+ private:
+  struct Member {
+    v1::Member info;
+    absl::Time lease_expiry;
+    int64_t first_step = -1;  // completed_step at its first heartbeat
+  };
+  struct Job {
+    uint32_t initial_world_size = 1;
+    v1::Generation generation;
+    uint64_t placement_version = 0;  // the next generation's
+    uint64_t moved_in = 0;           // the generation that carried it
+    std::vector<Member> members;     // join order
+    int64_t committed_step = 0;
+    std::vector<Watcher*> watchers;
+  };
+
+  Membership(MetadataStore* metadata, absl::Duration lease);
+  absl::Status Load();
+  void ExpireLeasesLoop();
+  // Persists a member record.
+  absl::Status PutMember(const std::string& job_id, const Member& member)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens the next generation of `job` from its members (or, before the
+  // first, once enough have joined), persists it and tells the watchers.
+  absl::Status MaybeOpenGeneration(const std::string& job_id, Job* job, bool changed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RemoveMember(const std::string& job_id, Job* job, const std::string& worker_id,
+                            const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  MetadataStore* const metadata_;
+  const absl::Duration lease_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread lease_thread_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_COORDINATOR_MEMBERSHIP_H_

@@ -1,0 +1,65 @@
+// ServerMonitor: the coordinator's watch over the shard servers. A
+// background thread asks each watched server's standard gRPC health service
+// every `interval`; a server that has not answered SERVING for longer than
+// `timeout` is lost: `on_lost(address)` runs, on the monitor's thread, and
+// again at every later check while it stays lost (so that work it could not
+// finish is retried). A lost server that answers again is back:
+// `on_back(address)` runs once. Watch() (a registration) makes a server
+// healthy without on_back: the registrar deals with a registering server.
+//
+// Thread-safe. The callbacks run on the monitor's thread, one at a time, and
+// may block; they must not call Stop().
+#ifndef STRATA_COORDINATOR_SERVER_MONITOR_H_
+#define STRATA_COORDINATOR_SERVER_MONITOR_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace strata {
+
+class ServerMonitor {
+ public:
+  using Callback = std::function<void(const std::string& address)>;
+  ServerMonitor(absl::Duration interval, absl::Duration timeout, Callback on_lost,
+                Callback on_back);
+  ~ServerMonitor();  // Stop()s
+  ServerMonitor(const ServerMonitor&) = delete;
+  ServerMonitor& operator=(const ServerMonitor&) = delete;
+
+  // Watches `address` from now on, as healthy (a registration).
+  void Watch(const std::string& address);
+  bool IsLost(const std::string& address) const;
+  // Ends the thread; no callback runs after it returns.
+  void Stop();
+
+ private:
+  struct Server {
+    std::unique_ptr<grpc::health::v1::Health::Stub> stub;
+    absl::Time last_healthy;
+    bool lost = false;
+  };
+  void Loop();
+  // Health-checks every server; returns the lost ones and those back.
+  void CheckAll(std::vector<std::string>* lost, std::vector<std::string>* back);
+
+  const absl::Duration interval_;
+  const absl::Duration timeout_;
+  const Callback on_lost_, on_back_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Server> servers_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_COORDINATOR_SERVER_MONITOR_H_

@@ -1,0 +1,22 @@
+#include "core/subprocess.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace strata {
+
+pid_t SpawnProcess(const std::vector<std::string>& args, const std::string& stderr_path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (!stderr_path.empty() && freopen(stderr_path.c_str(), "a", stderr) == nullptr) _exit(126);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+}  // namespace strata

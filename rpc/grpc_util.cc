@@ -1,0 +1,27 @@
+#include "rpc/grpc_util.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+namespace strata {
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Distinct channels to the same address get distinct connections.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // A restarted peer is reconnected within a second. (gRPC's default backoff
+  // grows to 2 minutes: a shard server back after a long outage would fail
+  // the coordinator's health checks that long, and be declared lost again.)
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+void ConfigureServerBuilder(grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+}
+
+}  // namespace strata

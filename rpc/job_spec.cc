@@ -1,0 +1,109 @@
+#include "rpc/job_spec.h"
+
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace strata {
+namespace {
+
+constexpr uint32_t kMaxWorldSize = 4096;
+constexpr uint64_t kMaxChunkNumParams = uint64_t{64} << 20;
+
+}  // namespace
+
+bool IsValidId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<DType> DTypeFromProto(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FP16:
+      return DType::kFp16;
+    case v1::DTYPE_BF16:
+      return DType::kBf16;
+    case v1::DTYPE_FP32:
+      return DType::kFp32;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("dtype ", static_cast<int>(dtype), " is not one of fp16, bf16, fp32"));
+  }
+}
+
+v1::DType DTypeToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFp16:
+      return v1::DTYPE_FP16;
+    case DType::kBf16:
+      return v1::DTYPE_BF16;
+    case DType::kFp32:
+      return v1::DTYPE_FP32;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+AdamConfig AdamFromProto(const v1::AdamConfig& adam) {
+  return AdamConfig{adam.lr(),  adam.beta1(),        adam.beta2(),
+                    adam.eps(), adam.weight_decay(), adam.adamw()};
+}
+
+v1::AdamConfig AdamToProto(const AdamConfig& adam) {
+  v1::AdamConfig out;
+  out.set_lr(adam.lr);
+  out.set_beta1(adam.beta1);
+  out.set_beta2(adam.beta2);
+  out.set_eps(adam.eps);
+  out.set_weight_decay(adam.weight_decay);
+  out.set_adamw(adam.adamw);
+  return out;
+}
+
+std::vector<TensorSpec> TensorsFromProto(const v1::JobSpec& spec) {
+  std::vector<TensorSpec> tensors;
+  for (const v1::TensorSpec& t : spec.tensors()) {
+    tensors.push_back(TensorSpec{t.name(), {t.shape().begin(), t.shape().end()}});
+  }
+  return tensors;
+}
+
+absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec) {
+  if (!IsValidId(spec.job_id())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job id '", spec.job_id(), "' must be 1 to 128 of [A-Za-z0-9._-]"));
+  }
+  if (spec.world_size() < 1 || spec.world_size() > kMaxWorldSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("world size ", spec.world_size(), " must be in [1, ", kMaxWorldSize, "]"));
+  }
+  if (spec.chunk_num_params() > kMaxChunkNumParams) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk_num_params ", spec.chunk_num_params(),
+                                                   " exceeds the maximum ", kMaxChunkNumParams));
+  }
+  RETURN_IF_ERROR(DTypeFromProto(spec.dtype()).status());
+  const v1::AdamConfig& a = spec.adam();
+  if (!std::isfinite(a.lr()) || a.lr() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("lr ", a.lr(), " must be finite and >= 0"));
+  }
+  if (!(a.beta1() >= 0 && a.beta1() < 1) || !(a.beta2() >= 0 && a.beta2() < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("betas (", a.beta1(), ", ", a.beta2(), ") must be in [0, 1)"));
+  }
+  if (!std::isfinite(a.eps()) || a.eps() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("eps ", a.eps(), " must be finite and > 0"));
+  }
+  if (!std::isfinite(a.weight_decay()) || a.weight_decay() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_decay ", a.weight_decay(), " must be finite and >= 0"));
+  }
+  return FlatLayout::Create(TensorsFromProto(spec), spec.chunk_num_params());
+}
+
+}  // namespace strata

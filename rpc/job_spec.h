@@ -1,0 +1,29 @@
+// Validation of job specs and conversions between the wire types of
+// proto/strata/v1 and the value types of strata/types.h. Stateless.
+#ifndef STRATA_RPC_JOB_SPEC_H_
+#define STRATA_RPC_JOB_SPEC_H_
+
+#include "absl/status/statusor.h"
+#include "strata/flat_layout.h"
+#include "strata/types.h"
+#include "strata/v1/common.pb.h"
+
+namespace strata {
+
+// Whether `id` (a job or worker id) has 1 to 128 of [A-Za-z0-9._-].
+bool IsValidId(const std::string& id);
+
+// The layout of a valid spec; INVALID_ARGUMENT naming the first problem:
+// job id, tensors, world size, chunk size, optimizer values or dtype.
+absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec);
+
+// INVALID_ARGUMENT for DTYPE_UNSPECIFIED or an unknown value.
+absl::StatusOr<DType> DTypeFromProto(v1::DType dtype);
+v1::DType DTypeToProto(DType dtype);
+AdamConfig AdamFromProto(const v1::AdamConfig& adam);
+v1::AdamConfig AdamToProto(const AdamConfig& adam);
+std::vector<TensorSpec> TensorsFromProto(const v1::JobSpec& spec);
+
+}  // namespace strata
+
+#endif  // STRATA_RPC_JOB_SPEC_H_

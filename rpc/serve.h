@@ -1,0 +1,36 @@
+// Starting a daemon's gRPC server: the shared settings (rpc/grpc_util.h), the
+// RPC metrics interceptor and the standard health service. Stateless and
+// thread-safe.
+#ifndef STRATA_RPC_SERVE_H_
+#define STRATA_RPC_SERVE_H_
+
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "rpc/metrics.h"
+
+namespace strata {
+
+// How long a daemon's Shutdown() lets RPCs in flight finish before it cancels them.
+inline constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
+
+// Builds and starts a gRPC server on `listen_address` serving `service`; sets
+// `*address` to the host of `listen_address` with the bound port. The server
+// also serves the standard health service (grpc.health.v1), NOT_SERVING until
+// MarkServing(), and counts its RPCs into `metrics`. UNAVAILABLE when it
+// cannot listen there.
+absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& listen_address,
+                                                    grpc::Service* service, Metrics* metrics,
+                                                    std::string* address);
+
+// The health service answers SERVING for the whole server ("") and for
+// `service_name`, until the server shuts down.
+void MarkServing(grpc::Server* server, const char* service_name);
+
+}  // namespace strata
+
+#endif  // STRATA_RPC_SERVE_H_

@@ -1,0 +1,535 @@
+#include "shard/chunk.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "kernels/adam.h"
+#include "kernels/elementwise.h"
+#include "shard/saved_chunk.h"
+
+namespace strata {
+
+Chunk::Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype, AdamConfig adam,
+             std::unique_ptr<ChunkState> state, Tier* host, Extent copy_extent,
+             MetadataStore* metadata, int64_t applied_step)
+    : job_id_(std::move(job_id)),
+      chunk_id_(chunk_id),
+      range_(range),
+      dtype_(dtype),
+      adam_(adam),
+      host_(host),
+      copy_extent_(copy_extent),
+      copies_(host->Map(copy_extent)),
+      metadata_(metadata),
+      state_(std::move(state)),
+      applied_step_(applied_step) {}
+
+std::string Chunk::RecordPrefix(const std::string& job_id) {
+  return absl::StrCat("chunk/", job_id, "/");
+}
+
+std::string Chunk::RecordKey(const std::string& job_id, uint32_t chunk_id) {
+  return absl::StrCat(RecordPrefix(job_id), absl::Dec(chunk_id, absl::kZeroPad8));
+}
+
+absl::Status Chunk::WriteRecordLocked(int64_t step) {
+  if (metadata_ == nullptr || !state_->durable()) return absl::OkStatus();
+  v1::ChunkRecord record;
+  record.mutable_chunk()->set_chunk_id(chunk_id_);
+  record.mutable_chunk()->set_flat_begin(range_.begin);
+  record.mutable_chunk()->set_num_params(range_.size());
+  RETURN_IF_ERROR(state_->Describe(&record));
+  record.set_applied_step(step);
+  return metadata_->Put(RecordKey(job_id_, chunk_id_), record.SerializeAsString(), /*sync=*/true);
+}
+
+absl::Status Chunk::CommitAndRelease(const StateView& view, int64_t step) {
+  absl::Status committed = state_->Commit(view);
+  if (committed.ok()) {
+    // The record names the new slot: without it the step is not durable.
+    committed = WriteRecordLocked(step);
+    if (!committed.ok()) state_->Rollback();
+  }
+  state_->Release(view);
+  return committed;
+}
+
+absl::Status Chunk::WriteRecord() {
+  absl::MutexLock state_lock(&state_mu_);
+  return WriteRecordLocked(applied_step());
+}
+
+absl::Status Chunk::RebuildCopy() {
+  absl::MutexLock state_lock(&state_mu_);
+  ASSIGN_OR_RETURN(StateView view, state_->Load());
+  CastFromFloat(LiveView(view).p, dtype_, copy(applied_step()), range_.size());
+  state_->Release(view);
+  return absl::OkStatus();
+}
+
+Chunk::~Chunk() { host_->Free(copy_extent_); }
+
+absl::string_view Chunk::CopyView(int64_t step, uint64_t begin, uint64_t n) const {
+  size_t esize = DTypeSize(dtype_);
+  return absl::string_view(
+      reinterpret_cast<const char*>(copy(step)) + (begin - range_.begin) * esize, n * esize);
+}
+
+int64_t Chunk::applied_step() const {
+  absl::MutexLock lock(&mu_);
+  return applied_step_;
+}
+
+uint64_t Chunk::staged_params() const {
+  absl::MutexLock lock(&mu_);
+  return staged_params_;
+}
+
+absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t generation, uint64_t begin, uint64_t n,
+                                  absl::string_view grads, StepScalars scalars, PushDone done) {
+  const float lr = scalars.lr.value_or(adam_.lr);
+  std::map<uint64_t, StagedPush> superseded;
+  bool staged = false;
+  bool complete = false;
+  {
+    absl::MutexLock lock(&mu_);
+    bool applied = step == applied_step_ || (applying_ && step == applied_step_ + 1);
+    if (!applied && step != applied_step_ + 1) {
+      return absl::AbortedError(absl::StrCat(
+          "chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
+          "; a push for step ", step, " is ", step < applied_step_ ? "old" : "future"));
+    }
+    if (!applied && !staged_.empty() && generation != staged_generation_) {
+      if (generation < staged_generation_) {
+        return absl::AbortedError(absl::StrCat(
+            "push of generation ", generation, " for step ", step, " to chunk ", chunk_id_,
+            " of job ", job_id_, ": generation ", staged_generation_, " is pushing that step"));
+      }
+      superseded.swap(staged_);
+      staged_params_ = 0;
+    }
+    uint64_t end = begin + n;
+    auto next = staged_.lower_bound(begin);
+    bool already_staged = next != staged_.end() && next->first == begin && next->second.end == end;
+    if (!applied && !already_staged) {
+      bool overlaps_next = next != staged_.end() && next->first < end;
+      bool overlaps_prev = next != staged_.begin() && std::prev(next)->second.end > begin;
+      if (overlaps_next || overlaps_prev) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "push of [", begin, ", ", end, ") for step ", step,
+            " overlaps a range already pushed to chunk ", chunk_id_, " of job ", job_id_));
+      }
+      if (!staged_.empty() && (scalars.coef != staged_coef_ || lr != staged_lr_)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("coef ", scalars.coef, " and lr ", lr, " differ from the coef ",
+                         staged_coef_, " and lr ", staged_lr_, " of other pushes of step ", step,
+                         " to chunk ", chunk_id_, " of job ", job_id_));
+      }
+      staged_.emplace(begin, StagedPush{end, grads, std::move(done)});
+      staged_params_ += n;
+      staged_coef_ = scalars.coef;
+      staged_lr_ = lr;
+      staged_loss_scale_ = scalars.loss_scale_after;
+      staged_generation_ = generation;
+      staged = true;
+      complete = staged_params_ == range_.size();
+      applying_ = complete;
+    }
+  }
+  absl::Status replaced = absl::AbortedError(
+      absl::StrCat("the push to chunk ", chunk_id_, " of job ", job_id_, " for step ", step,
+                   " was replaced by generation ", generation, "'s"));
+  for (auto& [b, push] : superseded) std::move(push.done)(replaced);
+  // A retry: the step is applied, or this range is staged already.
+  if (!staged) std::move(done)(absl::OkStatus());
+  return complete;
+}
+
+void Chunk::Apply() {
+  int64_t step;
+  float coef;
+  AdamConfig adam = adam_;
+  std::optional<v1::LossScaleState> loss_scale;
+  std::map<uint64_t, StagedPush> pushes;
+  {
+    absl::MutexLock lock(&mu_);
+    step = applied_step_ + 1;
+    coef = staged_coef_;
+    adam.lr = staged_lr_;
+    loss_scale = staged_loss_scale_;
+    pushes.swap(staged_);
+  }
+  std::vector<Waiter> ready;
+  {
+    absl::MutexLock state_lock(&state_mu_);
+    const AdamConstants constants = MakeAdamConstants(adam, step, coef);
+    // The copy of `step` takes the place of step - 2's, which no pull can
+    // ask for while applying_.
+    absl::Status updated = state_->updates_in_tier()
+                               ? UpdateInTier(step, constants, pushes, copy(step))
+                               : UpdateInMemory(step, constants, pushes, copy(step));
+    if (!updated.ok()) {
+      FailApply(std::move(pushes), updated);
+      return;
+    }
+    // Still under state_mu_: ReadState() sees the state and its step together.
+    absl::MutexLock lock(&mu_);
+    applied_step_ = step;
+    loss_scales_[step & 1] = loss_scale;
+    applying_ = false;
+    applied_any_ = true;
+    previous_copy_valid_ = true;
+    staged_params_ = 0;
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (it->step == step) {
+        ready.push_back(std::move(*it));
+        it = waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& [begin, push] : pushes) std::move(push.done)(absl::OkStatus());
+  // The copy stays unchanged until every worker has pulled this step (the
+  // next step needs all of them), so it is read without the lock.
+  for (Waiter& w : ready) std::move(w.done)(absl::OkStatus(), step, CopyView(step, w.begin, w.n));
+}
+
+absl::Status Chunk::UpdateInMemory(int64_t step, const AdamConstants& constants,
+                                   const std::map<uint64_t, StagedPush>& pushes,
+                                   std::byte* copy_out) {
+  ASSIGN_OR_RETURN(StateView view, state_->Load());
+  const StateView in = LiveView(view);
+  if (CheckpointNeedsState(step - 1)) KeepCheckpointState(step - 1, in);
+  const StateView out = UpdateTarget(view);
+  // One pass per push, straight from its bytes: the update is elementwise,
+  // so this gives the bits of one pass over the chunk.
+  const size_t esize = DTypeSize(dtype_);
+  for (const auto& [begin, push] : pushes) {
+    uint64_t offset = begin - range_.begin;
+    AdamUpdate(constants, dtype_, push.grads.data(),
+               AdamInputs{in.p + offset, in.m + offset, in.v + offset},
+               AdamOutputs{out.p + offset, out.m + offset, out.v + offset}, dtype_,
+               copy_out + offset * esize, push.end - begin);
+  }
+  RETURN_IF_ERROR(CommitAndRelease(view, step));
+  live_in_shadow_ = !shadow_.empty() && out.p == shadow_.data();
+  ReleaseUnusedShadow();
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::UpdateInTier(int64_t step, const AdamConstants& constants,
+                                 const std::map<uint64_t, StagedPush>& pushes,
+                                 std::byte* copy_out) {
+  if (CheckpointNeedsState(step - 1)) {
+    absl::StatusOr<StateView> live = state_->Load();
+    if (live.ok()) {
+      KeepCheckpointState(step - 1, *live);
+      state_->Release(*live);
+    } else {
+      DisarmLocked(live.status());  // training does not fail for a checkpoint
+    }
+  }
+  std::vector<GradRange> grads;
+  for (const auto& [begin, push] : pushes) {
+    grads.push_back(GradRange{begin - range_.begin, push.end - begin, push.grads.data()});
+  }
+  return state_->Update(constants, grads, copy_out);
+}
+
+void Chunk::FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    applying_ = false;
+    previous_copy_valid_ = false;  // its buffer was being overwritten
+    staged_params_ = 0;
+  }
+  absl::Status error(status.code(), absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
+                                                 ": step not applied: ", status.message()));
+  for (auto& [begin, push] : pushes) std::move(push.done)(error);
+}
+
+void Chunk::Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done) {
+  absl::MutexLock lock(&mu_);
+  // While applying, the next step's copy takes the buffer of the step before.
+  if (step == applied_step_ || (step == applied_step_ - 1 && previous_copy_valid_ && !applying_)) {
+    std::move(done)(absl::OkStatus(), step, CopyView(step, begin, n));
+    return;
+  }
+  if (step == applied_step_ + 1) {
+    waiters_.push_back(Waiter{step, begin, n, std::move(done)});
+    return;
+  }
+  std::move(done)(absl::AbortedError(absl::StrCat(
+                      "chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
+                      applying_ ? " and applying the next" : "", "; cannot pull step ", step,
+                      step == applied_step_ - 1 ? " (its copy is not kept)" : "")),
+                  applied_step_, {});
+}
+
+absl::Status Chunk::WriteParams(uint64_t begin, const float* params, uint64_t n) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (applied_step_ != 0 || applying_ || !staged_.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
+                       "; parameters can be written only before the first step"));
+    }
+  }
+  return WriteAndCommit(begin, n, /*step=*/0, params, [&](const StateView& view, uint64_t offset) {
+    std::memcpy(view.p + offset, params, n * sizeof(float));
+  });
+}
+
+absl::Status Chunk::WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, const float* params,
+                                   absl::FunctionRef<void(const StateView&, uint64_t)> write) {
+  absl::MutexLock state_lock(&state_mu_);
+  if (held_ != Buffer::kNone) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
+                     " is being saved to a checkpoint; write its state after the save"));
+  }
+  ASSIGN_OR_RETURN(StateView view, state_->Load());
+  uint64_t offset = begin - range_.begin;
+  write(LiveView(view), offset);
+  RETURN_IF_ERROR(CommitAndRelease(view, step));
+  CastFromFloat(params, dtype_, copy(step) + offset * DTypeSize(dtype_), n);
+  return absl::OkStatus();
+}
+
+absl::Status Chunk::WriteState(uint64_t begin, const float* p, const float* m, const float* v,
+                               uint64_t n, int64_t step) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (applied_any_ || applying_ || !staged_.empty() ||
+        (applied_step_ != 0 && applied_step_ != step)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
+                       applied_any_ || !staged_.empty() ? " and has been pushed to" : "",
+                       "; its state can be written only before the first push, at one step"));
+    }
+    applied_step_ = step;
+    previous_copy_valid_ = false;
+  }
+  return WriteAndCommit(begin, n, step, p, [&](const StateView& view, uint64_t offset) {
+    std::memcpy(view.p + offset, p, n * sizeof(float));
+    std::memcpy(view.m + offset, m, n * sizeof(float));
+    std::memcpy(view.v + offset, v, n * sizeof(float));
+  });
+}
+
+absl::StatusOr<int64_t> Chunk::ReadState(uint64_t begin, uint64_t n, float* p_out, float* m_out,
+                                         float* v_out) {
+  absl::MutexLock state_lock(&state_mu_);
+  ASSIGN_OR_RETURN(StateView loaded, state_->Load());
+  const StateView view = LiveView(loaded);
+  uint64_t offset = begin - range_.begin;
+  std::memcpy(p_out, view.p + offset, n * sizeof(float));
+  std::memcpy(m_out, view.m + offset, n * sizeof(float));
+  std::memcpy(v_out, view.v + offset, n * sizeof(float));
+  state_->Release(loaded);
+  return applied_step();
+}
+
+void Chunk::FailWaiters(const absl::Status& status) {
+  std::vector<Waiter> failed;
+  std::map<uint64_t, StagedPush> pushes;
+  {
+    absl::MutexLock lock(&mu_);
+    failed.swap(waiters_);
+    if (!applying_) {
+      pushes.swap(staged_);
+      staged_params_ = 0;
+    }
+  }
+  for (auto& [begin, push] : pushes) std::move(push.done)(status);
+  for (Waiter& w : failed) std::move(w.done)(status, w.step, {});
+}
+
+absl::Status Chunk::ArmCheckpoint(int64_t step, StateArena* arena, std::string path) {
+  // Under state_mu_, no Apply() is between its check of the armed step and
+  // its update: it applied before (and the chunk is past `step`) or will see it.
+  absl::MutexLock state_lock(&state_mu_);
+  absl::MutexLock lock(&mu_);
+  if (applied_step_ > step) {
+    return absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ",
+                                           applied_step_, ", past the checkpoint's step ", step));
+  }
+  if ((checkpoint_step_ >= 0 && checkpoint_step_ != step) || writing_held_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is saving step ",
+                     checkpoint_step_ >= 0 ? checkpoint_step_ : applied_step_, " to a checkpoint"));
+  }
+  checkpoint_step_ = step;
+  checkpoint_failure_ = absl::OkStatus();
+  checkpoint_arena_ = arena;
+  checkpoint_path_ = std::move(path);
+  checkpoint_written_.reset();
+  return absl::OkStatus();
+}
+
+StateView Chunk::LiveView(const StateView& loaded) const {
+  return live_in_shadow_ ? shadow_.view() : loaded;
+}
+
+bool Chunk::CheckpointNeedsState(int64_t step) {
+  if (held_ != Buffer::kNone || !checkpoint_copy_.empty() || checkpoint_written_.has_value()) {
+    return false;
+  }
+  absl::MutexLock lock(&mu_);
+  return checkpoint_step_ == step;
+}
+
+void Chunk::KeepCheckpointState(int64_t step, const StateView& live) {
+  {
+    absl::MutexLock lock(&mu_);
+    checkpoint_loss_scale_ = loss_scales_[step & 1];
+  }
+  if (state_->tier() == TierKind::kHost) {
+    held_ = LiveBuffer();
+    return;
+  }
+  absl::StatusOr<ArenaState> copy = CopyToArena(live);
+  if (!copy.ok()) {
+    WriteCheckpointNow(live);
+    return;
+  }
+  checkpoint_copy_ = *std::move(copy);
+}
+
+void Chunk::WriteCheckpointNow(const StateView& live) {
+  absl::StatusOr<uint64_t> checksum = SaveChunkState(checkpoint_path_, live.p, range_.size());
+  held_ = Buffer::kNone;
+  if (!checksum.ok()) {
+    DisarmLocked(checksum.status());
+    return;
+  }
+  checkpoint_written_ = *checksum;
+}
+
+absl::StatusOr<ArenaState> Chunk::CopyToArena(const StateView& view) {
+  ASSIGN_OR_RETURN(ArenaState copy, ArenaState::Take(checkpoint_arena_, range_.size()));
+  copy.CopyFrom(view);
+  return copy;
+}
+
+StateView Chunk::UpdateTarget(const StateView& loaded) {
+  const Buffer live = LiveBuffer();
+  if (held_ == live) {
+    if (live == Buffer::kShadow) return loaded;
+    if (shadow_.empty()) {
+      absl::StatusOr<ArenaState> shadow = ArenaState::Take(checkpoint_arena_, range_.size());
+      if (!shadow.ok()) {
+        state_mu_.Await(absl::Condition(
+            +[](bool* writing) { return !*writing; }, &writing_held_));
+        if (held_ == live) WriteCheckpointNow(loaded);
+        return loaded;
+      }
+      shadow_ = *std::move(shadow);
+    }
+    return shadow_.view();
+  }
+  // The live state in the shadow and the extent free: back to the extent.
+  if (live == Buffer::kShadow && held_ != Buffer::kExtent) return loaded;
+  return LiveView(loaded);
+}
+
+void Chunk::ReleaseUnusedShadow() {
+  if (!live_in_shadow_ && held_ != Buffer::kShadow) shadow_.Reset();
+}
+
+void Chunk::DisarmLocked(const absl::Status& failure) {
+  if (!writing_held_) {
+    held_ = Buffer::kNone;
+    ReleaseUnusedShadow();
+  }
+  checkpoint_copy_.Reset();
+  checkpoint_written_.reset();
+  absl::MutexLock lock(&mu_);
+  checkpoint_step_ = -1;
+  checkpoint_failure_ = failure;
+}
+
+absl::Status Chunk::AwaitCheckpointStep(absl::Time wait_until) {
+  absl::MutexLock lock(&mu_);
+  const int64_t step = checkpoint_step_;
+  if (step < 0) {
+    if (!checkpoint_failure_.ok()) return checkpoint_failure_;
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is not armed for a checkpoint"));
+  }
+  auto reached = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return applied_step_ >= step || checkpoint_step_ != step;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&reached), wait_until);
+  if (checkpoint_step_ != step) {
+    return absl::CancelledError(
+        absl::StrCat("the checkpoint of chunk ", chunk_id_, " of job ", job_id_, " was cancelled"));
+  }
+  if (applied_step_ < step) {
+    checkpoint_step_ = -1;
+    return absl::DeadlineExceededError(
+        absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
+                     " and did not reach the checkpoint's step ", step, " in time"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(std::optional<v1::LossScaleState>* loss_scale) {
+  RETURN_IF_ERROR(AwaitCheckpointStep(absl::InfinitePast()));
+  // The state of the armed step: the buffer held (by an Apply() that went
+  // past it, or now: the chunk is at the step and no Apply() runs while
+  // state_mu_ is held), or the copy an Apply() made (NVMe tier), or one made
+  // now; or the file an Apply() wrote. Apply()s go on while it is written.
+  const float* state = nullptr;
+  ArenaState copy;
+  std::string path;
+  {
+    absl::MutexLock state_lock(&state_mu_);
+    const bool kept =
+        held_ != Buffer::kNone || !checkpoint_copy_.empty() || checkpoint_written_.has_value();
+    {
+      absl::MutexLock lock(&mu_);
+      *loss_scale = kept ? checkpoint_loss_scale_ : loss_scales_[applied_step_ & 1];
+      checkpoint_step_ = -1;
+    }
+    if (checkpoint_written_.has_value()) return *std::exchange(checkpoint_written_, std::nullopt);
+    path = checkpoint_path_;
+    absl::StatusOr<StateView> loaded = state_->Load();
+    if (!loaded.ok()) {
+      DisarmLocked(absl::OkStatus());
+      return loaded.status();
+    }
+    if (state_->tier() == TierKind::kHost) {
+      if (held_ == Buffer::kNone) held_ = LiveBuffer();
+      state = held_ == Buffer::kShadow ? shadow_.data() : loaded->p;
+      writing_held_ = true;
+    } else if (!checkpoint_copy_.empty()) {
+      copy = std::move(checkpoint_copy_);
+    } else {
+      absl::StatusOr<ArenaState> made = CopyToArena(*loaded);
+      if (!made.ok()) {
+        state_->Release(*loaded);
+        return made.status();
+      }
+      copy = *std::move(made);
+    }
+    state_->Release(*loaded);
+    if (state == nullptr) state = copy.data();
+  }
+  absl::StatusOr<uint64_t> checksum = SaveChunkState(path, state, range_.size());
+  absl::MutexLock state_lock(&state_mu_);
+  writing_held_ = false;
+  held_ = Buffer::kNone;
+  ReleaseUnusedShadow();
+  return checksum;
+}
+
+void Chunk::CancelCheckpoint() {
+  absl::MutexLock state_lock(&state_mu_);
+  DisarmLocked(absl::OkStatus());
+}
+
+}  // namespace strata

@@ -1,0 +1,295 @@
+// Chunk: one chunk of a job on a shard server: its FP32 p, m, v (in a
+// ChunkState: host memory, NVMe or GPU memory), two low-precision copies of p that
+// workers pull (of the applied step and of the one before; always in host
+// memory), and its step state machine.
+//
+// A chunk at applied step t accepts pushes for step t+1. Pushed gradients
+// are not copied: the chunk keeps a view of each push's bytes, and the push
+// stays open until its step is applied. Once the pushed ranges cover the
+// whole chunk it is ready: the step executor calls Apply(), which updates it
+// exactly once, straight from the pushed bytes, then completes the pushes and
+// answers every pull waiting for t+1. A push or pull for step t again returns
+// the stored result; other steps are ABORTED. Pushes carry the workers'
+// generation: a newer generation's push replaces the staged pushes of an
+// older one (those workers re-formed and recompute the step), an older
+// generation's push is ABORTED. The copy of step t-1 stays pullable until
+// step t+1 is applied, so a new generation can recompute step t from the
+// parameters every chunk had before it.
+//
+// Thread-safety: all methods are thread-safe. Apply() runs on one executor
+// thread at a time per chunk (Stage() returns true to exactly one caller per
+// step). The state is loaded and committed under state_mu_ (Apply,
+// WriteParams, ReadState); the step bookkeeping is under mu_, never held
+// across I/O.
+#ifndef STRATA_SHARD_CHUNK_H_
+#define STRATA_SHARD_CHUNK_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kernels/adam.h"
+#include "shard/chunk_state.h"
+#include "shard/saved_chunk.h"
+#include "storage/metadata_store.h"
+#include "storage/tier.h"
+#include "strata/flat_layout.h"
+#include "strata/types.h"
+#include "strata/v1/common.pb.h"
+
+namespace strata {
+
+// What each push of a step carries besides its gradients; all pushes of a
+// step to a chunk must carry the same.
+struct StepScalars {
+  float coef = 1.0f;        // the gradients are multiplied by coef
+  std::optional<float> lr;  // the step's learning rate; unset: the job's
+  // The workers' loss scaler after the step, kept for checkpoints.
+  std::optional<v1::LossScaleState> loss_scale_after;
+};
+
+class Chunk {
+ public:
+  // Receives the low-precision parameters of the pulled range, or an error.
+  using PullDone = absl::AnyInvocable<void(absl::Status, int64_t step, absl::string_view bytes) &&>;
+  // Receives the outcome of a staged push: OK once its step is applied, or
+  // the error that ended it (shutdown, job dropped).
+  using PushDone = absl::AnyInvocable<void(absl::Status) &&>;
+
+  // `copy_extent` holds ChunkCopyBytes(range.size(), dtype) bytes of the host tier
+  // `host` (zeros, or the copy of the state's p at `applied_step`); the chunk
+  // frees it and owns `state`. A durable state's record goes to `metadata` (nullable)
+  // after every change, before the change is acknowledged.
+  Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype, AdamConfig adam,
+        std::unique_ptr<ChunkState> state, Tier* host, Extent copy_extent,
+        MetadataStore* metadata = nullptr, int64_t applied_step = 0);
+
+  // The metadata key of a chunk's record, and the prefix of a job's.
+  static std::string RecordKey(const std::string& job_id, uint32_t chunk_id);
+  static std::string RecordPrefix(const std::string& job_id);
+  // Writes the record of a durable state (synced); OK for other states.
+  absl::Status WriteRecord() ABSL_LOCKS_EXCLUDED(state_mu_);
+  // Sets the copy of the applied step from the state's p (after a restart;
+  // the copy of the step before is then not available).
+  absl::Status RebuildCopy() ABSL_LOCKS_EXCLUDED(state_mu_);
+  ~Chunk();
+  Chunk(const Chunk&) = delete;
+  Chunk& operator=(const Chunk&) = delete;
+
+  const std::string& job_id() const { return job_id_; }
+  uint32_t chunk_id() const { return chunk_id_; }
+  FlatRange range() const { return range_; }
+  // Where p, m, v live.
+  TierKind tier() const { return state_->tier(); }
+  // Tier bytes held: the state's and the copy's.
+  uint64_t num_bytes() const { return state_->num_bytes() + copy_extent_.num_bytes; }
+  int64_t applied_step() const;
+  // Parameters pushed so far for the next step.
+  uint64_t staged_params() const;
+
+  // Stages the gradients of flat range [begin, begin + n) for `step`, pushed
+  // by workers of `generation`, without copying: `grads` must stay valid
+  // until `done` is called. Returns true when this push completed the chunk's
+  // range (the caller then has the chunk applied), false otherwise. On OK the
+  // chunk calls `done` exactly once: at once for a retry (the step is
+  // applied, or the range is already staged), else when the step is applied
+  // or fails, or with ABORTED when a newer generation's push replaces it.
+  // ABORTED for old or future steps and older generations; INVALID_ARGUMENT
+  // for a range that overlaps another push of the step or scalars that
+  // differ from theirs; on error `done` is not called.
+  absl::StatusOr<bool> Stage(int64_t step, uint64_t generation, uint64_t begin, uint64_t n,
+                             absl::string_view grads, StepScalars scalars, PushDone done);
+  // Applies the staged step. Called once per step, after Stage() returned
+  // true. If the state cannot be loaded or committed, the step is not
+  // applied: the staged pushes get the error and may be pushed again.
+  void Apply();
+  // Answers with the copy of [begin, begin + n) at `step`: now for the
+  // applied step (and the one before, while its copy is kept), once applied
+  // for the next; ABORTED otherwise.
+  void Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done);
+  // Sets FP32 master weights of [begin, begin + n) before the first step;
+  // FAILED_PRECONDITION once a step was pushed or applied; the tier's error
+  // when the state cannot be loaded or committed.
+  absl::Status WriteParams(uint64_t begin, const float* params, uint64_t n);
+  // Sets p, m, v of [begin, begin + n) and the applied step to `step`, before
+  // any push: FAILED_PRECONDITION once a step was pushed or applied, or when
+  // the chunk was written at another step; the tier's error otherwise.
+  absl::Status WriteState(uint64_t begin, const float* p, const float* m, const float* v,
+                          uint64_t n, int64_t step);
+  // Copies p, m, v of [begin, begin + n) out (waiting out an Apply() in
+  // progress); returns the applied step they hold, or the tier's error.
+  absl::StatusOr<int64_t> ReadState(uint64_t begin, uint64_t n, float* p, float* m, float* v);
+  // Ends every waiting pull and every staged push with `status` (shutdown,
+  // job dropped); the staged step can then be pushed again.
+  void FailWaiters(const absl::Status& status);
+
+  // Keeps the state of `step` for SaveCheckpoint() to write to `path`,
+  // without stopping training: a host-tier chunk's updates past `step` go to
+  // a second buffer from `arena` (out of place: no copy) until the save has
+  // written the buffer that holds `step`; an NVMe- or GPU-tier chunk copies
+  // its state into `arena` memory. When the arena refuses the memory, the
+  // Apply() past `step` writes the state to `path` itself before it updates
+  // (training waits for the write instead of the server running out of
+  // memory). `arena` must outlive the save. ABORTED when the chunk is past
+  // `step`, FAILED_PRECONDITION when armed for another step or still writing
+  // a checkpoint.
+  absl::Status ArmCheckpoint(int64_t step, StateArena* arena, std::string path)
+      ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
+  // Waits until the chunk reaches the armed step: DEADLINE_EXCEEDED after
+  // `wait_until` (disarmed), CANCELLED by CancelCheckpoint(),
+  // FAILED_PRECONDITION when not armed, or the error that disarmed it (an
+  // Apply() found no memory to keep the state in).
+  absl::Status AwaitCheckpointStep(absl::Time wait_until) ABSL_LOCKS_EXCLUDED(mu_);
+  // Once AwaitCheckpointStep() returned OK: writes the chunk's state at the
+  // armed step to the armed path (synced, server/saved_chunk.h; straight
+  // from the buffer that holds it), unless an Apply() wrote it already, and
+  // disarms. Returns the file's checksum and sets `loss_scale` to the loss
+  // scaler the step's pushes reported; AwaitCheckpointStep()'s error when
+  // the step is not reached (or the checkpoint was cancelled), or the I/O
+  // error naming the file.
+  absl::StatusOr<uint64_t> SaveCheckpoint(std::optional<v1::LossScaleState>* loss_scale)
+      ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
+  // Disarms, ending an AwaitCheckpointStep() that waits.
+  void CancelCheckpoint() ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
+
+ private:
+  struct StagedPush {
+    uint64_t end;
+    absl::string_view grads;
+    PushDone done;
+  };
+  struct Waiter {
+    int64_t step;
+    uint64_t begin;
+    uint64_t n;
+    PullDone done;
+  };
+  // The copy of `step`: the two copies alternate.
+  std::byte* copy(int64_t step) const {
+    return copies_ + (step & 1) * range_.size() * DTypeSize(dtype_);
+  }
+  absl::string_view CopyView(int64_t step, uint64_t begin, uint64_t n) const;
+  absl::Status WriteRecordLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Commits `view` (state_->Load()'s) with the record of `step`, rolling the
+  // commit back when the record cannot be written, and releases the view.
+  absl::Status CommitAndRelease(const StateView& view, int64_t step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Loads the state, has `write(view, offset of begin)` change [begin,
+  // begin + n), commits it with the record of `step`, and sets the copy of
+  // `step` there from `params`. The tier's error leaves the state as it was.
+  absl::Status WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, const float* params,
+                              absl::FunctionRef<void(const StateView&, uint64_t)> write)
+      ABSL_LOCKS_EXCLUDED(state_mu_);
+  // Which buffer holds a host-tier chunk's p, m, v: its state's extent or
+  // shadow_.
+  enum class Buffer { kNone, kExtent, kShadow };
+  // The live state: `loaded` (state_->Load()'s view) or the shadow.
+  StateView LiveView(const StateView& loaded) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  Buffer LiveBuffer() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_) {
+    return live_in_shadow_ ? Buffer::kShadow : Buffer::kExtent;
+  }
+  // Apply()'s update of the state to `step`, writing the copy of `step` to
+  // `copy_out`: loaded into memory and committed, or in the state's tier.
+  // The tier's error leaves the state as it was.
+  absl::Status UpdateInMemory(int64_t step, const AdamConstants& constants,
+                              const std::map<uint64_t, StagedPush>& pushes, std::byte* copy_out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  absl::Status UpdateInTier(int64_t step, const AdamConstants& constants,
+                            const std::map<uint64_t, StagedPush>& pushes, std::byte* copy_out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Whether a checkpoint of `step` is armed and its state not yet kept.
+  bool CheckpointNeedsState(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // In Apply(), before the state of `step` changes, once
+  // CheckpointNeedsState(step): keeps `live`: a host-tier chunk holds
+  // its live buffer, an NVMe- or GPU-tier chunk copies it into the arena, or
+  // writes it now when the arena refuses the memory.
+  void KeepCheckpointState(int64_t step, const StateView& live)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Writes `live` (the armed step's state) to the armed path now, in
+  // Apply(), and lets go of the held buffer; an I/O error disarms the
+  // checkpoint with it. Either way the step goes on: training does not fail
+  // for a checkpoint.
+  void WriteCheckpointNow(const StateView& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // `view` copied into arena memory (an NVMe- or GPU-tier chunk's state kept aside).
+  absl::StatusOr<ArenaState> CopyToArena(const StateView& view)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Where Apply() writes the update of the live state: in place, unless the
+  // live buffer is held for a save (then the other buffer, taking the shadow
+  // from the arena), or the live state is in the shadow and the extent is
+  // free again (back to it). If the arena refuses the shadow, waits for a
+  // write of the held buffer to end, or else writes it now, and updates in
+  // place.
+  StateView UpdateTarget(const StateView& loaded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Gives the shadow back when it holds neither the live state nor a held one.
+  void ReleaseUnusedShadow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Disarms the checkpoint with `failure` (OK: cancelled) and lets go of
+  // what it kept, except a buffer being written.
+  void DisarmLocked(const absl::Status& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Ends a failed Apply(): the step stays unapplied and `pushes` get `status`.
+  void FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status);
+
+  const std::string job_id_;
+  const uint32_t chunk_id_;
+  const FlatRange range_;
+  const DType dtype_;
+  const AdamConfig adam_;
+  Tier* const host_;
+  const Extent copy_extent_;
+  std::byte* const copies_;
+  MetadataStore* const metadata_;
+
+  absl::Mutex state_mu_;
+  const std::unique_ptr<ChunkState> state_ ABSL_PT_GUARDED_BY(state_mu_);
+
+  mutable absl::Mutex mu_;
+  int64_t applied_step_ ABSL_GUARDED_BY(mu_) = 0;
+  bool applying_ ABSL_GUARDED_BY(mu_) = false;
+  bool applied_any_ ABSL_GUARDED_BY(mu_) = false;  // Apply() succeeded once
+  // Whether copy(applied_step_ - 1) holds that step's parameters.
+  bool previous_copy_valid_ ABSL_GUARDED_BY(mu_) = false;
+  // Pushes staged for step applied_step_ + 1 by workers of staged_generation_, by begin.
+  std::map<uint64_t, StagedPush> staged_ ABSL_GUARDED_BY(mu_);
+  uint64_t staged_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t staged_params_ ABSL_GUARDED_BY(mu_) = 0;
+  float staged_coef_ ABSL_GUARDED_BY(mu_) = 0;
+  float staged_lr_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<v1::LossScaleState> staged_loss_scale_ ABSL_GUARDED_BY(mu_);
+  // The loss scaler after each of the last two applied steps (by step & 1).
+  std::optional<v1::LossScaleState> loss_scales_[2] ABSL_GUARDED_BY(mu_);
+  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  // The armed checkpoint's step, or -1, and the error that disarmed it, if
+  // any; the arena its buffers come from. A host-tier chunk's second buffer
+  // (empty unless a checkpoint needs it), whether it holds the live state,
+  // the buffer held with the armed step's state (no update writes it until
+  // the save wrote it), and whether SaveCheckpoint() is writing it now. An
+  // NVMe- or GPU-tier chunk's copy of the armed step's state, once an Apply() went
+  // past it before the save. The checksum of the file, once an Apply()
+  // wrote it (no memory to keep the state in).
+  int64_t checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
+  absl::Status checkpoint_failure_ ABSL_GUARDED_BY(mu_);
+  StateArena* checkpoint_arena_ ABSL_GUARDED_BY(state_mu_) = nullptr;
+  std::string checkpoint_path_ ABSL_GUARDED_BY(state_mu_);
+  std::optional<uint64_t> checkpoint_written_ ABSL_GUARDED_BY(state_mu_);
+  ArenaState shadow_ ABSL_GUARDED_BY(state_mu_);
+  bool live_in_shadow_ ABSL_GUARDED_BY(state_mu_) = false;
+  Buffer held_ ABSL_GUARDED_BY(state_mu_) = Buffer::kNone;
+  bool writing_held_ ABSL_GUARDED_BY(state_mu_) = false;
+  ArenaState checkpoint_copy_ ABSL_GUARDED_BY(state_mu_);
+  std::optional<v1::LossScaleState> checkpoint_loss_scale_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SHARD_CHUNK_H_

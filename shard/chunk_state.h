@@ -1,0 +1,157 @@
+// ChunkState: where the FP32 state (p, m, v) of one chunk lives, and how it
+// is brought into memory for an update and put back.
+//
+//  - HostChunkState: in a host-tier extent; Load() gives pointers into it and
+//    Commit() has nothing to do.
+//  - NvmeChunkState: in two NVMe-tier slots, one current. Load() reads the
+//    current slot into a staging buffer of a StagingPool; Commit() writes the
+//    updated state to the other slot and only then makes it current, so a
+//    failed or torn write leaves the previous state intact.
+//  - GpuChunkState (server/gpu_chunk_state.h): in GPU memory, updated there
+//    by Update(); Load()/Commit() copy it to and from host memory for the
+//    rarer reads and writes.
+//
+// Not thread-safe: the owning Chunk serializes Load/Commit/Release (one
+// update or read at a time). StagingPool is thread-safe.
+#ifndef STRATA_SHARD_CHUNK_STATE_H_
+#define STRATA_SHARD_CHUNK_STATE_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "core/chunk_bytes.h"
+#include "kernels/adam.h"
+#include "storage/nvme_tier.h"
+#include "storage/tier.h"
+#include "strata/v1/shard.pb.h"
+
+namespace strata {
+
+// The state of a chunk of n parameters in memory.
+struct StateView {
+  float* p = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  std::byte* buffer = nullptr;  // the staging buffer, if any
+};
+
+// Gradients of [offset, offset + n) of a chunk (offsets from its begin), in
+// host memory.
+struct GradRange {
+  uint64_t offset = 0;
+  uint64_t n = 0;
+  const void* grads = nullptr;
+};
+
+// Page-locked staging buffers of one size, taken from the host tier.
+class StagingPool {
+ public:
+  // RESOURCE_EXHAUSTED when `count` buffers of `buffer_bytes` do not fit.
+  static absl::StatusOr<std::unique_ptr<StagingPool>> Create(Tier* host, uint64_t buffer_bytes,
+                                                             int count);
+  ~StagingPool();
+  // Waits for a free buffer.
+  std::byte* Acquire();
+  void Release(std::byte* buffer);
+
+ private:
+  explicit StagingPool(Tier* host) : host_(host) {}
+  Tier* const host_;
+  std::vector<Extent> extents_;
+  absl::Mutex mu_;
+  std::vector<std::byte*> free_ ABSL_GUARDED_BY(mu_);
+};
+
+class ChunkState {
+ public:
+  virtual ~ChunkState() = default;
+  virtual TierKind tier() const = 0;
+  // Tier bytes the state holds.
+  virtual uint64_t num_bytes() const = 0;
+  // The state in memory; an I/O error leaves nothing to release.
+  virtual absl::StatusOr<StateView> Load() = 0;
+  // Makes the view's p, m, v the state. On error the previous state stays.
+  virtual absl::Status Commit(const StateView& view) = 0;
+  // Ends a Load(), committed or not.
+  virtual void Release(const StateView& view) = 0;
+  // Whether the state survives a restart; if so, Describe() fills the
+  // tier's part of the chunk's record after each Commit(), and Rollback()
+  // undoes the last Commit() when that record could not be written.
+  virtual bool durable() const { return false; }
+  virtual absl::Status Describe(v1::ChunkRecord*) const { return absl::OkStatus(); }
+  virtual void Rollback() {}
+  // Whether the tier computes the update where the state lives (GPU):
+  // Update() then takes the place of Load(), a CPU update and Commit().
+  virtual bool updates_in_tier() const { return false; }
+  // Applies AdamW with `c` from `grads` (together covering the chunk, in the
+  // job's dtype, which such a state is made with) and writes the new p in
+  // that dtype to `copy` (host memory).
+  virtual absl::Status Update(const AdamConstants& /*c*/, absl::Span<const GradRange> /*grads*/,
+                              std::byte* /*copy*/) {
+    return absl::UnimplementedError("this chunk state is updated through Load() and Commit()");
+  }
+};
+
+class HostChunkState : public ChunkState {
+ public:
+  // RESOURCE_EXHAUSTED when 12 bytes per parameter do not fit in `host`.
+  static absl::StatusOr<std::unique_ptr<ChunkState>> Create(Tier* host, uint64_t num_params);
+  ~HostChunkState() override;
+  TierKind tier() const override { return TierKind::kHost; }
+  uint64_t num_bytes() const override { return extent_.num_bytes; }
+  absl::StatusOr<StateView> Load() override;
+  absl::Status Commit(const StateView&) override { return absl::OkStatus(); }
+  void Release(const StateView&) override {}
+
+ private:
+  HostChunkState(Tier* host, Extent extent, uint64_t num_params)
+      : host_(host), extent_(extent), num_params_(num_params) {}
+  Tier* const host_;
+  const Extent extent_;
+  const uint64_t num_params_;
+};
+
+class NvmeChunkState : public ChunkState {
+ public:
+  // Staging bytes one chunk of `num_params` needs: its state rounded to 4 KiB blocks.
+  static uint64_t StagingBytes(uint64_t num_params);
+  // Two slots in `nvme`, slot 0 written with zeros. RESOURCE_EXHAUSTED when
+  // they do not fit; the tier's error when the first write fails.
+  static absl::StatusOr<std::unique_ptr<ChunkState>> Create(Tier* nvme,
+                                                            std::shared_ptr<StagingPool> staging,
+                                                            uint64_t num_params);
+  ~NvmeChunkState() override;
+  TierKind tier() const override { return TierKind::kNvme; }
+  uint64_t num_bytes() const override { return 2 * slot_bytes_; }
+  absl::StatusOr<StateView> Load() override;
+  absl::Status Commit(const StateView& view) override;
+  void Release(const StateView& view) override;
+  bool durable() const override { return true; }
+  absl::Status Describe(v1::ChunkRecord* record) const override;
+  void Rollback() override { current_ = 1 - current_; }
+
+  // The state a previous run recorded: its slots are adopted from `nvme`.
+  static absl::StatusOr<std::unique_ptr<ChunkState>> Restore(NvmeTier* nvme,
+                                                             std::shared_ptr<StagingPool> staging,
+                                                             const v1::ChunkRecord& record);
+
+ private:
+  NvmeChunkState(Tier* nvme, std::shared_ptr<StagingPool> staging, uint64_t num_params,
+                 Extent slot0, Extent slot1, int current = 0);
+  StateView ViewOf(std::byte* buffer) const;
+
+  Tier* const nvme_;
+  const std::shared_ptr<StagingPool> staging_;
+  const uint64_t num_params_;
+  const uint64_t slot_bytes_;
+  Extent slots_[2];
+  int current_ = 0;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SHARD_CHUNK_STATE_H_

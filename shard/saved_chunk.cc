@@ -1,0 +1,252 @@
+#include "shard/saved_chunk.h"
+
+#include <fcntl.h>
+#include <liburing.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/file_io.h"
+#include "core/status_macros.h"
+
+namespace strata {
+namespace {
+
+constexpr size_t kDirectBlockBytes = 4096;
+constexpr size_t kPieceBytes = size_t{8} << 20;
+constexpr unsigned kPiecesInFlight = 4;
+
+// Writes bytes [from, to) of the state at `data` at the same offsets of
+// `fd` (or reads them into it: `read`), in pieces of kPieceBytes with
+// kPiecesInFlight in flight (io_uring), and adds them to `hash` in order
+// while the others are in flight. A read that ends early is DATA_LOSS naming
+// the file.
+absl::Status TransferInFlight(bool read, int fd, std::byte* data, size_t from, size_t to,
+                              const std::string& path, XXH3_state_t* hash) {
+  if (from == to) return absl::OkStatus();
+  // The transfers: [from, to) cut at piece boundaries.
+  struct Transfer {
+    size_t offset;
+    std::byte* data;
+    size_t n;
+  };
+  std::vector<Transfer> transfers;
+  for (size_t at = from; at < to;) {
+    const size_t n = std::min(to, (at / kPieceBytes + 1) * kPieceBytes) - at;
+    transfers.push_back({at, data + at, n});
+    at += n;
+  }
+  io_uring ring;
+  if (int r = io_uring_queue_init(kPiecesInFlight, &ring, 0); r < 0) {
+    errno = -r;
+    return ErrnoError("cannot set up io_uring for", path);
+  }
+  const char* verb = read ? "read" : "write";
+  absl::Status status;
+  size_t submitted = 0;  // transfers
+  size_t done = 0;       // transfers complete, from the first on
+  size_t hashed = 0;
+  unsigned in_flight = 0;
+  std::vector<bool> transfer_done(transfers.size(), false);
+  while (status.ok() && (submitted < transfers.size() || in_flight > 0)) {
+    while (submitted < transfers.size() && in_flight < kPiecesInFlight) {
+      const Transfer& t = transfers[submitted];
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      if (read) {
+        io_uring_prep_read(sqe, fd, t.data, static_cast<unsigned>(t.n), t.offset);
+      } else {
+        io_uring_prep_write(sqe, fd, t.data, static_cast<unsigned>(t.n), t.offset);
+      }
+      io_uring_sqe_set_data64(sqe, submitted);
+      ++submitted;
+      ++in_flight;
+    }
+    io_uring_submit(&ring);
+    // What is in memory in order: all of it when writing, what arrived when reading.
+    if (hashed < (read ? done : submitted)) {
+      XXH3_64bits_update(hash, transfers[hashed].data, transfers[hashed].n);
+      ++hashed;
+    }
+    io_uring_cqe* cqe;
+    int r = io_uring_wait_cqe(&ring, &cqe);
+    if (r < 0) {
+      errno = -r;
+      status = ErrnoError(absl::StrCat("cannot wait for a ", verb, " of"), path);
+      break;
+    }
+    const size_t index = io_uring_cqe_get_data64(cqe);
+    const Transfer& t = transfers[index];
+    if (cqe->res < 0) {
+      errno = -cqe->res;
+      status = ErrnoError(absl::StrCat("cannot ", verb), path);
+    } else if (static_cast<size_t>(cqe->res) < t.n) {
+      // A short transfer: the rest of it at once.
+      std::byte* rest = t.data + cqe->res;
+      const size_t left = t.n - cqe->res;
+      const off_t at = static_cast<off_t>(t.offset + cqe->res);
+      ssize_t r = read ? pread(fd, rest, left, at) : pwrite(fd, rest, left, at);
+      if (r < 0) {
+        status = ErrnoError(absl::StrCat("cannot ", verb), path);
+      } else if (static_cast<size_t>(r) < left) {
+        status = read ? absl::DataLossError(absl::StrCat("chunk file ", path, " is truncated"))
+                      : ErrnoError("cannot write", path);
+      }
+    }
+    io_uring_cqe_seen(&ring, cqe);
+    --in_flight;
+    transfer_done[index] = true;
+    while (done < transfers.size() && transfer_done[done]) ++done;
+  }
+  // After an error, the transfers still in flight end before the memory may go.
+  while (in_flight > 0) {
+    io_uring_cqe* cqe;
+    if (io_uring_wait_cqe(&ring, &cqe) < 0) break;
+    io_uring_cqe_seen(&ring, cqe);
+    --in_flight;
+  }
+  io_uring_queue_exit(&ring);
+  for (; status.ok() && hashed < transfers.size(); ++hashed) {
+    XXH3_64bits_update(hash, transfers[hashed].data, transfers[hashed].n);
+  }
+  return status;
+}
+
+using Hash = std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)>;
+
+// A streaming XXH3 (64 bits), reset: the same value as XXH3_64bits() of
+// everything added.
+Hash NewHash() {
+  Hash hash(XXH3_createState(), &XXH3_freeState);
+  XXH3_64bits_reset(hash.get());
+  return hash;
+}
+
+// Opens `path` with `flags`, and O_DIRECT too when `data` is 4 KiB-aligned
+// and the file system takes it; sets `direct` to whether it did. -1 and
+// errno as open() leaves them on failure.
+int OpenPreferringDirect(const std::string& path, int flags, const void* data, bool* direct) {
+  int fd = -1;
+  if (reinterpret_cast<uintptr_t>(data) % kDirectBlockBytes == 0) {
+    fd = open(path.c_str(), flags | O_DIRECT, 0600);
+  }
+  *direct = fd >= 0;
+  if (fd < 0) fd = open(path.c_str(), flags, 0600);
+  return fd;
+}
+
+// TransferInFlight() of `bytes` at offset 0 of `fd`: with `direct` (fd
+// opened O_DIRECT), the whole 4 KiB blocks so, then the tail with direct
+// I/O off; all of it so otherwise.
+absl::Status TransferWhole(bool read, int fd, bool direct, std::byte* data, size_t bytes,
+                           const std::string& path, XXH3_state_t* hash) {
+  const size_t aligned = direct ? bytes / kDirectBlockBytes * kDirectBlockBytes : 0;
+  RETURN_IF_ERROR(TransferInFlight(read, fd, data, 0, aligned, path, hash));
+  if (aligned == bytes) return absl::OkStatus();
+  if (direct && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_DIRECT) != 0) {
+    return ErrnoError("cannot clear O_DIRECT on", path);
+  }
+  return TransferInFlight(read, fd, data, aligned, bytes, path, hash);
+}
+
+}  // namespace
+
+StateBuffer AllocateStateBuffer(uint64_t num_params) {
+  size_t bytes = StateBytes(num_params);
+  bytes = std::max(kDirectBlockBytes,
+                   (bytes + kDirectBlockBytes - 1) / kDirectBlockBytes * kDirectBlockBytes);
+  return StateBuffer(reinterpret_cast<float*>(AllocateFaultedIn(bytes)));
+}
+
+absl::StatusOr<ArenaState> ArenaState::Take(StateArena* arena, uint64_t num_params) {
+  ASSIGN_OR_RETURN(std::byte * data, arena->Take(StateBytes(num_params)));
+  ArenaState state;
+  state.arena_ = arena;
+  state.data_ = reinterpret_cast<float*>(data);
+  state.num_params_ = num_params;
+  return state;
+}
+
+ArenaState& ArenaState::operator=(ArenaState&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    arena_ = std::exchange(other.arena_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    num_params_ = std::exchange(other.num_params_, 0);
+  }
+  return *this;
+}
+
+void ArenaState::Reset() {
+  if (arena_ != nullptr) {
+    arena_->Give(reinterpret_cast<std::byte*>(data_), StateBytes(num_params_));
+  }
+  arena_ = nullptr;
+  data_ = nullptr;
+  num_params_ = 0;
+}
+
+void ArenaState::CopyFrom(const StateView& view) {
+  const size_t array_bytes = num_params_ * sizeof(float);
+  std::memcpy(data_, view.p, array_bytes);
+  std::memcpy(data_ + num_params_, view.m, array_bytes);
+  std::memcpy(data_ + 2 * num_params_, view.v, array_bytes);
+}
+
+absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* state,
+                                        uint64_t num_params) {
+  const size_t bytes = StateBytes(num_params);
+  std::byte* data = reinterpret_cast<std::byte*>(const_cast<float*>(state));
+  bool direct;
+  int fd = OpenPreferringDirect(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, data, &direct);
+  if (fd < 0) return ErrnoError("cannot create", path);
+  Hash hash = NewHash();
+  absl::Status status = TransferWhole(/*read=*/false, fd, direct, data, bytes, path, hash.get());
+  if (status.ok() && fsync(fd) != 0) status = ErrnoError("cannot sync", path);
+  close(fd);
+  if (!status.ok()) return status;
+  return XXH3_64bits_digest(hash.get());
+}
+
+absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t num_params,
+                            float* state) {
+  const size_t bytes = StateBytes(num_params);
+  std::byte* data = reinterpret_cast<std::byte*>(state);
+  bool direct;
+  int fd = OpenPreferringDirect(path, O_RDONLY | O_CLOEXEC, data, &direct);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      return absl::DataLossError(absl::StrCat("chunk file ", path, " is missing"));
+    }
+    return ErrnoError("cannot open", path);
+  }
+  absl::Status status;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    status = ErrnoError("cannot stat", path);
+  } else if (static_cast<uint64_t>(st.st_size) < bytes) {
+    status = absl::DataLossError(
+        absl::StrCat("chunk file ", path, " is truncated: ", st.st_size, " of ", bytes, " bytes"));
+  } else if (static_cast<uint64_t>(st.st_size) > bytes) {
+    status = absl::DataLossError(absl::StrCat("chunk file ", path, " is longer than recorded"));
+  }
+  Hash hash = NewHash();
+  if (status.ok()) {
+    status = TransferWhole(/*read=*/true, fd, direct, data, bytes, path, hash.get());
+  }
+  close(fd);
+  if (!status.ok()) return status;
+  if (XXH3_64bits_digest(hash.get()) != checksum) {
+    return absl::DataLossError(absl::StrCat("chunk file ", path, ": checksum mismatch"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata

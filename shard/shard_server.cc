@@ -1,0 +1,139 @@
+#include "shard/shard_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "core/status_macros.h"
+#include "rpc/grpc_status.h"
+#include "rpc/grpc_util.h"
+#include "rpc/serve.h"
+#include "storage/gpu_tier.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+
+namespace strata {
+namespace {
+
+absl::Status RegisterWithCoordinator(const ShardServerOptions& options, const std::string& address,
+                                     const Tier* gpu) {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(options.coordinator_address));
+  v1::RegisterServerRequest request;
+  request.mutable_server()->set_address(address);
+  request.mutable_server()->set_gpu_budget_bytes(gpu == nullptr ? 0 : gpu->budget_bytes());
+  request.mutable_server()->set_host_budget_bytes(options.host_budget_bytes);
+  request.mutable_server()->set_nvme_budget_bytes(
+      options.nvme_dir.empty() ? 0 : options.nvme_budget_bytes);
+  grpc::ClientContext context;
+  context.set_wait_for_ready(true);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options.register_timeout));
+  v1::RegisterServerResponse response;
+  absl::Status s = FromGrpcStatus(stub->RegisterServer(&context, request, &response));
+  if (!s.ok()) {
+    // Waiting for a coordinator that never answered is UNAVAILABLE (shard_server.h).
+    const absl::StatusCode code =
+        s.code() == absl::StatusCode::kDeadlineExceeded ? absl::StatusCode::kUnavailable : s.code();
+    return absl::Status(code, absl::StrCat("registering with coordinator ",
+                                           options.coordinator_address, ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+// The GPU tier the options ask for; nullptr for none.
+absl::StatusOr<std::unique_ptr<Tier>> OpenGpuTierOf(const ShardServerOptions& options) {
+  if (options.gpu_budget_bytes == ShardServerOptions::kNoGpuTier) return nullptr;
+  if (options.gpu_budget_bytes == ShardServerOptions::kAutoGpuBudget) {
+    if (options.gpu_device >= GpuCount()) {
+      LogEventCat("server", "no GPU ", options.gpu_device, " found: no gpu tier");
+      return nullptr;
+    }
+    return OpenGpuTier(options.gpu_device, 0);
+  }
+  if (options.gpu_budget_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPU tier budget ", options.gpu_budget_bytes, " is negative"));
+  }
+  return OpenGpuTier(options.gpu_device, static_cast<uint64_t>(options.gpu_budget_bytes));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServerOptions& options) {
+  if (options.coordinator_address.empty()) {
+    return absl::InvalidArgumentError("a coordinator address is required");
+  }
+  if (options.executor_threads < 1 || options.nvme_executor_threads < 1) {
+    return absl::InvalidArgumentError("executor threads and NVMe executor threads must be >= 1");
+  }
+  if (options.checkpoint_memory_limit_bytes < options.checkpoint_buffer_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint memory limit (",
+                                                   options.checkpoint_memory_limit_bytes >> 20,
+                                                   " MiB) is below the checkpoint buffer kept (",
+                                                   options.checkpoint_buffer_bytes >> 20, " MiB)"));
+  }
+  std::unique_ptr<ShardServer> server(new ShardServer());
+  server->save_host_chunks_ = options.save_host_chunks;
+  ASSIGN_OR_RETURN(server->metadata_, MetadataStore::OpenInDataDir(options.data_dir));
+  ASSIGN_OR_RETURN(server->gpu_, OpenGpuTierOf(options));
+  // With a GPU tier, the host tier is pinned for the GPU: the chunks' copies
+  // come back by DMA.
+  const HostTier::Pinning pinning = !options.pin_host_memory  ? HostTier::Pinning::kNone
+                                    : server->gpu_ != nullptr ? HostTier::Pinning::kGpu
+                                                              : HostTier::Pinning::kMlock;
+  server->tier_ = std::make_unique<HostTier>(options.host_budget_bytes, pinning);
+  if (!options.nvme_dir.empty()) {
+    ASSIGN_OR_RETURN(server->nvme_,
+                     NvmeTier::Open(NvmeTierOptions{options.nvme_dir, options.nvme_budget_bytes,
+                                                    options.nvme_queue_depth}));
+  }
+  server->executor_ = std::make_unique<ThreadPool>(options.executor_threads);
+  if (server->nvme_ != nullptr) {
+    server->nvme_executor_ = std::make_unique<ThreadPool>(options.nvme_executor_threads);
+  }
+  server->checkpoint_arena_ = std::make_unique<StateArena>(options.checkpoint_buffer_bytes,
+                                                           options.checkpoint_memory_limit_bytes);
+  ASSIGN_OR_RETURN(
+      server->service_,
+      ShardService::Create(server->gpu_.get(), server->tier_.get(), server->nvme_.get(),
+                           server->metadata_.get(), server->executor_.get(),
+                           server->nvme_executor_.get(), server->checkpoint_arena_.get(),
+                           absl::StrCat(options.data_dir, "/saved-chunks")));
+  ASSIGN_OR_RETURN(server->metrics_, Metrics::Start(options.metrics_listen_address));
+  server->service_->ExportMetrics(server->metrics_.get());
+  std::string bound;
+  ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, server->service_.get(),
+                                          server->metrics_.get(), &bound));
+  server->address_ = options.advertise_address.empty() ? bound : options.advertise_address;
+  RETURN_IF_ERROR(RegisterWithCoordinator(options, server->address_, server->gpu_.get()));
+  MarkServing(server->server_.get(), v1::ShardServer::service_full_name());
+  LogEventCat("server", "serving on ", server->address_, " with ",
+              server->gpu_ == nullptr ? std::string("no gpu tier")
+                                      : absl::StrCat("a gpu tier of ", server->gpu_->budget_bytes(),
+                                                     " bytes on GPU ", options.gpu_device),
+              ", a ", options.pin_host_memory ? "page-locked " : "", "host tier of ",
+              options.host_budget_bytes, " bytes, ",
+              server->nvme_ == nullptr
+                  ? std::string("no nvme tier")
+                  : absl::StrCat("an nvme tier of ", server->nvme_->budget_bytes(), " bytes in ",
+                                 server->nvme_->path(), " (", options.nvme_executor_threads,
+                                 " NVMe executor thread(s))"),
+              ", ", options.executor_threads, " executor thread(s) and ",
+              server->checkpoint_arena_->retained_bytes(), " bytes kept for checkpoint buffers");
+  return server;
+}
+
+ShardServer::~ShardServer() { Shutdown(); }
+
+void ShardServer::Shutdown() {
+  if (server_ == nullptr) return;
+  server_->GetHealthCheckService()->Shutdown();  // NOT_SERVING from now on
+  service_->BeginShutdown();                     // refuses new work, answers waiting pulls
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
+  server_.reset();
+  executor_.reset();  // in-flight steps finish
+  nvme_executor_.reset();
+  if (save_host_chunks_) service_->SaveMemoryChunks();
+  metrics_.reset();  // before the service its scrapes read
+  service_.reset();
+  metadata_.reset();  // closes RocksDB
+  LogEventCat("server", "shut down ", address_);
+}
+
+}  // namespace strata

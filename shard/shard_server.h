@@ -1,0 +1,101 @@
+// ShardServer: an in-process shard server daemon -- its RocksDB metadata, its
+// tiers (GPU where found, host, optional NVMe), its step executors and its
+// gRPC server, registered with the coordinator. strata-server's main() runs
+// one; tests and strata-bench start several in one process. Start() returns
+// once serving; Shutdown() (also run by the destructor) answers waiting
+// pulls, lets in-flight steps finish, stops gRPC, saves host-memory chunks
+// and closes RocksDB. Not thread-safe: one owner calls Shutdown.
+#ifndef STRATA_SHARD_SHARD_SERVER_H_
+#define STRATA_SHARD_SHARD_SERVER_H_
+
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/thread_pool.h"
+#include "rpc/metrics.h"
+#include "shard/shard_service.h"
+#include "shard/state_arena.h"
+#include "storage/host_tier.h"
+#include "storage/metadata_store.h"
+#include "storage/nvme_tier.h"
+
+namespace strata {
+
+struct ShardServerOptions {
+  std::string listen_address = "127.0.0.1:0";  // port 0 picks a free port
+  // Address announced to the coordinator; default: the listen host and bound port.
+  std::string advertise_address;
+  std::string coordinator_address;
+  std::string data_dir;  // RocksDB metadata lives in data_dir/metadata
+  // The GPU tier on GPU gpu_device: gpu_budget_bytes, or kNoGpuTier, or
+  // kAutoGpuBudget (80% of the GPU's free memory at start-up where a GPU is
+  // found, no GPU tier where none is).
+  static constexpr int64_t kNoGpuTier = 0;
+  static constexpr int64_t kAutoGpuBudget = -1;
+  int gpu_device = 0;
+  int64_t gpu_budget_bytes = kNoGpuTier;
+  uint64_t host_budget_bytes = uint64_t{1} << 30;
+  // Page-lock the host tier (mlock): it is never swapped out.
+  bool pin_host_memory = true;
+  // The NVMe tier: a preallocated file in nvme_dir (empty: no NVMe tier).
+  std::string nvme_dir;
+  uint64_t nvme_budget_bytes = 0;
+  unsigned nvme_queue_depth = 32;
+  int executor_threads = 2;
+  // Threads that apply the chunks whose state is on NVMe (with an NVMe tier).
+  int nvme_executor_threads = 2;
+  // Host memory kept, faulted in from the start, for the chunk states that
+  // checkpoints keep aside while training goes on (server/state_arena.h).
+  // Beyond it, what each job's saves take is faulted in when the job's chunks
+  // are allocated and kept while the job lives, up to
+  // `checkpoint_memory_limit_bytes` in all (at least the kept bytes). Past
+  // the limit, a training step writes a chunk's state to the checkpoint
+  // itself before it updates the chunk.
+  uint64_t checkpoint_buffer_bytes = 0;
+  static constexpr uint64_t kDefaultCheckpointMemoryLimitBytes = uint64_t{4096} << 20;
+  uint64_t checkpoint_memory_limit_bytes = kDefaultCheckpointMemoryLimitBytes;
+  absl::Duration register_timeout = absl::Seconds(30);
+  // host:port of the Prometheus endpoint (/metrics); empty: none.
+  std::string metrics_listen_address;
+  // Save host-memory chunk states to data_dir at a clean shutdown, for the
+  // next start-up (ShardService::SaveMemoryChunks); GPU-tier chunk states too.
+  bool save_host_chunks = true;
+};
+
+class ShardServer {
+ public:
+  // UNAVAILABLE when the coordinator cannot be reached within register_timeout.
+  static absl::StatusOr<std::unique_ptr<ShardServer>> Start(const ShardServerOptions& options);
+  ~ShardServer();
+  const std::string& address() const { return address_; }
+  // host:port of the metrics endpoint; empty without one.
+  const std::string& metrics_address() const { return metrics_->address(); }
+  // The threads that apply NVMe-tier chunks; nullptr without an NVMe tier.
+  ThreadPool* nvme_executor() const { return nvme_executor_.get(); }
+  // The memory checkpoint copies are made in.
+  const StateArena& checkpoint_arena() const { return *checkpoint_arena_; }
+  void Shutdown();
+
+ private:
+  ShardServer() = default;
+  std::string address_;
+  std::unique_ptr<Metrics> metrics_;
+  bool save_host_chunks_ = true;
+  std::unique_ptr<MetadataStore> metadata_;
+  std::unique_ptr<Tier> gpu_;  // nullptr: no GPU tier
+  std::unique_ptr<HostTier> tier_;
+  std::unique_ptr<NvmeTier> nvme_;
+  std::unique_ptr<ThreadPool> executor_;
+  std::unique_ptr<ThreadPool> nvme_executor_;
+  std::unique_ptr<StateArena> checkpoint_arena_;
+  std::unique_ptr<ShardService> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SHARD_SHARD_SERVER_H_

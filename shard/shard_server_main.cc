@@ -1,0 +1,97 @@
+// strata-server: a shard server. See --help.
+#include "absl/flags/flag.h"
+#include "core/command_line.h"
+#include "core/signals.h"
+#include "shard/shard_server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7701", "host:port to serve on; port 0 picks a free port");
+ABSL_FLAG(std::string, advertise, "",
+          "host:port announced to the coordinator (default: the listen host and bound port)");
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "host:port of strata-coordinator");
+ABSL_FLAG(std::string, data_dir, "/var/lib/strata/server",
+          "directory for this server's RocksDB metadata");
+ABSL_FLAG(int64_t, gpu_budget_mib, -1,
+          "GPU-tier budget in MiB on --gpu_device: chunk states go there first and AdamW runs "
+          "on the GPU; -1: 80% of the GPU's free memory at start-up where a GPU is found, no "
+          "GPU tier where none is; 0: no GPU tier");
+ABSL_FLAG(int, gpu_device, 0, "the GPU (CUDA device ordinal) of the GPU tier");
+ABSL_FLAG(uint64_t, host_budget_mib, 1024,
+          "host-tier budget in MiB; a job that does not fit is refused");
+ABSL_FLAG(bool, pin_host_memory, true,
+          "page-lock the host tier (mlock); needs a memlock limit (ulimit -l) above "
+          "--host_budget_mib or CAP_IPC_LOCK");
+ABSL_FLAG(std::string, nvme_dir, "",
+          "directory for the NVMe tier's preallocated file (O_DIRECT, io_uring); empty: no "
+          "NVMe tier. Chunks go to host memory first, then to NVMe");
+ABSL_FLAG(uint64_t, nvme_budget_mib, 0,
+          "NVMe-tier budget in MiB (a chunk there takes two slots); 0: no NVMe tier");
+ABSL_FLAG(uint32_t, nvme_queue_depth, 32, "io_uring queue depth of the NVMe tier");
+ABSL_FLAG(bool, save_host_chunks, true,
+          "at a clean shutdown (SIGTERM), save the chunk states held in host and GPU memory under "
+          "--data_dir, so that a restart continues them (a crash loses them)");
+ABSL_FLAG(int, executor_threads, 2, "threads that apply the optimizer to chunks");
+ABSL_FLAG(int, nvme_executor_threads, 2,
+          "threads that apply the optimizer to chunks whose state is on NVMe (each reads, "
+          "applies and writes back; apart from --executor_threads, so that host-tier chunks "
+          "never wait for the disk)");
+ABSL_FLAG(uint64_t, checkpoint_buffer_mib, 384,
+          "host memory in MiB kept (faulted in at start-up) for the chunk states that "
+          "checkpoints keep aside while training goes on: the new state of each host-tier chunk "
+          "that training updates before the save wrote it (until its next step), a copy for "
+          "NVMe-tier chunks (the default holds 8 chunks of 4 Mi parameters). Beyond it, the memory "
+          "each job's saves take (a state per host- or GPU-tier chunk) is faulted in when the "
+          "job's chunks are "
+          "allocated, so that saves do not fault memory in inside training steps, and kept "
+          "while the job lives, up to --checkpoint_memory_limit_mib. Each save logs the most it "
+          "used");
+ABSL_FLAG(uint64_t, checkpoint_memory_limit_mib,
+          strata::ShardServerOptions::kDefaultCheckpointMemoryLimitBytes >> 20,
+          "the most host memory in MiB that the server holds for checkpoints to keep chunk "
+          "states aside in (at least --checkpoint_buffer_mib; equal to it, nothing is faulted in "
+          "ahead). Past it, a training step that finds a chunk's state not yet saved writes it to "
+          "the checkpoint itself before updating the chunk: "
+          "training waits for that write instead of the server running out of memory");
+ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at start-up");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port to serve Prometheus metrics on (/metrics); port 0 picks a free port; "
+          "empty: no metrics endpoint");
+ABSL_FLAG(std::string, ready_file, "",
+          "when set, the bound host:port is written to this file once serving");
+
+int main(int argc, char** argv) {
+  strata::InitCommandLine(
+      argc, argv,
+      "strata-server: a shard server. Holds chunks of the FP32 master weights and Adam\n"
+      "moments of jobs in its GPU tier (where a GPU is found), then its host tier, then\n"
+      "its NVMe tier, applies AdamW as workers\n"
+      "push gradients, and serves the updated low-precision parameters; also the gRPC\n"
+      "health service and, with --metrics_listen, Prometheus metrics. Registers with\n"
+      "the coordinator at start-up; stops cleanly on SIGINT/SIGTERM, saving the chunks\n"
+      "held in host and GPU memory for its next start.\n\n"
+      "  strata-server --coordinator=HOST:PORT --listen=HOST:PORT --data_dir=DIR\n"
+      "  strata-server --flagfile=FILE    (the same flags, one --flag=value per line)");
+  strata::BlockShutdownSignals();
+  strata::ShardServerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.advertise_address = absl::GetFlag(FLAGS_advertise);
+  options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  const int64_t gpu_budget_mib = absl::GetFlag(FLAGS_gpu_budget_mib);
+  options.gpu_budget_bytes = gpu_budget_mib > 0 ? gpu_budget_mib << 20 : gpu_budget_mib;
+  options.gpu_device = absl::GetFlag(FLAGS_gpu_device);
+  options.host_budget_bytes = absl::GetFlag(FLAGS_host_budget_mib) << 20;
+  options.pin_host_memory = absl::GetFlag(FLAGS_pin_host_memory);
+  if (absl::GetFlag(FLAGS_nvme_budget_mib) > 0) options.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
+  options.nvme_budget_bytes = absl::GetFlag(FLAGS_nvme_budget_mib) << 20;
+  options.nvme_queue_depth = absl::GetFlag(FLAGS_nvme_queue_depth);
+  options.executor_threads = absl::GetFlag(FLAGS_executor_threads);
+  options.nvme_executor_threads = absl::GetFlag(FLAGS_nvme_executor_threads);
+  options.save_host_chunks = absl::GetFlag(FLAGS_save_host_chunks);
+  options.checkpoint_buffer_bytes = absl::GetFlag(FLAGS_checkpoint_buffer_mib) << 20;
+  options.checkpoint_memory_limit_bytes = absl::GetFlag(FLAGS_checkpoint_memory_limit_mib) << 20;
+  options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
+  options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);
+  auto server = strata::ShardServer::Start(options);
+  return strata::ServeUntilSignal("strata-server", "server", server,
+                                  absl::GetFlag(FLAGS_ready_file));
+}

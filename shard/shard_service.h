@@ -1,0 +1,171 @@
+// ShardService: the gRPC ShardServer service (proto/strata/v1/shard.proto).
+// Reactors parse, validate and stage; the optimizer runs on the step
+// executor, one task per chunk and step. A push is answered once its step is
+// applied (the chunk reads the gradients from the request itself). Every request is validated
+// before it touches state: bad input gets a status naming the problem and changes nothing.
+// Thread-safe; BeginShutdown() refuses new work and answers every waiting pull with UNAVAILABLE.
+#ifndef STRATA_SHARD_SHARD_SERVICE_H_
+#define STRATA_SHARD_SHARD_SERVICE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "core/thread_pool.h"
+#include "rpc/metrics.h"
+#include "shard/chunk.h"
+#include "shard/state_arena.h"
+#include "storage/metadata_store.h"
+#include "storage/nvme_tier.h"
+#include "storage/tier.h"
+#include "strata/v1/shard.grpc.pb.h"
+
+namespace strata {
+
+class ShardService final : public v1::ShardServer::CallbackService {
+ public:
+  // Chunk states go to `gpu` first (nullptr: none), then `host`, then `nvme`
+  // (nullptr: none). Chunks are applied on `executor`, those whose state is on NVMe on
+  // `nvme_executor` (required with `nvme`): they wait for the disk, and the
+  // host-tier chunks of every job must not wait behind them. Checkpoints
+  // keep chunk states aside in `checkpoint_arena`. Jobs a
+  // previous run recorded in `metadata` come back when every chunk was on NVMe
+  // or saved by SaveMemoryChunks() into `saved_chunks_dir` (at the steps
+  // recorded); the others are discarded, with a log line saying why.
+  static absl::StatusOr<std::unique_ptr<ShardService>> Create(
+      Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
+      ThreadPool* nvme_executor, StateArena* checkpoint_arena, std::string saved_chunks_dir);
+
+  void BeginShutdown();
+  // At a clean shutdown, once no step is being applied: saves every chunk
+  // state in host or GPU memory to a file (synced) and records it, so that
+  // the next start-up finds it. Chunks that fail to save are logged and lost.
+  void SaveMemoryChunks();
+  // Exports the server's metrics into `metrics` (which must outlive the
+  // service): per tier budget, bytes and chunks, NVMe bytes read and written,
+  // bytes pushed and pulled, and a histogram of chunk apply times.
+  void ExportMetrics(Metrics* metrics);
+
+  grpc::ServerUnaryReactor* AllocateChunks(grpc::CallbackServerContext* ctx,
+                                           const v1::AllocateChunksRequest* request,
+                                           v1::AllocateChunksResponse* response) override;
+  grpc::ServerUnaryReactor* DropJob(grpc::CallbackServerContext* ctx,
+                                    const v1::DropJobRequest* request,
+                                    v1::DropJobResponse* response) override;
+  grpc::ServerUnaryReactor* WriteParams(grpc::CallbackServerContext* ctx,
+                                        const v1::WriteParamsRequest* request,
+                                        v1::WriteParamsResponse* response) override;
+  grpc::ServerUnaryReactor* WriteState(grpc::CallbackServerContext* ctx,
+                                       const v1::WriteStateRequest* request,
+                                       v1::WriteStateResponse* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const v1::PushRequest* request,
+                                 v1::PushResponse* response) override;
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const v1::PullRequest* request,
+                                 v1::PullResponse* response) override;
+  grpc::ServerUnaryReactor* ReadState(grpc::CallbackServerContext* ctx,
+                                      const v1::ReadStateRequest* request,
+                                      v1::ReadStateResponse* response) override;
+  grpc::ServerUnaryReactor* ListChunks(grpc::CallbackServerContext* ctx,
+                                       const v1::ListChunksRequest* request,
+                                       v1::ListChunksResponse* response) override;
+  grpc::ServerUnaryReactor* SaveChunks(grpc::CallbackServerContext* ctx,
+                                       const v1::SaveChunksRequest* request,
+                                       v1::SaveChunksResponse* response) override;
+  grpc::ServerUnaryReactor* LoadChunks(grpc::CallbackServerContext* ctx,
+                                       const v1::LoadChunksRequest* request,
+                                       v1::LoadChunksResponse* response) override;
+
+ private:
+  struct Job {
+    v1::AllocateChunksRequest record;
+    DType dtype;
+    std::map<uint64_t, std::shared_ptr<Chunk>> chunks_by_begin;
+    // What AddJob reserved in the checkpoint arena, given back by DropJob.
+    std::vector<uint64_t> checkpoint_pieces;
+  };
+
+  ShardService(Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
+               ThreadPool* nvme_executor, StateArena* checkpoint_arena,
+               std::string saved_chunks_dir);
+  // The staging buffers of a job's NVMe chunks, from the host tier.
+  absl::StatusOr<std::unique_ptr<StagingPool>> MakeStagingPool(const v1::JobSpec& spec);
+  // Rebuilds a job of a previous run from its chunk records.
+  absl::Status Recover(const v1::AllocateChunksRequest& request);
+  absl::Status DoAllocate(const v1::AllocateChunksRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+  // The tiers this server has, fastest first.
+  std::vector<Tier*> Tiers() const;
+  // A chunk state of job `spec` in memory: GPU memory if it fits, else host
+  // memory. GPU states share the job's staging buffers in `gpu_staging`,
+  // made for the first (one per executor thread, one spare, from the host
+  // tier); without room for them the state goes to host memory.
+  absl::StatusOr<std::unique_ptr<ChunkState>> MakeMemoryState(
+      const v1::JobSpec& spec, uint64_t num_params, DType dtype,
+      std::shared_ptr<StagingPool>* gpu_staging);
+  // Makes every chunk of `request` in `job`: copies in host memory, states in
+  // memory, then (with `staging`) on NVMe. On error `job` has no chunks.
+  absl::Status PlaceChunks(const v1::AllocateChunksRequest& request, DType dtype,
+                           std::shared_ptr<StagingPool> staging, Job* job);
+  absl::Status DoWriteParams(const v1::WriteParamsRequest& request);
+  absl::Status DoWriteState(const v1::WriteStateRequest& request);
+  // The chunk a push goes to, after checking everything but the step rules.
+  absl::StatusOr<std::shared_ptr<Chunk>> ValidatePush(const v1::PushRequest& request);
+  absl::Status DoReadState(const v1::ReadStateRequest& request, v1::ReadStateResponse* response);
+  // The chunk of `job_id` that holds all of [begin, begin + n): NOT_FOUND for
+  // an unknown job or a range no chunk here holds, INVALID_ARGUMENT for an
+  // empty range or one that crosses a chunk boundary. Sets the job's dtype
+  // and the oldest generation whose pushes it takes, when asked.
+  absl::StatusOr<std::shared_ptr<Chunk>> FindChunk(const std::string& job_id, uint64_t begin,
+                                                   uint64_t n, DType* dtype = nullptr,
+                                                   uint64_t* min_generation = nullptr);
+  // UNAVAILABLE once BeginShutdown() has run.
+  absl::Status ServingStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleApply(std::shared_ptr<Chunk> chunk);
+  // The chunks of a known job (NOT_FOUND otherwise), in flat order.
+  absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ChunksOf(const std::string& job_id);
+  // Adds `job` to jobs_, reserving in the checkpoint arena the pieces its
+  // saves take at once: a state per chunk in memory (host or GPU tier; an
+  // NVMe-tier chunk's copy is taken when a save needs it, as the state is
+  // on NVMe for want of memory). DropJob gives them back.
+  void AddJob(std::shared_ptr<Job> job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a job is allocated or recovered: faults in, on a checkpoint
+  // writer, the memory its saves' second buffers and copies will take
+  // (StateArena::FaultInReserved), so that no save's training steps do.
+  void FaultInCheckpointMemory(const std::string& job_id);
+  // Arms every chunk of the request, or none (the first chunk's error).
+  absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ArmChunks(
+      const v1::SaveChunksRequest& request);
+  absl::Status DoSaveChunks(const v1::SaveChunksRequest& request,
+                            const std::vector<std::shared_ptr<Chunk>>& chunks,
+                            v1::SaveChunksResponse* response);
+  absl::Status DoLoadChunks(const v1::LoadChunksRequest& request);
+
+  Tier* const gpu_;
+  Tier* const host_;
+  NvmeTier* const nvme_;
+  MetadataStore* const metadata_;
+  ThreadPool* const executor_;
+  ThreadPool* const nvme_executor_;
+  StateArena* const checkpoint_arena_;
+  const std::string saved_chunks_dir_;
+  // Staging buffers per job on NVMe: one per NVMe executor thread, one spare.
+  const int staging_buffers_;
+  mutable absl::Mutex mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+
+  // Metrics (ExportMetrics); null until then.
+  std::shared_ptr<CollectFunction> collected_;
+  prometheus::Counter* pushed_bytes_ = nullptr;
+  prometheus::Counter* pulled_bytes_ = nullptr;
+  prometheus::Histogram* apply_seconds_ = nullptr;
+  // Checkpoint saves, which wait for steps and write files (last: joined first).
+  ThreadPool checkpoint_writers_{2};
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SHARD_SHARD_SERVICE_H_

@@ -1,0 +1,55 @@
+#include "testing/local_cluster.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace strata {
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    const LocalClusterOptions& options) {
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+  std::string pattern = (std::filesystem::temp_directory_path() / "strata-cluster-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot create ", pattern));
+  }
+  cluster->data_dir_ = pattern;
+  CoordinatorOptions coordinator;
+  coordinator.data_dir = absl::StrCat(pattern, "/coordinator");
+  coordinator.worker_lease = options.worker_lease;
+  if (options.serve_metrics) coordinator.metrics_listen_address = "127.0.0.1:0";
+  ASSIGN_OR_RETURN(cluster->coordinator_, Coordinator::Start(coordinator));
+  for (int i = 0; i < options.num_servers; ++i) {
+    ShardServerOptions server;
+    server.coordinator_address = cluster->coordinator_->address();
+    server.data_dir = absl::StrCat(pattern, "/server", i);
+    server.gpu_budget_bytes = options.gpu_budget_bytes;
+    server.host_budget_bytes = options.host_budget_bytes;
+    server.executor_threads = options.executor_threads;
+    server.nvme_executor_threads = options.executor_threads;
+    server.pin_host_memory = options.pin_host_memory;
+    server.checkpoint_buffer_bytes = options.checkpoint_buffer_bytes;
+    server.checkpoint_memory_limit_bytes = options.checkpoint_memory_limit_bytes;
+    server.save_host_chunks = false;  // the data directory goes with the cluster
+    if (options.serve_metrics) server.metrics_listen_address = "127.0.0.1:0";
+    if (options.nvme_budget_bytes > 0) {
+      server.nvme_dir = absl::StrCat(server.data_dir, "/nvme");
+      server.nvme_budget_bytes = options.nvme_budget_bytes;
+    }
+    ASSIGN_OR_RETURN(auto started, ShardServer::Start(server));
+    cluster->servers_.push_back(std::move(started));
+  }
+  return cluster;
+}
+
+LocalCluster::~LocalCluster() {
+  servers_.clear();
+  coordinator_.reset();
+  std::error_code ignored;
+  std::filesystem::remove_all(data_dir_, ignored);
+}
+
+}  // namespace strata

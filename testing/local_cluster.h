@@ -1,0 +1,54 @@
+// LocalCluster: a coordinator and N shard servers in this process, on
+// loopback ports, with their data in a fresh temporary directory that is
+// removed on destruction. For tests and strata-bench. Not thread-safe.
+#ifndef STRATA_TESTING_LOCAL_CLUSTER_H_
+#define STRATA_TESTING_LOCAL_CLUSTER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/coordinator_server.h"
+#include "shard/shard_server.h"
+
+namespace strata {
+
+struct LocalClusterOptions {
+  int num_servers = 2;
+  uint64_t host_budget_bytes = uint64_t{1} << 30;
+  int executor_threads = 1;
+  // Off by default: tests and benchmarks run as users with a small memlock limit.
+  bool pin_host_memory = false;
+  // Per server (ShardServerOptions).
+  uint64_t checkpoint_buffer_bytes = 0;
+  uint64_t checkpoint_memory_limit_bytes = ShardServerOptions::kDefaultCheckpointMemoryLimitBytes;
+  // Per server; 0: no NVMe tier.
+  uint64_t nvme_budget_bytes = 0;
+  // Per server, on GPU 0 (ShardServerOptions::gpu_budget_bytes); none by default.
+  int64_t gpu_budget_bytes = ShardServerOptions::kNoGpuTier;
+  absl::Duration worker_lease = absl::Seconds(3);
+  // Serve every daemon's Prometheus metrics on a free loopback port.
+  bool serve_metrics = false;
+};
+
+class LocalCluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const LocalClusterOptions& options);
+  ~LocalCluster();
+
+  const std::string& coordinator_address() const { return coordinator_->address(); }
+  const std::string& coordinator_metrics_address() const { return coordinator_->metrics_address(); }
+  const std::vector<std::unique_ptr<ShardServer>>& servers() const { return servers_; }
+  const std::string& data_dir() const { return data_dir_; }
+
+ private:
+  LocalCluster() = default;
+  std::string data_dir_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::vector<std::unique_ptr<ShardServer>> servers_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_TESTING_LOCAL_CLUSTER_H_

@@ -1,0 +1,124 @@
+// Test helpers for tests that run real processes: Spawn() starts a binary
+// with its stderr in a log file, Processes kills (SIGKILL) and reaps whatever
+// is left when the test ends however it ends, WaitReady() reads the address a
+// daemon writes to its --ready_file, StartCoordinator() and StartServer() do
+// both for the daemons, RunCommand() runs a shell command for its output.
+#ifndef STRATA_TESTING_PROCESSES_H_
+#define STRATA_TESTING_PROCESSES_H_
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "core/subprocess.h"
+#include "gtest/gtest.h"
+
+namespace strata::testing {
+
+// Starts `args[0]` with `args`, stderr appended to `log`; returns its pid.
+inline pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  return SpawnProcess(args, log);
+}
+
+// The exit status of `pid` (waitpid's), or -1 when it is not done within
+// `timeout` (it is then left running).
+inline int WaitExit(pid_t pid, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return -1;
+}
+
+// Processes started by a test, killed when it ends.
+struct Processes {
+  ~Processes() {
+    for (pid_t pid : pids) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  // Forgets a process the test reaped itself.
+  void Forget(pid_t pid) { pids.erase(std::remove(pids.begin(), pids.end(), pid), pids.end()); }
+  std::vector<pid_t> pids;
+};
+
+// The first word of `file` once it has one (a daemon's --ready_file), or ""
+// after 30 s.
+inline std::string WaitReady(const std::string& file) {
+  for (int i = 0; i < 300; ++i) {
+    std::ifstream in(file);
+    std::string address;
+    if (in >> address) return address;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return "";
+}
+
+// Starts `bin`/strata-coordinator with its data, log and ready file in `dir`
+// and `extra` flags; returns its address ("" when it did not come up).
+inline std::string StartCoordinator(const std::string& bin, const std::string& dir,
+                                    Processes* processes,
+                                    const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {bin + "/strata-coordinator", "--listen=127.0.0.1:0",
+                                   "--data_dir=" + dir + "/coordinator",
+                                   "--ready_file=" + dir + "/coordinator.addr"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  processes->pids.push_back(Spawn(args, dir + "/coordinator.log"));
+  return WaitReady(dir + "/coordinator.addr");
+}
+
+// A strata-server started by StartServer().
+struct ServerProcess {
+  pid_t pid = -1;
+  std::string address;  // "" when it did not come up
+};
+
+// Starts `bin`/strata-server `name` (data in `dir`/name, log and ready file
+// beside it) for `coordinator`, no GPU tier (on a machine with a GPU too),
+// unpinned host memory, one executor thread (and one for NVMe chunks), no
+// memory kept for checkpoint copies, and `extra` flags (which may override these).
+// A ready file left by an earlier server of that name (a restart on the same
+// directory) is removed first, so that the new server's address is awaited.
+inline ServerProcess StartServer(const std::string& bin, const std::string& dir,
+                                 const std::string& name, const std::string& coordinator,
+                                 const std::vector<std::string>& extra, Processes* processes) {
+  const std::string base = dir + "/" + name;
+  std::vector<std::string> args = {
+      bin + "/strata-server",         "--listen=127.0.0.1:0",
+      "--coordinator=" + coordinator, "--data_dir=" + base,
+      "--pin_host_memory=false",      "--executor_threads=1",
+      "--nvme_executor_threads=1",    "--checkpoint_buffer_mib=0",
+      "--gpu_budget_mib=0",           "--ready_file=" + base + ".addr"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::remove((base + ".addr").c_str());
+  ServerProcess server;
+  server.pid = Spawn(args, base + ".log");
+  processes->pids.push_back(server.pid);
+  server.address = WaitReady(base + ".addr");
+  return server;
+}
+
+// Runs `command` in a shell; returns its exit status and its stdout and stderr.
+inline std::pair<int, std::string> RunCommand(const std::string& command) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  std::string output;
+  char buffer[512];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+}  // namespace strata::testing
+
+#endif  // STRATA_TESTING_PROCESSES_H_
