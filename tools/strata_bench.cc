@@ -8,7 +8,9 @@
 #include "shard/shard_server.h"
 #include "tools/bench/checkpoint_bench.h"
 #include "tools/bench/elastic_bench.h"
+#include "tools/bench/gpu_step_bench.h"
 #include "tools/bench/kernel_bench.h"
+#include "tools/bench/nvme_step_bench.h"
 #include "tools/bench/server_step_bench.h"
 #include "tools/bench/step_bench.h"
 

@@ -1,0 +1,33 @@
+// strata-bench nvme-step: a shard server's whole step over chunks on the
+// NVMe tier in DIR (read p, m, v; apply; write back;
+// tools/bench/server_step_rig.h), against fio on the same directory with the
+// same I/O size and queue depth, in the same run: the bound is
+// 1 / (12 / fio_read + 12 / fio_write) parameters per second. With
+// host_params M, also a step over M parameters of host-tier chunks on a pool
+// of its own (as a server's host executor), alone and while the NVMe steps
+// run: how much an NVMe tier holding other chunks slows the host-tier step
+// down. Returns the JSON object to print.
+#ifndef STRATA_TOOLS_BENCH_NVME_STEP_BENCH_H_
+#define STRATA_TOOLS_BENCH_NVME_STEP_BENCH_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "tools/bench/kernel_bench.h"
+
+namespace strata {
+
+struct NvmeBenchOptions {
+  std::string dir;
+  unsigned queue_depth = 32;
+  uint64_t io_bytes = uint64_t{1} << 20;
+  uint64_t host_params = 0;  // 0: no host-tier step beside the NVMe steps
+};
+
+absl::StatusOr<nlohmann::json> BenchNvmeStep(const KernelBenchOptions& options,
+                                             const NvmeBenchOptions& nvme);
+
+}  // namespace strata
+
+#endif  // STRATA_TOOLS_BENCH_NVME_STEP_BENCH_H_
