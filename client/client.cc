@@ -26,6 +26,7 @@
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
 #include "rpc/job_spec.h"
+#include "rpc/rendezvous_keys.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
 
@@ -433,8 +434,7 @@ absl::Status ClientImpl::Reform(uint64_t than) {
     const auto& ids = generation.worker_ids();
     CollectiveOptions collective;
     collective.coordinator_address = options_.coordinator_address;
-    collective.key_prefix =
-        absl::StrCat("job/", options_.job_id, "/generation-", generation.number(), "/");
+    collective.key_prefix = GenerationRendezvousPrefix(options_.job_id, generation.number());
     collective.rank = static_cast<int>(std::find(ids.begin(), ids.end(), worker_id_) - ids.begin());
     collective.size = ids.size();
     collective.hostname = options_.collective_hostname;

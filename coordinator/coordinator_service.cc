@@ -2,19 +2,15 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 #include <utility>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "coordinator/checkpoint_store.h"
-#include "coordinator/fan_out.h"
+#include "coordinator/generation_stream.h"
 #include "coordinator/job_info.h"
-#include "core/chunk_bytes.h"
+#include "coordinator/placement.h"
 #include "core/log.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_status.h"
@@ -26,10 +22,7 @@ namespace {
 
 constexpr char kServerPrefix[] = "server/";
 constexpr char kJobPrefix[] = "job/";
-constexpr char kKvPrefix[] = "kv/";
 constexpr absl::Duration kServerCallTimeout = absl::Seconds(30);
-constexpr size_t kMaxKvKeyBytes = 1024;
-constexpr size_t kMaxKvValueBytes = 1 << 20;
 
 template <typename Message>
 absl::Status ParseInto(const std::string& key, const std::string& bytes, Message* message) {
@@ -43,16 +36,6 @@ absl::Status UnknownJob(const std::string& job_id) {
   return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "'"));
 }
 
-uint64_t JobBytes(const v1::ChunkSpec& chunk, v1::DType dtype) {
-  return ChunkBytes(chunk.num_params(), DTypeFromProto(dtype).value_or(DType::kFp32));
-}
-
-// Bytes of chunks a server can hold: its GPU and host budgets, plus half its
-// NVMe budget (a chunk on NVMe keeps two slots). An estimate; the server decides.
-uint64_t Capacity(const v1::ServerRecord& server) {
-  return server.gpu_budget_bytes() + server.host_budget_bytes() + server.nvme_budget_bytes() / 2;
-}
-
 }  // namespace
 
 CoordinatorService::CoordinatorService(MetadataStore* metadata,
@@ -60,7 +43,9 @@ CoordinatorService::CoordinatorService(MetadataStore* metadata,
                                        std::string checkpoint_dir)
     : metadata_(metadata),
       membership_(std::move(membership)),
-      checkpointer_([this](const std::string& address) { return StubFor(address); },
+      fleet_(kServerCallTimeout),
+      rendezvous_(metadata),
+      checkpointer_([this](const std::string& address) { return fleet_.Stub(address); },
                     [this](const std::string& job_id) { return FindJob(job_id); },
                     std::move(checkpoint_dir)) {}
 
@@ -114,13 +99,6 @@ absl::Status CoordinatorService::Load() {
   return absl::OkStatus();
 }
 
-v1::ShardServer::Stub* CoordinatorService::StubFor(const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  auto& stub = stubs_[address];
-  if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(address));
-  return stub.get();
-}
-
 absl::Status CoordinatorService::DoRegister(const v1::RegisterServerRequest& request) {
   const v1::ServerRecord& server = request.server();
   if (server.address().empty()) return absl::InvalidArgumentError("server address is empty");
@@ -145,47 +123,13 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterServer(
 }
 
 absl::Status CoordinatorService::AssignServers(v1::JobInfo* job) {
-  const v1::JobSpec& spec = job->spec();
-  // Bytes each live server can still take: its capacity less other jobs' chunks.
-  std::map<std::string, uint64_t> free, capacity;
+  std::vector<v1::ServerRecord> live;
   for (const auto& [address, server] : servers_) {
-    if (!monitor_->IsLost(address)) free[address] = capacity[address] = Capacity(server);
+    if (!monitor_->IsLost(address)) live.push_back(server);
   }
-  if (free.empty()) return absl::FailedPreconditionError("no live shard servers are registered");
-  for (const auto& [id, other] : jobs_) {
-    if (id == spec.job_id()) continue;
-    for (const auto& c : other.chunks()) {
-      auto it = free.find(c.server_address());
-      if (it == free.end()) continue;
-      it->second -= std::min(it->second, JobBytes(c.chunk(), other.spec().dtype()));
-    }
-  }
-  uint64_t job_bytes = 0;
-  for (v1::ChunkAssignment& a : *job->mutable_chunks()) {
-    uint64_t bytes = JobBytes(a.chunk(), spec.dtype());
-    job_bytes += bytes;
-    // Balance by share: of the servers the chunk fits on, the one with the
-    // most of its capacity free takes it, so that servers of (about) one
-    // size take turns whatever their budgets' last bytes.
-    auto share = [&](const auto& server) {
-      return static_cast<double>(server.second) / std::max<uint64_t>(capacity[server.first], 1);
-    };
-    auto best = free.end();
-    for (auto it = free.begin(); it != free.end(); ++it) {
-      if (it->second >= bytes && (best == free.end() || share(*it) > share(*best))) best = it;
-    }
-    if (best == free.end()) {
-      uint64_t total_free = 0;
-      for (const auto& [address, bytes_free] : free) total_free += bytes_free;
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "job '", spec.job_id(), "' does not fit: it needs ", job->flat_num_params(),
-          " params, at least ", job_bytes, " bytes so far of chunks of ", bytes, " bytes; the ",
-          free.size(), " live shard server(s) have ", total_free, " bytes free in all"));
-    }
-    best->second -= bytes;
-    a.set_server_address(best->first);
-  }
-  return absl::OkStatus();
+  std::vector<const v1::JobInfo*> placed;
+  for (const auto& [id, other] : jobs_) placed.push_back(&other);
+  return PlaceChunks(live, placed, job);
 }
 
 absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, v1::JobInfo* job,
@@ -220,9 +164,7 @@ absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, v1::JobInfo* j
 }
 
 void CoordinatorService::FinishCreate(const v1::JobInfo& job, absl::Status status) {
-  if (status.ok()) {
-    status = metadata_->Put(absl::StrCat(kJobPrefix, job.spec().job_id()), job.SerializeAsString());
-  }
+  if (status.ok()) status = WriteJob(job);
   absl::MutexLock lock(&mu_);
   creating_.erase(job.spec().job_id());
   if (status.ok()) {
@@ -264,81 +206,6 @@ absl::StatusOr<v1::CheckpointManifest> CoordinatorService::PlanRestore(const std
   return manifest;
 }
 
-void CoordinatorService::LoadCheckpoint(std::shared_ptr<const v1::JobInfo> job,
-                                        std::shared_ptr<const v1::CheckpointManifest> manifest,
-                                        std::function<void(absl::Status)> done) {
-  FanOut<v1::LoadChunksResponse>(
-      ServersOf(*job), kServerCallTimeout,
-      [this, job, manifest](const std::string& address, grpc::ClientContext* context,
-                            v1::LoadChunksResponse* out, std::function<void(grpc::Status)> done) {
-        auto load = std::make_shared<v1::LoadChunksRequest>();
-        load->set_job_id(job->spec().job_id());
-        load->set_step(manifest->step());
-        load->set_dir(job->restored_from());
-        // The files whose ranges overlap the server's chunks.
-        const std::vector<v1::ChunkSpec> chunks = ChunksOn(*job, address);
-        for (const v1::CheckpointFile& f : manifest->files()) {
-          uint64_t begin = f.chunk().flat_begin(), end = begin + f.chunk().num_params();
-          if (std::any_of(chunks.begin(), chunks.end(), [&](const v1::ChunkSpec& c) {
-                return begin < c.flat_begin() + c.num_params() && c.flat_begin() < end;
-              })) {
-            *load->add_files() = f;
-          }
-        }
-        StubFor(address)->async()->LoadChunks(
-            context, load.get(), out,
-            [load, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
-      },
-      [done = std::move(done)](auto& results) {
-        absl::Status status;
-        for (auto& r : results) status.Update(r->status);
-        done(status);
-      });
-}
-
-void CoordinatorService::DropOnServers(const std::string& job_id,
-                                       const std::vector<std::string>& addresses,
-                                       bool wait_for_ready,
-                                       std::function<void(std::vector<std::string>)> done) {
-  FanOut<v1::DropJobResponse>(
-      addresses, kServerCallTimeout,
-      [this, job_id, wait_for_ready](const std::string& address, grpc::ClientContext* context,
-                                     v1::DropJobResponse* out,
-                                     std::function<void(grpc::Status)> done) {
-        context->set_wait_for_ready(wait_for_ready);
-        auto drop = std::make_shared<v1::DropJobRequest>();
-        drop->set_job_id(job_id);
-        StubFor(address)->async()->DropJob(
-            context, drop.get(), out,
-            [drop, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
-      },
-      [done = std::move(done)](auto& results) {
-        std::vector<std::string> failed;
-        for (auto& r : results) {
-          if (!r->status.ok() && !absl::IsNotFound(r->status)) failed.push_back(r->address);
-        }
-        done(std::move(failed));
-      });
-}
-
-void CoordinatorService::ListChunksOn(
-    const std::vector<std::string>& addresses, const std::string& job_id, bool wait_for_ready,
-    std::function<void(std::vector<std::unique_ptr<FanOutResult<v1::ListChunksResponse>>>&)> done) {
-  FanOut<v1::ListChunksResponse>(
-      addresses, kServerCallTimeout,
-      [this, job_id, wait_for_ready](const std::string& address, grpc::ClientContext* context,
-                                     v1::ListChunksResponse* out,
-                                     std::function<void(grpc::Status)> done) {
-        context->set_wait_for_ready(wait_for_ready);
-        auto list = std::make_shared<v1::ListChunksRequest>();
-        list->set_job_id(job_id);
-        StubFor(address)->async()->ListChunks(
-            context, list.get(), out,
-            [list, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
-      },
-      std::move(done));
-}
-
 grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerContext* ctx,
                                                         const v1::CreateJobRequest* request,
                                                         v1::JobInfo* response) {
@@ -364,44 +231,21 @@ grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerCont
       reactor->Finish(ToGrpcStatus(status));
     };
     if (status.ok()) return answer();
-    DropOnServers(job->spec().job_id(), allocated, /*wait_for_ready=*/false,
-                  [answer](std::vector<std::string>) { answer(); });
+    fleet_.Drop(job->spec().job_id(), allocated, /*wait_for_ready=*/false,
+                [answer](std::vector<std::string>) { answer(); });
   };
-  AllocateOnServers(
+  fleet_.Allocate(
       job, /*min_generation=*/0,
       [this, job, manifest, finish](absl::Status status, std::vector<std::string> allocated) {
         if (!status.ok() || manifest == nullptr) return finish(status, allocated);
-        LoadCheckpoint(job, manifest,
-                       [finish, allocated](absl::Status loaded) { finish(loaded, allocated); });
+        fleet_.Load(job, manifest,
+                    [finish, allocated](absl::Status loaded) { finish(loaded, allocated); });
       });
   return reactor;
 }
 
-void CoordinatorService::AllocateOnServers(
-    std::shared_ptr<const v1::JobInfo> job, uint64_t min_generation,
-    std::function<void(absl::Status, std::vector<std::string>)> done) {
-  FanOut<v1::AllocateChunksResponse>(
-      ServersOf(*job), kServerCallTimeout,
-      [this, job, min_generation](const std::string& address, grpc::ClientContext* context,
-                                  v1::AllocateChunksResponse* out,
-                                  std::function<void(grpc::Status)> done) {
-        auto allocate = std::make_shared<v1::AllocateChunksRequest>();
-        *allocate->mutable_spec() = job->spec();
-        for (const v1::ChunkSpec& c : ChunksOn(*job, address)) *allocate->add_chunks() = c;
-        allocate->set_min_generation(min_generation);
-        StubFor(address)->async()->AllocateChunks(
-            context, allocate.get(), out,
-            [allocate, done = std::move(done)](grpc::Status s) { done(std::move(s)); });
-      },
-      [done = std::move(done)](auto& results) {
-        absl::Status status;
-        std::vector<std::string> allocated;
-        for (auto& r : results) {
-          status.Update(r->status);
-          if (r->status.ok()) allocated.push_back(r->address);
-        }
-        done(status, std::move(allocated));
-      });
+absl::Status CoordinatorService::WriteJob(const v1::JobInfo& job) {
+  return metadata_->Put(absl::StrCat(kJobPrefix, job.spec().job_id()), job.SerializeAsString());
 }
 
 absl::StatusOr<v1::JobInfo> CoordinatorService::FindJob(const std::string& job_id) const {
@@ -409,164 +253,6 @@ absl::StatusOr<v1::JobInfo> CoordinatorService::FindJob(const std::string& job_i
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return UnknownJob(job_id);
   return it->second;
-}
-
-namespace {
-
-// Runs `start(done)` and waits for it to call `done(status)`; the status.
-absl::Status Await(const std::function<void(std::function<void(absl::Status)>)>& start) {
-  absl::Notification finished;
-  absl::Status out;
-  start([&](absl::Status s) {
-    out = std::move(s);
-    finished.Notify();
-  });
-  finished.WaitForNotification();
-  return out;
-}
-
-}  // namespace
-
-void CoordinatorService::OnServerLost(const std::string& address) {
-  std::vector<std::string> affected;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, job] : jobs_) {
-      if (HasChunksOn(job, address)) affected.push_back(id);
-    }
-  }
-  for (const std::string& id : affected) {
-    absl::Status moved = MoveJob(id);
-    std::string why = moved.ok() ? "" : moved.ToString();
-    if (!why.empty() && move_failures_[id] != why) {
-      LogEventCat("coordinator", "job ", id, " cannot leave lost shard server ", address,
-                  " yet: ", why);
-    }
-    move_failures_[id] = why;
-  }
-}
-
-absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
-  const absl::Time started = absl::Now();
-  ASSIGN_OR_RETURN(const v1::JobInfo job, FindJob(job_id));
-  const std::string dir = checkpointer_.DirFor(job.spec(), "");
-  ASSIGN_OR_RETURN(std::vector<v1::CheckpointInfo> checkpoints,
-                   strata::ListCheckpoints(dir, job_id));
-  if (checkpoints.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "it has no checkpoint in ", dir, " to resume from; it waits for the server to return"));
-  }
-  auto moved = std::make_shared<v1::JobInfo>(job);
-  moved->set_placement_version(job.placement_version() + 1);
-  ASSIGN_OR_RETURN(v1::CheckpointManifest read,
-                   PlanRestore(checkpoints.back().path(), moved.get()));
-  auto manifest = std::make_shared<const v1::CheckpointManifest>(std::move(read));
-  {
-    absl::MutexLock lock(&mu_);
-    RETURN_IF_ERROR(AssignServers(moved.get()));
-    moving_.insert(job_id);
-  }
-  absl::Cleanup moved_or_not = [&] {
-    absl::MutexLock lock(&mu_);
-    moving_.erase(job_id);
-  };
-  v1::JobSummary before;
-  membership_->Summarize(job_id, &before);
-  // The workers stop the step they run, and wait for the new placement.
-  ASSIGN_OR_RETURN(uint64_t generation,
-                   membership_->ChunksMoved(job_id, moved->placement_version(), manifest->step()));
-  checkpointer_.CancelSaves(job_id);
-  // Every chunk starts again from the checkpoint: drop the job first on
-  // every live server that holds it or will.
-  std::set<std::string> stale, lost;
-  auto add = [&](const v1::JobInfo& placement) {
-    for (std::string& address : ServersOf(placement)) {
-      if (monitor_->IsLost(address)) {
-        lost.insert(std::move(address));
-      } else {
-        stale.insert(std::move(address));
-      }
-    }
-  };
-  add(job);
-  add(*moved);
-  auto drop = [&](const std::vector<std::string>& addresses) {
-    Await([&](auto done) {
-      DropOnServers(job_id, addresses, /*wait_for_ready=*/false,
-                    [done](std::vector<std::string>) { done(absl::OkStatus()); });
-    }).IgnoreError();
-  };
-  drop({stale.begin(), stale.end()});
-  std::vector<std::string> allocated;
-  absl::Status status = Await([&](auto done) {
-    AllocateOnServers(moved, generation,
-                      [&allocated, done](absl::Status s, std::vector<std::string> servers) {
-                        allocated = std::move(servers);
-                        done(std::move(s));
-                      });
-  });
-  if (status.ok()) status = Await([&](auto done) { LoadCheckpoint(moved, manifest, done); });
-  if (status.ok()) {
-    absl::MutexLock lock(&mu_);
-    if (jobs_.count(job_id) == 0) {
-      status = absl::NotFoundError(absl::StrCat("job '", job_id, "' was deleted during the move"));
-      // The move opened a generation for it again.
-      membership_->Forget(job_id).IgnoreError();
-    } else {
-      status = metadata_->Put(absl::StrCat(kJobPrefix, job_id), moved->SerializeAsString());
-      if (status.ok()) jobs_[job_id] = *moved;
-    }
-  }
-  if (!status.ok()) {
-    drop(allocated);
-    return status;
-  }
-  // A lost server that registered again during the move kept the job's
-  // chunks (its DropStaleJobs skipped the moving job): drop them now.
-  std::vector<std::string> returned;
-  for (const std::string& address : lost) {
-    if (!monitor_->IsLost(address) && !HasChunksOn(*moved, address)) returned.push_back(address);
-  }
-  if (!returned.empty()) {
-    DropOnServers(job_id, returned, /*wait_for_ready=*/true, [](std::vector<std::string>) {});
-  }
-  LogEventCat("coordinator", "job ", job_id, ": chunks moved to ", ServersOf(*moved).size(),
-              " live shard server(s) in ", absl::FormatDuration(absl::Now() - started),
-              "; it resumes from checkpoint ", moved->restored_from(), " (step ", manifest->step(),
-              ", ", std::max<int64_t>(before.committed_step() - manifest->step(), 0),
-              " step(s) after it are lost)");
-  return absl::OkStatus();
-}
-
-void CoordinatorService::DropStaleJobs(const std::string& address) {
-  ListChunksOn({address}, /*job_id=*/"", /*wait_for_ready=*/true, [this](auto& results) {
-    const auto& listed = *results.front();
-    if (!listed.status.ok()) return;
-    // Job id -> why the server must not keep it.
-    std::map<std::string, std::string> stale;
-    {
-      absl::MutexLock lock(&mu_);
-      for (const v1::ChunkStatus& c : listed.response.chunks()) {
-        const std::string& id = c.job_id();
-        // A creation or a move places chunks before it commits; both
-        // drop what they placed if they fail.
-        if (creating_.contains(id) || moving_.contains(id)) continue;
-        auto job = jobs_.find(id);
-        if (job == jobs_.end()) {
-          stale[id] = "it is not a job of this coordinator (deleted while the server was away)";
-        } else if (!HasChunksOn(job->second, listed.address)) {
-          stale[id] =
-              "none of its chunks is placed there (they moved off, or the job was deleted and "
-              "created again while the server was away)";
-        }
-      }
-    }
-    for (const auto& [id, why] : stale) {
-      LogEventCat("coordinator", "job ", id, " on shard server ", listed.address, ": ", why,
-                  "; dropping it there");
-      DropOnServers(id, {listed.address}, /*wait_for_ready=*/true, [](std::vector<std::string>) {});
-    }
-  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerContext* ctx,
@@ -587,22 +273,23 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
     // Under mu_, which JoinJob holds too: no worker joins in between.
     absl::Status forgotten = membership_->Forget(job_id);
     if (forgotten.ok()) forgotten = metadata_->Delete(absl::StrCat(kJobPrefix, job_id));
+    if (forgotten.ok()) forgotten = rendezvous_.DeleteJob(job_id);
     if (!forgotten.ok()) return FinishUnary(ctx, forgotten);
     job = std::move(it->second);
     jobs_.erase(it);
   }
   checkpointer_.CancelSaves(job_id);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  DropOnServers(job_id, ServersOf(job), /*wait_for_ready=*/false,
-                [reactor, response, job_id](std::vector<std::string> failed) {
-                  LogEventCat("coordinator", "job ", job_id, " deleted",
-                              failed.empty() ? "" : "; not dropped yet on ",
-                              absl::StrJoin(failed, ", "));
-                  for (std::string& address : failed) {
-                    response->add_unreachable_servers(std::move(address));
-                  }
-                  reactor->Finish(grpc::Status::OK);
-                });
+  fleet_.Drop(job_id, ServersOf(job), /*wait_for_ready=*/false,
+              [reactor, response, job_id](std::vector<std::string> failed) {
+                LogEventCat("coordinator", "job ", job_id, " deleted",
+                            failed.empty() ? "" : "; not dropped yet on ",
+                            absl::StrJoin(failed, ", "));
+                for (std::string& address : failed) {
+                  response->add_unreachable_servers(std::move(address));
+                }
+                reactor->Finish(grpc::Status::OK);
+              });
   return reactor;
 }
 
@@ -690,95 +377,12 @@ grpc::ServerUnaryReactor* CoordinatorService::LeaveJob(grpc::CallbackServerConte
   return FinishUnary(ctx, generation.status());
 }
 
-namespace {
-
-// Streams a job's generations to one watcher: the current one if newer than
-// what the client knows, then each new one. One write in flight; a newer
-// generation that arrives meanwhile replaces the pending one.
-class GenerationStream : public grpc::ServerWriteReactor<v1::Generation>,
-                         public Membership::Watcher {
- public:
-  GenerationStream(Membership* membership, std::string job_id, uint64_t known)
-      : membership_(membership), job_id_(std::move(job_id)), sent_(known) {
-    OnGeneration(membership_->Subscribe(job_id_, this));
-  }
-
-  void OnGeneration(const v1::Generation& generation) override {
-    absl::MutexLock lock(&mu_);
-    if (generation.number() <= sent_ || closing_) return;
-    pending_ = generation;
-    has_pending_ = true;
-    if (!writing_) WriteNextLocked();
-  }
-
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok || closing_) {
-      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "generation stream closed"));
-    } else if (has_pending_) {
-      WriteNextLocked();
-    }
-  }
-
-  void OnStop() override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is stopping"));
-  }
-
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status::OK);
-  }
-
-  void OnDone() override {
-    membership_->Unsubscribe(job_id_, this);
-    delete this;
-  }
-
- private:
-  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    writing_ = true;
-    has_pending_ = false;
-    current_ = pending_;
-    sent_ = current_.number();
-    StartWrite(&current_);
-  }
-  // Finishes now, or once the write in flight is done.
-  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    closing_ = true;
-    if (writing_ || finished_) return;
-    finished_ = true;
-    Finish(status);
-  }
-
-  Membership* const membership_;
-  const std::string job_id_;
-  absl::Mutex mu_;
-  uint64_t sent_ ABSL_GUARDED_BY(mu_);
-  v1::Generation pending_ ABSL_GUARDED_BY(mu_), current_ ABSL_GUARDED_BY(mu_);
-  bool has_pending_ ABSL_GUARDED_BY(mu_) = false;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool closing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-// A stream refused before it started.
-template <typename Message>
-class FailedStream : public grpc::ServerWriteReactor<Message> {
- public:
-  explicit FailedStream(const absl::Status& status) { this->Finish(ToGrpcStatus(status)); }
-  void OnDone() override { delete this; }
-};
-
-}  // namespace
-
 grpc::ServerWriteReactor<v1::Generation>* CoordinatorService::WatchGeneration(
     grpc::CallbackServerContext*, const v1::WatchGenerationRequest* request) {
   if (absl::Status found = FindJob(request->job_id()).status(); !found.ok()) {
-    return new FailedStream<v1::Generation>(found);
+    return RefusedGenerationStream(found);
   }
-  return new GenerationStream(membership_.get(), request->job_id(), request->known_generation());
+  return NewGenerationStream(membership_.get(), request->job_id(), request->known_generation());
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListMembers(grpc::CallbackServerContext* ctx,
@@ -806,7 +410,7 @@ grpc::ServerUnaryReactor* CoordinatorService::GetPlacement(grpc::CallbackServerC
     }
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  ListChunksOn(
+  fleet_.ListChunks(
       ServersOf(*job), job->spec().job_id(), /*wait_for_ready=*/false,
       [reactor, response, job, layout = *std::move(layout)](auto& results) {
         // (address, chunk id) -> what that server reports.
@@ -878,30 +482,15 @@ grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(
 grpc::ServerUnaryReactor* CoordinatorService::KvSet(grpc::CallbackServerContext* ctx,
                                                     const v1::KvSetRequest* request,
                                                     v1::KvSetResponse*) {
-  if (request->key().empty() || request->key().size() > kMaxKvKeyBytes) {
-    return FinishUnary(ctx, absl::InvalidArgumentError(
-                                absl::StrCat("key must have 1 to ", kMaxKvKeyBytes, " bytes")));
-  }
-  if (request->value().size() > kMaxKvValueBytes) {
-    return FinishUnary(ctx, absl::InvalidArgumentError(
-                                absl::StrCat("value of ", request->value().size(),
-                                             " bytes exceeds the maximum of ", kMaxKvValueBytes)));
-  }
-  return FinishUnary(ctx,
-                     metadata_->Put(absl::StrCat(kKvPrefix, request->key()), request->value()));
+  return FinishUnary(ctx, rendezvous_.Set(request->key(), request->value()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::KvGet(grpc::CallbackServerContext* ctx,
                                                     const v1::KvGetRequest* request,
                                                     v1::KvGetResponse* response) {
-  absl::StatusOr<std::optional<std::string>> value =
-      metadata_->Get(absl::StrCat(kKvPrefix, request->key()));
-  if (!value.ok()) return FinishUnary(ctx, value.status());
-  if (!value->has_value()) {
-    return FinishUnary(ctx, absl::NotFoundError(absl::StrCat("no key '", request->key(), "'")));
-  }
-  response->set_value(**value);
-  return FinishUnary(ctx, absl::OkStatus());
+  absl::StatusOr<std::string> value = rendezvous_.Get(request->key());
+  if (value.ok()) response->set_value(*std::move(value));
+  return FinishUnary(ctx, value.status());
 }
 
 }  // namespace strata

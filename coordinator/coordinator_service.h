@@ -8,6 +8,10 @@
 // job's newest checkpoint, and a new generation makes the workers resume
 // from its step. All state is written to RocksDB before a request is
 // answered, and reloaded at start.
+// Placement is a pure function (coordinator/placement.h), calls to the shard
+// servers go through ShardFleet, the key-value store is a RendezvousStore
+// whose job keys go with the job, and generations stream through
+// coordinator/generation_stream.h.
 // Thread-safe; calls to shard servers from RPCs are asynchronous (FanOut);
 // moves run on the monitor's thread.
 #ifndef STRATA_COORDINATOR_COORDINATOR_SERVICE_H_
@@ -23,9 +27,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/checkpointer.h"
-#include "coordinator/fan_out.h"
 #include "coordinator/membership.h"
+#include "coordinator/rendezvous_store.h"
 #include "coordinator/server_monitor.h"
+#include "coordinator/shard_fleet.h"
 #include "core/thread_pool.h"
 #include "rpc/metrics.h"
 #include "storage/metadata_store.h"
@@ -110,38 +115,20 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // Checks a restore's checkpoint against `job`'s spec and notes it in `job`;
   // returns its manifest.
   absl::StatusOr<v1::CheckpointManifest> PlanRestore(const std::string& path, v1::JobInfo* job);
-  // Has each server load its chunks from the checkpoint, then `done(status)`.
-  void LoadCheckpoint(std::shared_ptr<const v1::JobInfo> job,
-                      std::shared_ptr<const v1::CheckpointManifest> manifest,
-                      std::function<void(absl::Status)> done);
-  // Allocates the job's chunks on its servers (pushes of generations before
-  // `min_generation` refused), then `done(status, servers that allocated)`.
-  void AllocateOnServers(std::shared_ptr<const v1::JobInfo> job, uint64_t min_generation,
-                         std::function<void(absl::Status, std::vector<std::string>)> done);
-  // Drops `job_id` on `addresses` (after a failed creation, where a moved job's chunks
-  // were or will be, a deleted job's); `done(servers that failed)` runs when all answered (a
-  // server without the job has nothing to drop). With `wait_for_ready` (servers that just
-  // registered), each call waits within its timeout for the channel to connect instead of failing
-  // at once while the channel to the address's previous process is still backing off.
-  void DropOnServers(const std::string& job_id, const std::vector<std::string>& addresses,
-                     bool wait_for_ready, std::function<void(std::vector<std::string>)> done);
-  // Lists the chunks of `job_id` (every job's when empty) on `addresses`;
-  // `done(results)` runs when all answered. `wait_for_ready` as above.
-  void ListChunksOn(
-      const std::vector<std::string>& addresses, const std::string& job_id, bool wait_for_ready,
-      std::function<void(std::vector<std::unique_ptr<FanOutResult<v1::ListChunksResponse>>>&)>
-          done);
   void FinishCreate(const v1::JobInfo& job, absl::Status status);
+  // Writes `job` to RocksDB.
+  absl::Status WriteJob(const v1::JobInfo& job);
   absl::StatusOr<v1::JobInfo> FindJob(const std::string& job_id) const;
-  // ServerMonitor callbacks (its thread). A lost server's jobs move; a
-  // server back (or registering) lists its jobs and drops those that have
-  // no chunk placed on it (moved off, deleted, or deleted and created
-  // again while it was away), except jobs being created or moved.
+
+  // Job moves (coordinator/job_mover.cc). ServerMonitor callbacks (its
+  // thread): a lost server's jobs move; a server back (or registering) lists
+  // its jobs and drops those that have no chunk placed on it (moved off,
+  // deleted, or deleted and created again while it was away), except jobs
+  // being created or moved.
   void OnServerLost(const std::string& address);
   void DropStaleJobs(const std::string& address);
   // Moves `job_id` onto the live servers from its newest checkpoint; blocks.
   absl::Status MoveJob(const std::string& job_id);
-  v1::ShardServer::Stub* StubFor(const std::string& address);
 
   MetadataStore* const metadata_;
   const std::unique_ptr<Membership> membership_;
@@ -151,9 +138,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(mu_);
   // Jobs whose chunks MoveJob is placing anew.
   absl::flat_hash_set<std::string> moving_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::unique_ptr<v1::ShardServer::Stub>> stubs_
-      ABSL_GUARDED_BY(mu_);
   std::shared_ptr<CollectFunction> collected_;  // ExportMetrics
+  ShardFleet fleet_;
+  RendezvousStore rendezvous_;
   Checkpointer checkpointer_;
   // Runs SaveCheckpoint requests, which block.
   ThreadPool checkpoint_requests_{2};

@@ -1,7 +1,8 @@
 // Deleting a job (Coordinator.DeleteJob, `stratactl job delete`): refused
 // while workers are members, it then drops the job's chunks and checkpoint
 // memory on every shard server and frees its id; a server that was away
-// drops the job when it registers again, even if the id was taken again.
+// drops the job when it registers again, even if the id was taken again; the
+// job's rendezvous keys go with it.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -13,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/grpc_util.h"
+#include "rpc/rendezvous_keys.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "testing/job_runner.h"
@@ -65,6 +67,15 @@ TEST(DeleteJobTest, ADeletedJobLeavesNothingOnTheServersAndItsIdIsFreeAgain) {
   ASSERT_TRUE(testing::TrainStep(**client).ok());
   EXPECT_EQ((*client)->step(), 2);
 
+  // The workers formed their group under the job's rendezvous keys.
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+  v1::KvGetRequest rendezvous_key;
+  rendezvous_key.set_key(GenerationRendezvousPrefix("done", 1) + "0");
+  v1::KvGetResponse value;
+  ASSERT_TRUE(CallUnary(stub.get(), &v1::Coordinator::Stub::KvGet, rendezvous_key, &value,
+                        absl::Seconds(10))
+                  .ok());
+
   ASSERT_TRUE((*client)->Leave().ok());
   client->reset();
   auto [code, output] = testing::RunCommand(absl::StrCat(
@@ -75,7 +86,10 @@ TEST(DeleteJobTest, ADeletedJobLeavesNothingOnTheServersAndItsIdIsFreeAgain) {
     EXPECT_EQ(ChunksOn(server->address()), 0) << server->address();
     EXPECT_EQ(server->checkpoint_arena().reserved_bytes(), 0u) << server->address();
   }
-  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+  EXPECT_EQ(CallUnary(stub.get(), &v1::Coordinator::Stub::KvGet, rendezvous_key, &value,
+                      absl::Seconds(10))
+                .code(),
+            absl::StatusCode::kNotFound);
   v1::GetJobRequest get;
   get.set_job_id("done");
   v1::JobInfo unused;

@@ -1,0 +1,34 @@
+// Chunk placement: which shard server holds each chunk of a job being created
+// or moved. A pure function of the live servers, the chunks other jobs
+// already placed on them and the job's chunks; the coordinator calls it under
+// its lock and writes the result. Stateless and thread-safe.
+#ifndef STRATA_COORDINATOR_PLACEMENT_H_
+#define STRATA_COORDINATOR_PLACEMENT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "strata/v1/coordinator.pb.h"
+
+namespace strata {
+
+// Bytes of chunks a server can hold: its GPU and host budgets, plus half its
+// NVMe budget (a chunk on NVMe keeps two slots). An estimate; the server decides.
+uint64_t ServerCapacityBytes(const v1::ServerRecord& server);
+
+// Sets the server_address of every chunk of `job`, in chunk order: of the
+// servers in `live` that the chunk fits on (capacity less the chunks of
+// `placed` on it and of the job's chunks placed before), the one with the
+// largest fraction of its capacity free takes it, so that servers of about one
+// size take turns whatever their budgets' last bytes; ties go to the smallest
+// address. A job in `placed` with `job`'s id is not counted (a move places
+// the job anew). FAILED_PRECONDITION when `live` is empty; RESOURCE_EXHAUSTED
+// naming the job, its size and the free bytes when a chunk fits nowhere
+// (`job` then partly assigned: the caller discards it).
+absl::Status PlaceChunks(const std::vector<v1::ServerRecord>& live,
+                         const std::vector<const v1::JobInfo*>& placed, v1::JobInfo* job);
+
+}  // namespace strata
+
+#endif  // STRATA_COORDINATOR_PLACEMENT_H_

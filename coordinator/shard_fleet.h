@@ -1,0 +1,80 @@
+// ShardFleet: the coordinator's calls to the control RPCs of its shard
+// servers (AllocateChunks, LoadChunks, DropJob, ListChunks). One channel per
+// address, made on first use and kept. Each call goes to a set of servers at
+// once and completes once all have answered (FanOut), on a gRPC thread, so a
+// reactor never blocks on a server. Thread-safe.
+#ifndef STRATA_COORDINATOR_SHARD_FLEET_H_
+#define STRATA_COORDINATOR_SHARD_FLEET_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/fan_out.h"
+#include "strata/v1/coordinator.pb.h"
+#include "strata/v1/shard.grpc.pb.h"
+
+namespace strata {
+
+class ShardFleet {
+ public:
+  // Every call to a server ends within `call_timeout`.
+  explicit ShardFleet(absl::Duration call_timeout) : call_timeout_(call_timeout) {}
+  ShardFleet(const ShardFleet&) = delete;
+  ShardFleet& operator=(const ShardFleet&) = delete;
+
+  // The stub of the server at `address`; valid as long as the fleet.
+  v1::ShardServer::Stub* Stub(const std::string& address);
+
+  // Allocates the job's chunks on its servers (pushes of generations before
+  // `min_generation` refused), then `done(status, servers that allocated)`.
+  void Allocate(std::shared_ptr<const v1::JobInfo> job, uint64_t min_generation,
+                std::function<void(absl::Status, std::vector<std::string>)> done);
+  // Has each of the job's servers load its chunks from the checkpoint
+  // `manifest` in job->restored_from() (the files overlapping its chunks),
+  // then `done(status)`.
+  void Load(std::shared_ptr<const v1::JobInfo> job,
+            std::shared_ptr<const v1::CheckpointManifest> manifest,
+            std::function<void(absl::Status)> done);
+  // Drops `job_id` on `addresses`; `done(servers that failed)` runs when all
+  // answered (a server without the job has nothing to drop). With
+  // `wait_for_ready` (servers that just registered), each call waits within
+  // its timeout for the channel to connect instead of failing at once while
+  // the channel to the address's previous process is still backing off.
+  void Drop(const std::string& job_id, const std::vector<std::string>& addresses,
+            bool wait_for_ready, std::function<void(std::vector<std::string>)> done);
+  // Lists the chunks of `job_id` (every job's when empty) on `addresses`;
+  // `done(results)` runs when all answered. `wait_for_ready` as for Drop.
+  void ListChunks(
+      const std::vector<std::string>& addresses, const std::string& job_id, bool wait_for_ready,
+      std::function<void(std::vector<std::unique_ptr<FanOutResult<v1::ListChunksResponse>>>&)>
+          done);
+
+ private:
+  template <typename Request, typename Response>
+  using AsyncMethod = void (v1::ShardServer::StubInterface::async_interface::*)(
+      grpc::ClientContext*, const Request*, Response*, std::function<void(grpc::Status)>);
+
+  // Calls `method` on each server of `addresses` with the request that
+  // `fill(address, &request)` builds; `done(results)` once all answered.
+  template <typename Request, typename Response>
+  void CallEach(const std::vector<std::string>& addresses, bool wait_for_ready,
+                AsyncMethod<Request, Response> method,
+                std::function<void(const std::string&, Request*)> fill,
+                std::function<void(std::vector<std::unique_ptr<FanOutResult<Response>>>&)> done);
+
+  const absl::Duration call_timeout_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<v1::ShardServer::Stub>> stubs_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata
+
+#endif  // STRATA_COORDINATOR_SHARD_FLEET_H_

@@ -1,0 +1,26 @@
+// The keys of the coordinator's rendezvous store (KvSet/KvGet) that belong to
+// a job: every key a job's workers set starts with RendezvousPrefix(job_id),
+// and the coordinator deletes those keys with the job. Stateless.
+#ifndef STRATA_RPC_RENDEZVOUS_KEYS_H_
+#define STRATA_RPC_RENDEZVOUS_KEYS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata {
+
+// "job/<job_id>/": the prefix of every rendezvous key of the job.
+inline std::string RendezvousPrefix(const std::string& job_id) {
+  return absl::StrCat("job/", job_id, "/");
+}
+
+// The prefix of the keys a generation's workers form their group under.
+inline std::string GenerationRendezvousPrefix(const std::string& job_id, uint64_t generation) {
+  return absl::StrCat(RendezvousPrefix(job_id), "generation-", generation, "/");
+}
+
+}  // namespace strata
+
+#endif  // STRATA_RPC_RENDEZVOUS_KEYS_H_

@@ -1,0 +1,107 @@
+// PlaceChunks (coordinator/placement.h), the pure placement function: chunks
+// go to the live server with the largest share of its capacity free, other
+// jobs' chunks count, and a job that fits nowhere is refused by name.
+#include "coordinator/placement.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/chunk_bytes.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace strata {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::ServerRecord Server(const std::string& address, uint64_t host_bytes, uint64_t nvme_bytes = 0) {
+  v1::ServerRecord server;
+  server.set_address(address);
+  server.set_host_budget_bytes(host_bytes);
+  server.set_nvme_budget_bytes(nvme_bytes);
+  return server;
+}
+
+// A job of `num_chunks` FP32 chunks of `chunk_params` each, not yet placed.
+v1::JobInfo Job(const std::string& id, int num_chunks, uint64_t chunk_params) {
+  v1::JobInfo job;
+  job.mutable_spec()->set_job_id(id);
+  job.mutable_spec()->set_dtype(v1::DTYPE_FP32);
+  for (int c = 0; c < num_chunks; ++c) {
+    v1::ChunkSpec* chunk = job.add_chunks()->mutable_chunk();
+    chunk->set_chunk_id(c);
+    chunk->set_flat_begin(c * chunk_params);
+    chunk->set_num_params(chunk_params);
+  }
+  job.set_flat_num_params(num_chunks * chunk_params);
+  return job;
+}
+
+std::map<std::string, int> ChunksPerServer(const v1::JobInfo& job) {
+  std::map<std::string, int> count;
+  for (const auto& c : job.chunks()) ++count[c.server_address()];
+  return count;
+}
+
+constexpr uint64_t kChunkParams = 1024;
+const uint64_t kChunkBytes = ChunkBytes(kChunkParams, DType::kFp32);
+
+TEST(PlacementTest, CapacityIsGpuAndHostAndHalfTheNvme) {
+  v1::ServerRecord server = Server("a", 1000, 600);
+  server.set_gpu_budget_bytes(50);
+  EXPECT_EQ(ServerCapacityBytes(server), 1000u + 300u + 50u);
+}
+
+TEST(PlacementTest, ServersOfOneSizeTakeTurns) {
+  v1::JobInfo job = Job("j", 6, kChunkParams);
+  ASSERT_TRUE(PlaceChunks({Server("a", 10 * kChunkBytes), Server("b", 10 * kChunkBytes),
+                           Server("c", 10 * kChunkBytes)},
+                          {}, &job)
+                  .ok());
+  EXPECT_EQ(ChunksPerServer(job), (std::map<std::string, int>{{"a", 2}, {"b", 2}, {"c", 2}}));
+  // Ties go to the smallest address, then the others take their turn.
+  EXPECT_EQ(job.chunks(0).server_address(), "a");
+  EXPECT_EQ(job.chunks(1).server_address(), "b");
+  EXPECT_EQ(job.chunks(2).server_address(), "c");
+}
+
+TEST(PlacementTest, ChunksFollowTheShareFreeNotTheBytesFree) {
+  // b is four times a's size: it takes four chunks for each of a's.
+  v1::JobInfo job = Job("j", 10, kChunkParams);
+  ASSERT_TRUE(
+      PlaceChunks({Server("a", 4 * kChunkBytes), Server("b", 16 * kChunkBytes)}, {}, &job).ok());
+  EXPECT_EQ(ChunksPerServer(job), (std::map<std::string, int>{{"a", 2}, {"b", 8}}));
+}
+
+TEST(PlacementTest, OtherJobsChunksTakeTheirBytesAndTheJobItselfDoesNot) {
+  v1::JobInfo other = Job("other", 3, kChunkParams);
+  for (auto& c : *other.mutable_chunks()) c.set_server_address("a");
+  // The job's own old placement (a move) is not counted against it.
+  v1::JobInfo old_self = Job("j", 3, kChunkParams);
+  for (auto& c : *old_self.mutable_chunks()) c.set_server_address("b");
+  v1::JobInfo job = Job("j", 3, kChunkParams);
+  ASSERT_TRUE(PlaceChunks({Server("a", 4 * kChunkBytes), Server("b", 4 * kChunkBytes)},
+                          {&other, &old_self}, &job)
+                  .ok());
+  // a has one chunk free, b four: b takes the first three turns' worth.
+  EXPECT_EQ(ChunksPerServer(job), (std::map<std::string, int>{{"b", 3}}));
+}
+
+TEST(PlacementTest, AChunkTooBigForEveryServerIsRefusedByName) {
+  v1::JobInfo job = Job("big", 3, kChunkParams);
+  absl::Status s =
+      PlaceChunks({Server("a", kChunkBytes + 10), Server("b", kChunkBytes + 10)}, {}, &job);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("job 'big' does not fit"));
+  EXPECT_THAT(s.message(), HasSubstr("2 live shard server(s) have 20 bytes free"));
+}
+
+TEST(PlacementTest, NoLiveServerIsAFailedPrecondition) {
+  v1::JobInfo job = Job("j", 1, kChunkParams);
+  EXPECT_EQ(PlaceChunks({}, {}, &job).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace strata
