@@ -4,6 +4,10 @@
 // applied (the chunk reads the gradients from the request itself). Every request is validated
 // before it touches state: bad input gets a status naming the problem and changes nothing.
 // Thread-safe; BeginShutdown() refuses new work and answers every waiting pull with UNAVAILABLE.
+// The implementation is one file per concern: the step and job RPCs
+// (shard_service.cc), chunk placement over the tiers (chunk_placement.cc),
+// recovery of a previous run's jobs (recovery.cc), the checkpoint RPCs
+// (checkpoint_rpcs.cc) and the metrics (shard_metrics.cc).
 #ifndef STRATA_SHARD_SHARD_SERVICE_H_
 #define STRATA_SHARD_SHARD_SERVICE_H_
 

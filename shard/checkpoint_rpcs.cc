@@ -1,0 +1,203 @@
+// ShardService's checkpoint RPCs (shard_service.h): SaveChunks writes a job's
+// chunks at a step while training goes on, LoadChunks restores them.
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "core/parallel_for.h"
+#include "core/status_macros.h"
+#include "rpc/grpc_status.h"
+#include "shard/chunk_saver.h"
+#include "shard/saved_chunk.h"
+#include "shard/shard_service.h"
+
+namespace strata {
+namespace {
+
+// Checkpoint files read at a time by LoadChunks: one file's checksum and
+// copies into chunks overlap another's reads.
+constexpr size_t kParallelLoads = 2;
+
+// The file of a chunk in a checkpoint directory.
+std::string CheckpointFileName(uint32_t chunk_id) {
+  return absl::StrCat("chunk-", absl::Dec(chunk_id, absl::kZeroPad8), ".bin");
+}
+
+}  // namespace
+
+void ShardService::FaultInCheckpointMemory(const std::string& job_id) {
+  checkpoint_writers_.Schedule([this, job_id] {
+    const absl::Time started = absl::Now();
+    const StateArena::FaultedIn faulted_in = checkpoint_arena_->FaultInReserved();
+    if (faulted_in.short_bytes > 0) {
+      LogEventCat("server", "job ", job_id, ": the checkpoint memory limit of ",
+                  FormatBytes(checkpoint_arena_->limit_bytes()), " leaves ",
+                  FormatBytes(faulted_in.short_bytes),
+                  " of what this server's jobs' saves take unallocated: saves will fault it in "
+                  "during training steps, or have training steps write chunks to the checkpoint "
+                  "(raise --checkpoint_memory_limit_mib to avoid it)");
+    }
+    if (faulted_in.allocated_bytes == 0) return;
+    LogEventCat("server", "job ", job_id, ": ", FormatBytes(faulted_in.allocated_bytes),
+                " of memory faulted in for its checkpoints in ",
+                absl::FormatDuration(absl::Now() - started), " (",
+                FormatBytes(checkpoint_arena_->held_bytes()), " held of the ",
+                FormatBytes(checkpoint_arena_->limit_bytes()), " limit)");
+  });
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ChunksOf(
+    const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(ServingStatus());
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "' on this shard server"));
+  }
+  std::vector<std::shared_ptr<Chunk>> chunks;
+  for (const auto& [begin, chunk] : it->second->chunks_by_begin) chunks.push_back(chunk);
+  return chunks;
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ArmChunks(
+    const v1::SaveChunksRequest& request) {
+  if (request.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 0"));
+  }
+  if (request.dir().empty() || request.dir()[0] != '/' ||
+      !std::filesystem::is_directory(request.dir())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint directory '", request.dir(), "' is not an absolute directory"));
+  }
+  ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    absl::Status armed = chunks[i]->ArmCheckpoint(
+        request.step(), checkpoint_arena_,
+        absl::StrCat(request.dir(), "/", CheckpointFileName(chunks[i]->chunk_id())));
+    if (!armed.ok()) {
+      for (size_t j = 0; j < i; ++j) chunks[j]->CancelCheckpoint();
+      return armed;
+    }
+  }
+  return chunks;
+}
+
+absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
+                                        const std::vector<std::shared_ptr<Chunk>>& chunks,
+                                        v1::SaveChunksResponse* response) {
+  const absl::Time wait_until = absl::Now() + absl::Milliseconds(request.wait_ms());
+  for (const auto& chunk : chunks) {
+    absl::Status reached = chunk->AwaitCheckpointStep(wait_until);
+    if (!reached.ok()) {
+      for (const auto& c : chunks) c->CancelCheckpoint();
+      return reached;
+    }
+  }
+  const absl::Time writing = absl::Now();
+  ASSIGN_OR_RETURN(std::vector<SavedChunk> saved, SaveArmedChunks(chunks));
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const Chunk& chunk = *chunks[i];
+    if (saved[i].loss_scale.has_value()) *response->mutable_loss_scale() = *saved[i].loss_scale;
+    v1::CheckpointFile* file = response->add_files();
+    file->mutable_chunk()->set_chunk_id(chunk.chunk_id());
+    file->mutable_chunk()->set_flat_begin(chunk.range().begin);
+    file->mutable_chunk()->set_num_params(chunk.range().size());
+    file->set_file(CheckpointFileName(chunk.chunk_id()));
+    file->set_num_bytes(StateBytes(chunk.range().size()));
+    file->set_checksum(saved[i].checksum);
+  }
+  response->set_write_seconds(absl::ToDoubleSeconds(absl::Now() - writing));
+  LogEventCat("server", "job ", request.job_id(), ": saved ", chunks.size(), " chunk(s) of step ",
+              request.step(), " to ", request.dir(), " in ", response->write_seconds(),
+              " s; checkpoint buffers since start-up: at most ",
+              FormatBytes(checkpoint_arena_->peak_taken_bytes()), " at once, ",
+              FormatBytes(checkpoint_arena_->allocated_beyond_bytes()), " allocated beyond the ",
+              FormatBytes(checkpoint_arena_->retained_bytes()), " kept, ",
+              FormatBytes(checkpoint_arena_->refused_bytes()), " refused for the limit of ",
+              FormatBytes(checkpoint_arena_->limit_bytes()),
+              " (those chunks written by training steps instead)");
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ShardService::SaveChunks(grpc::CallbackServerContext* ctx,
+                                                   const v1::SaveChunksRequest* request,
+                                                   v1::SaveChunksResponse* response) {
+  absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> chunks = ArmChunks(*request);
+  if (!chunks.ok()) return FinishUnary(ctx, chunks.status());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  checkpoint_writers_.Schedule([this, reactor, request, response, chunks = *std::move(chunks)] {
+    reactor->Finish(ToGrpcStatus(DoSaveChunks(*request, chunks, response)));
+  });
+  return reactor;
+}
+
+absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
+  if (request.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 0"));
+  }
+  for (const v1::CheckpointFile& file : request.files()) {
+    if (file.file().empty() || file.file().find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint file name '", file.file(), "' is not a plain file name"));
+    }
+  }
+  ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
+  // Parameters of each local chunk the files cover.
+  std::vector<std::atomic<uint64_t>> covered(chunks.size());
+  // Each loading thread's buffer, reused while the files' sizes repeat.
+  struct Buffer {
+    StateBuffer state;
+    uint64_t num_params = 0;
+  };
+  std::vector<Buffer> buffers(kParallelLoads);
+  RETURN_IF_ERROR(ParallelFor(
+      request.files_size(), kParallelLoads, [&](size_t thread, size_t f) -> absl::Status {
+        const v1::CheckpointFile& file = request.files(f);
+        const uint64_t n = file.chunk().num_params();
+        const FlatRange source{file.chunk().flat_begin(), file.chunk().flat_begin() + n};
+        Buffer& buffer = buffers[thread];
+        if (buffer.num_params != n) {
+          buffer.state = AllocateStateBuffer(n);
+          buffer.num_params = n;
+        }
+        float* p = buffer.state.get();
+        RETURN_IF_ERROR(
+            LoadChunkState(absl::StrCat(request.dir(), "/", file.file()), file.checksum(), n, p));
+        for (size_t i = 0; i < chunks.size(); ++i) {
+          const FlatRange target = chunks[i]->range();
+          const uint64_t begin = std::max(source.begin, target.begin);
+          const uint64_t end = std::min(source.end, target.end);
+          if (begin >= end) continue;
+          const uint64_t offset = begin - source.begin;
+          RETURN_IF_ERROR(chunks[i]->WriteState(begin, p + offset, p + n + offset,
+                                                p + 2 * n + offset, end - begin, request.step()));
+          covered[i] += end - begin;
+        }
+        return absl::OkStatus();
+      }));
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (covered[i] != chunks[i]->range().size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the checkpoint's files cover ", covered[i].load(), " of the ",
+                       chunks[i]->range().size(), " parameters of chunk ", chunks[i]->chunk_id()));
+    }
+  }
+  LogEventCat("server", "job ", request.job_id(), ": loaded ", chunks.size(), " chunk(s) at step ",
+              request.step(), " from ", request.files_size(), " checkpoint file(s) in ",
+              request.dir());
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ShardService::LoadChunks(grpc::CallbackServerContext* ctx,
+                                                   const v1::LoadChunksRequest* request,
+                                                   v1::LoadChunksResponse*) {
+  return FinishUnary(ctx, DoLoadChunks(*request));
+}
+
+}  // namespace strata

@@ -1,0 +1,86 @@
+// ShardService's placement of a job's chunks over the tiers (shard_service.h):
+// GPU memory first, then host memory, then NVMe.
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rpc/job_spec.h"
+#include "shard/gpu_chunk_state.h"
+#include "shard/shard_service.h"
+
+namespace strata {
+
+absl::StatusOr<std::unique_ptr<StagingPool>> ShardService::MakeStagingPool(
+    const v1::JobSpec& spec) {
+  return StagingPool::Create(host_, NvmeChunkState::StagingBytes(spec.chunk_num_params()),
+                             staging_buffers_);
+}
+
+std::vector<Tier*> ShardService::Tiers() const {
+  std::vector<Tier*> tiers;
+  for (Tier* tier : {gpu_, host_, static_cast<Tier*>(nvme_)}) {
+    if (tier != nullptr) tiers.push_back(tier);
+  }
+  return tiers;
+}
+
+absl::StatusOr<std::unique_ptr<ChunkState>> ShardService::MakeMemoryState(
+    const v1::JobSpec& spec, uint64_t num_params, DType dtype,
+    std::shared_ptr<StagingPool>* gpu_staging) {
+  if (gpu_ != nullptr && *gpu_staging == nullptr) {
+    absl::StatusOr<std::unique_ptr<StagingPool>> pool = StagingPool::Create(
+        host_, GpuStagingBytes(spec.chunk_num_params(), dtype), executor_->num_threads() + 1);
+    if (pool.ok()) *gpu_staging = *std::move(pool);
+  }
+  if (*gpu_staging != nullptr) {
+    absl::StatusOr<std::unique_ptr<ChunkState>> state =
+        CreateGpuChunkState(gpu_, *gpu_staging, num_params, dtype);
+    if (state.ok() || state.status().code() != absl::StatusCode::kResourceExhausted) return state;
+  }
+  return HostChunkState::Create(host_, num_params);
+}
+
+absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request, DType dtype,
+                                       std::shared_ptr<StagingPool> staging, Job* job) {
+  const std::string& job_id = request.spec().job_id();
+  const AdamConfig adam = AdamFromProto(request.spec().adam());
+  // Copies first: every chunk's copy is in host memory whatever its tier.
+  std::vector<Extent> copies;
+  std::shared_ptr<StagingPool> gpu_staging;  // made for the first GPU chunk
+  absl::Status status;
+  for (const v1::ChunkSpec& c : request.chunks()) {
+    absl::StatusOr<Extent> copy = host_->Allocate(ChunkCopyBytes(c.num_params(), dtype));
+    if (!copy.ok()) {
+      status = copy.status();
+      break;
+    }
+    copies.push_back(*copy);
+  }
+  for (int i = 0; status.ok() && i < request.chunks_size(); ++i) {
+    const v1::ChunkSpec& c = request.chunks(i);
+    absl::StatusOr<std::unique_ptr<ChunkState>> state =
+        MakeMemoryState(request.spec(), c.num_params(), dtype, &gpu_staging);
+    if (!state.ok() && staging != nullptr) {
+      state = NvmeChunkState::Create(nvme_, staging, c.num_params());
+    }
+    if (!state.ok()) {
+      status = state.status();
+      break;
+    }
+    job->chunks_by_begin[c.flat_begin()] = std::make_shared<Chunk>(
+        job_id, c.chunk_id(), FlatRange{c.flat_begin(), c.flat_begin() + c.num_params()}, dtype,
+        adam, *std::move(state), host_, copies[i], metadata_);
+  }
+  if (!status.ok()) {
+    // Chunks made so far free their copies; the rest are freed here.
+    for (size_t i = job->chunks_by_begin.size(); i < copies.size(); ++i) host_->Free(copies[i]);
+    job->chunks_by_begin.clear();
+  }
+  return status;
+}
+
+}  // namespace strata

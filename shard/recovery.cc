@@ -1,0 +1,132 @@
+// ShardService's recovery (shard_service.h): a clean shutdown saves the chunk
+// states in memory, and a start-up rebuilds the jobs a previous run recorded.
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "core/status_macros.h"
+#include "rpc/job_spec.h"
+#include "shard/saved_chunk.h"
+#include "shard/shard_service.h"
+
+namespace strata {
+
+absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
+  const std::string& job_id = request.spec().job_id();
+  ASSIGN_OR_RETURN(auto records, metadata_->Scan(Chunk::RecordPrefix(job_id)));
+  if (records.size() != static_cast<size_t>(request.chunks_size())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(request.chunks_size() - static_cast<int>(records.size()),
+                     " of its chunks were in host memory, which survives only a clean shutdown"));
+  }
+  ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request.spec().dtype()));
+  std::shared_ptr<StagingPool> staging;      // made for the first NVMe chunk
+  std::shared_ptr<StagingPool> gpu_staging;  // made for the first GPU chunk
+  auto job = std::make_shared<Job>();
+  job->record = request;
+  job->dtype = dtype;
+  const AdamConfig adam = AdamFromProto(request.spec().adam());
+  int64_t step = -1;
+  std::vector<std::string> saved_files;
+  for (const auto& [key, value] : records) {
+    v1::ChunkRecord record;
+    if (!record.ParseFromString(value)) {
+      return absl::DataLossError(absl::StrCat("server metadata: cannot parse record ", key));
+    }
+    const uint64_t n = record.chunk().num_params();
+    std::unique_ptr<ChunkState> state;
+    if (!record.saved_file().empty()) {
+      ASSIGN_OR_RETURN(state, MakeMemoryState(request.spec(), n, dtype, &gpu_staging));
+      ASSIGN_OR_RETURN(StateView view, state->Load());
+      absl::Status loaded = LoadChunkState(record.saved_file(), record.saved_checksum(), n, view.p);
+      if (loaded.ok()) loaded = state->Commit(view);
+      state->Release(view);
+      RETURN_IF_ERROR(loaded);
+      saved_files.push_back(record.saved_file());
+    } else {
+      if (nvme_ == nullptr) {
+        return absl::FailedPreconditionError("its chunks were on an NVMe tier this server lacks");
+      }
+      if (staging == nullptr) {
+        ASSIGN_OR_RETURN(staging, MakeStagingPool(request.spec()));
+      }
+      ASSIGN_OR_RETURN(state, NvmeChunkState::Restore(nvme_, staging, record));
+    }
+    ASSIGN_OR_RETURN(Extent copy, host_->Allocate(ChunkCopyBytes(n, dtype)));
+    uint64_t begin = record.chunk().flat_begin();
+    auto chunk = std::make_shared<Chunk>(job_id, record.chunk().chunk_id(),
+                                         FlatRange{begin, begin + n}, dtype, adam, std::move(state),
+                                         host_, copy, metadata_, record.applied_step());
+    RETURN_IF_ERROR(chunk->RebuildCopy());
+    job->chunks_by_begin[begin] = std::move(chunk);
+    step = step < 0 ? record.applied_step() : std::min(step, record.applied_step());
+  }
+  // The saved states live in memory again: their records and files go, so
+  // that a later crash cannot bring back these steps.
+  for (const auto& [begin, chunk] : job->chunks_by_begin) {
+    if (chunk->tier() != TierKind::kNvme) {
+      RETURN_IF_ERROR(metadata_->Delete(Chunk::RecordKey(job_id, chunk->chunk_id())));
+    }
+  }
+  for (const std::string& file : saved_files) std::filesystem::remove(file);
+  absl::MutexLock lock(&mu_);
+  AddJob(std::move(job));
+  LogEventCat("server", "recovered job ", job_id, ": ", records.size() - saved_files.size(),
+              " chunks from the nvme tier and ", saved_files.size(),
+              " saved at the last clean shutdown, at step ", step);
+  return absl::OkStatus();
+}
+
+void ShardService::SaveMemoryChunks() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  for (const auto& job : jobs) {
+    const std::string& job_id = job->record.spec().job_id();
+    int saved = 0;
+    absl::Status status;
+    for (const auto& [begin, chunk] : job->chunks_by_begin) {
+      if (chunk->tier() == TierKind::kNvme) continue;  // durable already
+      const uint64_t n = chunk->range().size();
+      StateBuffer state = AllocateStateBuffer(n);
+      absl::StatusOr<int64_t> step =
+          chunk->ReadState(begin, n, state.get(), state.get() + n, state.get() + 2 * n);
+      std::string file = absl::StrCat(saved_chunks_dir_, "/", job_id, "-", chunk->chunk_id());
+      absl::StatusOr<uint64_t> checksum =
+          step.ok() ? SaveChunkState(file, state.get(), n) : step.status();
+      if (checksum.ok()) {
+        v1::ChunkRecord record;
+        record.mutable_chunk()->set_chunk_id(chunk->chunk_id());
+        record.mutable_chunk()->set_flat_begin(begin);
+        record.mutable_chunk()->set_num_params(n);
+        record.set_tier(TierKindName(TierKind::kHost));
+        record.set_saved_file(file);
+        record.set_saved_checksum(*checksum);
+        record.set_applied_step(*step);
+        status = metadata_->Put(Chunk::RecordKey(job_id, chunk->chunk_id()),
+                                record.SerializeAsString(), /*sync=*/true);
+      } else {
+        status = checksum.status();
+      }
+      if (!status.ok()) break;
+      ++saved;
+    }
+    if (!status.ok()) {
+      LogEventCat("server", "job ", job_id, ": cannot save its chunks held in memory (",
+                  status.ToString(), "); the job will be discarded at the next start");
+    } else if (saved > 0) {
+      LogEventCat("server", "job ", job_id, ": saved ", saved, " chunk(s) held in memory to ",
+                  saved_chunks_dir_);
+    }
+  }
+}
+
+}  // namespace strata
