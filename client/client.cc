@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "client/collective.h"
 #include "client/param_gatherer.h"
+#include "client/shard_transport.h"
 #include "client/worker_membership.h"
 #include "core/log.h"
 #include "core/safetensors.h"
@@ -34,7 +35,6 @@ namespace strata {
 namespace {
 
 constexpr absl::Duration kControlRpcTimeout = absl::Seconds(30);
-constexpr uint64_t kMaxStateReadParams = uint64_t{256} << 10;
 // Step(GradientFn) computes a step at most this often (overflows, lost workers).
 constexpr int kMaxStepAttempts = 64;
 
@@ -44,33 +44,10 @@ bool IsRetryable(const absl::Status& s) {
          absl::IsDeadlineExceeded(s);
 }
 
-// What every push of a step carries besides its gradients.
-struct PushScalars {
-  float coef;  // the gradients' multiplier
-  v1::LossScaleState loss_scale_after;
-};
-
-// A range of the flat space that lies within one chunk, and its server.
-struct Piece {
-  uint64_t begin;
-  uint64_t n;
-  v1::ShardServer::Stub* stub;
-  std::string address;
-};
-
 std::string DefaultWorkerId() {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   return absl::StrCat(host, "-", getpid());
-}
-
-void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
-  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-}
-
-absl::Status WithAddress(const absl::Status& s, const std::string& address) {
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat("shard server ", address, ": ", s.message()));
 }
 
 v1::JobSpec SpecFromOptions(const ClientOptions& o) {
@@ -99,6 +76,7 @@ class ClientImpl : public Client {
         worker_id_(options_.worker_id.empty() ? DefaultWorkerId() : options_.worker_id),
         layout_(std::move(layout)),
         esize_(DTypeSize(options_.dtype)),
+        transport_(options_.job_id, &layout_, options_.dtype),
         scaler_(options_.loss_scale),
         coordinator_(v1::Coordinator::NewStub(MakeChannel(options_.coordinator_address))) {}
 
@@ -107,7 +85,7 @@ class ClientImpl : public Client {
   int rank() const override { return static_cast<int>(rank_); }
   int world_size() const override { return static_cast<int>(world_size_); }
   uint64_t generation() const override { return generation_.number(); }
-  int num_servers() const override { return static_cast<int>(shards_.size()); }
+  int num_servers() const override { return transport_.num_servers(); }
   const FlatLayout& layout() const override { return layout_; }
   int64_t step() const override { return step_; }
   float loss_scale() const override { return scaler_.scale(); }
@@ -165,7 +143,9 @@ class ClientImpl : public Client {
     return collective_->AllReduceSum(values);
   }
 
-  absl::StatusOr<MasterState> ReadMasterState() const override;
+  absl::StatusOr<MasterState> ReadMasterState() const override {
+    return transport_.ReadMasterState(kControlRpcTimeout);
+  }
 
  private:
   bool on_demand() const { return options_.params == ParamResidency::kOnDemand; }
@@ -185,19 +165,9 @@ class ClientImpl : public Client {
   }
   // The lowest and highest step the job's chunks have applied.
   absl::StatusOr<std::pair<int64_t, int64_t>> AppliedSteps();
-  // Sends one request per piece of the whole flat space (at most
-  // kMaxPayloadBytes of `bytes_per_param` each) with `method`, after
-  // `fill(piece, &request)` adds the piece's values.
-  template <typename Request, typename Response, typename Fill>
-  absl::Status SendPieces(uint64_t bytes_per_param,
-                          grpc::Status (v1::ShardServer::Stub::*method)(grpc::ClientContext*,
-                                                                        const Request&, Response*),
-                          Fill fill);
   absl::Status WriteInitialParams();
   // Writes options_.initial_state_path's state to the servers (a new job).
   absl::Status WriteInitialState();
-  // Pieces of `range`, each within one chunk and at most `max_params` long.
-  std::vector<Piece> PiecesOf(FlatRange range, uint64_t max_params) const;
   // Waits for a generation newer than `than` that includes this worker and
   // forms its group: rank, world size, slice, the step every chunk has
   // applied (rank 0's view, so all agree), its parameters and the loss scale.
@@ -205,8 +175,6 @@ class ClientImpl : public Client {
   // The generation carries a newer placement: waits (until `deadline`) for
   // the coordinator's JobInfo with it and takes it.
   absl::Status FollowPlacement(absl::Time deadline);
-  // Makes `job` (the coordinator's) job_, with a stub for each of its servers.
-  absl::Status TakeJob(v1::JobInfo job);
   // At a step boundary: re-forms when any worker of the group has heard of a
   // newer generation (all of them decide together), until none has; first
   // re-forms if the last step failed.
@@ -239,12 +207,11 @@ class ClientImpl : public Client {
   bool scaler_known_ = false;  // it has run steps in some generation
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
   std::unique_ptr<WorkerMembership> membership_;
-  v1::JobInfo job_;
   v1::Generation generation_;
   uint32_t rank_ = 0;
   uint32_t world_size_ = 0;
   uint64_t padded_num_params_ = 0;
-  std::map<std::string, std::unique_ptr<v1::ShardServer::Stub>> shards_;
+  ShardTransport transport_;
   std::vector<Piece> slice_pieces_;
   std::unique_ptr<Collective> collective_;
   // The parameters from flat index params_base_ on: all (replicated) or the slice (on demand).
@@ -255,11 +222,6 @@ class ClientImpl : public Client {
   int micro_batches_ = 0;
   bool broken_ = false;
   ReformStats reform_stats_;  // the last step failed: re-form before the next
-
-  absl::Mutex inflight_mu_;
-  std::vector<grpc::ClientContext*> inflight_ ABSL_GUARDED_BY(inflight_mu_);
-  // The generation in which a worker was lost: its RPCs fail at once.
-  uint64_t lost_generation_ ABSL_GUARDED_BY(inflight_mu_) = 0;
   // Declared last: destroyed first, finishing the gathers that read
   // collective_ and params_.
   ParamGatherer gatherer_;
@@ -286,19 +248,7 @@ absl::Status ClientImpl::CreateJob() {
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  return TakeJob(std::move(job));
-}
-
-absl::Status ClientImpl::TakeJob(v1::JobInfo job) {
-  if (static_cast<uint32_t>(job.chunks_size()) != layout_.num_chunks()) {
-    return absl::InternalError("the coordinator's job has a different number of chunks");
-  }
-  job_ = std::move(job);
-  for (const auto& c : job_.chunks()) {
-    auto& stub = shards_[c.server_address()];
-    if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(c.server_address()));
-  }
-  return absl::OkStatus();
+  return transport_.SetPlacement(std::move(job));
 }
 
 absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedSteps() {
@@ -324,44 +274,14 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedSteps() {
   return std::make_pair(lowest, highest);
 }
 
-std::vector<Piece> ClientImpl::PiecesOf(FlatRange range, uint64_t max_params) const {
-  std::vector<Piece> pieces;
-  uint64_t chunk = layout_.chunk_num_params();
-  for (uint64_t begin = range.begin; begin < range.end;) {
-    uint64_t chunk_end = std::min(range.end, (begin / chunk + 1) * chunk);
-    uint64_t end = std::min(chunk_end, begin + max_params);
-    const std::string& address = job_.chunks(static_cast<int>(begin / chunk)).server_address();
-    pieces.push_back(Piece{begin, end - begin, shards_.at(address).get(), address});
-    begin = end;
-  }
-  return pieces;
-}
-
-template <typename Request, typename Response, typename Fill>
-absl::Status ClientImpl::SendPieces(
-    uint64_t bytes_per_param,
-    grpc::Status (v1::ShardServer::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-    Fill fill) {
-  for (const Piece& piece :
-       PiecesOf({0, layout_.num_params()}, kMaxPayloadBytes / bytes_per_param)) {
-    Request request;
-    request.set_job_id(options_.job_id);
-    request.set_flat_begin(piece.begin);
-    fill(piece, &request);
-    Response response;
-    RETURN_IF_ERROR(WithAddress(
-        CallUnary(piece.stub, method, request, &response, kControlRpcTimeout), piece.address));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ClientImpl::WriteInitialParams() {
   const std::vector<float>& p = options_.initial_params;
-  return SendPieces(sizeof(float), &v1::ShardServer::Stub::WriteParams,
-                    [&](const Piece& piece, v1::WriteParamsRequest* request) {
-                      request->mutable_params()->Add(p.begin() + piece.begin,
-                                                     p.begin() + piece.begin + piece.n);
-                    });
+  return transport_.SendPieces(
+      sizeof(float), &v1::ShardServer::Stub::WriteParams,
+      [&](const Piece& piece, v1::WriteParamsRequest* request) {
+        request->mutable_params()->Add(p.begin() + piece.begin, p.begin() + piece.begin + piece.n);
+      },
+      kControlRpcTimeout);
 }
 
 absl::Status ClientImpl::WriteInitialState() {
@@ -404,7 +324,7 @@ absl::Status ClientImpl::WriteInitialState() {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " has Adam moments but no strata_step in its metadata"));
   }
-  RETURN_IF_ERROR(SendPieces(
+  RETURN_IF_ERROR(transport_.SendPieces(
       3 * sizeof(float), &v1::ShardServer::Stub::WriteState,
       [&](const Piece& piece, v1::WriteStateRequest* request) {
         request->set_step(step);
@@ -412,7 +332,8 @@ absl::Status ClientImpl::WriteInitialState() {
         request->mutable_exp_avg()->Add(m.begin() + piece.begin, m.begin() + piece.begin + piece.n);
         request->mutable_exp_avg_sq()->Add(v.begin() + piece.begin,
                                            v.begin() + piece.begin + piece.n);
-      }));
+      },
+      kControlRpcTimeout));
   LogEventCat("client", "job ", options_.job_id, ": state of step ", step, " written from ", path);
   return absl::OkStatus();
 }
@@ -457,12 +378,8 @@ absl::Status ClientImpl::Reform(uint64_t than) {
     world_size_ = collective.size;
     break;
   }
-  if (generation_.placement_version() != job_.placement_version()) {
+  if (generation_.placement_version() != transport_.job().placement_version()) {
     RETURN_IF_ERROR(FollowPlacement(deadline));
-  }
-  {
-    absl::MutexLock lock(&inflight_mu_);
-    lost_generation_ = 0;
   }
   // Accumulated gradients keep their flat positions in the new world's buffer.
   padded_num_params_ = layout_.PaddedNumParams(world_size_);
@@ -470,7 +387,7 @@ absl::Status ClientImpl::Reform(uint64_t than) {
   params_base_ = on_demand() ? slice.begin : 0;
   params_.resize((on_demand() ? slice.size() : padded_num_params_) * esize_, 0);
   grads_.resize(padded_num_params_ * esize_, 0);
-  slice_pieces_ = PiecesOf(slice, kMaxPayloadBytes / esize_);
+  slice_pieces_ = transport_.PiecesOf(slice, kMaxPayloadBytes / esize_);
 
   // Rank 0 decides the step and the loss scale; the others take its view.
   // state = {step, step is fresh, loss scale, good steps, scaler known}
@@ -478,7 +395,7 @@ absl::Status ClientImpl::Reform(uint64_t than) {
   if (rank_ == 0) {
     ASSIGN_OR_RETURN(auto steps, AppliedSteps());
     // A job restored from a checkpoint has its state already.
-    const bool fresh = steps.second == 0 && job_.restored_from().empty();
+    const bool fresh = steps.second == 0 && transport_.job().restored_from().empty();
     if (fresh && !options_.initial_state_path.empty()) {
       RETURN_IF_ERROR(WriteInitialState());
       ASSIGN_OR_RETURN(steps, AppliedSteps());
@@ -496,8 +413,9 @@ absl::Status ClientImpl::Reform(uint64_t than) {
   // Workers that ran steps agree on the scale (they saw the same overflows).
   if (state[4] > 0) scaler_.Restore(state[2] / state[4], static_cast<int>(state[3] / state[4]));
   // At the step of the checkpoint the job started or resumed from: its scaler.
-  if (job_.has_restored_loss_scale() && step == job_.restored_step()) {
-    scaler_.Restore(job_.restored_loss_scale().scale(), job_.restored_loss_scale().good_steps());
+  if (transport_.job().has_restored_loss_scale() && step == transport_.job().restored_step()) {
+    scaler_.Restore(transport_.job().restored_loss_scale().scale(),
+                    transport_.job().restored_loss_scale().good_steps());
   }
   scaler_known_ = true;
   if (state[1] > 0 && rank_ == 0 && !options_.initial_params.empty()) {
@@ -530,7 +448,7 @@ absl::Status ClientImpl::FollowPlacement(absl::Time deadline) {
     RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::GetJob, request, &job,
                               kControlRpcTimeout));
     if (job.placement_version() >= generation_.placement_version()) {
-      RETURN_IF_ERROR(TakeJob(std::move(job)));
+      RETURN_IF_ERROR(transport_.SetPlacement(std::move(job)));
       break;
     }
     if (absl::Now() > deadline) {
@@ -541,7 +459,8 @@ absl::Status ClientImpl::FollowPlacement(absl::Time deadline) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   LogEventCat("client", "job ", options_.job_id, ": chunks moved (placement ",
-              job_.placement_version(), "), resuming from checkpoint ", job_.restored_from());
+              transport_.job().placement_version(), "), resuming from checkpoint ",
+              transport_.job().restored_from());
   return absl::OkStatus();
 }
 
@@ -572,133 +491,23 @@ absl::Status ClientImpl::Recover(const absl::Status& error) {
   return reformed;
 }
 
-void ClientImpl::CancelInFlight() {
-  absl::MutexLock lock(&inflight_mu_);
-  lost_generation_ = generation_.number();
-  for (grpc::ClientContext* context : inflight_) context->TryCancel();
-}
+void ClientImpl::CancelInFlight() { transport_.CancelGeneration(generation_.number()); }
 
 absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
-  struct Call {
-    grpc::ClientContext push_context, pull_context;
-    v1::PushRequest push_request;
-    v1::PushResponse push_response;
-    v1::PullRequest pull_request;
-    v1::PullResponse pull_response;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
-  for (size_t i = 0; i < slice_pieces_.size(); ++i) calls.push_back(std::make_unique<Call>());
-  {
-    absl::MutexLock lock(&inflight_mu_);
-    if (lost_generation_ == generation_.number()) {
-      return absl::AbortedError(absl::StrCat("generation ", generation_.number(),
-                                             " lost a worker; step ", step, " is recomputed"));
-    }
-    for (auto& c : calls) inflight_.insert(inflight_.end(), {&c->push_context, &c->pull_context});
-  }
-  // Pieces go out in flat order, pushes and pulls each within a window of
-  // bytes in flight (at least two chunks and a piece, so that a chunk that
-  // waits for another worker's pushes never stalls the rest), so that a
-  // shard server holds a bounded part of this worker's step: pushes stay in
-  // it until their chunk is applied, pull responses until they are sent.
-  const uint64_t window_bytes = std::max(options_.max_step_bytes_in_flight,
-                                         2 * options_.chunk_num_params * esize_ + kMaxPayloadBytes);
-  absl::Mutex mu;
-  struct Stream {
-    size_t next = 0;     // the next piece to send
-    uint64_t bytes = 0;  // bytes in flight
-  } pushes, pulls;
-  int pending = 0;
-  absl::Status first_error;
-  if (push == nullptr) pushes.next = slice_pieces_.size();  // pulls only
-  // Starts the calls the windows allow; every finished call makes room.
-  std::function<void()> start_more;
-  auto finish = [&](Stream* stream, uint64_t bytes, absl::Status s) {
-    absl::MutexLock lock(&mu);
-    if (!s.ok() && first_error.ok()) {
-      first_error = s;
-      // No point waiting for pulls of a step that cannot complete.
-      for (auto& c : calls) {
-        c->push_context.TryCancel();
-        c->pull_context.TryCancel();
-      }
-    }
-    stream->bytes -= bytes;
-    --pending;
-    start_more();
-  };
-  const size_t num_pieces = slice_pieces_.size();
-  // The index of `stream`'s next piece, then counted in flight, while no call
-  // failed and its window has room for it.
-  auto take = [&](Stream& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) -> std::optional<size_t> {
-    if (!first_error.ok() || stream.next == num_pieces) return std::nullopt;
-    const uint64_t bytes = slice_pieces_[stream.next].n * esize_;
-    if (stream.bytes > 0 && stream.bytes + bytes > window_bytes) return std::nullopt;
-    stream.bytes += bytes;
-    ++pending;
-    return stream.next++;
-  };
-  start_more = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    while (std::optional<size_t> i = take(pushes)) {
-      const Piece& piece = slice_pieces_[*i];
-      Call* c = calls[*i].get();
-      const uint64_t bytes = piece.n * esize_;
-      c->push_request.set_job_id(options_.job_id);
-      c->push_request.set_step(step);
-      c->push_request.set_generation(generation_.number());
-      c->push_request.set_flat_begin(piece.begin);
-      c->push_request.set_num_params(piece.n);
-      c->push_request.set_dtype(DTypeToProto(options_.dtype));
-      c->push_request.set_coef(push->coef);
-      *c->push_request.mutable_loss_scale_after() = push->loss_scale_after;
-      if (lr_.has_value()) c->push_request.set_lr(*lr_);
-      c->push_request.set_grads(grads_.data() + piece.begin * esize_, bytes);
-      SetDeadline(&c->push_context, options_.step_timeout);
-      c->push_context.set_wait_for_ready(true);  // a restarting server is waited for
-      piece.stub->async()->Push(&c->push_context, &c->push_request, &c->push_response,
-                                [&finish, &piece, &pushes, bytes](grpc::Status s) {
-                                  finish(&pushes, bytes,
-                                         WithAddress(FromGrpcStatus(s), piece.address));
-                                });
-    }
-    while (std::optional<size_t> i = take(pulls)) {
-      const Piece& piece = slice_pieces_[*i];
-      Call* c = calls[*i].get();
-      const uint64_t bytes = piece.n * esize_;
-      c->pull_request.set_job_id(options_.job_id);
-      c->pull_request.set_step(step);
-      c->pull_request.set_flat_begin(piece.begin);
-      c->pull_request.set_num_params(piece.n);
-      SetDeadline(&c->pull_context, options_.step_timeout);
-      c->pull_context.set_wait_for_ready(true);
-      piece.stub->async()->Pull(
-          &c->pull_context, &c->pull_request, &c->pull_response,
-          [this, &finish, &piece, &pulls, c, step, bytes](grpc::Status grpc_status) {
-            absl::Status s = FromGrpcStatus(grpc_status);
-            const std::string& got = c->pull_response.params();
-            if (s.ok() && (got.size() != bytes || c->pull_response.step() != step)) {
-              s = absl::InternalError(absl::StrCat("pull of [", piece.begin, ", +", piece.n,
-                                                   ") returned ", got.size(), " bytes of step ",
-                                                   c->pull_response.step()));
-            }
-            if (s.ok()) {
-              std::memcpy(params_.data() + (piece.begin - params_base_) * esize_, got.data(),
-                          got.size());
-            }
-            finish(&pulls, bytes, WithAddress(s, piece.address));
-          });
-    }
-  };
-  absl::MutexLock lock(&mu);
-  start_more();
-  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return pending == 0 &&
-           (!first_error.ok() || (pushes.next == num_pieces && pulls.next == num_pieces));
-  };
-  mu.Await(absl::Condition(&done));
-  absl::MutexLock inflight_lock(&inflight_mu_);
-  inflight_.clear();
-  return first_error;
+  StepTransfer transfer;
+  transfer.step = step;
+  transfer.generation = generation_.number();
+  transfer.pieces = &slice_pieces_;
+  transfer.push = push;
+  transfer.grads = grads_.data();
+  transfer.params = params_.data();
+  transfer.params_base = params_base_;
+  // At least two chunks and a piece, so that a chunk that waits for another
+  // worker's pushes never stalls the rest.
+  transfer.window_bytes = std::max(options_.max_step_bytes_in_flight,
+                                   2 * options_.chunk_num_params * esize_ + kMaxPayloadBytes);
+  transfer.timeout = options_.step_timeout;
+  return transport_.PushPull(transfer);
 }
 
 absl::Status ClientImpl::PushPullEverywhere(int64_t step, const PushScalars& push) {
@@ -754,6 +563,7 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   }
   PushScalars push;
   push.coef = static_cast<float>(result.clip_factor / divisor);
+  push.lr = lr_;
   // The scaler after this step, kept with it by the chunks for checkpoints.
   LossScaler after = scaler_;
   after.Update(/*overflow=*/false);
@@ -889,35 +699,6 @@ absl::Status ClientImpl::Leave() {
   collective_.reset();
   membership_.reset();
   return told;
-}
-
-absl::StatusOr<MasterState> ClientImpl::ReadMasterState() const {
-  MasterState state;
-  uint64_t n = layout_.num_params();
-  state.params.resize(n);
-  state.exp_avg.resize(n);
-  state.exp_avg_sq.resize(n);
-  int64_t step = -1;
-  for (const Piece& piece : PiecesOf({0, n}, kMaxStateReadParams)) {
-    v1::ReadStateRequest request;
-    request.set_job_id(options_.job_id);
-    request.set_flat_begin(piece.begin);
-    request.set_num_params(piece.n);
-    v1::ReadStateResponse response;
-    RETURN_IF_ERROR(WithAddress(CallUnary(piece.stub, &v1::ShardServer::Stub::ReadState, request,
-                                          &response, kControlRpcTimeout),
-                                piece.address));
-    if (static_cast<uint64_t>(response.params_size()) != piece.n) {
-      return absl::InternalError("ReadState returned the wrong number of values");
-    }
-    std::copy(response.params().begin(), response.params().end(), &state.params[piece.begin]);
-    std::copy(response.exp_avg().begin(), response.exp_avg().end(), &state.exp_avg[piece.begin]);
-    std::copy(response.exp_avg_sq().begin(), response.exp_avg_sq().end(),
-              &state.exp_avg_sq[piece.begin]);
-    step = step < 0 ? response.applied_step() : std::min(step, response.applied_step());
-  }
-  state.step = step;
-  return state;
 }
 
 }  // namespace

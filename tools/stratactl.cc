@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/shard_transport.h"
 #include "core/command_line.h"
 #include "core/safetensors.h"
 #include "core/status_macros.h"
@@ -218,7 +219,12 @@ class Ctl {
     absl::StatusOr<FlatLayout> layout =
         FlatLayout::Create(TensorsFromProto(job.spec()), job.spec().chunk_num_params());
     if (!layout.ok()) return layout.status();
-    absl::StatusOr<MasterState> state = ReadConsistentState(job);
+    absl::StatusOr<DType> dtype = DTypeFromProto(job.spec().dtype());
+    if (!dtype.ok()) return dtype.status();
+    ShardTransport transport(job_id, &*layout, *dtype);
+    if (absl::Status s = transport.SetPlacement(job); !s.ok()) return s;
+    absl::StatusOr<MasterState> state =
+        transport.ReadMasterState(absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
     if (!state.ok()) return state.status();
 
     const bool moments = absl::GetFlag(FLAGS_with_optimizer_state);
@@ -381,51 +387,6 @@ class Ctl {
                  absl::StrFormat("%.3f", c.write_seconds())});
     }
     Emit(out, table);
-  }
-
-  // p, m and v of every chunk of `job`, all at the same step: a chunk read
-  // while the job is between two steps is read again (ABORTED after ~5 s).
-  absl::StatusOr<MasterState> ReadConsistentState(const v1::JobInfo& job) {
-    constexpr uint64_t kPieceParams = uint64_t{1} << 20;  // the servers' limit per read
-    MasterState state;
-    const uint64_t n = job.flat_num_params();
-    state.params.resize(n);
-    state.exp_avg.resize(n);
-    state.exp_avg_sq.resize(n);
-    std::map<std::string, std::unique_ptr<v1::ShardServer::Stub>> servers;
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      std::set<int64_t> steps;
-      for (const v1::ChunkAssignment& c : job.chunks()) {
-        auto& stub = servers[c.server_address()];
-        if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(c.server_address()));
-        const uint64_t end = c.chunk().flat_begin() + c.chunk().num_params();
-        for (uint64_t begin = c.chunk().flat_begin(); begin < end; begin += kPieceParams) {
-          v1::ReadStateRequest read;
-          read.set_job_id(job.spec().job_id());
-          read.set_flat_begin(begin);
-          read.set_num_params(std::min(kPieceParams, end - begin));
-          v1::ReadStateResponse response;
-          absl::Status s = CallUnary(stub.get(), &v1::ShardServer::Stub::ReadState, read, &response,
-                                     absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
-          if (!s.ok()) {
-            return absl::Status(
-                s.code(), absl::StrCat("shard server ", c.server_address(), ": ", s.message()));
-          }
-          std::copy(response.params().begin(), response.params().end(), &state.params[begin]);
-          std::copy(response.exp_avg().begin(), response.exp_avg().end(), &state.exp_avg[begin]);
-          std::copy(response.exp_avg_sq().begin(), response.exp_avg_sq().end(),
-                    &state.exp_avg_sq[begin]);
-          steps.insert(response.applied_step());
-        }
-      }
-      if (steps.size() == 1) {
-        state.step = *steps.begin();
-        return state;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return absl::AbortedError(absl::StrCat("job '", job.spec().job_id(),
-                                           "' kept changing steps while it was read; retry"));
   }
 
   void Emit(const json& out, const Table& table) {
