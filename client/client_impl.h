@@ -1,0 +1,193 @@
+// ClientImpl: the Client of strata/client.h. One file per concern: joining
+// and leaving the job and writing its initial state (client.cc), forming the
+// group of each generation (group.cc), and the step (step.cc); the traffic
+// with the shard servers is ShardTransport's. Thread-safety as Client's: one
+// thread calls it; the membership thread only cancels calls in flight.
+#ifndef STRATA_CLIENT_CLIENT_IMPL_H_
+#define STRATA_CLIENT_CLIENT_IMPL_H_
+
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "client/collective.h"
+#include "client/param_gatherer.h"
+#include "client/shard_transport.h"
+#include "client/worker_membership.h"
+#include "core/status_macros.h"
+#include "kernels/elementwise.h"
+#include "strata/client.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+
+namespace strata {
+
+// The deadline of the client's control calls (coordinator, bulk writes, reads).
+inline constexpr absl::Duration kControlRpcTimeout = absl::Seconds(30);
+
+// Errors after which a re-formed generation can complete the step.
+inline bool IsRetryable(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsAborted(s) || absl::IsCancelled(s) ||
+         absl::IsDeadlineExceeded(s);
+}
+
+class ClientImpl : public Client {
+ public:
+  ClientImpl(ClientOptions options, FlatLayout layout);
+
+  absl::Status Init();
+
+  int rank() const override { return static_cast<int>(rank_); }
+  int world_size() const override { return static_cast<int>(world_size_); }
+  uint64_t generation() const override { return generation_.number(); }
+  int num_servers() const override { return transport_.num_servers(); }
+  const FlatLayout& layout() const override { return layout_; }
+  int64_t step() const override { return step_; }
+  float loss_scale() const override { return scaler_.scale(); }
+  int loss_scale_good_steps() const override { return scaler_.good_steps(); }
+  absl::Status RestoreLossScale(float scale, int good_steps) override {
+    if (!(std::isfinite(scale) && scale > 0) || good_steps < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("loss scale ", scale, " with ", good_steps,
+                                                     " good steps: the scale must be finite and "
+                                                     "> 0, the steps >= 0"));
+    }
+    scaler_.Restore(scale, good_steps);
+    scaler_known_ = true;
+    return absl::OkStatus();
+  }
+  absl::Status SetLearningRate(float lr) override {
+    if (!(std::isfinite(lr) && lr >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("learning rate ", lr, " must be finite and >= 0"));
+    }
+    lr_ = lr;
+    return absl::OkStatus();
+  }
+  ReformStats last_reform() const override { return reform_stats_; }
+
+  absl::Status CopyParams(absl::Span<float> out) const override {
+    if (on_demand()) {
+      return absl::FailedPreconditionError(
+          "CopyParams with on-demand parameters: this worker holds only its slice; gather "
+          "ranges with StartGather()");
+    }
+    if (out.size() != layout_.num_params()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CopyParams needs ", layout_.num_params(), " floats, got ", out.size()));
+    }
+    CastToFloat(options_.dtype, params_.data(), out.data(), out.size());
+    return absl::OkStatus();
+  }
+
+  uint64_t resident_param_bytes() const override { return params_.size(); }
+  std::unique_ptr<PendingGather> StartGather(FlatRange range, absl::Span<float> out) override;
+
+  absl::Status AccumulateGradients(absl::Span<const float> grads) override {
+    return Accumulate(grads, scaler_.scale());
+  }
+  absl::Status AccumulateScaledGradients(absl::Span<const float> scaled_grads) override {
+    return Accumulate(scaled_grads, 1.0f);
+  }
+
+  absl::StatusOr<StepResult> Step() override;
+  absl::StatusOr<StepResult> Step(const GradientFn& compute) override;
+  absl::Status Leave() override;
+
+  absl::Status AllReduceSum(absl::Span<double> values) override {
+    RETURN_IF_ERROR(DrainGathers());
+    return collective_->AllReduceSum(values);
+  }
+
+  absl::StatusOr<MasterState> ReadMasterState() const override {
+    return transport_.ReadMasterState(kControlRpcTimeout);
+  }
+
+ private:
+  bool on_demand() const { return options_.params == ParamResidency::kOnDemand; }
+  // Waits for the gathers started; their first error, which also marks the
+  // group broken when retryable (a lost worker).
+  absl::Status DrainGathers();
+  absl::Status CreateJob();
+  // Adds `grads` * `multiplier` to the accumulator as one micro-batch.
+  absl::Status Accumulate(absl::Span<const float> grads, float multiplier) {
+    if (grads.size() != layout_.num_params()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradients have ", grads.size(), " elements; the model has ", layout_.num_params()));
+    }
+    AccumulateScaled(options_.dtype, grads.data(), multiplier, grads_.data(), grads.size());
+    ++micro_batches_;
+    return absl::OkStatus();
+  }
+  // The lowest and highest step the job's chunks have applied.
+  absl::StatusOr<std::pair<int64_t, int64_t>> AppliedSteps();
+  absl::Status WriteInitialParams();
+  // Writes options_.initial_state_path's state to the servers (a new job).
+  absl::Status WriteInitialState();
+  // Waits for a generation newer than `than` that includes this worker and
+  // forms its group: rank, world size, slice, the step every chunk has
+  // applied (rank 0's view, so all agree), its parameters and the loss scale.
+  absl::Status Reform(uint64_t than);
+  // The generation carries a newer placement: waits (until `deadline`) for
+  // the coordinator's JobInfo with it and takes it.
+  absl::Status FollowPlacement(absl::Time deadline);
+  // At a step boundary: re-forms when any worker of the group has heard of a
+  // newer generation (all of them decide together), until none has; first
+  // re-forms if the last step failed.
+  absl::Status FollowGeneration();
+  // After a retryable error: re-forms in the next generation, or returns
+  // `error` when none forms in time.
+  absl::Status Recover(const absl::Status& error);
+  // Reduce-scatter, statistics, push and pull of the accumulated gradients,
+  // divided by `divisor` (and the loss scale); see Step().
+  absl::StatusOr<StepResult> RunStep(double divisor);
+  // Pushes this worker's slice of the gradients for `step` with `push`'s
+  // scalars (unless null) and pulls the slice's parameters after it,
+  // concurrently, into params_.
+  absl::Status PushPull(int64_t step, const PushScalars* push);
+  // PushPull(step, &push) until it has succeeded on every worker of the
+  // generation (one all-reduce tells): a shard server that fails or restarts
+  // mid-step (UNAVAILABLE, DEADLINE_EXCEEDED) makes every worker push and
+  // pull the step again -- chunks that applied it answer from the stored
+  // result -- for up to step_timeout. Other errors end the step everywhere.
+  absl::Status PushPullEverywhere(int64_t step, const PushScalars& push);
+  // Cancels the RPCs in flight (a worker of the generation was lost).
+  void CancelInFlight();
+
+  const ClientOptions options_;
+  const std::string worker_id_;
+  const FlatLayout layout_;
+  const size_t esize_;
+  // Before membership_, whose thread cancels its calls.
+  ShardTransport transport_;
+  LossScaler scaler_;
+  std::optional<float> lr_;    // SetLearningRate()'s; unset: the job's
+  bool scaler_known_ = false;  // it has run steps in some generation
+  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  std::unique_ptr<WorkerMembership> membership_;
+  v1::Generation generation_;
+  uint32_t rank_ = 0;
+  uint32_t world_size_ = 0;
+  uint64_t padded_num_params_ = 0;
+  std::vector<Piece> slice_pieces_;
+  std::unique_ptr<Collective> collective_;
+  // The parameters from flat index params_base_ on: all (replicated) or the slice (on demand).
+  std::vector<uint8_t> params_;
+  uint64_t params_base_ = 0;
+  std::vector<uint8_t> grads_;
+  int64_t step_ = 0;
+  int micro_batches_ = 0;
+  bool broken_ = false;
+  ReformStats reform_stats_;  // the last step failed: re-form before the next
+  // Declared last: destroyed first, finishing the gathers that read
+  // collective_ and params_.
+  ParamGatherer gatherer_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_CLIENT_CLIENT_IMPL_H_

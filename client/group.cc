@@ -1,0 +1,188 @@
+// ClientImpl (client_impl.h): forming the group of each generation --
+// rendezvous, rank and slice, the step every chunk has applied, the loss
+// scale and the parameters -- and following newer generations and placements.
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/client_impl.h"
+#include "core/log.h"
+#include "core/status_macros.h"
+#include "rpc/grpc_util.h"
+#include "rpc/rendezvous_keys.h"
+
+namespace strata {
+
+absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedSteps() {
+  v1::GetPlacementRequest request;
+  request.set_job_id(options_.job_id);
+  v1::GetPlacementResponse placement;
+  RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::GetPlacement, request,
+                            &placement, kControlRpcTimeout));
+  int64_t lowest = std::numeric_limits<int64_t>::max(), highest = 0;
+  for (const v1::PlacementRow& row : placement.rows()) {
+    if (row.applied_step() < 0) {
+      return absl::UnavailableError(absl::StrCat("chunk ", row.chunk_id(), " on shard server ",
+                                                 row.server_address(), " is ", row.tier()));
+    }
+    lowest = std::min(lowest, row.applied_step());
+    highest = std::max(highest, row.applied_step());
+  }
+  if (placement.rows().empty()) lowest = 0;
+  if (highest > lowest + 1) {
+    return absl::InternalError(absl::StrCat("job '", options_.job_id, "' has chunks at step ",
+                                            lowest, " and at step ", highest));
+  }
+  return std::make_pair(lowest, highest);
+}
+
+absl::Status ClientImpl::Reform(uint64_t than) {
+  const absl::Time started = absl::Now();
+  const absl::Time deadline = started + options_.rendezvous_timeout;
+  collective_.reset();
+  while (true) {
+    ASSIGN_OR_RETURN(v1::Generation generation, membership_->WaitNewer(than, deadline));
+    const auto& ids = generation.worker_ids();
+    CollectiveOptions collective;
+    collective.coordinator_address = options_.coordinator_address;
+    collective.key_prefix = GenerationRendezvousPrefix(options_.job_id, generation.number());
+    collective.rank = static_cast<int>(std::find(ids.begin(), ids.end(), worker_id_) - ids.begin());
+    collective.size = ids.size();
+    collective.hostname = options_.collective_hostname;
+    collective.timeout = options_.collective_timeout;
+    // A member that never comes (lost before it formed) leads to the next one.
+    collective.abandon = [this, number = generation.number()] {
+      return membership_->Latest().number() > number;
+    };
+    absl::StatusOr<std::unique_ptr<Collective>> formed = options_.collective == "nccl"
+                                                             ? CreateNcclCollective(collective)
+                                                             : CreateGlooCollective(collective);
+    if (!formed.ok()) {
+      if (absl::Now() > deadline) return formed.status();
+      than = generation.number();
+      continue;
+    }
+    collective_ = *std::move(formed);
+    generation_ = generation;
+    rank_ = collective.rank;
+    world_size_ = collective.size;
+    break;
+  }
+  if (generation_.placement_version() != transport_.job().placement_version()) {
+    RETURN_IF_ERROR(FollowPlacement(deadline));
+  }
+  // Accumulated gradients keep their flat positions in the new world's buffer.
+  padded_num_params_ = layout_.PaddedNumParams(world_size_);
+  const FlatRange slice = layout_.WorkerSlice(rank_, world_size_);
+  params_base_ = on_demand() ? slice.begin : 0;
+  params_.resize((on_demand() ? slice.size() : padded_num_params_) * esize_, 0);
+  grads_.resize(padded_num_params_ * esize_, 0);
+  slice_pieces_ = transport_.PiecesOf(slice, kMaxPayloadBytes / esize_);
+
+  // Rank 0 decides the step and the loss scale; the others take its view.
+  // state = {step, step is fresh, loss scale, good steps, scaler known}
+  double state[5] = {0, 0, 0, 0, 0};
+  if (rank_ == 0) {
+    ASSIGN_OR_RETURN(auto steps, AppliedSteps());
+    // A job restored from a checkpoint has its state already.
+    const bool fresh = steps.second == 0 && transport_.job().restored_from().empty();
+    if (fresh && !options_.initial_state_path.empty()) {
+      RETURN_IF_ERROR(WriteInitialState());
+      ASSIGN_OR_RETURN(steps, AppliedSteps());
+    }
+    state[0] = static_cast<double>(steps.first);
+    state[1] = fresh ? 1 : 0;
+  }
+  if (scaler_known_) {
+    state[2] = scaler_.scale();
+    state[3] = scaler_.good_steps();
+    state[4] = 1;
+  }
+  RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(state)));
+  int64_t step = static_cast<int64_t>(state[0]);
+  // Workers that ran steps agree on the scale (they saw the same overflows).
+  if (state[4] > 0) scaler_.Restore(state[2] / state[4], static_cast<int>(state[3] / state[4]));
+  // At the step of the checkpoint the job started or resumed from: its scaler.
+  if (transport_.job().has_restored_loss_scale() && step == transport_.job().restored_step()) {
+    scaler_.Restore(transport_.job().restored_loss_scale().scale(),
+                    transport_.job().restored_loss_scale().good_steps());
+  }
+  scaler_known_ = true;
+  if (state[1] > 0 && rank_ == 0 && !options_.initial_params.empty()) {
+    RETURN_IF_ERROR(WriteInitialParams());
+  }
+  RETURN_IF_ERROR(collective_->Barrier());
+  const absl::Time pull_started = absl::Now();
+  RETURN_IF_ERROR(PushPull(step, /*push=*/nullptr));
+  if (!on_demand()) {
+    RETURN_IF_ERROR(collective_->AllGather(options_.dtype, params_.data(), padded_num_params_));
+  }
+  const absl::Time done = absl::Now();
+  reform_stats_.count++;
+  reform_stats_.generation = generation_.number();
+  reform_stats_.seconds = absl::ToDoubleSeconds(done - started);
+  reform_stats_.param_pull_seconds = absl::ToDoubleSeconds(done - pull_started);
+  reform_stats_.steps_lost = std::max<int64_t>(step_ - step, 0);
+  step_ = step;
+  broken_ = false;
+  membership_->Running(generation_, step_);
+  return absl::OkStatus();
+}
+
+absl::Status ClientImpl::FollowPlacement(absl::Time deadline) {
+  v1::GetJobRequest request;
+  request.set_job_id(options_.job_id);
+  // The coordinator announces a move before it has finished it.
+  while (true) {
+    v1::JobInfo job;
+    RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::GetJob, request, &job,
+                              kControlRpcTimeout));
+    if (job.placement_version() >= generation_.placement_version()) {
+      RETURN_IF_ERROR(transport_.SetPlacement(std::move(job)));
+      break;
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("job '", options_.job_id, "': its chunks did not finish moving (placement ",
+                       generation_.placement_version(), ") within the rendezvous timeout"));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  LogEventCat("client", "job ", options_.job_id, ": chunks moved (placement ",
+              transport_.job().placement_version(), "), resuming from checkpoint ",
+              transport_.job().restored_from());
+  return absl::OkStatus();
+}
+
+absl::Status ClientImpl::FollowGeneration() {
+  if (broken_) RETURN_IF_ERROR(Recover(absl::UnavailableError("the last step failed")));
+  // Every worker of a generation runs this check first, so a worker that
+  // just re-formed (or joined) and one that has run steps in it agree.
+  while (true) {
+    double newer[1] = {membership_->Latest().number() > generation_.number() ? 1.0 : 0.0};
+    absl::Status s = collective_->AllReduceSum(absl::MakeSpan(newer));
+    if (!s.ok()) {
+      RETURN_IF_ERROR(Recover(s));
+    } else if (newer[0] > 0) {
+      RETURN_IF_ERROR(Reform(generation_.number()));
+    } else {
+      return absl::OkStatus();
+    }
+  }
+}
+
+absl::Status ClientImpl::Recover(const absl::Status& error) {
+  broken_ = true;
+  absl::Status reformed = Reform(generation_.number());
+  if (!reformed.ok()) {
+    return absl::Status(reformed.code(),
+                        absl::StrCat(reformed.message(), " (after: ", error.message(), ")"));
+  }
+  return reformed;
+}
+
+void ClientImpl::CancelInFlight() { transport_.CancelGeneration(generation_.number()); }
+
+}  // namespace strata

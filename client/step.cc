@@ -1,0 +1,219 @@
+// ClientImpl (client_impl.h): the step -- reduce-scatter, gradient
+// statistics, push and pull of the worker's slice, all-gather -- and the
+// on-demand gathers.
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/client_impl.h"
+#include "core/log.h"
+#include "core/status_macros.h"
+#include "kernels/grad_stats.h"
+#include "rpc/grpc_util.h"
+
+namespace strata {
+namespace {
+
+// Step(GradientFn) computes a step at most this often (overflows, lost workers).
+constexpr int kMaxStepAttempts = 64;
+
+}  // namespace
+
+absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
+  StepTransfer transfer;
+  transfer.step = step;
+  transfer.generation = generation_.number();
+  transfer.pieces = &slice_pieces_;
+  transfer.push = push;
+  transfer.grads = grads_.data();
+  transfer.params = params_.data();
+  transfer.params_base = params_base_;
+  // At least two chunks and a piece, so that a chunk that waits for another
+  // worker's pushes never stalls the rest.
+  transfer.window_bytes = std::max(options_.max_step_bytes_in_flight,
+                                   2 * options_.chunk_num_params * esize_ + kMaxPayloadBytes);
+  transfer.timeout = options_.step_timeout;
+  return transport_.PushPull(transfer);
+}
+
+absl::Status ClientImpl::PushPullEverywhere(int64_t step, const PushScalars& push) {
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
+  absl::Duration backoff = absl::Milliseconds(50);
+  while (true) {
+    absl::Status s = PushPull(step, &push);
+    // NOT_FOUND: the job is not on that server (now): its chunks are moving.
+    bool retryable = absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsNotFound(s);
+    // {failed and retryable here, failed for good here}: every worker acts on the sums.
+    double failed[2] = {!s.ok() && retryable ? 1.0 : 0.0, !s.ok() && !retryable ? 1.0 : 0.0};
+    RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(failed)));
+    if (failed[0] == 0 && failed[1] == 0) return absl::OkStatus();
+    if (failed[1] > 0 || absl::Now() > deadline) {
+      return s.ok() ? absl::AbortedError(absl::StrCat("step ", step, " failed at another worker"))
+                    : s;
+    }
+    LogEventCat("client", "step ", step, ": ",
+                s.ok() ? std::string("another worker's push or pull failed") : s.ToString(),
+                "; pushing and pulling it again");
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
+absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
+  const DType dtype = options_.dtype;
+  StepResult result;
+  result.generation = generation_.number();
+  result.world_size = static_cast<int>(world_size_);
+  absl::Time started = absl::Now();
+  RETURN_IF_ERROR(collective_->ReduceScatterSum(dtype, grads_.data(), padded_num_params_));
+  FlatRange slice = layout_.WorkerSlice(rank_, world_size_);
+  GradStats stats = ComputeGradStats(dtype, grads_.data() + slice.begin * esize_, slice.size());
+  double global[2] = {stats.sum_squares, stats.all_finite ? 0.0 : 1.0};
+  RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(global)));
+  result.collective_seconds = absl::ToDoubleSeconds(absl::Now() - started);
+
+  result.loss_scale = scaler_.scale();
+  divisor *= scaler_.scale();
+  micro_batches_ = 0;
+  if (global[1] > 0) {  // some worker saw Inf or NaN: skip, lower the scale
+    std::fill(grads_.begin(), grads_.end(), 0);
+    scaler_.Update(/*overflow=*/true);
+    result.step = step_;
+    result.skipped = true;
+    result.grad_norm = INFINITY;
+    return result;
+  }
+  result.grad_norm = std::sqrt(global[0]) / divisor;
+  if (options_.max_grad_norm > 0 && result.grad_norm > options_.max_grad_norm) {
+    result.clip_factor = options_.max_grad_norm / (result.grad_norm + 1e-6);
+  }
+  PushScalars push;
+  push.coef = static_cast<float>(result.clip_factor / divisor);
+  push.lr = lr_;
+  // The scaler after this step, kept with it by the chunks for checkpoints.
+  LossScaler after = scaler_;
+  after.Update(/*overflow=*/false);
+  push.loss_scale_after.set_scale(after.scale());
+  push.loss_scale_after.set_good_steps(after.good_steps());
+  started = absl::Now();
+  RETURN_IF_ERROR(PushPullEverywhere(step_ + 1, push));
+  result.push_pull_seconds = absl::ToDoubleSeconds(absl::Now() - started);
+  std::fill(grads_.begin(), grads_.end(), 0);
+  if (!on_demand()) {
+    started = absl::Now();
+    RETURN_IF_ERROR(collective_->AllGather(dtype, params_.data(), padded_num_params_));
+    result.collective_seconds += absl::ToDoubleSeconds(absl::Now() - started);
+  }
+  scaler_.Update(/*overflow=*/false);
+  result.step = ++step_;
+  membership_->Running(generation_, step_);
+  return result;
+}
+
+absl::Status ClientImpl::DrainGathers() {
+  absl::Status s = gatherer_.Drain();
+  if (IsRetryable(s)) broken_ = true;
+  return s;
+}
+
+std::unique_ptr<PendingGather> ClientImpl::StartGather(FlatRange range, absl::Span<float> out) {
+  absl::Status refused;
+  if (range.begin > range.end || range.end > layout_.num_params()) {
+    refused = absl::InvalidArgumentError(absl::StrCat("gather of [", range.begin, ", ", range.end,
+                                                      "): the flat space is [0, ",
+                                                      layout_.num_params(), ")"));
+  } else if (out.size() != range.size()) {
+    refused = absl::InvalidArgumentError(
+        absl::StrCat("gather of ", range.size(), " parameters into ", out.size(), " floats"));
+  } else if (collective_ == nullptr) {
+    refused = absl::FailedPreconditionError("gather after Leave()");
+  } else if (!on_demand()) {
+    CastToFloat(options_.dtype, params_.data() + range.begin * esize_, out.data(), out.size());
+  } else {
+    ParamGatherer::Source source;
+    source.collective = collective_.get();
+    source.layout = &layout_;
+    source.dtype = options_.dtype;
+    source.rank = rank_;
+    source.world_size = world_size_;
+    source.slice = layout_.WorkerSlice(rank_, world_size_);
+    source.slice_bytes = params_.data();
+    return gatherer_.Start(source, range, out);
+  }
+  return ParamGatherer::Done(refused);
+}
+
+absl::StatusOr<StepResult> ClientImpl::Step() {
+  if (micro_batches_ == 0) {
+    return absl::FailedPreconditionError("Step() with no accumulated gradients");
+  }
+  RETURN_IF_ERROR(DrainGathers());
+  RETURN_IF_ERROR(FollowGeneration());
+  absl::StatusOr<StepResult> result = RunStep(static_cast<double>(world_size_) * micro_batches_);
+  if (!result.ok()) {
+    broken_ = IsRetryable(result.status());
+    std::fill(grads_.begin(), grads_.end(), 0);
+    micro_batches_ = 0;
+  }
+  return result;
+}
+
+absl::StatusOr<StepResult> ClientImpl::Step(const GradientFn& compute) {
+  const uint64_t batch = options_.samples_per_step;
+  if (batch == 0) {
+    return absl::FailedPreconditionError("Step(GradientFn) needs samples_per_step > 0");
+  }
+  int64_t target = step_ + 1;
+  for (int attempt = 1;; ++attempt) {
+    RETURN_IF_ERROR(FollowGeneration());
+    // The job resumed from an older checkpoint: the step after it.
+    target = std::min(target, step_ + 1);
+    const uint64_t first = static_cast<uint64_t>(target - 1) * batch;
+    if (step_ >= target) {  // the others completed it while this worker re-formed
+      StepResult done;
+      done.step = step_;
+      done.generation = generation_.number();
+      done.world_size = static_cast<int>(world_size_);
+      done.loss_scale = scaler_.scale();
+      done.attempts = attempt;
+      done.sample_begin = static_cast<uint64_t>(step_ - 1) * batch;
+      done.sample_end = done.sample_begin + batch;
+      return done;
+    }
+    const uint64_t begin = first + batch * rank_ / world_size_;
+    const uint64_t end = first + batch * (rank_ + 1) / world_size_;
+    const uint64_t micro = options_.micro_batch_samples > 0 ? options_.micro_batch_samples
+                                                            : std::max<uint64_t>(end - begin, 1);
+    std::fill(grads_.begin(), grads_.end(), 0);
+    micro_batches_ = 0;
+    absl::Status computed;
+    for (uint64_t b = begin; b < end && computed.ok(); b += micro) {
+      computed = compute(MicroBatch{target, b, std::min(end, b + micro)}, *this);
+    }
+    // A failed gather (a lost worker) is why compute failed, if it did: the
+    // step is recomputed in the next generation. Compute's own errors end it.
+    absl::Status gathered = DrainGathers();
+    if (gathered.ok() && !computed.ok()) return computed;
+    absl::StatusOr<StepResult> result =
+        gathered.ok() ? RunStep(static_cast<double>(batch)) : absl::StatusOr<StepResult>(gathered);
+    if (result.ok() && !result->skipped) {
+      result->attempts = attempt;
+      result->sample_begin = first;
+      result->sample_end = first + batch;
+      return result;
+    }
+    if (attempt >= kMaxStepAttempts) {
+      return result.ok()
+                 ? absl::FailedPreconditionError(absl::StrCat(
+                       "step ", target, " overflowed ", attempt, " times; the loss scale is ",
+                       scaler_.scale(), " (are the gradients finite?)"))
+                 : result.status();
+    }
+    if (result.ok()) continue;  // overflow: the same samples at a lower scale
+    if (!IsRetryable(result.status())) return result.status();
+    RETURN_IF_ERROR(Recover(result.status()));
+  }
+}
+
+}  // namespace strata
