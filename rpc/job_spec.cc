@@ -66,6 +66,17 @@ v1::AdamConfig AdamToProto(const AdamConfig& adam) {
   return out;
 }
 
+LossScaleState LossScaleFromProto(const v1::LossScaleState& state) {
+  return LossScaleState{state.scale(), state.good_steps()};
+}
+
+v1::LossScaleState LossScaleToProto(const LossScaleState& state) {
+  v1::LossScaleState out;
+  out.set_scale(state.scale);
+  out.set_good_steps(state.good_steps);
+  return out;
+}
+
 std::vector<TensorSpec> TensorsFromProto(const v1::JobSpec& spec) {
   std::vector<TensorSpec> tensors;
   for (const v1::TensorSpec& t : spec.tensors()) {

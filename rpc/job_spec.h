@@ -22,6 +22,8 @@ absl::StatusOr<DType> DTypeFromProto(v1::DType dtype);
 v1::DType DTypeToProto(DType dtype);
 AdamConfig AdamFromProto(const v1::AdamConfig& adam);
 v1::AdamConfig AdamToProto(const AdamConfig& adam);
+LossScaleState LossScaleFromProto(const v1::LossScaleState& state);
+v1::LossScaleState LossScaleToProto(const LossScaleState& state);
 std::vector<TensorSpec> TensorsFromProto(const v1::JobSpec& spec);
 
 }  // namespace strata

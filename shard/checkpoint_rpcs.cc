@@ -13,6 +13,7 @@
 #include "core/parallel_for.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_status.h"
+#include "rpc/job_spec.h"
 #include "shard/chunk_saver.h"
 #include "shard/saved_chunk.h"
 #include "shard/shard_service.h"
@@ -103,7 +104,9 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
   ASSIGN_OR_RETURN(std::vector<SavedChunk> saved, SaveArmedChunks(chunks));
   for (size_t i = 0; i < chunks.size(); ++i) {
     const Chunk& chunk = *chunks[i];
-    if (saved[i].loss_scale.has_value()) *response->mutable_loss_scale() = *saved[i].loss_scale;
+    if (saved[i].loss_scale.has_value()) {
+      *response->mutable_loss_scale() = LossScaleToProto(*saved[i].loss_scale);
+    }
     v1::CheckpointFile* file = response->add_files();
     file->mutable_chunk()->set_chunk_id(chunk.chunk_id());
     file->mutable_chunk()->set_flat_begin(chunk.range().begin);

@@ -16,6 +16,10 @@
 // step t+1 is applied, so a new generation can recompute step t from the
 // parameters every chunk had before it.
 //
+// Checkpoints (ArmCheckpoint ... CancelCheckpoint) are implemented in
+// chunk_checkpoint.cc: Apply() asks them, before it changes the state,
+// whether to keep the armed step's state and where to write the update.
+//
 // Thread-safety: all methods are thread-safe. Apply() runs on one executor
 // thread at a time per chunk (Stage() returns true to exactly one caller per
 // step). The state is loaded and committed under state_mu_ (Apply,
@@ -46,7 +50,6 @@
 #include "storage/tier.h"
 #include "strata/flat_layout.h"
 #include "strata/types.h"
-#include "strata/v1/common.pb.h"
 
 namespace strata {
 
@@ -56,7 +59,7 @@ struct StepScalars {
   float coef = 1.0f;        // the gradients are multiplied by coef
   std::optional<float> lr;  // the step's learning rate; unset: the job's
   // The workers' loss scaler after the step, kept for checkpoints.
-  std::optional<v1::LossScaleState> loss_scale_after;
+  std::optional<LossScaleState> loss_scale_after;
 };
 
 class Chunk {
@@ -158,7 +161,7 @@ class Chunk {
   // scaler the step's pushes reported; AwaitCheckpointStep()'s error when
   // the step is not reached (or the checkpoint was cancelled), or the I/O
   // error naming the file.
-  absl::StatusOr<uint64_t> SaveCheckpoint(std::optional<v1::LossScaleState>* loss_scale)
+  absl::StatusOr<uint64_t> SaveCheckpoint(std::optional<LossScaleState>* loss_scale)
       ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
   // Disarms, ending an AwaitCheckpointStep() that waits.
   void CancelCheckpoint() ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
@@ -265,9 +268,9 @@ class Chunk {
   uint64_t staged_params_ ABSL_GUARDED_BY(mu_) = 0;
   float staged_coef_ ABSL_GUARDED_BY(mu_) = 0;
   float staged_lr_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<v1::LossScaleState> staged_loss_scale_ ABSL_GUARDED_BY(mu_);
+  std::optional<LossScaleState> staged_loss_scale_ ABSL_GUARDED_BY(mu_);
   // The loss scaler after each of the last two applied steps (by step & 1).
-  std::optional<v1::LossScaleState> loss_scales_[2] ABSL_GUARDED_BY(mu_);
+  std::optional<LossScaleState> loss_scales_[2] ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   // The armed checkpoint's step, or -1, and the error that disarmed it, if
   // any; the arena its buffers come from. A host-tier chunk's second buffer
@@ -287,7 +290,7 @@ class Chunk {
   Buffer held_ ABSL_GUARDED_BY(state_mu_) = Buffer::kNone;
   bool writing_held_ ABSL_GUARDED_BY(state_mu_) = false;
   ArenaState checkpoint_copy_ ABSL_GUARDED_BY(state_mu_);
-  std::optional<v1::LossScaleState> checkpoint_loss_scale_ ABSL_GUARDED_BY(mu_);
+  std::optional<LossScaleState> checkpoint_loss_scale_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace strata

@@ -22,7 +22,7 @@ namespace strata {
 struct SavedChunk {
   uint64_t checksum = 0;
   // The loss scaler the step's pushes reported, if any.
-  std::optional<v1::LossScaleState> loss_scale;
+  std::optional<LossScaleState> loss_scale;
 };
 
 // Writes each chunk to the path it was armed with. On the first error, the

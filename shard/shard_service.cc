@@ -333,11 +333,11 @@ grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
   absl::StatusOr<bool> complete = (*chunk)->Stage(
       request->step(), request->generation(), request->flat_begin(), request->num_params(),
       request->grads(),
-      StepScalars{request->coef(),
-                  request->has_lr() ? std::optional<float>(request->lr()) : std::nullopt,
-                  request->has_loss_scale_after()
-                      ? std::optional<v1::LossScaleState>(request->loss_scale_after())
-                      : std::nullopt},
+      StepScalars{
+          request->coef(), request->has_lr() ? std::optional<float>(request->lr()) : std::nullopt,
+          request->has_loss_scale_after()
+              ? std::optional<LossScaleState>(LossScaleFromProto(request->loss_scale_after()))
+              : std::nullopt},
       [reactor, response, step = request->step()](absl::Status s) {
         response->set_applied_step(step);
         reactor->Finish(ToGrpcStatus(s));

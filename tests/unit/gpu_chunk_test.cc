@@ -126,7 +126,7 @@ TEST_P(GpuChunkTest, TrainsBitwiseLikeAHostChunk) {
   std::string files[2];
   int i = 0;
   for (Chunk* chunk : {on_gpu_.get(), on_host_.get()}) {
-    std::optional<v1::LossScaleState> loss_scale;
+    std::optional<LossScaleState> loss_scale;
     auto checksum = chunk->SaveCheckpoint(&loss_scale);
     ASSERT_TRUE(checksum.ok()) << checksum.status();
     std::ifstream in(path, std::ios::binary);

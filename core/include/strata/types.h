@@ -43,6 +43,13 @@ struct AdamConfig {
   bool adamw = true;
 };
 
+// A dynamic loss scaler's state: the scale, and the good steps in a row
+// since it last changed.
+struct LossScaleState {
+  float scale = 0.0f;
+  int32_t good_steps = 0;
+};
+
 }  // namespace strata
 
 #endif  // STRATA_TYPES_H_
