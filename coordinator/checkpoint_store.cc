@@ -16,6 +16,7 @@
 #include "core/chunk_bytes.h"
 #include "core/file_io.h"
 #include "core/status_macros.h"
+#include "strata/internal/records.pb.h"
 
 namespace strata {
 namespace {
@@ -45,7 +46,7 @@ absl::Status WriteSynced(const std::string& path, const std::string& contents) {
   return status;
 }
 
-absl::StatusOr<v1::CheckpointManifest> ParseManifest(const std::string& checkpoint) {
+absl::StatusOr<internal::CheckpointManifest> ParseManifest(const std::string& checkpoint) {
   const std::string path = absl::StrCat(checkpoint, "/", kManifest);
   std::ifstream in(path);
   if (!in) {
@@ -54,7 +55,7 @@ absl::StatusOr<v1::CheckpointManifest> ParseManifest(const std::string& checkpoi
   }
   std::stringstream contents;
   contents << in.rdbuf();
-  v1::CheckpointManifest manifest;
+  internal::CheckpointManifest manifest;
   auto parsed = google::protobuf::util::JsonStringToMessage(contents.str(), &manifest);
   if (!parsed.ok()) {
     return absl::DataLossError(
@@ -98,7 +99,7 @@ absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, const std::s
 }
 
 absl::StatusOr<std::string> CommitCheckpoint(const std::string& partial,
-                                             const v1::CheckpointManifest& manifest) {
+                                             const internal::CheckpointManifest& manifest) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
   options.preserve_proto_field_names = true;
@@ -126,8 +127,8 @@ void AbandonCheckpoint(const std::string& partial) {
   fs::remove_all(partial, ignored);
 }
 
-absl::StatusOr<v1::CheckpointManifest> ReadCheckpoint(const std::string& path) {
-  ASSIGN_OR_RETURN(v1::CheckpointManifest manifest, ParseManifest(path));
+absl::StatusOr<internal::CheckpointManifest> ReadCheckpoint(const std::string& path) {
+  ASSIGN_OR_RETURN(internal::CheckpointManifest manifest, ParseManifest(path));
   std::vector<const v1::CheckpointFile*> files;
   for (const auto& f : manifest.files()) files.push_back(&f);
   std::sort(files.begin(), files.end(), [](const auto* a, const auto* b) {
@@ -162,7 +163,7 @@ absl::StatusOr<v1::CheckpointManifest> ReadCheckpoint(const std::string& path) {
   return manifest;
 }
 
-v1::CheckpointInfo InfoOf(const v1::CheckpointManifest& manifest, const std::string& path) {
+v1::CheckpointInfo InfoOf(const internal::CheckpointManifest& manifest, const std::string& path) {
   v1::CheckpointInfo info;
   info.set_job_id(manifest.spec().job_id());
   info.set_step(manifest.step());
@@ -187,7 +188,7 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::strin
   if (!fs::is_directory(job_dir, error)) return checkpoints;
   for (const auto& entry : fs::directory_iterator(job_dir, error)) {
     if (!absl::StartsWith(entry.path().filename().string(), kStepPrefix)) continue;
-    absl::StatusOr<v1::CheckpointManifest> manifest = ParseManifest(entry.path().string());
+    absl::StatusOr<internal::CheckpointManifest> manifest = ParseManifest(entry.path().string());
     if (!manifest.ok()) continue;  // not ours, or damaged: restore names the problem
     checkpoints.push_back(InfoOf(*manifest, entry.path().string()));
   }

@@ -1,7 +1,7 @@
 // The checkpoints of jobs on a file system, as the coordinator sees them:
 //
 //   DIR/JOB/step-0000000010/chunk-00000000.bin ...   (server/saved_chunk.h)
-//   DIR/JOB/step-0000000010/manifest.json            (v1::CheckpointManifest)
+//   DIR/JOB/step-0000000010/manifest.json            (internal::CheckpointManifest)
 //
 // A save writes into a hidden directory DIR/JOB/.step-N.partial-T, writes
 // the manifest last, syncs, and renames the directory into place: a crash at
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "strata/internal/records.pb.h"
 #include "strata/v1/coordinator.pb.h"
 
 namespace strata {
@@ -31,7 +32,7 @@ absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, const std::s
 // name; returns that path. When a checkpoint of the step exists already,
 // `partial` is removed and the existing one's path returned.
 absl::StatusOr<std::string> CommitCheckpoint(const std::string& partial,
-                                             const v1::CheckpointManifest& manifest);
+                                             const internal::CheckpointManifest& manifest);
 // Removes a partial directory of a failed save.
 void AbandonCheckpoint(const std::string& partial);
 
@@ -39,7 +40,7 @@ void AbandonCheckpoint(const std::string& partial);
 // when `path` has no manifest.json (not a checkpoint); DATA_LOSS naming the
 // file when the manifest does not parse, its files do not tile the flat
 // space, or a file is missing or has another size.
-absl::StatusOr<v1::CheckpointManifest> ReadCheckpoint(const std::string& path);
+absl::StatusOr<internal::CheckpointManifest> ReadCheckpoint(const std::string& path);
 
 // The complete checkpoints of `job_id` under `dir`, oldest first (by step).
 absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& dir,
@@ -47,7 +48,7 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::strin
 // Removes all but the newest `keep` complete checkpoints of the job.
 absl::Status PruneCheckpoints(const std::string& dir, const std::string& job_id, uint32_t keep);
 
-v1::CheckpointInfo InfoOf(const v1::CheckpointManifest& manifest, const std::string& path);
+v1::CheckpointInfo InfoOf(const internal::CheckpointManifest& manifest, const std::string& path);
 
 }  // namespace strata
 

@@ -11,6 +11,7 @@
 #include "coordinator/job_info.h"
 #include "core/log.h"
 #include "core/status_macros.h"
+#include "strata/internal/records.pb.h"
 
 namespace strata {
 namespace {
@@ -134,7 +135,7 @@ absl::StatusOr<v1::CheckpointInfo> Checkpointer::SaveAt(const v1::JobInfo& job,
               done(std::move(s));
             });
       });
-  v1::CheckpointManifest manifest;
+  internal::CheckpointManifest manifest;
   absl::Status status;
   for (auto& r : results) {
     status.Update(r->status);

@@ -16,6 +16,7 @@
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
 #include "rpc/job_spec.h"
+#include "strata/internal/records.pb.h"
 
 namespace strata {
 namespace {
@@ -178,13 +179,13 @@ void CoordinatorService::FinishCreate(const v1::JobInfo& job, absl::Status statu
   }
 }
 
-absl::StatusOr<v1::CheckpointManifest> CoordinatorService::PlanRestore(const std::string& path,
-                                                                       v1::JobInfo* job) {
+absl::StatusOr<internal::CheckpointManifest> CoordinatorService::PlanRestore(
+    const std::string& path, v1::JobInfo* job) {
   if (path[0] != '/') {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint path '", path, "' is not an absolute path"));
   }
-  ASSIGN_OR_RETURN(v1::CheckpointManifest manifest, ReadCheckpoint(path));
+  ASSIGN_OR_RETURN(internal::CheckpointManifest manifest, ReadCheckpoint(path));
   const auto& want = job->spec().tensors();
   const auto& have = manifest.spec().tensors();
   for (int i = 0, n = std::max(want.size(), have.size()); i < n; ++i) {
@@ -212,14 +213,15 @@ grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerCont
   bool existing = false;
   absl::Status planned = PlanJob(request->spec(), response, &existing);
   if (!planned.ok() || existing) return FinishUnary(ctx, planned);
-  std::shared_ptr<const v1::CheckpointManifest> manifest;
+  std::shared_ptr<const internal::CheckpointManifest> manifest;
   if (!request->restore_from().empty()) {
-    absl::StatusOr<v1::CheckpointManifest> read = PlanRestore(request->restore_from(), response);
+    absl::StatusOr<internal::CheckpointManifest> read =
+        PlanRestore(request->restore_from(), response);
     if (!read.ok()) {
       FinishCreate(*response, read.status());
       return FinishUnary(ctx, read.status());
     }
-    manifest = std::make_shared<const v1::CheckpointManifest>(*std::move(read));
+    manifest = std::make_shared<const internal::CheckpointManifest>(*std::move(read));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto job = std::make_shared<const v1::JobInfo>(*response);

@@ -34,6 +34,7 @@
 #include "core/thread_pool.h"
 #include "rpc/metrics.h"
 #include "storage/metadata_store.h"
+#include "strata/internal/records.pb.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
 
@@ -114,7 +115,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   absl::Status PlanJob(const v1::JobSpec& spec, v1::JobInfo* job, bool* existing);
   // Checks a restore's checkpoint against `job`'s spec and notes it in `job`;
   // returns its manifest.
-  absl::StatusOr<v1::CheckpointManifest> PlanRestore(const std::string& path, v1::JobInfo* job);
+  absl::StatusOr<internal::CheckpointManifest> PlanRestore(const std::string& path,
+                                                           v1::JobInfo* job);
   void FinishCreate(const v1::JobInfo& job, absl::Status status);
   // Writes `job` to RocksDB.
   absl::Status WriteJob(const v1::JobInfo& job);

@@ -17,6 +17,7 @@
 #include "coordinator/job_info.h"
 #include "core/log.h"
 #include "core/status_macros.h"
+#include "strata/internal/records.pb.h"
 
 namespace strata {
 
@@ -67,9 +68,9 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
   }
   auto moved = std::make_shared<v1::JobInfo>(job);
   moved->set_placement_version(job.placement_version() + 1);
-  ASSIGN_OR_RETURN(v1::CheckpointManifest read,
+  ASSIGN_OR_RETURN(internal::CheckpointManifest read,
                    PlanRestore(checkpoints.back().path(), moved.get()));
-  auto manifest = std::make_shared<const v1::CheckpointManifest>(std::move(read));
+  auto manifest = std::make_shared<const internal::CheckpointManifest>(std::move(read));
   {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(AssignServers(moved.get()));

@@ -5,6 +5,7 @@
 
 #include "coordinator/job_info.h"
 #include "rpc/grpc_util.h"
+#include "strata/internal/records.pb.h"
 
 namespace strata {
 
@@ -57,7 +58,7 @@ void ShardFleet::Allocate(std::shared_ptr<const v1::JobInfo> job, uint64_t min_g
 }
 
 void ShardFleet::Load(std::shared_ptr<const v1::JobInfo> job,
-                      std::shared_ptr<const v1::CheckpointManifest> manifest,
+                      std::shared_ptr<const internal::CheckpointManifest> manifest,
                       std::function<void(absl::Status)> done) {
   CallEach<v1::LoadChunksRequest, v1::LoadChunksResponse>(
       ServersOf(*job), /*wait_for_ready=*/false,

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/fan_out.h"
+#include "strata/internal/records.pb.h"
 #include "strata/v1/coordinator.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
 
@@ -40,7 +41,7 @@ class ShardFleet {
   // `manifest` in job->restored_from() (the files overlapping its chunks),
   // then `done(status)`.
   void Load(std::shared_ptr<const v1::JobInfo> job,
-            std::shared_ptr<const v1::CheckpointManifest> manifest,
+            std::shared_ptr<const internal::CheckpointManifest> manifest,
             std::function<void(absl::Status)> done);
   // Drops `job_id` on `addresses`; `done(servers that failed)` runs when all
   // answered (a server without the job has nothing to drop). With

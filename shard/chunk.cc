@@ -7,6 +7,7 @@
 #include "core/status_macros.h"
 #include "kernels/adam.h"
 #include "kernels/elementwise.h"
+#include "strata/internal/records.pb.h"
 #include "strata/v1/shard.pb.h"
 
 namespace strata {
@@ -36,7 +37,7 @@ std::string Chunk::RecordKey(const std::string& job_id, uint32_t chunk_id) {
 
 absl::Status Chunk::WriteRecordLocked(int64_t step) {
   if (metadata_ == nullptr || !state_->durable()) return absl::OkStatus();
-  v1::ChunkRecord record;
+  internal::ChunkRecord record;
   record.mutable_chunk()->set_chunk_id(chunk_id_);
   record.mutable_chunk()->set_flat_begin(range_.begin);
   record.mutable_chunk()->set_num_params(range_.size());

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "strata/internal/records.pb.h"
 
 namespace strata {
 namespace {
@@ -76,7 +77,7 @@ NvmeChunkState::NvmeChunkState(Tier* nvme, std::shared_ptr<StagingPool> staging,
       slots_{slot0, slot1},
       current_(current) {}
 
-absl::Status NvmeChunkState::Describe(v1::ChunkRecord* record) const {
+absl::Status NvmeChunkState::Describe(internal::ChunkRecord* record) const {
   ASSIGN_OR_RETURN(std::vector<uint64_t> checksums, nvme_->Checksums(slots_[current_]));
   record->set_tier("nvme");
   record->clear_slot_offsets();
@@ -89,7 +90,7 @@ absl::Status NvmeChunkState::Describe(v1::ChunkRecord* record) const {
 }
 
 absl::StatusOr<std::unique_ptr<ChunkState>> NvmeChunkState::Restore(
-    NvmeTier* nvme, std::shared_ptr<StagingPool> staging, const v1::ChunkRecord& record) {
+    NvmeTier* nvme, std::shared_ptr<StagingPool> staging, const internal::ChunkRecord& record) {
   uint64_t num_params = record.chunk().num_params();
   uint64_t slot_bytes = RoundUpToBlock(StateBytes(num_params));
   if (record.slot_offsets_size() != 2 || record.slot_bytes() != slot_bytes ||

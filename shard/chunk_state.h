@@ -27,6 +27,7 @@
 #include "kernels/adam.h"
 #include "storage/nvme_tier.h"
 #include "storage/tier.h"
+#include "strata/internal/records.pb.h"
 #include "strata/v1/shard.pb.h"
 
 namespace strata {
@@ -82,7 +83,7 @@ class ChunkState {
   // tier's part of the chunk's record after each Commit(), and Rollback()
   // undoes the last Commit() when that record could not be written.
   virtual bool durable() const { return false; }
-  virtual absl::Status Describe(v1::ChunkRecord*) const { return absl::OkStatus(); }
+  virtual absl::Status Describe(internal::ChunkRecord*) const { return absl::OkStatus(); }
   virtual void Rollback() {}
   // Whether the tier computes the update where the state lives (GPU):
   // Update() then takes the place of Load(), a CPU update and Commit().
@@ -131,13 +132,13 @@ class NvmeChunkState : public ChunkState {
   absl::Status Commit(const StateView& view) override;
   void Release(const StateView& view) override;
   bool durable() const override { return true; }
-  absl::Status Describe(v1::ChunkRecord* record) const override;
+  absl::Status Describe(internal::ChunkRecord* record) const override;
   void Rollback() override { current_ = 1 - current_; }
 
   // The state a previous run recorded: its slots are adopted from `nvme`.
   static absl::StatusOr<std::unique_ptr<ChunkState>> Restore(NvmeTier* nvme,
                                                              std::shared_ptr<StagingPool> staging,
-                                                             const v1::ChunkRecord& record);
+                                                             const internal::ChunkRecord& record);
 
  private:
   NvmeChunkState(Tier* nvme, std::shared_ptr<StagingPool> staging, uint64_t num_params,

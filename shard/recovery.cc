@@ -14,6 +14,7 @@
 #include "rpc/job_spec.h"
 #include "shard/saved_chunk.h"
 #include "shard/shard_service.h"
+#include "strata/internal/records.pb.h"
 
 namespace strata {
 
@@ -35,7 +36,7 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
   int64_t step = -1;
   std::vector<std::string> saved_files;
   for (const auto& [key, value] : records) {
-    v1::ChunkRecord record;
+    internal::ChunkRecord record;
     if (!record.ParseFromString(value)) {
       return absl::DataLossError(absl::StrCat("server metadata: cannot parse record ", key));
     }
@@ -103,7 +104,7 @@ void ShardService::SaveMemoryChunks() {
       absl::StatusOr<uint64_t> checksum =
           step.ok() ? SaveChunkState(file, state.get(), n) : step.status();
       if (checksum.ok()) {
-        v1::ChunkRecord record;
+        internal::ChunkRecord record;
         record.mutable_chunk()->set_chunk_id(chunk->chunk_id());
         record.mutable_chunk()->set_flat_begin(begin);
         record.mutable_chunk()->set_num_params(n);

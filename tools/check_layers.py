@@ -7,7 +7,8 @@ the layers below it (docs/layout.md). Exit 0 when the tree follows the layers;
   check_layers.py --self-test    check that a planted wrong-way include fails
 
 A quoted include's layer is its first path component ("shard/chunk.h" is in
-shard/); "strata/v1/..." and "grpc/..." are the generated protos; any other
+shard/); "strata/v1/...", "strata/internal/..." and "grpc/..." are the
+generated protos; any other
 "strata/X.h" is the public header core/include/strata/X.h or
 client/include/strata/X.h. Angle-bracket includes are third-party.
 """
@@ -42,7 +43,7 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 def _layer_of_header(root, header):
     first = header.split("/", 1)[0]
-    if header.startswith("strata/v1/") or first == "grpc":
+    if header.startswith(("strata/v1/", "strata/internal/")) or first == "grpc":
         return "proto"
     if first == "strata":
         for layer in ("core", "client"):

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "strata/internal/records.pb.h"
 #include "testing/scratch_dir.h"
 
 namespace strata {
@@ -24,7 +25,7 @@ class CheckpointStoreTest : public ::testing::Test {
   std::string Save(int64_t step) {
     absl::StatusOr<std::string> partial = BeginCheckpoint(dir_, "j", step);
     EXPECT_TRUE(partial.ok()) << partial.status();
-    v1::CheckpointManifest manifest;
+    internal::CheckpointManifest manifest;
     manifest.mutable_spec()->set_job_id("j");
     manifest.set_step(step);
     absl::StatusOr<std::string> path = CommitCheckpoint(*partial, manifest);
