@@ -25,11 +25,6 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
 
 }  // namespace
 
-absl::Status WithAddress(const absl::Status& s, const std::string& address) {
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat("shard server ", address, ": ", s.message()));
-}
-
 ShardTransport::ShardTransport(std::string job_id, const FlatLayout* layout, DType dtype)
     : job_id_(std::move(job_id)), layout_(layout), dtype_(dtype), esize_(DTypeSize(dtype)) {}
 
@@ -75,12 +70,12 @@ absl::StatusOr<MasterState> ShardTransport::ReadMasterState(absl::Duration timeo
       v1::ReadStateResponse response;
       absl::Status s =
           CallUnary(piece.stub, &v1::ShardServer::Stub::ReadState, request, &response, timeout);
-      if (!s.ok()) return WithAddress(s, piece.address);
+      if (!s.ok()) return WithShardAddress(s, piece.address);
       if (static_cast<uint64_t>(response.params_size()) != piece.n ||
           response.exp_avg_size() != response.params_size() ||
           response.exp_avg_sq_size() != response.params_size()) {
-        return WithAddress(absl::InternalError("ReadState returned the wrong number of values"),
-                           piece.address);
+        return WithShardAddress(
+            absl::InternalError("ReadState returned the wrong number of values"), piece.address);
       }
       std::copy(response.params().begin(), response.params().end(), &state.params[piece.begin]);
       std::copy(response.exp_avg().begin(), response.exp_avg().end(), &state.exp_avg[piece.begin]);
@@ -186,7 +181,7 @@ absl::Status ShardTransport::PushPull(const StepTransfer& transfer) {
       piece.stub->async()->Push(&c->push_context, &c->push_request, &c->push_response,
                                 [&finish, &piece, &pushes, bytes](grpc::Status s) {
                                   finish(&pushes, bytes,
-                                         WithAddress(FromGrpcStatus(s), piece.address));
+                                         WithShardAddress(FromGrpcStatus(s), piece.address));
                                 });
     }
     while (std::optional<size_t> i = take(pulls)) {
@@ -213,7 +208,7 @@ absl::Status ShardTransport::PushPull(const StepTransfer& transfer) {
               std::memcpy(transfer.params + (piece.begin - transfer.params_base) * esize_,
                           got.data(), got.size());
             }
-            finish(&pulls, bytes, WithAddress(s, piece.address));
+            finish(&pulls, bytes, WithShardAddress(s, piece.address));
           });
     }
   };

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
 #include "strata/client.h"
 #include "strata/flat_layout.h"
@@ -116,9 +117,6 @@ class ShardTransport {
   uint64_t lost_generation_ ABSL_GUARDED_BY(inflight_mu_) = 0;
 };
 
-// The status `s` with the shard server's address in its message.
-absl::Status WithAddress(const absl::Status& s, const std::string& address);
-
 template <typename Request, typename Response, typename Fill>
 absl::Status ShardTransport::SendPieces(
     uint64_t bytes_per_param,
@@ -132,7 +130,7 @@ absl::Status ShardTransport::SendPieces(
     fill(piece, &request);
     Response response;
     absl::Status s = CallUnary(piece.stub, method, request, &response, timeout);
-    if (!s.ok()) return WithAddress(s, piece.address);
+    if (!s.ok()) return WithShardAddress(s, piece.address);
   }
   return absl::OkStatus();
 }

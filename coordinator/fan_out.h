@@ -57,11 +57,7 @@ void FanOut(const std::vector<std::string>& addresses, absl::Duration timeout,
   for (size_t i = 0; i < addresses.size(); ++i) {
     FanOutResult<Response>* r = state->results[i].get();
     start(r->address, &r->context, &r->response, [state, r](grpc::Status s) {
-      r->status = FromGrpcStatus(s);
-      if (!r->status.ok()) {
-        r->status = absl::Status(
-            r->status.code(), absl::StrCat("shard server ", r->address, ": ", r->status.message()));
-      }
+      r->status = WithShardAddress(FromGrpcStatus(s), r->address);
       if (--state->pending == 0) state->done(state->results);
     });
   }

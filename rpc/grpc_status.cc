@@ -1,5 +1,7 @@
 #include "rpc/grpc_status.h"
 
+#include "absl/strings/str_cat.h"
+
 #include <string>
 
 namespace strata {
@@ -21,6 +23,11 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
+}
+
+absl::Status WithShardAddress(const absl::Status& s, const std::string& address) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat("shard server ", address, ": ", s.message()));
 }
 
 }  // namespace strata
