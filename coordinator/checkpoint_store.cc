@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "core/chunk_bytes.h"
 #include "core/file_io.h"
+#include "core/quoted.h"
 #include "core/status_macros.h"
 #include "strata/internal/records.pb.h"
 
@@ -74,7 +75,7 @@ absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, const std::s
                                             int64_t step) {
   if (dir.empty() || dir[0] != '/') {
     return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint directory '", dir, "' is not an absolute path"));
+        absl::StrCat("checkpoint directory ", Quoted(dir), " is not an absolute path"));
   }
   const std::string job_dir = absl::StrCat(dir, "/", job_id);
   std::error_code error;
@@ -180,7 +181,7 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::strin
                                                                 const std::string& job_id) {
   if (dir.empty() || dir[0] != '/') {
     return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint directory '", dir, "' is not an absolute path"));
+        absl::StrCat("checkpoint directory ", Quoted(dir), " is not an absolute path"));
   }
   const std::string job_dir = absl::StrCat(dir, "/", job_id);
   std::vector<v1::CheckpointInfo> checkpoints;

@@ -25,16 +25,19 @@ constexpr int kMaxStepChoices = 5;
 
 }  // namespace
 
-Checkpointer::Checkpointer(StubFor stub_for, JobFor job_for, std::string default_dir)
+Checkpointer::Checkpointer(StubFor stub_for, JobFor job_for, PathRoot root,
+                           std::string default_dir)
     : stub_for_(std::move(stub_for)),
       job_for_(std::move(job_for)),
+      root_(std::move(root)),
       default_dir_(std::move(default_dir)) {}
 
 Checkpointer::~Checkpointer() { Stop(); }
 
-std::string Checkpointer::DirFor(const v1::JobSpec& spec, const std::string& dir) const {
-  if (!dir.empty()) return dir;
-  if (!spec.checkpoint_dir().empty()) return spec.checkpoint_dir();
+absl::StatusOr<std::string> Checkpointer::DirFor(const v1::JobSpec& spec,
+                                                 const std::string& dir) const {
+  if (!dir.empty()) return root_.Resolve(dir, "checkpoint directory");
+  if (!spec.checkpoint_dir().empty()) return root_.Resolve(spec.checkpoint_dir(), "checkpoint_dir");
   return default_dir_;
 }
 
@@ -182,18 +185,22 @@ void Checkpointer::RunPeriodic(const std::string& job_id) {
     absl::StatusOr<v1::JobInfo> job = job_for_(job_id);
     if (!job.ok()) return;
     const int64_t every = static_cast<int64_t>(job->spec().checkpoint_every_steps());
-    const std::string dir = DirFor(job->spec(), "");
+    const absl::StatusOr<std::string> dir = DirFor(job->spec(), "");
+    if (!dir.ok()) {
+      LogEventCat("coordinator", "job ", job_id, ": no periodic checkpoints: ", dir.status().message());
+      return;
+    }
     // At first, and when the job resumed from a checkpoint after its chunks
     // moved: the multiple after its restored step and newest checkpoint.
     if (next < 0 || job->placement_version() != placement_version) {
       placement_version = job->placement_version();
       int64_t base = job->restored_step();
-      if (auto listed = ListCheckpoints(dir, job_id); listed.ok() && !listed->empty()) {
+      if (auto listed = ListCheckpoints(*dir, job_id); listed.ok() && !listed->empty()) {
         base = std::max(base, listed->back().step());
       }
       next = (base / every + 1) * every;
     }
-    absl::StatusOr<v1::CheckpointInfo> saved = Save(*job, dir, next, kPeriodicWait);
+    absl::StatusOr<v1::CheckpointInfo> saved = Save(*job, *dir, next, kPeriodicWait);
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/path_root.h"
 #include "strata/v1/coordinator.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
 
@@ -34,15 +35,17 @@ class Checkpointer {
   using StubFor = std::function<v1::ShardServer::Stub*(const std::string& address)>;
   // The job's current JobInfo (NOT_FOUND when there is none).
   using JobFor = std::function<absl::StatusOr<v1::JobInfo>(const std::string& job_id)>;
-  // `default_dir`: where jobs without a checkpoint_dir save (absolute).
-  Checkpointer(StubFor stub_for, JobFor job_for, std::string default_dir);
+  // `default_dir`: where jobs without a checkpoint_dir save (inside `root`).
+  Checkpointer(StubFor stub_for, JobFor job_for, PathRoot root, std::string default_dir);
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
   // The directory of a job's checkpoints: `dir` if given, else the spec's
-  // checkpoint_dir, else the default.
-  std::string DirFor(const v1::JobSpec& spec, const std::string& dir) const;
+  // checkpoint_dir, else the default, resolved inside the checkpoint root
+  // (INVALID_ARGUMENT naming the field otherwise).
+  absl::StatusOr<std::string> DirFor(const v1::JobSpec& spec, const std::string& dir) const;
+  const PathRoot& root() const { return root_; }
   // Saves `job` at `step` into `dir`; step -1: the newest step any chunk has
   // applied (chosen again if a chunk passes it first). Waits up to `wait` for
   // chunks below the step. FAILED_PRECONDITION while another save of the job
@@ -69,6 +72,7 @@ class Checkpointer {
 
   const StubFor stub_for_;
   const JobFor job_for_;
+  const PathRoot root_;
   const std::string default_dir_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -10,6 +10,10 @@ ABSL_FLAG(std::string, data_dir, "/var/lib/strata/coordinator",
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "where jobs without a checkpoint directory of their own save checkpoints (a path "
           "the shard servers share); empty: <data_dir>/checkpoints");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "every checkpoint directory a request names (SaveCheckpoint, ListCheckpoints, a job's "
+          "checkpoint_dir, a restore) must resolve inside this directory, after '..' and "
+          "symlinks; empty: --checkpoint_dir (or its default)");
 ABSL_FLAG(int64_t, worker_lease_ms, 3000,
           "a worker without a heartbeat for this long leaves its job (its peers re-form)");
 ABSL_FLAG(int64_t, server_timeout_ms, 30000,
@@ -41,6 +45,7 @@ int main(int argc, char** argv) {
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   options.worker_lease = absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
   options.server_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_server_timeout_ms));
   options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);

@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
                                                                ? options.data_dir + "/checkpoints"
                                                                : options.checkpoint_dir)
                                      .string(),
-                                 options.server_timeout));
+                                 options.checkpoint_root, options.server_timeout));
   ASSIGN_OR_RETURN(coordinator->metrics_, Metrics::Start(options.metrics_listen_address));
   coordinator->service_->ExportMetrics(coordinator->metrics_.get());
   ASSIGN_OR_RETURN(coordinator->server_,

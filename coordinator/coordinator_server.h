@@ -25,6 +25,10 @@ struct CoordinatorOptions {
   // Where jobs without a checkpoint_dir of their own save checkpoints
   // (absolute; shared with the shard servers); empty: data_dir/checkpoints.
   std::string checkpoint_dir;
+  // The directory every checkpoint directory named in a request (SaveCheckpoint,
+  // ListCheckpoints, a job's checkpoint_dir, CreateJob's restore_from) must
+  // resolve inside; empty: checkpoint_dir.
+  std::string checkpoint_root;
   // A worker without a heartbeat for this long leaves its job.
   absl::Duration worker_lease = absl::Seconds(3);
   // A shard server failing its health checks for this long is lost: its

@@ -12,6 +12,7 @@
 #include "coordinator/job_info.h"
 #include "coordinator/placement.h"
 #include "core/log.h"
+#include "core/quoted.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
@@ -34,36 +35,37 @@ absl::Status ParseInto(const std::string& key, const std::string& bytes, Message
 }
 
 absl::Status UnknownJob(const std::string& job_id) {
-  return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "'"));
+  return absl::NotFoundError(absl::StrCat("unknown job ", Quoted(job_id), ""));
 }
 
 }  // namespace
 
 CoordinatorService::CoordinatorService(MetadataStore* metadata,
                                        std::unique_ptr<Membership> membership,
-                                       std::string checkpoint_dir)
+                                       PathRoot checkpoint_root, std::string checkpoint_dir)
     : metadata_(metadata),
       membership_(std::move(membership)),
       fleet_(kServerCallTimeout),
       rendezvous_(metadata),
       checkpointer_([this](const std::string& address) { return fleet_.Stub(address); },
                     [this](const std::string& job_id) { return FindJob(job_id); },
-                    std::move(checkpoint_dir)) {}
+                    std::move(checkpoint_root), std::move(checkpoint_dir)) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
     MetadataStore* metadata, absl::Duration worker_lease, std::string checkpoint_dir,
-    absl::Duration server_timeout) {
+    const std::string& checkpoint_root, absl::Duration server_timeout) {
   if (server_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the server timeout must be positive");
   }
-  if (checkpoint_dir.empty() || checkpoint_dir[0] != '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint directory '", checkpoint_dir, "' is not an absolute path"));
-  }
+  ASSIGN_OR_RETURN(PathRoot root, PathRoot::Open(checkpoint_root.empty() ? checkpoint_dir
+                                                                          : checkpoint_root,
+                                                  "checkpoint_root"));
+  ASSIGN_OR_RETURN(checkpoint_dir, root.Resolve(checkpoint_dir, "--checkpoint_dir"));
   ASSIGN_OR_RETURN(std::unique_ptr<Membership> membership,
                    Membership::Create(metadata, worker_lease));
   std::unique_ptr<CoordinatorService> service(
-      new CoordinatorService(metadata, std::move(membership), std::move(checkpoint_dir)));
+      new CoordinatorService(metadata, std::move(membership), std::move(root),
+                             std::move(checkpoint_dir)));
   CoordinatorService* raw = service.get();
   service->monitor_ = std::make_unique<ServerMonitor>(
       std::min(absl::Seconds(1), server_timeout / 4), server_timeout,
@@ -136,6 +138,7 @@ absl::Status CoordinatorService::AssignServers(v1::JobInfo* job) {
 absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, v1::JobInfo* job,
                                          bool* existing) {
   ASSIGN_OR_RETURN(FlatLayout layout, ValidateJobSpec(spec));
+  RETURN_IF_ERROR(checkpointer_.DirFor(spec, "").status());
   absl::MutexLock lock(&mu_);
   if (auto it = jobs_.find(spec.job_id()); it != jobs_.end()) {
     if (it->second.spec().SerializeAsString() != spec.SerializeAsString()) {
@@ -180,11 +183,9 @@ void CoordinatorService::FinishCreate(const v1::JobInfo& job, absl::Status statu
 }
 
 absl::StatusOr<internal::CheckpointManifest> CoordinatorService::PlanRestore(
-    const std::string& path, v1::JobInfo* job) {
-  if (path[0] != '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint path '", path, "' is not an absolute path"));
-  }
+    const std::string& requested_path, v1::JobInfo* job) {
+  ASSIGN_OR_RETURN(const std::string path,
+                   checkpointer_.root().Resolve(requested_path, "restore_from"));
   ASSIGN_OR_RETURN(internal::CheckpointManifest manifest, ReadCheckpoint(path));
   const auto& want = job->spec().tensors();
   const auto& have = manifest.spec().tensors();
@@ -455,8 +456,9 @@ grpc::ServerUnaryReactor* CoordinatorService::SaveCheckpoint(
   if (!job.ok()) return FinishUnary(ctx, job.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   checkpoint_requests_.Schedule([this, reactor, request, response, job = *std::move(job)] {
+    absl::StatusOr<std::string> dir = checkpointer_.DirFor(job.spec(), request->dir());
     absl::StatusOr<v1::CheckpointInfo> saved =
-        checkpointer_.Save(job, checkpointer_.DirFor(job.spec(), request->dir()));
+        dir.ok() ? checkpointer_.Save(job, *dir) : dir.status();
     if (saved.ok()) *response = *std::move(saved);
     reactor->Finish(ToGrpcStatus(saved.status()));
   });
@@ -468,13 +470,15 @@ grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(
     v1::ListCheckpointsResponse* response) {
   if (!IsValidId(request->job_id())) {
     return FinishUnary(
-        ctx, absl::InvalidArgumentError(absl::StrCat("invalid job id '", request->job_id(), "'")));
+        ctx, absl::InvalidArgumentError(absl::StrCat("invalid job id ", Quoted(request->job_id()))));
   }
   // A job this coordinator does not know may have checkpoints to restore.
   absl::StatusOr<v1::JobInfo> job = FindJob(request->job_id());
   v1::JobSpec spec = job.ok() ? job->spec() : v1::JobSpec();
+  absl::StatusOr<std::string> dir = checkpointer_.DirFor(spec, request->dir());
+  if (!dir.ok()) return FinishUnary(ctx, dir.status());
   absl::StatusOr<std::vector<v1::CheckpointInfo>> listed =
-      strata::ListCheckpoints(checkpointer_.DirFor(spec, request->dir()), request->job_id());
+      strata::ListCheckpoints(*dir, request->job_id());
   if (listed.ok()) {
     for (auto& c : *listed) *response->add_checkpoints() = std::move(c);
   }

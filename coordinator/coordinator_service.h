@@ -44,12 +44,12 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
   // `worker_lease`: how long a worker stays a member without a heartbeat.
   // `checkpoint_dir`: where jobs without their own directory save checkpoints.
-  // `server_timeout`: how long a shard server may fail its health checks
-  // before its jobs' chunks move.
-  static absl::StatusOr<std::unique_ptr<CoordinatorService>> Create(MetadataStore* metadata,
-                                                                    absl::Duration worker_lease,
-                                                                    std::string checkpoint_dir,
-                                                                    absl::Duration server_timeout);
+  // `checkpoint_root`: the directory every checkpoint directory of a request
+  // must lie in (empty: `checkpoint_dir`). `server_timeout`: how long a shard
+  // server may fail its health checks before its jobs' chunks move.
+  static absl::StatusOr<std::unique_ptr<CoordinatorService>> Create(
+      MetadataStore* metadata, absl::Duration worker_lease, std::string checkpoint_dir,
+      const std::string& checkpoint_root, absl::Duration server_timeout);
 
   // Before the gRPC server shuts down: stops watching servers, expiring
   // leases, ends the generation streams and stops checkpoint saves.
@@ -104,7 +104,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
 
  private:
   CoordinatorService(MetadataStore* metadata, std::unique_ptr<Membership> membership,
-                     std::string checkpoint_dir);
+                     PathRoot checkpoint_root, std::string checkpoint_dir);
   absl::Status Load();
   absl::Status DoRegister(const v1::RegisterServerRequest& request);
   // Assigns each chunk of `job` to the live server with the most free bytes

@@ -59,7 +59,7 @@ void CoordinatorService::OnServerLost(const std::string& address) {
 absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
   const absl::Time started = absl::Now();
   ASSIGN_OR_RETURN(const v1::JobInfo job, FindJob(job_id));
-  const std::string dir = checkpointer_.DirFor(job.spec(), "");
+  ASSIGN_OR_RETURN(const std::string dir, checkpointer_.DirFor(job.spec(), ""));
   ASSIGN_OR_RETURN(std::vector<v1::CheckpointInfo> checkpoints,
                    strata::ListCheckpoints(dir, job_id));
   if (checkpoints.empty()) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/log.h"
+#include "core/quoted.h"
 #include "core/status_macros.h"
 #include "rpc/job_spec.h"
 
@@ -23,7 +24,7 @@ std::string MemberKey(const std::string& job_id, const std::string& worker_id) {
 
 absl::Status NotAMember(const std::string& job_id, const std::string& worker_id) {
   return absl::FailedPreconditionError(
-      absl::StrCat("worker '", worker_id, "' is not a member of job '", job_id,
+      absl::StrCat("worker ", Quoted(worker_id), " is not a member of job '", job_id,
                    "' (it left, or its lease expired); it must join again"));
 }
 
@@ -118,7 +119,7 @@ absl::StatusOr<v1::JoinJobResponse> Membership::Join(const v1::JobSpec& spec,
                                                      const v1::JoinJobRequest& request) {
   if (!IsValidId(request.worker_id())) {
     return absl::InvalidArgumentError(
-        absl::StrCat("worker id '", request.worker_id(), "' must be 1 to 128 of [A-Za-z0-9._-]"));
+        absl::StrCat("worker id ", Quoted(request.worker_id()), " must be 1 to 128 of [A-Za-z0-9._-]"));
   }
   if (request.address().size() > kMaxAddressBytes) {
     return absl::InvalidArgumentError(

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "core/quoted.h"
 #include "core/status_macros.h"
 #include "rpc/rendezvous_keys.h"
 
@@ -26,7 +27,7 @@ absl::Status RendezvousStore::Set(const std::string& key, const std::string& val
 
 absl::StatusOr<std::string> RendezvousStore::Get(const std::string& key) {
   ASSIGN_OR_RETURN(std::optional<std::string> value, metadata_->Get(absl::StrCat(kKvPrefix, key)));
-  if (!value.has_value()) return absl::NotFoundError(absl::StrCat("no key '", key, "'"));
+  if (!value.has_value()) return absl::NotFoundError(absl::StrCat("no key ", Quoted(key)));
   return *std::move(value);
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/quoted.h"
 
 namespace strata {
 namespace {
@@ -27,25 +28,34 @@ absl::StatusOr<FlatLayout> FlatLayout::Create(std::vector<TensorSpec> tensors,
   for (const TensorSpec& t : tensors) {
     if (t.name.empty()) return absl::InvalidArgumentError("a tensor has an empty name");
     if (!names.insert(t.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor name '", t.name, "' is used twice"));
+      return absl::InvalidArgumentError(absl::StrCat("tensor name ", Quoted(t.name), " is used twice"));
     }
     if (t.shape.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has no dimensions"));
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", Quoted(t.name), " has no dimensions"));
     }
     uint64_t count = 1;
     for (int64_t d : t.shape) {
       if (d <= 0 || d > (int64_t{1} << 40)) {
         return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", t.name, "' has a dimension of ", d));
+            absl::StrCat("tensor ", Quoted(t.name), " has a dimension of ", d));
       }
       count *= static_cast<uint64_t>(d);
       if (count > (uint64_t{1} << 40)) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' is too large"));
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", Quoted(t.name), " is too large"));
       }
     }
     offset = RoundUp(offset, kTensorAlignmentParams);
     layout.tensor_ranges_.push_back({offset, offset + count});
     offset += count;
+    if (offset > kMaxModelParams) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model has more than ", kMaxModelParams, " parameters"));
+    }
+  }
+  if ((offset + chunk_num_params - 1) / chunk_num_params > UINT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk_num_params ", chunk_num_params,
+                                                   " cuts the model into more than ", UINT32_MAX,
+                                                   " chunks"));
   }
   layout.tensors_ = std::move(tensors);
   layout.num_params_ = offset;

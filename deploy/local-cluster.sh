@@ -60,7 +60,7 @@ echo "coordinator at $COORDINATOR"
 
 for i in $(seq 0 $((SERVERS - 1))); do
   "$BIN/strata-server" --listen=127.0.0.1:0 --coordinator="$COORDINATOR" \
-    --data_dir="$DATA/server$i" --host_budget_mib=256 --checkpoint_buffer_mib=64 \
+    --data_dir="$DATA/server$i" --checkpoint_root="$DATA" --host_budget_mib=256 --checkpoint_buffer_mib=64 \
     --ready_file="$DATA/server$i.addr" 2>"$DATA/server$i.log" &
   pids+=($!)
   echo "shard server $i at $(wait_ready "$DATA/server$i.addr" $!)"

@@ -4,13 +4,16 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "core/quoted.h"
 #include "core/status_macros.h"
 
 namespace strata {
 namespace {
 
 constexpr uint32_t kMaxWorldSize = 4096;
-constexpr uint64_t kMaxChunkNumParams = uint64_t{64} << 20;
+constexpr int kMaxTensors = 1 << 20;
+constexpr size_t kMaxTensorNameBytes = 1024;
+constexpr size_t kMaxPathBytes = 4096;
 
 }  // namespace
 
@@ -88,7 +91,7 @@ std::vector<TensorSpec> TensorsFromProto(const v1::JobSpec& spec) {
 absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec) {
   if (!IsValidId(spec.job_id())) {
     return absl::InvalidArgumentError(
-        absl::StrCat("job id '", spec.job_id(), "' must be 1 to 128 of [A-Za-z0-9._-]"));
+        absl::StrCat("job id ", Quoted(spec.job_id()), " must be 1 to 128 of [A-Za-z0-9._-]"));
   }
   if (spec.world_size() < 1 || spec.world_size() > kMaxWorldSize) {
     return absl::InvalidArgumentError(
@@ -97,6 +100,20 @@ absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.chunk_num_params() > kMaxChunkNumParams) {
     return absl::InvalidArgumentError(absl::StrCat("chunk_num_params ", spec.chunk_num_params(),
                                                    " exceeds the maximum ", kMaxChunkNumParams));
+  }
+  if (spec.tensors_size() > kMaxTensors) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensors: ", spec.tensors_size(), " exceed the maximum of ", kMaxTensors));
+  }
+  for (const v1::TensorSpec& t : spec.tensors()) {
+    if (t.name().size() > kMaxTensorNameBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor name ", Quoted(t.name()),
+                                                     " exceeds ", kMaxTensorNameBytes, " bytes"));
+    }
+  }
+  if (spec.checkpoint_dir().size() > kMaxPathBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint_dir ", Quoted(spec.checkpoint_dir()), " exceeds ", kMaxPathBytes, " bytes"));
   }
   RETURN_IF_ERROR(DTypeFromProto(spec.dtype()).status());
   const v1::AdamConfig& a = spec.adam();
@@ -114,7 +131,15 @@ absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("weight_decay ", a.weight_decay(), " must be finite and >= 0"));
   }
-  return FlatLayout::Create(TensorsFromProto(spec), spec.chunk_num_params());
+  ASSIGN_OR_RETURN(FlatLayout layout,
+                   FlatLayout::Create(TensorsFromProto(spec), spec.chunk_num_params()));
+  if (layout.num_chunks() > kMaxChunksPerJob) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk_num_params ", spec.chunk_num_params(), " cuts the model's ", layout.num_params(),
+        " parameters into ", layout.num_chunks(), " chunks, more than the maximum of ",
+        kMaxChunksPerJob, " per job"));
+  }
+  return layout;
 }
 
 }  // namespace strata

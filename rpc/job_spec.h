@@ -10,11 +10,17 @@
 
 namespace strata {
 
+// The largest chunk a job may have, and the most chunks: a job's chunk
+// count and a chunk's state bytes (StateBytes) fit every counter with room.
+inline constexpr uint64_t kMaxChunkNumParams = uint64_t{64} << 20;
+inline constexpr uint32_t kMaxChunksPerJob = 1 << 20;
+
 // Whether `id` (a job or worker id) has 1 to 128 of [A-Za-z0-9._-].
 bool IsValidId(const std::string& id);
 
 // The layout of a valid spec; INVALID_ARGUMENT naming the first problem:
-// job id, tensors, world size, chunk size, optimizer values or dtype.
+// job id, tensors (count, names, sizes), world size, chunk size and count,
+// checkpoint directory length, optimizer values or dtype.
 absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec);
 
 // INVALID_ARGUMENT for DTYPE_UNSPECIFIED or an unknown value.

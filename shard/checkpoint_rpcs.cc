@@ -10,7 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
+#include "core/checked_math.h"
+#include "core/chunk_bytes.h"
 #include "core/parallel_for.h"
+#include "core/quoted.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_status.h"
 #include "rpc/job_spec.h"
@@ -59,11 +62,24 @@ absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ChunksOf(
   RETURN_IF_ERROR(ServingStatus());
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "' on this shard server"));
+    return absl::NotFoundError(absl::StrCat("unknown job ", Quoted(job_id), " on this shard server"));
   }
   std::vector<std::shared_ptr<Chunk>> chunks;
   for (const auto& [begin, chunk] : it->second->chunks_by_begin) chunks.push_back(chunk);
   return chunks;
+}
+
+absl::StatusOr<std::string> ShardService::CheckpointDir(const std::string& dir) const {
+  if (!checkpoint_root_.has_value()) {
+    return absl::FailedPreconditionError(
+        "this shard server takes no checkpoints: it was started without --checkpoint_root");
+  }
+  ASSIGN_OR_RETURN(std::string resolved, checkpoint_root_->Resolve(dir, "checkpoint directory"));
+  if (!std::filesystem::is_directory(resolved)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint directory ", Quoted(dir), " is not a directory"));
+  }
+  return resolved;
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ArmChunks(
@@ -71,16 +87,12 @@ absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ArmChunks(
   if (request.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 0"));
   }
-  if (request.dir().empty() || request.dir()[0] != '/' ||
-      !std::filesystem::is_directory(request.dir())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint directory '", request.dir(), "' is not an absolute directory"));
-  }
+  ASSIGN_OR_RETURN(const std::string dir, CheckpointDir(request.dir()));
   ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
   for (size_t i = 0; i < chunks.size(); ++i) {
     absl::Status armed = chunks[i]->ArmCheckpoint(
         request.step(), checkpoint_arena_,
-        absl::StrCat(request.dir(), "/", CheckpointFileName(chunks[i]->chunk_id())));
+        absl::StrCat(dir, "/", CheckpointFileName(chunks[i]->chunk_id())));
     if (!armed.ok()) {
       for (size_t j = 0; j < i; ++j) chunks[j]->CancelCheckpoint();
       return armed;
@@ -144,10 +156,31 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
   if (request.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 0"));
   }
+  ASSIGN_OR_RETURN(const std::string dir, CheckpointDir(request.dir()));
   for (const v1::CheckpointFile& file : request.files()) {
-    if (file.file().empty() || file.file().find('/') != std::string::npos) {
+    if (file.file().empty() || file.file().find('/') != std::string::npos || file.file() == "." ||
+        file.file() == "..") {
       return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint file name '", file.file(), "' is not a plain file name"));
+          absl::StrCat("checkpoint file name ", Quoted(file.file()), " is not a plain file name"));
+    }
+    const uint64_t n = file.chunk().num_params();
+    const std::optional<uint64_t> end = CheckedAdd(file.chunk().flat_begin(), n);
+    if (n == 0 || n > kMaxChunkNumParams || !end.has_value() || *end > kMaxModelParams) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint file ", Quoted(file.file()), ": range [", file.chunk().flat_begin(), ", +",
+          n, ") is not a chunk (1 to ", kMaxChunkNumParams, " parameters within the first ",
+          kMaxModelParams, ")"));
+    }
+    // The size before any memory is taken for the file.
+    std::error_code error;
+    const std::string path = absl::StrCat(dir, "/", file.file());
+    const uintmax_t size = std::filesystem::file_size(path, error);
+    if (error || size != StateBytes(n)) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint file ", path, error ? " is missing or unreadable: " + error.message()
+                                          : absl::StrCat(" has ", size, " bytes, not the ",
+                                                         StateBytes(n), " of its ", n,
+                                                         " parameters")));
     }
   }
   ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
@@ -170,8 +203,7 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
           buffer.num_params = n;
         }
         float* p = buffer.state.get();
-        RETURN_IF_ERROR(
-            LoadChunkState(absl::StrCat(request.dir(), "/", file.file()), file.checksum(), n, p));
+        RETURN_IF_ERROR(LoadChunkState(absl::StrCat(dir, "/", file.file()), file.checksum(), n, p));
         for (size_t i = 0; i < chunks.size(); ++i) {
           const FlatRange target = chunks[i]->range();
           const uint64_t begin = std::max(source.begin, target.begin);

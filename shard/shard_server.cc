@@ -89,12 +89,16 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   }
   server->checkpoint_arena_ = std::make_unique<StateArena>(options.checkpoint_buffer_bytes,
                                                            options.checkpoint_memory_limit_bytes);
+  std::optional<PathRoot> root;
+  if (!options.checkpoint_root.empty()) {
+    ASSIGN_OR_RETURN(root, PathRoot::Open(options.checkpoint_root, "checkpoint_root"));
+  }
   ASSIGN_OR_RETURN(
       server->service_,
       ShardService::Create(server->gpu_.get(), server->tier_.get(), server->nvme_.get(),
                            server->metadata_.get(), server->executor_.get(),
                            server->nvme_executor_.get(), server->checkpoint_arena_.get(),
-                           absl::StrCat(options.data_dir, "/saved-chunks")));
+                           absl::StrCat(options.data_dir, "/saved-chunks"), std::move(root)));
   ASSIGN_OR_RETURN(server->metrics_, Metrics::Start(options.metrics_listen_address));
   server->service_->ExportMetrics(server->metrics_.get());
   std::string bound;

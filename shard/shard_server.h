@@ -31,6 +31,9 @@ struct ShardServerOptions {
   std::string advertise_address;
   std::string coordinator_address;
   std::string data_dir;  // RocksDB metadata lives in data_dir/metadata
+  // The directory every checkpoint directory of a SaveChunks or LoadChunks
+  // must resolve inside; empty: this server takes no checkpoints.
+  std::string checkpoint_root;
   // The GPU tier on GPU gpu_device: gpu_budget_bytes, or kNoGpuTier, or
   // kAutoGpuBudget (80% of the GPU's free memory at start-up where a GPU is
   // found, no GPU tier where none is).

@@ -10,6 +10,9 @@ ABSL_FLAG(std::string, advertise, "",
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "host:port of strata-coordinator");
 ABSL_FLAG(std::string, data_dir, "/var/lib/strata/server",
           "directory for this server's RocksDB metadata");
+ABSL_FLAG(std::string, checkpoint_root, "/var/lib/strata",
+          "checkpoint directories the coordinator names (saves, restores) must resolve inside "
+          "this directory, after '..' and symlinks; empty: the server takes no checkpoints");
 ABSL_FLAG(int64_t, gpu_budget_mib, -1,
           "GPU-tier budget in MiB on --gpu_device: chunk states go there first and AdamW runs "
           "on the GPU; -1: 80% of the GPU's free memory at start-up where a GPU is found, no "
@@ -76,6 +79,7 @@ int main(int argc, char** argv) {
   options.advertise_address = absl::GetFlag(FLAGS_advertise);
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   const int64_t gpu_budget_mib = absl::GetFlag(FLAGS_gpu_budget_mib);
   options.gpu_budget_bytes = gpu_budget_mib > 0 ? gpu_budget_mib << 20 : gpu_budget_mib;
   options.gpu_device = absl::GetFlag(FLAGS_gpu_device);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
+#include "core/quoted.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_status.h"
 #include "rpc/job_spec.h"
@@ -22,7 +23,8 @@ constexpr char kJobPrefix[] = "job/";
 
 ShardService::ShardService(Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore* metadata,
                            ThreadPool* executor, ThreadPool* nvme_executor,
-                           StateArena* checkpoint_arena, std::string saved_chunks_dir)
+                           StateArena* checkpoint_arena, std::string saved_chunks_dir,
+                           std::optional<PathRoot> checkpoint_root)
     : gpu_(gpu),
       host_(host),
       nvme_(nvme),
@@ -31,11 +33,13 @@ ShardService::ShardService(Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore*
       nvme_executor_(nvme_executor),
       checkpoint_arena_(checkpoint_arena),
       saved_chunks_dir_(std::move(saved_chunks_dir)),
+      checkpoint_root_(std::move(checkpoint_root)),
       staging_buffers_(nvme_executor == nullptr ? 0 : nvme_executor->num_threads() + 1) {}
 
 absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(
     Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
-    ThreadPool* nvme_executor, StateArena* checkpoint_arena, std::string saved_chunks_dir) {
+    ThreadPool* nvme_executor, StateArena* checkpoint_arena, std::string saved_chunks_dir,
+    std::optional<PathRoot> checkpoint_root) {
   if (nvme != nullptr && nvme_executor == nullptr) {
     return absl::InvalidArgumentError("an NVMe tier needs an NVMe executor");
   }
@@ -47,7 +51,8 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(
   }
   std::unique_ptr<ShardService> service(new ShardService(gpu, host, nvme, metadata, executor,
                                                          nvme_executor, checkpoint_arena,
-                                                         std::move(saved_chunks_dir)));
+                                                         std::move(saved_chunks_dir),
+                                                         std::move(checkpoint_root)));
   ASSIGN_OR_RETURN(auto records, metadata->Scan(kJobPrefix));
   for (const auto& [key, value] : records) {
     v1::AllocateChunksRequest record;
@@ -98,7 +103,7 @@ absl::StatusOr<std::shared_ptr<Chunk>> ShardService::FindChunk(const std::string
   RETURN_IF_ERROR(ServingStatus());
   auto job_it = jobs_.find(job_id);
   if (job_it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "' on this shard server"));
+    return absl::NotFoundError(absl::StrCat("unknown job ", Quoted(job_id), " on this shard server"));
   }
   const auto& chunks = job_it->second->chunks_by_begin;
   auto it = chunks.upper_bound(begin);
@@ -130,7 +135,17 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
     return absl::FailedPreconditionError(
         absl::StrCat("job '", job_id, "' already has other chunks on this shard server"));
   }
-  for (const v1::ChunkSpec& c : request.chunks()) {
+  if (static_cast<uint64_t>(request.chunks_size()) > layout.num_chunks()) {
+    return absl::InvalidArgumentError(absl::StrCat("chunks: ", request.chunks_size(),
+                                                   " for a job of ", layout.num_chunks()));
+  }
+  for (int i = 0; i < request.chunks_size(); ++i) {
+    const v1::ChunkSpec& c = request.chunks(i);
+    if (i > 0 && c.chunk_id() <= request.chunks(i - 1).chunk_id()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunks: chunk ", c.chunk_id(), " follows chunk ",
+                       request.chunks(i - 1).chunk_id(), " (ids must increase)"));
+    }
     FlatRange range =
         c.chunk_id() < layout.num_chunks() ? layout.chunk_range(c.chunk_id()) : FlatRange{};
     if (range.empty() || range.begin != c.flat_begin() || range.size() != c.num_params()) {
@@ -220,8 +235,8 @@ grpc::ServerUnaryReactor* ShardService::DropJob(grpc::CallbackServerContext* ctx
     }
   }
   if (job == nullptr) {
-    return FinishUnary(ctx, absl::NotFoundError(absl::StrCat("unknown job '", request->job_id(),
-                                                             "' on this shard server")));
+    return FinishUnary(ctx, absl::NotFoundError(absl::StrCat("unknown job ", Quoted(request->job_id()),
+                                                             " on this shard server")));
   }
   absl::Status status = absl::AbortedError(absl::StrCat("job '", request->job_id(), "' dropped"));
   for (auto& [begin, chunk] : job->chunks_by_begin) chunk->FailWaiters(status);

@@ -13,12 +13,14 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "core/path_root.h"
 #include "core/thread_pool.h"
 #include "rpc/metrics.h"
 #include "shard/chunk.h"
@@ -40,9 +42,12 @@ class ShardService final : public v1::ShardServer::CallbackService {
   // previous run recorded in `metadata` come back when every chunk was on NVMe
   // or saved by SaveMemoryChunks() into `saved_chunks_dir` (at the steps
   // recorded); the others are discarded, with a log line saying why.
+  // SaveChunks and LoadChunks take directories inside `checkpoint_root`
+  // only (nullopt: they are refused).
   static absl::StatusOr<std::unique_ptr<ShardService>> Create(
       Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
-      ThreadPool* nvme_executor, StateArena* checkpoint_arena, std::string saved_chunks_dir);
+      ThreadPool* nvme_executor, StateArena* checkpoint_arena, std::string saved_chunks_dir,
+      std::optional<PathRoot> checkpoint_root);
 
   void BeginShutdown();
   // At a clean shutdown, once no step is being applied: saves every chunk
@@ -94,7 +99,10 @@ class ShardService final : public v1::ShardServer::CallbackService {
 
   ShardService(Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
                ThreadPool* nvme_executor, StateArena* checkpoint_arena,
-               std::string saved_chunks_dir);
+               std::string saved_chunks_dir, std::optional<PathRoot> checkpoint_root);
+  // `dir` of a checkpoint request resolved inside the checkpoint root:
+  // INVALID_ARGUMENT outside it, FAILED_PRECONDITION without a root.
+  absl::StatusOr<std::string> CheckpointDir(const std::string& dir) const;
   // The staging buffers of a job's NVMe chunks, from the host tier.
   absl::StatusOr<std::unique_ptr<StagingPool>> MakeStagingPool(const v1::JobSpec& spec);
   // Rebuilds a job of a previous run from its chunk records.
@@ -155,6 +163,7 @@ class ShardService final : public v1::ShardServer::CallbackService {
   ThreadPool* const nvme_executor_;
   StateArena* const checkpoint_arena_;
   const std::string saved_chunks_dir_;
+  const std::optional<PathRoot> checkpoint_root_;
   // Staging buffers per job on NVMe: one per NVMe executor thread, one spare.
   const int staging_buffers_;
   mutable absl::Mutex mu_;

@@ -17,7 +17,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     return absl::FailedPreconditionError(absl::StrCat("cannot create ", pattern));
   }
   cluster->data_dir_ = pattern;
+  const std::string checkpoint_root = options.checkpoint_root.empty()
+                                          ? std::filesystem::temp_directory_path().string()
+                                          : options.checkpoint_root;
   CoordinatorOptions coordinator;
+  coordinator.checkpoint_root = checkpoint_root;
   coordinator.data_dir = absl::StrCat(pattern, "/coordinator");
   coordinator.worker_lease = options.worker_lease;
   if (options.serve_metrics) coordinator.metrics_listen_address = "127.0.0.1:0";
@@ -26,6 +30,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     ShardServerOptions server;
     server.coordinator_address = cluster->coordinator_->address();
     server.data_dir = absl::StrCat(pattern, "/server", i);
+    server.checkpoint_root = checkpoint_root;
     server.gpu_budget_bytes = options.gpu_budget_bytes;
     server.host_budget_bytes = options.host_budget_bytes;
     server.executor_threads = options.executor_threads;

@@ -30,6 +30,9 @@ struct LocalClusterOptions {
   absl::Duration worker_lease = absl::Seconds(3);
   // Serve every daemon's Prometheus metrics on a free loopback port.
   bool serve_metrics = false;
+  // The checkpoint root of the coordinator and the servers; empty: the
+  // system's temporary directory (where tests make their scratch dirs).
+  std::string checkpoint_root;
 };
 
 class LocalCluster {

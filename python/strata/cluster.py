@@ -68,6 +68,7 @@ class LocalCluster:
                 [os.path.join(bin_dir, "strata-server"), "--listen=127.0.0.1:0",
                  "--coordinator=" + self.coordinator,
                  "--data_dir=" + os.path.join(self.data_dir, name),
+                 "--checkpoint_root=" + self.data_dir,
                  "--host_budget_mib=%d" % self.host_budget_mib]))
 
     def _start_daemon(self, name, argv):

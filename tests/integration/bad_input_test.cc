@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_split.h"
@@ -269,7 +270,17 @@ TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {
   EXPECT_THAT(s.message(), HasSubstr("unknown job 'nope'"));
   s = save_chunks("bad-input", 2, "relative/dir");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("not an absolute directory"));
+  EXPECT_THAT(s.message(), HasSubstr("not an absolute path"));
+  // Directories outside the checkpoint root (the system's temporary
+  // directory here), named directly or through '..' or a symlink: refused
+  // before anything is written.
+  std::filesystem::create_symlink("/etc", dir + "/etc-link");
+  for (const std::string& outside :
+       {std::string("/etc"), dir + "/../../etc", dir + "/etc-link", std::string("/")}) {
+    s = save_chunks("bad-input", 2, outside);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << outside;
+    EXPECT_THAT(s.message(), HasSubstr("is not inside the --checkpoint_root")) << outside;
+  }
   EXPECT_EQ(save_chunks("bad-input", -1, dir).code(), absl::StatusCode::kInvalidArgument);
   // A step the job is past: ABORTED, and nothing stays armed (TearDown steps on).
   s = save_chunks("bad-input", 1, dir);
@@ -293,6 +304,15 @@ TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {
   grpc::ClientContext escape_context;
   s = FromGrpcStatus(shard_->LoadChunks(&escape_context, load, &loaded));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  // A file of a directory outside the root: not even its size is told.
+  file->set_file("passwd");
+  load.set_dir("/etc");
+  grpc::ClientContext etc_context;
+  s = FromGrpcStatus(shard_->LoadChunks(&etc_context, load, &loaded));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("is not inside the --checkpoint_root"));
+  EXPECT_THAT(s.message(), ::testing::Not(HasSubstr("bytes")));
+  load.set_dir(dir);
 
   // The coordinator: unknown job, relative directory, a restore from nowhere.
   v1::SaveCheckpointRequest save;
@@ -307,6 +327,11 @@ TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {
   s = FromGrpcStatus(coordinator_->SaveCheckpoint(&relative_context, save, &info));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("not an absolute path"));
+  save.set_dir(dir + "/../../etc");
+  grpc::ClientContext etc_save_context;
+  s = FromGrpcStatus(coordinator_->SaveCheckpoint(&etc_save_context, save, &info));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("is not inside the --checkpoint_root"));
   v1::ListCheckpointsRequest list;
   list.set_job_id("../x");
   v1::ListCheckpointsResponse listed;
@@ -322,6 +347,83 @@ TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {
   s = FromGrpcStatus(coordinator_->CreateJob(&create_context, create, &created));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("is not a checkpoint"));
+  // A restore from, or a job that checkpoints into, a directory outside the root.
+  create.set_restore_from("/etc");
+  grpc::ClientContext etc_restore_context;
+  s = FromGrpcStatus(coordinator_->CreateJob(&etc_restore_context, create, &created));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("restore_from '/etc' is not inside"));
+  create.clear_restore_from();
+  create.mutable_spec()->set_checkpoint_dir(dir + "/../..");
+  grpc::ClientContext etc_dir_context;
+  s = FromGrpcStatus(coordinator_->CreateJob(&etc_dir_context, create, &created));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("checkpoint_dir"));
+}
+
+// Sizes whose arithmetic wraps or whose counts are huge: refused, naming the
+// field, before anything is allocated (these once copied server heap memory
+// into a job's weights, and grew the coordinator without bound).
+TEST_F(BadInputTest, WrappingSizesAndHugeCountsAreRefused) {
+  const testing::ScratchDir scratch("bad_input_sizes");
+  // A checkpoint file entry whose 12 * num_params wraps to a small size.
+  const uint64_t wrapping = (uint64_t{1} << 62) + 16;
+  std::ofstream(scratch.path() + "/chunk-00000000.bin") << std::string(12 * 16, 'x');
+  v1::LoadChunksRequest load;
+  load.set_job_id("bad-input");
+  load.set_step(3);
+  load.set_dir(scratch.path());
+  v1::CheckpointFile* file = load.add_files();
+  file->mutable_chunk()->set_flat_begin(0);
+  file->mutable_chunk()->set_num_params(wrapping);
+  file->set_file("chunk-00000000.bin");
+  grpc::ClientContext load_context;
+  v1::LoadChunksResponse loaded;
+  absl::Status s = FromGrpcStatus(shard_->LoadChunks(&load_context, load, &loaded));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("is not a chunk"));
+  // A range whose end wraps.
+  file->mutable_chunk()->set_flat_begin(~uint64_t{0} - 8);
+  file->mutable_chunk()->set_num_params(16);
+  grpc::ClientContext end_context;
+  s = FromGrpcStatus(shard_->LoadChunks(&end_context, load, &loaded));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+
+  // Jobs whose chunk count truncates to 32 bits, exceeds the per-job limit,
+  // or whose tensors sum past the largest model.
+  auto create = [&](const std::vector<std::vector<int64_t>>& shapes, uint64_t chunk_num_params) {
+    v1::CreateJobRequest request;
+    *request.mutable_spec() = job_.spec();
+    request.mutable_spec()->set_job_id("huge");
+    request.mutable_spec()->clear_tensors();
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      v1::TensorSpec* t = request.mutable_spec()->add_tensors();
+      t->set_name("t" + std::to_string(i));
+      for (int64_t d : shapes[i]) t->add_shape(d);
+    }
+    request.mutable_spec()->set_chunk_num_params(chunk_num_params);
+    grpc::ClientContext context;
+    v1::JobInfo created;
+    return FromGrpcStatus(coordinator_->CreateJob(&context, request, &created));
+  };
+  // 2^38 parameters in chunks of 64: 2^32 chunks, 0 when truncated.
+  s = create({{int64_t{1} << 38}}, 64);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("chunks"));
+  s = create({{int64_t{1} << 30}}, 256);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("more than the maximum of 1048576 per job"));
+  s = create(std::vector<std::vector<int64_t>>(20, {int64_t{1} << 40}), uint64_t{64} << 20);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("more than 17592186044416 parameters"));
+  // A megabyte job id is named in 64 bytes, not echoed.
+  v1::GetJobRequest get;
+  get.set_job_id(std::string(1 << 20, 'j'));
+  grpc::ClientContext get_context;
+  v1::JobInfo job;
+  s = FromGrpcStatus(coordinator_->GetJob(&get_context, get, &job));
+  EXPECT_NE(s.code(), absl::StatusCode::kOk);
+  EXPECT_LT(s.message().size(), 512u) << s.message().substr(0, 512);
 }
 
 // A checkpoint memory limit below the memory kept for checkpoints is a

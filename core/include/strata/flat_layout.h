@@ -16,6 +16,9 @@ namespace strata {
 
 // Every tensor starts at a multiple of this many elements.
 inline constexpr uint64_t kTensorAlignmentParams = 64;
+// The largest flat space, padding included (17.6 trillion parameters): every
+// sum and product of offsets below it fits 64 bits with room to spare.
+inline constexpr uint64_t kMaxModelParams = uint64_t{1} << 44;
 
 struct FlatRange {
   uint64_t begin = 0;
@@ -27,7 +30,8 @@ struct FlatRange {
 class FlatLayout {
  public:
   // INVALID_ARGUMENT for no tensors, empty or duplicate names, non-positive
-  // dimensions, or a chunk size that is zero or not a multiple of 64.
+  // dimensions, more than kMaxModelParams in all, a chunk size that is zero
+  // or not a multiple of 64, or more than 2^32 - 1 chunks.
   static absl::StatusOr<FlatLayout> Create(std::vector<TensorSpec> tensors,
                                            uint64_t chunk_num_params);
 
