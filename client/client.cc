@@ -47,14 +47,15 @@ v1::JobSpec SpecFromOptions(const ClientOptions& o) {
 
 }  // namespace
 
-ClientImpl::ClientImpl(ClientOptions options, FlatLayout layout)
+ClientImpl::ClientImpl(ClientOptions options, FlatLayout layout, ChannelCredentials credentials)
     : options_(std::move(options)),
       worker_id_(options_.worker_id.empty() ? DefaultWorkerId() : options_.worker_id),
       layout_(std::move(layout)),
       esize_(DTypeSize(options_.dtype)),
-      transport_(options_.job_id, &layout_, options_.dtype),
+      credentials_(std::move(credentials)),
+      transport_(options_.job_id, &layout_, options_.dtype, credentials_),
       scaler_(options_.loss_scale),
-      coordinator_(v1::Coordinator::NewStub(MakeChannel(options_.coordinator_address))) {}
+      coordinator_(v1::Coordinator::NewStub(MakeChannel(options_.coordinator_address, credentials_))) {}
 
 absl::Status ClientImpl::CreateJob() {
   absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
@@ -71,9 +72,17 @@ absl::Status ClientImpl::CreateJob() {
     if (s.ok()) break;
     // UNAVAILABLE: another worker is creating the job right now.
     if (!absl::IsUnavailable(s) || absl::Now() > deadline) {
-      return absl::Status(s.code(),
-                          absl::StrCat("creating job '", options_.job_id, "' at coordinator ",
-                                       options_.coordinator_address, ": ", s.message()));
+      // No connection: a coordinator that is down or speaks TLS otherwise.
+      const bool unreached = absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+      const char* hint =
+          !unreached ? ""
+          : options_.tls_ca_file.empty()
+              ? " (not reached: is it up? If it uses TLS, set tls_ca_file to its CA)"
+              : " (not reached: is it up, does its TLS certificate chain to tls_ca_file, and "
+                "is the certificate presented (tls_cert_file) one of that CA's?)";
+      return absl::Status(s.code(), absl::StrCat("creating job '", options_.job_id,
+                                                 "' at coordinator ", options_.coordinator_address,
+                                                 ": ", s.message(), hint));
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
@@ -147,7 +156,7 @@ absl::Status ClientImpl::WriteInitialState() {
 absl::Status ClientImpl::Init() {
   RETURN_IF_ERROR(CreateJob());
   ASSIGN_OR_RETURN(membership_,
-                   WorkerMembership::Join(options_.coordinator_address, options_.job_id, worker_id_,
+                   WorkerMembership::Join(options_.coordinator_address, credentials_, options_.job_id, worker_id_,
                                           [this] { CancelInFlight(); }));
   return Reform(/*than=*/0);
 }
@@ -184,7 +193,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
         absl::StrCat("initial_params has ", options.initial_params.size(),
                      " values; the flat layout has ", layout.num_params()));
   }
-  auto client = std::make_unique<ClientImpl>(std::move(options), std::move(layout));
+  ASSIGN_OR_RETURN(ChannelCredentials credentials,
+                   MakeChannelCredentials(
+                       TlsFiles{options.tls_cert_file, options.tls_key_file, options.tls_ca_file}));
+  auto client = std::make_unique<ClientImpl>(std::move(options), std::move(layout),
+                                             std::move(credentials));
   RETURN_IF_ERROR(client->Init());
   return std::unique_ptr<Client>(std::move(client));
 }

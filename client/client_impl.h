@@ -38,7 +38,8 @@ inline bool IsRetryable(const absl::Status& s) {
 
 class ClientImpl : public Client {
  public:
-  ClientImpl(ClientOptions options, FlatLayout layout);
+  // Channels to the coordinator and the servers are made with `credentials`.
+  ClientImpl(ClientOptions options, FlatLayout layout, ChannelCredentials credentials);
 
   absl::Status Init();
 
@@ -162,6 +163,7 @@ class ClientImpl : public Client {
   const std::string worker_id_;
   const FlatLayout layout_;
   const size_t esize_;
+  const ChannelCredentials credentials_;
   // Before membership_, whose thread cancels its calls.
   ShardTransport transport_;
   LossScaler scaler_;

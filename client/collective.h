@@ -18,6 +18,8 @@
 #include "absl/types/span.h"
 #include "strata/types.h"
 
+#include "rpc/tls.h"
+
 namespace strata {
 
 class Collective {
@@ -42,6 +44,7 @@ class Collective {
 
 struct CollectiveOptions {
   std::string coordinator_address;
+  ChannelCredentials coordinator_credentials = PlaintextCredentials();
   std::string key_prefix;  // rendezvous keys of this group start with it
   int rank = 0;
   int size = 1;

@@ -22,9 +22,10 @@ void ThrowIfError(const absl::Status& s) {
 
 }  // namespace
 
-CoordinatorStore::CoordinatorStore(const std::string& coordinator_address, std::string prefix,
+CoordinatorStore::CoordinatorStore(const std::string& coordinator_address,
+                                   const ChannelCredentials& credentials, std::string prefix,
                                    std::function<bool()> abandon)
-    : stub_(v1::Coordinator::NewStub(MakeChannel(coordinator_address))),
+    : stub_(v1::Coordinator::NewStub(MakeChannel(coordinator_address, credentials))),
       prefix_(std::move(prefix)),
       abandon_(std::move(abandon)) {}
 

@@ -15,14 +15,16 @@
 #include "absl/status/statusor.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 
+#include "rpc/tls.h"
+
 namespace strata {
 
 class CoordinatorStore : public gloo::rendezvous::Store {
  public:
   // `abandon` (may be empty) is polled while waiting: true ends the wait
   // with ABORTED.
-  CoordinatorStore(const std::string& coordinator_address, std::string prefix,
-                   std::function<bool()> abandon = {});
+  CoordinatorStore(const std::string& coordinator_address, const ChannelCredentials& credentials,
+                   std::string prefix, std::function<bool()> abandon = {});
 
   void set(const std::string& key, const std::vector<char>& data) override;
   // Waits (default timeout) for the key, then returns its value.

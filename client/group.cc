@@ -47,6 +47,7 @@ absl::Status ClientImpl::Reform(uint64_t than) {
     const auto& ids = generation.worker_ids();
     CollectiveOptions collective;
     collective.coordinator_address = options_.coordinator_address;
+    collective.coordinator_credentials = credentials_;
     collective.key_prefix = GenerationRendezvousPrefix(options_.job_id, generation.number());
     collective.rank = static_cast<int>(std::find(ids.begin(), ids.end(), worker_id_) - ids.begin());
     collective.size = ids.size();

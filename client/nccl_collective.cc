@@ -161,7 +161,8 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(const Collectiv
     return absl::FailedPreconditionError("NCCL collective: no CUDA device is present");
   }
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options.rank % devices), "set device"));
-  CoordinatorStore store(options.coordinator_address, options.key_prefix, options.abandon);
+  CoordinatorStore store(options.coordinator_address, options.coordinator_credentials,
+                         options.key_prefix, options.abandon);
   ncclUniqueId id;
   if (options.rank == 0) {
     RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), "unique id"));

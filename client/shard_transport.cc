@@ -25,8 +25,13 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
 
 }  // namespace
 
-ShardTransport::ShardTransport(std::string job_id, const FlatLayout* layout, DType dtype)
-    : job_id_(std::move(job_id)), layout_(layout), dtype_(dtype), esize_(DTypeSize(dtype)) {}
+ShardTransport::ShardTransport(std::string job_id, const FlatLayout* layout, DType dtype,
+                               ChannelCredentials credentials)
+    : job_id_(std::move(job_id)),
+      layout_(layout),
+      dtype_(dtype),
+      esize_(DTypeSize(dtype)),
+      credentials_(std::move(credentials)) {}
 
 absl::Status ShardTransport::SetPlacement(v1::JobInfo job) {
   if (static_cast<uint32_t>(job.chunks_size()) != layout_->num_chunks()) {
@@ -35,7 +40,7 @@ absl::Status ShardTransport::SetPlacement(v1::JobInfo job) {
   job_ = std::move(job);
   for (const auto& c : job_.chunks()) {
     auto& stub = stubs_[c.server_address()];
-    if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(c.server_address()));
+    if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(c.server_address(), credentials_));
   }
   return absl::OkStatus();
 }

@@ -29,6 +29,8 @@
 #include "strata/v1/coordinator.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
 
+#include "rpc/tls.h"
+
 namespace strata {
 
 // A range of the flat space that lies within one chunk, and its server.
@@ -64,8 +66,10 @@ struct StepTransfer {
 
 class ShardTransport {
  public:
-  // `layout` must outlive the transport; `dtype` is the job's.
-  ShardTransport(std::string job_id, const FlatLayout* layout, DType dtype);
+  // `layout` must outlive the transport; `dtype` is the job's; channels to
+  // the servers are made with `credentials`.
+  ShardTransport(std::string job_id, const FlatLayout* layout, DType dtype,
+                 ChannelCredentials credentials);
   ShardTransport(const ShardTransport&) = delete;
   ShardTransport& operator=(const ShardTransport&) = delete;
 
@@ -108,6 +112,7 @@ class ShardTransport {
   const FlatLayout* const layout_;
   const DType dtype_;
   const size_t esize_;
+  const ChannelCredentials credentials_;
   v1::JobInfo job_;
   std::map<std::string, std::unique_ptr<v1::ShardServer::Stub>> stubs_;
 

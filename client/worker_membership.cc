@@ -29,18 +29,21 @@ std::string HostAndPid() {
 
 }  // namespace
 
-WorkerMembership::WorkerMembership(const std::string& coordinator_address, std::string job_id,
+WorkerMembership::WorkerMembership(const std::string& coordinator_address,
+                                   const ChannelCredentials& credentials, std::string job_id,
                                    std::string worker_id, std::function<void()> on_interrupted)
     : job_id_(std::move(job_id)),
       worker_id_(std::move(worker_id)),
       on_interrupted_(std::move(on_interrupted)),
-      stub_(v1::Coordinator::NewStub(MakeChannel(coordinator_address))) {}
+      stub_(v1::Coordinator::NewStub(MakeChannel(coordinator_address, credentials))) {}
 
 absl::StatusOr<std::unique_ptr<WorkerMembership>> WorkerMembership::Join(
-    const std::string& coordinator_address, const std::string& job_id, const std::string& worker_id,
+    const std::string& coordinator_address, const ChannelCredentials& credentials,
+    const std::string& job_id, const std::string& worker_id,
     std::function<void()> on_interrupted) {
   std::unique_ptr<WorkerMembership> membership(
-      new WorkerMembership(coordinator_address, job_id, worker_id, std::move(on_interrupted)));
+      new WorkerMembership(coordinator_address, credentials, job_id, worker_id,
+                           std::move(on_interrupted)));
   RETURN_IF_ERROR(membership->SendJoin());
   membership->heartbeat_thread_ = std::thread([m = membership.get()] { m->HeartbeatLoop(); });
   membership->watch_thread_ = std::thread([m = membership.get()] { m->WatchLoop(); });

@@ -22,14 +22,17 @@
 #include "absl/time/time.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 
+#include "rpc/tls.h"
+
 namespace strata {
 
 class WorkerMembership {
  public:
   // Joins `job_id` as `worker_id` and starts the heartbeat and watch threads.
   static absl::StatusOr<std::unique_ptr<WorkerMembership>> Join(
-      const std::string& coordinator_address, const std::string& job_id,
-      const std::string& worker_id, std::function<void()> on_interrupted);
+      const std::string& coordinator_address, const ChannelCredentials& credentials,
+      const std::string& job_id, const std::string& worker_id,
+      std::function<void()> on_interrupted);
   // Stops the threads (without leaving: the lease then runs out).
   ~WorkerMembership();
 
@@ -48,7 +51,8 @@ class WorkerMembership {
   absl::StatusOr<v1::Generation> Leave();
 
  private:
-  WorkerMembership(const std::string& coordinator_address, std::string job_id,
+  WorkerMembership(const std::string& coordinator_address, const ChannelCredentials& credentials,
+                   std::string job_id,
                    std::string worker_id, std::function<void()> on_interrupted);
   absl::Status SendJoin();
   void Observe(const v1::Generation& generation);

@@ -3,6 +3,7 @@
 #include "coordinator/coordinator_server.h"
 #include "core/command_line.h"
 #include "core/signals.h"
+#include "rpc/tls_flags.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7700", "host:port to serve on; port 0 picks a free port");
 ABSL_FLAG(std::string, data_dir, "/var/lib/strata/coordinator",
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+  options.tls = strata::TlsFilesFromFlags();
   options.worker_lease = absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
   options.server_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_server_timeout_ms));
   options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);

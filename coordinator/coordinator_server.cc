@@ -11,6 +11,7 @@ namespace strata {
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
   std::unique_ptr<Coordinator> coordinator(new Coordinator());
+  ASSIGN_OR_RETURN(ChannelCredentials shard_credentials, MakeChannelCredentials(options.tls));
   ASSIGN_OR_RETURN(coordinator->metadata_, MetadataStore::OpenInDataDir(options.data_dir));
   ASSIGN_OR_RETURN(
       coordinator->service_,
@@ -19,14 +20,15 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
                                                                ? options.data_dir + "/checkpoints"
                                                                : options.checkpoint_dir)
                                      .string(),
-                                 options.checkpoint_root, options.server_timeout));
+                                 options.checkpoint_root, options.server_timeout,
+                                 std::move(shard_credentials)));
   ASSIGN_OR_RETURN(coordinator->metrics_, Metrics::Start(options.metrics_listen_address));
   coordinator->service_->ExportMetrics(coordinator->metrics_.get());
   ASSIGN_OR_RETURN(coordinator->server_,
-                   Serve(options.listen_address, coordinator->service_.get(),
+                   Serve(options.listen_address, options.tls, coordinator->service_.get(),
                          coordinator->metrics_.get(), &coordinator->address_));
   MarkServing(coordinator->server_.get(), v1::Coordinator::service_full_name());
-  LogEventCat("coordinator", "serving on ", coordinator->address_);
+  LogEventCat("coordinator", "serving on ", coordinator->address_, ", ", DescribeTls(options.tls));
   return coordinator;
 }
 

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "coordinator/coordinator_service.h"
 #include "rpc/metrics.h"
+#include "rpc/tls.h"
 #include "storage/metadata_store.h"
 
 namespace strata {
@@ -29,6 +30,9 @@ struct CoordinatorOptions {
   // ListCheckpoints, a job's checkpoint_dir, CreateJob's restore_from) must
   // resolve inside; empty: checkpoint_dir.
   std::string checkpoint_root;
+  // Its server's certificate, also presented to the shard servers; plaintext
+  // without (rpc/tls.h).
+  TlsFiles tls;
   // A worker without a heartbeat for this long leaves its job.
   absl::Duration worker_lease = absl::Seconds(3);
   // A shard server failing its health checks for this long is lost: its

@@ -42,10 +42,11 @@ absl::Status UnknownJob(const std::string& job_id) {
 
 CoordinatorService::CoordinatorService(MetadataStore* metadata,
                                        std::unique_ptr<Membership> membership,
-                                       PathRoot checkpoint_root, std::string checkpoint_dir)
+                                       PathRoot checkpoint_root, std::string checkpoint_dir,
+                                       ChannelCredentials shard_credentials)
     : metadata_(metadata),
       membership_(std::move(membership)),
-      fleet_(kServerCallTimeout),
+      fleet_(kServerCallTimeout, std::move(shard_credentials)),
       rendezvous_(metadata),
       checkpointer_([this](const std::string& address) { return fleet_.Stub(address); },
                     [this](const std::string& job_id) { return FindJob(job_id); },
@@ -53,7 +54,8 @@ CoordinatorService::CoordinatorService(MetadataStore* metadata,
 
 absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
     MetadataStore* metadata, absl::Duration worker_lease, std::string checkpoint_dir,
-    const std::string& checkpoint_root, absl::Duration server_timeout) {
+    const std::string& checkpoint_root, absl::Duration server_timeout,
+    ChannelCredentials shard_credentials) {
   if (server_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the server timeout must be positive");
   }
@@ -65,10 +67,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
                    Membership::Create(metadata, worker_lease));
   std::unique_ptr<CoordinatorService> service(
       new CoordinatorService(metadata, std::move(membership), std::move(root),
-                             std::move(checkpoint_dir)));
+                             std::move(checkpoint_dir), shard_credentials));
   CoordinatorService* raw = service.get();
   service->monitor_ = std::make_unique<ServerMonitor>(
-      std::min(absl::Seconds(1), server_timeout / 4), server_timeout,
+      std::min(absl::Seconds(1), server_timeout / 4), server_timeout, shard_credentials,
       [raw](const std::string& address) { raw->OnServerLost(address); },
       [raw](const std::string& address) { raw->DropStaleJobs(address); });
   RETURN_IF_ERROR(service->Load());

@@ -47,9 +47,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // `checkpoint_root`: the directory every checkpoint directory of a request
   // must lie in (empty: `checkpoint_dir`). `server_timeout`: how long a shard
   // server may fail its health checks before its jobs' chunks move.
+  // `shard_credentials`: how it calls the shard servers (rpc/tls.h).
   static absl::StatusOr<std::unique_ptr<CoordinatorService>> Create(
       MetadataStore* metadata, absl::Duration worker_lease, std::string checkpoint_dir,
-      const std::string& checkpoint_root, absl::Duration server_timeout);
+      const std::string& checkpoint_root, absl::Duration server_timeout,
+      ChannelCredentials shard_credentials);
 
   // Before the gRPC server shuts down: stops watching servers, expiring
   // leases, ends the generation streams and stops checkpoint saves.
@@ -104,7 +106,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
 
  private:
   CoordinatorService(MetadataStore* metadata, std::unique_ptr<Membership> membership,
-                     PathRoot checkpoint_root, std::string checkpoint_dir);
+                     PathRoot checkpoint_root, std::string checkpoint_dir,
+                     ChannelCredentials shard_credentials);
   absl::Status Load();
   absl::Status DoRegister(const v1::RegisterServerRequest& request);
   // Assigns each chunk of `job` to the live server with the most free bytes

@@ -9,10 +9,11 @@
 
 namespace strata {
 
-ServerMonitor::ServerMonitor(absl::Duration interval, absl::Duration timeout, Callback on_lost,
-                             Callback on_back)
+ServerMonitor::ServerMonitor(absl::Duration interval, absl::Duration timeout,
+                             ChannelCredentials credentials, Callback on_lost, Callback on_back)
     : interval_(interval),
       timeout_(timeout),
+      credentials_(std::move(credentials)),
       on_lost_(std::move(on_lost)),
       on_back_(std::move(on_back)),
       thread_([this] { Loop(); }) {}
@@ -31,7 +32,7 @@ void ServerMonitor::Watch(const std::string& address) {
   absl::MutexLock lock(&mu_);
   Server& server = servers_[address];
   if (server.stub == nullptr) {
-    server.stub = grpc::health::v1::Health::NewStub(MakeChannel(address));
+    server.stub = grpc::health::v1::Health::NewStub(MakeChannel(address, credentials_));
   }
   server.last_healthy = absl::Now();
   server.lost = false;

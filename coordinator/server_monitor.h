@@ -23,14 +23,16 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "rpc/tls.h"
 
 namespace strata {
 
 class ServerMonitor {
  public:
   using Callback = std::function<void(const std::string& address)>;
-  ServerMonitor(absl::Duration interval, absl::Duration timeout, Callback on_lost,
-                Callback on_back);
+  // Checks health over channels made with `credentials`.
+  ServerMonitor(absl::Duration interval, absl::Duration timeout, ChannelCredentials credentials,
+                Callback on_lost, Callback on_back);
   ~ServerMonitor();  // Stop()s
   ServerMonitor(const ServerMonitor&) = delete;
   ServerMonitor& operator=(const ServerMonitor&) = delete;
@@ -53,6 +55,7 @@ class ServerMonitor {
 
   const absl::Duration interval_;
   const absl::Duration timeout_;
+  const ChannelCredentials credentials_;
   const Callback on_lost_, on_back_;
   mutable absl::Mutex mu_;
   std::map<std::string, Server> servers_ ABSL_GUARDED_BY(mu_);

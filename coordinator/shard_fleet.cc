@@ -12,7 +12,7 @@ namespace strata {
 v1::ShardServer::Stub* ShardFleet::Stub(const std::string& address) {
   absl::MutexLock lock(&mu_);
   auto& stub = stubs_[address];
-  if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(address));
+  if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(address, credentials_));
   return stub.get();
 }
 

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/fan_out.h"
+#include "rpc/tls.h"
 #include "strata/internal/records.pb.h"
 #include "strata/v1/coordinator.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
@@ -26,7 +27,9 @@ namespace strata {
 class ShardFleet {
  public:
   // Every call to a server ends within `call_timeout`.
-  explicit ShardFleet(absl::Duration call_timeout) : call_timeout_(call_timeout) {}
+  // Calls servers over channels made with `credentials`.
+  ShardFleet(absl::Duration call_timeout, ChannelCredentials credentials)
+      : call_timeout_(call_timeout), credentials_(std::move(credentials)) {}
   ShardFleet(const ShardFleet&) = delete;
   ShardFleet& operator=(const ShardFleet&) = delete;
 
@@ -71,6 +74,7 @@ class ShardFleet {
                 std::function<void(std::vector<std::unique_ptr<FanOutResult<Response>>>&)> done);
 
   const absl::Duration call_timeout_;
+  const ChannelCredentials credentials_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<v1::ShardServer::Stub>> stubs_
       ABSL_GUARDED_BY(mu_);

@@ -10,7 +10,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   librocksdb-dev liburing-dev libabsl-dev libgloo-dev libxxhash-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev prometheus-cpp-dev
-  clang-format iperf3 fio procps
+  clang-format iperf3 fio procps openssl
   pybind11-dev python3-dev libjemalloc2
 )
 # Installed without recommends: docker-compose would otherwise pull in a whole

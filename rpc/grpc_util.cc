@@ -6,7 +6,8 @@
 
 namespace strata {
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const ChannelCredentials& credentials) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -16,7 +17,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // grows to 2 minutes: a shard server back after a long outage would fail
   // the coordinator's health checks that long, and be declared lost again.)
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, credentials, args);
 }
 
 void ConfigureServerBuilder(grpc::ServerBuilder& builder) {

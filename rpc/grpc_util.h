@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "rpc/grpc_status.h"
+#include "rpc/tls.h"
 
 namespace strata {
 
@@ -23,7 +24,10 @@ inline constexpr int kMaxMessageBytes = 64 << 20;
 // Largest tensor payload a client puts in one message.
 inline constexpr uint64_t kMaxPayloadBytes = 2 << 20;
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+// A channel to `address` with `credentials` (rpc/tls.h; default plaintext).
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const ChannelCredentials& credentials =
+                                               PlaintextCredentials());
 void ConfigureServerBuilder(grpc::ServerBuilder& builder);
 
 // Calls unary `method` of a synchronous `stub` with a deadline `timeout` from

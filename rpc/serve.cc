@@ -6,13 +6,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "rpc/grpc_util.h"
 
 namespace strata {
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& listen_address,
-                                                    grpc::Service* service, Metrics* metrics,
-                                                    std::string* address) {
+                                                    const TlsFiles& tls, grpc::Service* service,
+                                                    Metrics* metrics, std::string* address) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   MakeServerCredentials(tls));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
@@ -20,7 +23,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& listen_ad
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   ConfigureServerBuilder(builder);
   int port = 0;
-  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen_address, credentials, &port);
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rpc/metrics.h"
+#include "rpc/tls.h"
 
 namespace strata {
 
@@ -21,11 +22,12 @@ inline constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
 // Builds and starts a gRPC server on `listen_address` serving `service`; sets
 // `*address` to the host of `listen_address` with the bound port. The server
 // also serves the standard health service (grpc.health.v1), NOT_SERVING until
-// MarkServing(), and counts its RPCs into `metrics`. UNAVAILABLE when it
-// cannot listen there.
+// MarkServing(), and counts its RPCs into `metrics`. TLS with `tls`
+// (rpc/tls.h), plaintext without. UNAVAILABLE when it cannot listen there;
+// INVALID_ARGUMENT for unusable TLS files.
 absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& listen_address,
-                                                    grpc::Service* service, Metrics* metrics,
-                                                    std::string* address);
+                                                    const TlsFiles& tls, grpc::Service* service,
+                                                    Metrics* metrics, std::string* address);
 
 // The health service answers SERVING for the whole server ("") and for
 // `service_name`, until the server shuts down.

@@ -14,7 +14,8 @@ namespace {
 
 absl::Status RegisterWithCoordinator(const ShardServerOptions& options, const std::string& address,
                                      const Tier* gpu) {
-  auto stub = v1::Coordinator::NewStub(MakeChannel(options.coordinator_address));
+  ASSIGN_OR_RETURN(ChannelCredentials credentials, MakeChannelCredentials(options.tls));
+  auto stub = v1::Coordinator::NewStub(MakeChannel(options.coordinator_address, credentials));
   v1::RegisterServerRequest request;
   request.mutable_server()->set_address(address);
   request.mutable_server()->set_gpu_budget_bytes(gpu == nullptr ? 0 : gpu->budget_bytes());
@@ -102,7 +103,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   ASSIGN_OR_RETURN(server->metrics_, Metrics::Start(options.metrics_listen_address));
   server->service_->ExportMetrics(server->metrics_.get());
   std::string bound;
-  ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, server->service_.get(),
+  ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, options.tls, server->service_.get(),
                                           server->metrics_.get(), &bound));
   server->address_ = options.advertise_address.empty() ? bound : options.advertise_address;
   RETURN_IF_ERROR(RegisterWithCoordinator(options, server->address_, server->gpu_.get()));
@@ -119,7 +120,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
                                  server->nvme_->path(), " (", options.nvme_executor_threads,
                                  " NVMe executor thread(s))"),
               ", ", options.executor_threads, " executor thread(s) and ",
-              server->checkpoint_arena_->retained_bytes(), " bytes kept for checkpoint buffers");
+              server->checkpoint_arena_->retained_bytes(), " bytes kept for checkpoint buffers; ",
+              DescribeTls(options.tls));
   return server;
 }
 

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "core/thread_pool.h"
 #include "rpc/metrics.h"
+#include "rpc/tls.h"
 #include "shard/shard_service.h"
 #include "shard/state_arena.h"
 #include "storage/host_tier.h"
@@ -34,6 +35,9 @@ struct ShardServerOptions {
   // The directory every checkpoint directory of a SaveChunks or LoadChunks
   // must resolve inside; empty: this server takes no checkpoints.
   std::string checkpoint_root;
+  // Its server's certificate, also presented to the coordinator; plaintext
+  // without (rpc/tls.h).
+  TlsFiles tls;
   // The GPU tier on GPU gpu_device: gpu_budget_bytes, or kNoGpuTier, or
   // kAutoGpuBudget (80% of the GPU's free memory at start-up where a GPU is
   // found, no GPU tier where none is).

@@ -2,6 +2,7 @@
 #include "absl/flags/flag.h"
 #include "core/command_line.h"
 #include "core/signals.h"
+#include "rpc/tls_flags.h"
 #include "shard/shard_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7701", "host:port to serve on; port 0 picks a free port");
@@ -80,6 +81,7 @@ int main(int argc, char** argv) {
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+  options.tls = strata::TlsFilesFromFlags();
   const int64_t gpu_budget_mib = absl::GetFlag(FLAGS_gpu_budget_mib);
   options.gpu_budget_bytes = gpu_budget_mib > 0 ? gpu_budget_mib << 20 : gpu_budget_mib;
   options.gpu_device = absl::GetFlag(FLAGS_gpu_device);

@@ -33,6 +33,9 @@ struct LocalClusterOptions {
   // The checkpoint root of the coordinator and the servers; empty: the
   // system's temporary directory (where tests make their scratch dirs).
   std::string checkpoint_root;
+  // TLS of the coordinator and of every server (rpc/tls.h); none: plaintext.
+  TlsFiles coordinator_tls;
+  TlsFiles server_tls;
 };
 
 class LocalCluster {

@@ -1,5 +1,6 @@
 // stratactl: inspect a strata cluster. See --help.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -18,6 +19,7 @@
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
 #include "rpc/job_spec.h"
+#include "rpc/tls_flags.h"
 #include "strata/client.h"
 #include "strata/flat_layout.h"
 #include "strata/v1/coordinator.grpc.pb.h"
@@ -72,11 +74,29 @@ constexpr char kUsage[] =
     "      ClientOptions::restore_from)\n"
     "  stratactl [--target=HOST:PORT] [--service=NAME] [--json] health\n"
     "      the standard gRPC health check (grpc.health.v1) of a coordinator or shard\n"
-    "      server; exits 0 when it is SERVING, 1 otherwise (for container health checks)";
+    "      server; exits 0 when it is SERVING, 1 otherwise (for container health checks)\n"
+    "With TLS on the daemons, every command takes --tls_ca=FILE (their CA) and, where\n"
+    "they ask for one, --tls_cert=FILE --tls_key=FILE.";
+
+// The channel credentials of the --tls_* flags; exits with the error when
+// they are unusable.
+const ChannelCredentials& Credentials() {
+  static const ChannelCredentials* credentials = [] {
+    absl::StatusOr<ChannelCredentials> made = MakeChannelCredentials(TlsFilesFromFlags());
+    if (!made.ok()) {
+      std::fprintf(stderr, "stratactl: %s\n", std::string(made.status().message()).c_str());
+      std::exit(2);
+    }
+    return new ChannelCredentials(*std::move(made));
+  }();
+  return *credentials;
+}
 
 class Ctl {
  public:
-  Ctl() : stub_(v1::Coordinator::NewStub(MakeChannel(absl::GetFlag(FLAGS_coordinator)))) {}
+  Ctl()
+      : stub_(v1::Coordinator::NewStub(
+            MakeChannel(absl::GetFlag(FLAGS_coordinator), Credentials()))) {}
 
   template <typename Request, typename Response, typename Method>
   absl::Status Call(Method method, const Request& request, Response* response) {
@@ -221,7 +241,7 @@ class Ctl {
     if (!layout.ok()) return layout.status();
     absl::StatusOr<DType> dtype = DTypeFromProto(job.spec().dtype());
     if (!dtype.ok()) return dtype.status();
-    ShardTransport transport(job_id, &*layout, *dtype);
+    ShardTransport transport(job_id, &*layout, *dtype, Credentials());
     if (absl::Status s = transport.SetPlacement(job); !s.ok()) return s;
     absl::StatusOr<MasterState> state =
         transport.ReadMasterState(absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
@@ -266,7 +286,7 @@ class Ctl {
   absl::Status Health() {
     std::string target = absl::GetFlag(FLAGS_target);
     if (target.empty()) target = absl::GetFlag(FLAGS_coordinator);
-    auto stub = grpc::health::v1::Health::NewStub(MakeChannel(target));
+    auto stub = grpc::health::v1::Health::NewStub(MakeChannel(target, Credentials()));
     grpc::health::v1::HealthCheckRequest request;
     request.set_service(absl::GetFlag(FLAGS_service));
     grpc::health::v1::HealthCheckResponse response;

@@ -11,6 +11,8 @@ ShardedOptimizer reads by default:
     STRATA_WORLD_SIZE   the number of workers the job starts with
     STRATA_WORKER_ID    unique per worker: worker-0, worker-1, ...
     STRATA_LOCAL_RANK   0 .. N-1 (the rank is the client's, not this)
+    STRATA_TLS_CA       with --tls-ca: the CA of a coordinator that uses TLS
+                        (STRATA_TLS_CERT/STRATA_TLS_KEY, if set, are passed on)
 
 Without --coordinator it starts a local cluster (a coordinator and --servers
 shard servers on loopback, see strata.cluster) and stops it afterwards. If a
@@ -36,6 +38,9 @@ def parse_args(argv):
     parser.add_argument("--coordinator", default="",
                         help="host:port of a running coordinator; default: start a local "
                              "cluster")
+    parser.add_argument("--tls-ca", default="",
+                        help="CA certificate of a coordinator that uses TLS (passed to the "
+                             "workers as STRATA_TLS_CA)")
     parser.add_argument("--servers", type=int, default=2,
                         help="shard servers of the local cluster (default 2)")
     parser.add_argument("--host-budget-mib", type=int, default=1024,
@@ -58,6 +63,8 @@ def run_workers(args, coordinator):
         env = dict(os.environ, STRATA_COORDINATOR=coordinator, STRATA_JOB=job,
                    STRATA_WORLD_SIZE=str(args.workers), STRATA_WORKER_ID="worker-%d" % i,
                    STRATA_LOCAL_RANK=str(i))
+        if args.tls_ca:
+            env["STRATA_TLS_CA"] = args.tls_ca
         workers.append(subprocess.Popen([sys.executable, args.script] + args.script_args,
                                         env=env))
     status = 0

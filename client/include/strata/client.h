@@ -60,6 +60,12 @@ class PendingGather {
 
 struct ClientOptions {
   std::string coordinator_address = "127.0.0.1:7700";
+  // TLS to the coordinator and the shard servers: the CA their certificates
+  // chain to (setting it turns TLS on), and optionally a certificate and key
+  // to present. All empty: plaintext.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
   std::string job_id;
   // Unique per worker process; default: "<hostname>-<pid>".
   std::string worker_id;
