@@ -37,6 +37,9 @@ ABSL_FLAG(uint64_t, checkpoint_memory_limit_mib,
           "aside (the server's --checkpoint_memory_limit_mib)");
 ABSL_FLAG(std::string, dtype, "fp16", "step: fp16 or bf16");
 ABSL_FLAG(int, steps, 5, "step: timed steps (after one warm-up step)");
+ABSL_FLAG(std::string, tls_dir, "",
+          "step: also time the steps with TLS on every channel (a test CA and certificates "
+          "made in this directory with openssl), reporting tls_step_over_plaintext");
 ABSL_FLAG(std::string, dir, "",
           "nvme-step: directory for the NVMe tier's file and fio's; checkpoint: for the "
           "checkpoint and fio's file");
@@ -72,7 +75,7 @@ constexpr char kUsage[] =
     "      the same over NVMe-resident chunks (read p m v, apply, write back),\n"
     "      against fio (io_uring, O_DIRECT) on DIR with the same I/O size and depth;\n"
     "      with M, also a host-tier step over M parameters, alone and beside it\n"
-    "  strata-bench step --params N --workers W --servers S [--dtype fp16|bf16]\n"
+    "  strata-bench step --params N --workers W --servers S [--dtype fp16|bf16] [--tls_dir D]\n"
     "      the whole optimizer path of a step on loopback, against iperf3\n"
     "  strata-bench checkpoint --params N --dir DIR [--servers S] [--checkpoint_buffer_mib M]\n"
     "      [--checkpoint_memory_limit_mib L]\n"
@@ -130,6 +133,7 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
     o.dtype = *dtype;
     o.steps = absl::GetFlag(FLAGS_steps);
     o.quiet = absl::GetFlag(FLAGS_json);
+    o.tls_dir = absl::GetFlag(FLAGS_tls_dir);
     return strata::BenchStep(o);
   }
   strata::KernelBenchOptions o;

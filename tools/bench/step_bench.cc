@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -9,9 +10,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/status_macros.h"
 #include "kernels/adam.h"
 #include "strata/client.h"
 #include "testing/local_cluster.h"
+#include "testing/test_certificates.h"
 #include "tools/bench/bench_util.h"
 
 namespace strata {
@@ -59,37 +62,39 @@ double MeasureApplySeconds(uint64_t num_params, DType dtype, int threads) {
   return absl::ToDoubleSeconds(absl::Now() - started);
 }
 
-}  // namespace
+// What rank 0 saw of the timed steps of one cluster.
+struct StepRun {
+  std::vector<double> step_seconds;
+  std::vector<StepResult> results;
+};
 
-absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
+// Runs o.steps timed steps (after one warm-up) of a job of o.num_params on a
+// fresh loopback cluster of o.servers servers with `tls` (none: plaintext).
+absl::StatusOr<StepRun> RunSteps(const StepBenchOptions& o, const TlsFiles& tls,
+                                 const std::string& label) {
   const uint64_t n = o.num_params;
-  const int workers = o.workers;
-  const int servers = o.servers;
-  const int steps = o.steps;
-  const DType dtype = o.dtype;
-  const bool quiet = o.quiet;
-  double iperf3 = MeasureIperf3();
-
   LocalClusterOptions cluster_options;
-  cluster_options.num_servers = servers;
-  cluster_options.host_budget_bytes = n * 16 / servers + (uint64_t{256} << 20);
+  cluster_options.num_servers = o.servers;
+  cluster_options.host_budget_bytes = n * 16 / o.servers + (uint64_t{256} << 20);
   cluster_options.executor_threads = o.executor_threads;
+  cluster_options.coordinator_tls = tls;
+  cluster_options.server_tls = tls;
   auto cluster = LocalCluster::Start(cluster_options);
   if (!cluster.ok()) return cluster.status();
   ClientOptions options;
   options.coordinator_address = (*cluster)->coordinator_address();
+  options.tls_ca_file = tls.ca_file;
   options.job_id = "bench";
   options.tensors = {{"flat", {static_cast<int64_t>(n)}}};
-  options.world_size = workers;
-  options.dtype = dtype;
+  options.world_size = o.workers;
+  options.dtype = o.dtype;
   options.loss_scale.dynamic = false;
   options.loss_scale.initial_scale = 1.0f;
 
-  std::vector<std::vector<StepResult>> results(workers);
-  std::vector<std::vector<double>> step_seconds(workers);
-  std::vector<absl::Status> errors(workers);
+  StepRun run;
+  std::vector<absl::Status> errors(o.workers);
   std::vector<std::thread> threads;
-  for (int w = 0; w < workers; ++w) {
+  for (int w = 0; w < o.workers; ++w) {
     threads.emplace_back([&, w] {
       ClientOptions mine = options;
       mine.worker_id = absl::StrCat("bench-", w);
@@ -99,7 +104,7 @@ absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
         return;
       }
       std::vector<float> grads(n, 1e-3f);
-      for (int s = 0; s <= steps; ++s) {
+      for (int s = 0; s <= o.steps; ++s) {
         errors[w] = (*client)->AccumulateGradients(grads);
         if (!errors[w].ok()) return;
         absl::Time started = absl::Now();
@@ -108,12 +113,12 @@ absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
           errors[w] = result.status();
           return;
         }
-        if (s == 0) continue;  // warm-up
-        step_seconds[w].push_back(absl::ToDoubleSeconds(absl::Now() - started));
-        results[w].push_back(*result);
-        if (!quiet && w == 0) {
-          std::fprintf(stderr, "step %d: %.3f s (collective %.3f s, push+pull %.3f s)\n", s,
-                       step_seconds[w].back(), result->collective_seconds,
+        if (s == 0 || w != 0) continue;  // warm-up; rank 0 reports
+        run.step_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - started));
+        run.results.push_back(*result);
+        if (!o.quiet) {
+          std::fprintf(stderr, "%s step %d: %.3f s (collective %.3f s, push+pull %.3f s)\n",
+                       label.c_str(), s, run.step_seconds.back(), result->collective_seconds,
                        result->push_pull_seconds);
         }
       }
@@ -123,21 +128,38 @@ absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
   for (const absl::Status& e : errors) {
     if (!e.ok()) return e;
   }
+  return run;
+}
+
+}  // namespace
+
+absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
+  const uint64_t n = o.num_params;
+  const DType dtype = o.dtype;
+  double iperf3 = MeasureIperf3();
+  ASSIGN_OR_RETURN(const StepRun plaintext, RunSteps(o, TlsFiles{}, "plaintext"));
+  std::optional<StepRun> tls;
+  if (!o.tls_dir.empty()) {
+    testing::TestCertificates certificates(o.tls_dir);
+    RETURN_IF_ERROR(certificates.Make());
+    ASSIGN_OR_RETURN(tls, RunSteps(o, certificates.Files("server"), "tls"));
+  }
   std::vector<double> collective, push_pull;
-  for (const StepResult& r : results[0]) {
+  for (const StepResult& r : plaintext.results) {
     collective.push_back(r.collective_seconds);
     push_pull.push_back(r.push_pull_seconds);
   }
   double push_pull_s = Median(push_pull);
   double wire_bytes = 2.0 * n * DTypeSize(dtype);  // every parameter up once and down once
-  double apply_s = MeasureApplySeconds(n, dtype, servers * cluster_options.executor_threads);
+  double apply_s = MeasureApplySeconds(n, dtype, o.servers * o.executor_threads);
+  const double step_s = Median(plaintext.step_seconds);
   json out = {{"bench", "step"},
               {"params", n},
-              {"workers", workers},
-              {"servers", servers},
+              {"workers", o.workers},
+              {"servers", o.servers},
               {"dtype", DTypeName(dtype)},
-              {"steps", steps},
-              {"step_s", Median(step_seconds[0])},
+              {"steps", o.steps},
+              {"step_s", step_s},
               {"collective_s", Median(collective)},
               {"push_pull_s", push_pull_s},
               {"apply_s", apply_s},
@@ -145,6 +167,12 @@ absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
               {"iperf3_GBps", iperf3 < 0 ? json(nullptr) : json(iperf3)},
               {"wire_fraction_of_iperf3",
                iperf3 <= 0 ? json(nullptr) : json(wire_bytes / push_pull_s / 1e9 / iperf3)}};
+  if (tls.has_value()) {
+    // The same steps over TLS (every channel, in the same run): the
+    // plaintext step is the bound.
+    out["tls_step_s"] = Median(tls->step_seconds);
+    out["tls_step_over_plaintext"] = Median(tls->step_seconds) / step_s;
+  }
   return out;
 }
 

@@ -1,9 +1,12 @@
 // strata-bench step: the whole optimizer path of a step on loopback
 // (reduce-scatter, push, apply, pull, all-gather; no model) with W worker
 // threads and S in-process shard servers, and single-stream loopback TCP
-// measured with iperf3 in the same run. Returns the JSON object to print.
+// measured with iperf3 in the same run; with a TLS directory, the same
+// steps again over TLS on a fresh cluster. Returns the JSON object to print.
 #ifndef STRATA_TOOLS_BENCH_STEP_BENCH_H_
 #define STRATA_TOOLS_BENCH_STEP_BENCH_H_
+
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -19,6 +22,9 @@ struct StepBenchOptions {
   DType dtype = DType::kFp16;
   int steps = 5;
   bool quiet = false;  // no per-step lines on stderr
+  // Non-empty: also run the steps with TLS on every channel (certificates
+  // made here by openssl) and report the ratio to plaintext.
+  std::string tls_dir;
 };
 
 absl::StatusOr<nlohmann::json> BenchStep(const StepBenchOptions& options);
