@@ -55,7 +55,8 @@ ClientImpl::ClientImpl(ClientOptions options, FlatLayout layout, ChannelCredenti
       credentials_(std::move(credentials)),
       transport_(options_.job_id, &layout_, options_.dtype, credentials_),
       scaler_(options_.loss_scale),
-      coordinator_(v1::Coordinator::NewStub(MakeChannel(options_.coordinator_address, credentials_))) {}
+      coordinator_(
+          v1::Coordinator::NewStub(MakeChannel(options_.coordinator_address, credentials_))) {}
 
 absl::Status ClientImpl::CreateJob() {
   absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
@@ -80,9 +81,9 @@ absl::Status ClientImpl::CreateJob() {
               ? " (not reached: is it up? If it uses TLS, set tls_ca_file to its CA)"
               : " (not reached: is it up, does its TLS certificate chain to tls_ca_file, and "
                 "is the certificate presented (tls_cert_file) one of that CA's?)";
-      return absl::Status(s.code(), absl::StrCat("creating job '", options_.job_id,
-                                                 "' at coordinator ", options_.coordinator_address,
-                                                 ": ", s.message(), hint));
+      return absl::Status(s.code(),
+                          absl::StrCat("creating job '", options_.job_id, "' at coordinator ",
+                                       options_.coordinator_address, ": ", s.message(), hint));
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
@@ -155,9 +156,9 @@ absl::Status ClientImpl::WriteInitialState() {
 
 absl::Status ClientImpl::Init() {
   RETURN_IF_ERROR(CreateJob());
-  ASSIGN_OR_RETURN(membership_,
-                   WorkerMembership::Join(options_.coordinator_address, credentials_, options_.job_id, worker_id_,
-                                          [this] { CancelInFlight(); }));
+  ASSIGN_OR_RETURN(membership_, WorkerMembership::Join(options_.coordinator_address, credentials_,
+                                                       options_.job_id, worker_id_,
+                                                       [this] { CancelInFlight(); }));
   return Reform(/*than=*/0);
 }
 
@@ -196,8 +197,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   ASSIGN_OR_RETURN(ChannelCredentials credentials,
                    MakeChannelCredentials(
                        TlsFiles{options.tls_cert_file, options.tls_key_file, options.tls_ca_file}));
-  auto client = std::make_unique<ClientImpl>(std::move(options), std::move(layout),
-                                             std::move(credentials));
+  auto client =
+      std::make_unique<ClientImpl>(std::move(options), std::move(layout), std::move(credentials));
   RETURN_IF_ERROR(client->Init());
   return std::unique_ptr<Client>(std::move(client));
 }

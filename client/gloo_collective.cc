@@ -158,7 +158,7 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateGlooCollective(const Collectiv
     context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
     context->setTimeout(timeout);
     CoordinatorStore store(options.coordinator_address, options.coordinator_credentials,
-                         options.key_prefix, options.abandon);
+                           options.key_prefix, options.abandon);
     context->connectFullMesh(store, device);
   });
   if (!s.ok()) return s;

@@ -40,7 +40,8 @@ absl::Status ShardTransport::SetPlacement(v1::JobInfo job) {
   job_ = std::move(job);
   for (const auto& c : job_.chunks()) {
     auto& stub = stubs_[c.server_address()];
-    if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(c.server_address(), credentials_));
+    if (stub == nullptr)
+      stub = v1::ShardServer::NewStub(MakeChannel(c.server_address(), credentials_));
   }
   return absl::OkStatus();
 }

@@ -39,11 +39,9 @@ WorkerMembership::WorkerMembership(const std::string& coordinator_address,
 
 absl::StatusOr<std::unique_ptr<WorkerMembership>> WorkerMembership::Join(
     const std::string& coordinator_address, const ChannelCredentials& credentials,
-    const std::string& job_id, const std::string& worker_id,
-    std::function<void()> on_interrupted) {
-  std::unique_ptr<WorkerMembership> membership(
-      new WorkerMembership(coordinator_address, credentials, job_id, worker_id,
-                           std::move(on_interrupted)));
+    const std::string& job_id, const std::string& worker_id, std::function<void()> on_interrupted) {
+  std::unique_ptr<WorkerMembership> membership(new WorkerMembership(
+      coordinator_address, credentials, job_id, worker_id, std::move(on_interrupted)));
   RETURN_IF_ERROR(membership->SendJoin());
   membership->heartbeat_thread_ = std::thread([m = membership.get()] { m->HeartbeatLoop(); });
   membership->watch_thread_ = std::thread([m = membership.get()] { m->WatchLoop(); });

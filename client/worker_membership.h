@@ -52,8 +52,7 @@ class WorkerMembership {
 
  private:
   WorkerMembership(const std::string& coordinator_address, const ChannelCredentials& credentials,
-                   std::string job_id,
-                   std::string worker_id, std::function<void()> on_interrupted);
+                   std::string job_id, std::string worker_id, std::function<void()> on_interrupted);
   absl::Status SendJoin();
   void Observe(const v1::Generation& generation);
   void HeartbeatLoop();

@@ -25,8 +25,7 @@ constexpr int kMaxStepChoices = 5;
 
 }  // namespace
 
-Checkpointer::Checkpointer(StubFor stub_for, JobFor job_for, PathRoot root,
-                           std::string default_dir)
+Checkpointer::Checkpointer(StubFor stub_for, JobFor job_for, PathRoot root, std::string default_dir)
     : stub_for_(std::move(stub_for)),
       job_for_(std::move(job_for)),
       root_(std::move(root)),
@@ -187,7 +186,8 @@ void Checkpointer::RunPeriodic(const std::string& job_id) {
     const int64_t every = static_cast<int64_t>(job->spec().checkpoint_every_steps());
     const absl::StatusOr<std::string> dir = DirFor(job->spec(), "");
     if (!dir.ok()) {
-      LogEventCat("coordinator", "job ", job_id, ": no periodic checkpoints: ", dir.status().message());
+      LogEventCat("coordinator", "job ", job_id,
+                  ": no periodic checkpoints: ", dir.status().message());
       return;
     }
     // At first, and when the job resumed from a checkpoint after its chunks

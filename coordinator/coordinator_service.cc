@@ -59,9 +59,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   if (server_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the server timeout must be positive");
   }
-  ASSIGN_OR_RETURN(PathRoot root, PathRoot::Open(checkpoint_root.empty() ? checkpoint_dir
-                                                                          : checkpoint_root,
-                                                  "checkpoint_root"));
+  ASSIGN_OR_RETURN(PathRoot root,
+                   PathRoot::Open(checkpoint_root.empty() ? checkpoint_dir : checkpoint_root,
+                                  "checkpoint_root"));
   ASSIGN_OR_RETURN(checkpoint_dir, root.Resolve(checkpoint_dir, "--checkpoint_dir"));
   ASSIGN_OR_RETURN(std::unique_ptr<Membership> membership,
                    Membership::Create(metadata, worker_lease));
@@ -471,8 +471,8 @@ grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(
     grpc::CallbackServerContext* ctx, const v1::ListCheckpointsRequest* request,
     v1::ListCheckpointsResponse* response) {
   if (!IsValidId(request->job_id())) {
-    return FinishUnary(
-        ctx, absl::InvalidArgumentError(absl::StrCat("invalid job id ", Quoted(request->job_id()))));
+    return FinishUnary(ctx, absl::InvalidArgumentError(
+                                absl::StrCat("invalid job id ", Quoted(request->job_id()))));
   }
   // A job this coordinator does not know may have checkpoints to restore.
   absl::StatusOr<v1::JobInfo> job = FindJob(request->job_id());

@@ -28,10 +28,12 @@ absl::StatusOr<FlatLayout> FlatLayout::Create(std::vector<TensorSpec> tensors,
   for (const TensorSpec& t : tensors) {
     if (t.name.empty()) return absl::InvalidArgumentError("a tensor has an empty name");
     if (!names.insert(t.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor name ", Quoted(t.name), " is used twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor name ", Quoted(t.name), " is used twice"));
     }
     if (t.shape.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", Quoted(t.name), " has no dimensions"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", Quoted(t.name), " has no dimensions"));
     }
     uint64_t count = 1;
     for (int64_t d : t.shape) {

@@ -18,9 +18,9 @@ absl::StatusOr<PathRoot> PathRoot::Open(const std::string& dir, absl::string_vie
   std::filesystem::create_directories(dir, error);
   std::filesystem::path canonical = std::filesystem::canonical(dir, error);
   if (error || !std::filesystem::is_directory(canonical)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", Quoted(dir),
-                                                   " is not a usable directory: ",
-                                                   error ? error.message() : "not a directory"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " ", Quoted(dir),
+                     " is not a usable directory: ", error ? error.message() : "not a directory"));
   }
   return PathRoot(canonical.string(), std::string(flag));
 }
@@ -39,8 +39,8 @@ absl::StatusOr<std::string> PathRoot::Resolve(absl::string_view path,
   const bool inside =
       !error && (resolved == dir_ || absl::StartsWith(resolved, dir_ == "/" ? "/" : dir_ + "/"));
   if (!inside) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " ", Quoted(path),
-                                                   " is not inside the --", flag_, " ", dir_));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " ", Quoted(path), " is not inside the --", flag_, " ", dir_));
   }
   // weakly_canonical keeps a trailing slash of the input; a root-relative
   // comparison above already accepted it.

@@ -25,9 +25,8 @@ inline constexpr int kMaxMessageBytes = 64 << 20;
 inline constexpr uint64_t kMaxPayloadBytes = 2 << 20;
 
 // A channel to `address` with `credentials` (rpc/tls.h; default plaintext).
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           const ChannelCredentials& credentials =
-                                               PlaintextCredentials());
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address, const ChannelCredentials& credentials = PlaintextCredentials());
 void ConfigureServerBuilder(grpc::ServerBuilder& builder);
 
 // Calls unary `method` of a synchronous `stub` with a deadline `timeout` from

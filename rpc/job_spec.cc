@@ -107,13 +107,13 @@ absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec) {
   }
   for (const v1::TensorSpec& t : spec.tensors()) {
     if (t.name().size() > kMaxTensorNameBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor name ", Quoted(t.name()),
-                                                     " exceeds ", kMaxTensorNameBytes, " bytes"));
+      return absl::InvalidArgumentError(absl::StrCat("tensor name ", Quoted(t.name()), " exceeds ",
+                                                     kMaxTensorNameBytes, " bytes"));
     }
   }
   if (spec.checkpoint_dir().size() > kMaxPathBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint_dir ", Quoted(spec.checkpoint_dir()), " exceeds ", kMaxPathBytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint_dir ", Quoted(spec.checkpoint_dir()),
+                                                   " exceeds ", kMaxPathBytes, " bytes"));
   }
   RETURN_IF_ERROR(DTypeFromProto(spec.dtype()).status());
   const v1::AdamConfig& a = spec.adam();
@@ -134,10 +134,10 @@ absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec) {
   ASSIGN_OR_RETURN(FlatLayout layout,
                    FlatLayout::Create(TensorsFromProto(spec), spec.chunk_num_params()));
   if (layout.num_chunks() > kMaxChunksPerJob) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk_num_params ", spec.chunk_num_params(), " cuts the model's ", layout.num_params(),
-        " parameters into ", layout.num_chunks(), " chunks, more than the maximum of ",
-        kMaxChunksPerJob, " per job"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_num_params ", spec.chunk_num_params(), " cuts the model's ",
+                     layout.num_params(), " parameters into ", layout.num_chunks(),
+                     " chunks, more than the maximum of ", kMaxChunksPerJob, " per job"));
   }
   return layout;
 }

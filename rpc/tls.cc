@@ -19,8 +19,8 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
   std::string pem(kMaxPemBytes + 1, '\0');
   in.read(pem.data(), kMaxPemBytes + 1);
   if (in.bad() || !in.is_open()) {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", Quoted(path),
-                                                   " cannot be read"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " ", Quoted(path), " cannot be read"));
   }
   if (in.gcount() > kMaxPemBytes) {
     return absl::InvalidArgumentError(
@@ -39,8 +39,7 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& files) {
   if (!files.enabled()) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions options(
-      GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+  grpc::SslServerCredentialsOptions options(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
   ASSIGN_OR_RETURN(options.pem_root_certs, ReadPem(files.ca_file, "tls_ca"));
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
   ASSIGN_OR_RETURN(pair.cert_chain, ReadPem(files.cert_file, "tls_cert"));

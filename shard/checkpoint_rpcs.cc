@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/log.h"
 #include "core/checked_math.h"
 #include "core/chunk_bytes.h"
+#include "core/log.h"
 #include "core/parallel_for.h"
 #include "core/quoted.h"
 #include "core/status_macros.h"
@@ -62,7 +62,8 @@ absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ChunksOf(
   RETURN_IF_ERROR(ServingStatus());
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown job ", Quoted(job_id), " on this shard server"));
+    return absl::NotFoundError(
+        absl::StrCat("unknown job ", Quoted(job_id), " on this shard server"));
   }
   std::vector<std::shared_ptr<Chunk>> chunks;
   for (const auto& [begin, chunk] : it->second->chunks_by_begin) chunks.push_back(chunk);
@@ -90,9 +91,9 @@ absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ArmChunks(
   ASSIGN_OR_RETURN(const std::string dir, CheckpointDir(request.dir()));
   ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
   for (size_t i = 0; i < chunks.size(); ++i) {
-    absl::Status armed = chunks[i]->ArmCheckpoint(
-        request.step(), checkpoint_arena_,
-        absl::StrCat(dir, "/", CheckpointFileName(chunks[i]->chunk_id())));
+    absl::Status armed =
+        chunks[i]->ArmCheckpoint(request.step(), checkpoint_arena_,
+                                 absl::StrCat(dir, "/", CheckpointFileName(chunks[i]->chunk_id())));
     if (!armed.ok()) {
       for (size_t j = 0; j < i; ++j) chunks[j]->CancelCheckpoint();
       return armed;
@@ -166,21 +167,21 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
     const uint64_t n = file.chunk().num_params();
     const std::optional<uint64_t> end = CheckedAdd(file.chunk().flat_begin(), n);
     if (n == 0 || n > kMaxChunkNumParams || !end.has_value() || *end > kMaxModelParams) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint file ", Quoted(file.file()), ": range [", file.chunk().flat_begin(), ", +",
-          n, ") is not a chunk (1 to ", kMaxChunkNumParams, " parameters within the first ",
-          kMaxModelParams, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint file ", Quoted(file.file()), ": range [",
+                       file.chunk().flat_begin(), ", +", n, ") is not a chunk (1 to ",
+                       kMaxChunkNumParams, " parameters within the first ", kMaxModelParams, ")"));
     }
     // The size before any memory is taken for the file.
     std::error_code error;
     const std::string path = absl::StrCat(dir, "/", file.file());
     const uintmax_t size = std::filesystem::file_size(path, error);
     if (error || size != StateBytes(n)) {
-      return absl::DataLossError(absl::StrCat(
-          "checkpoint file ", path, error ? " is missing or unreadable: " + error.message()
-                                          : absl::StrCat(" has ", size, " bytes, not the ",
-                                                         StateBytes(n), " of its ", n,
-                                                         " parameters")));
+      return absl::DataLossError(
+          absl::StrCat("checkpoint file ", path,
+                       error ? " is missing or unreadable: " + error.message()
+                             : absl::StrCat(" has ", size, " bytes, not the ", StateBytes(n),
+                                            " of its ", n, " parameters")));
     }
   }
   ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));

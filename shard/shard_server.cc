@@ -103,8 +103,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   ASSIGN_OR_RETURN(server->metrics_, Metrics::Start(options.metrics_listen_address));
   server->service_->ExportMetrics(server->metrics_.get());
   std::string bound;
-  ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, options.tls, server->service_.get(),
-                                          server->metrics_.get(), &bound));
+  ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, options.tls,
+                                          server->service_.get(), server->metrics_.get(), &bound));
   server->address_ = options.advertise_address.empty() ? bound : options.advertise_address;
   RETURN_IF_ERROR(RegisterWithCoordinator(options, server->address_, server->gpu_.get()));
   MarkServing(server->server_.get(), v1::ShardServer::service_full_name());

@@ -49,10 +49,9 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create directory ", saved_chunks_dir, ": ", error.message()));
   }
-  std::unique_ptr<ShardService> service(new ShardService(gpu, host, nvme, metadata, executor,
-                                                         nvme_executor, checkpoint_arena,
-                                                         std::move(saved_chunks_dir),
-                                                         std::move(checkpoint_root)));
+  std::unique_ptr<ShardService> service(
+      new ShardService(gpu, host, nvme, metadata, executor, nvme_executor, checkpoint_arena,
+                       std::move(saved_chunks_dir), std::move(checkpoint_root)));
   ASSIGN_OR_RETURN(auto records, metadata->Scan(kJobPrefix));
   for (const auto& [key, value] : records) {
     v1::AllocateChunksRequest record;
@@ -103,7 +102,8 @@ absl::StatusOr<std::shared_ptr<Chunk>> ShardService::FindChunk(const std::string
   RETURN_IF_ERROR(ServingStatus());
   auto job_it = jobs_.find(job_id);
   if (job_it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown job ", Quoted(job_id), " on this shard server"));
+    return absl::NotFoundError(
+        absl::StrCat("unknown job ", Quoted(job_id), " on this shard server"));
   }
   const auto& chunks = job_it->second->chunks_by_begin;
   auto it = chunks.upper_bound(begin);
@@ -136,8 +136,8 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
         absl::StrCat("job '", job_id, "' already has other chunks on this shard server"));
   }
   if (static_cast<uint64_t>(request.chunks_size()) > layout.num_chunks()) {
-    return absl::InvalidArgumentError(absl::StrCat("chunks: ", request.chunks_size(),
-                                                   " for a job of ", layout.num_chunks()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunks: ", request.chunks_size(), " for a job of ", layout.num_chunks()));
   }
   for (int i = 0; i < request.chunks_size(); ++i) {
     const v1::ChunkSpec& c = request.chunks(i);
@@ -235,8 +235,9 @@ grpc::ServerUnaryReactor* ShardService::DropJob(grpc::CallbackServerContext* ctx
     }
   }
   if (job == nullptr) {
-    return FinishUnary(ctx, absl::NotFoundError(absl::StrCat("unknown job ", Quoted(request->job_id()),
-                                                             " on this shard server")));
+    return FinishUnary(
+        ctx, absl::NotFoundError(
+                 absl::StrCat("unknown job ", Quoted(request->job_id()), " on this shard server")));
   }
   absl::Status status = absl::AbortedError(absl::StrCat("job '", request->job_id(), "' dropped"));
   for (auto& [begin, chunk] : job->chunks_by_begin) chunk->FailWaiters(status);

@@ -72,8 +72,7 @@ inline std::string StartCoordinator(const std::string& bin, const std::string& d
                                     Processes* processes,
                                     const std::vector<std::string>& extra = {}) {
   std::vector<std::string> args = {bin + "/strata-coordinator", "--listen=127.0.0.1:0",
-                                   "--data_dir=" + dir + "/coordinator",
-                                   "--checkpoint_root=" + dir,
+                                   "--data_dir=" + dir + "/coordinator", "--checkpoint_root=" + dir,
                                    "--ready_file=" + dir + "/coordinator.addr"};
   args.insert(args.end(), extra.begin(), extra.end());
   processes->pids.push_back(Spawn(args, dir + "/coordinator.log"));
@@ -89,20 +88,18 @@ struct ServerProcess {
 // Starts `bin`/strata-server `name` (data in `dir`/name, log and ready file
 // beside it) for `coordinator`, no GPU tier (on a machine with a GPU too),
 // unpinned host memory, one executor thread (and one for NVMe chunks), no
-// memory kept for checkpoint copies, checkpoints anywhere in `dir`, and `extra` flags (which may override these).
-// A ready file left by an earlier server of that name (a restart on the same
+// memory kept for checkpoint copies, checkpoints anywhere in `dir`, and `extra` flags (which may
+// override these). A ready file left by an earlier server of that name (a restart on the same
 // directory) is removed first, so that the new server's address is awaited.
 inline ServerProcess StartServer(const std::string& bin, const std::string& dir,
                                  const std::string& name, const std::string& coordinator,
                                  const std::vector<std::string>& extra, Processes* processes) {
   const std::string base = dir + "/" + name;
   std::vector<std::string> args = {
-      bin + "/strata-server",         "--listen=127.0.0.1:0",
-      "--coordinator=" + coordinator, "--data_dir=" + base,
-      "--pin_host_memory=false",      "--executor_threads=1",
-      "--nvme_executor_threads=1",    "--checkpoint_buffer_mib=0",
-      "--gpu_budget_mib=0",           "--checkpoint_root=" + dir,
-      "--ready_file=" + base + ".addr"};
+      bin + "/strata-server",      "--listen=127.0.0.1:0",          "--coordinator=" + coordinator,
+      "--data_dir=" + base,        "--pin_host_memory=false",       "--executor_threads=1",
+      "--nvme_executor_threads=1", "--checkpoint_buffer_mib=0",     "--gpu_budget_mib=0",
+      "--checkpoint_root=" + dir,  "--ready_file=" + base + ".addr"};
   args.insert(args.end(), extra.begin(), extra.end());
   std::remove((base + ".addr").c_str());
   ServerProcess server;

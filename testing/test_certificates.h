@@ -45,12 +45,12 @@ class TestCertificates {
                         " 2>&1; ");
   }
   static std::string Leaf(const std::string& name, const std::string& ca) {
-    return absl::StrCat(
-        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ", name,
-        ".key -out ", name, ".csr -subj /CN=strata-", name, " 2>&1; ",
-        "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ", name, ".ext; ",
-        "openssl x509 -req -in ", name, ".csr -CA ", ca, ".pem -CAkey ", ca,
-        ".key -CAcreateserial -days 2 -extfile ", name, ".ext -out ", name, ".pem 2>&1; ");
+    return absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ",
+                        name, ".key -out ", name, ".csr -subj /CN=strata-", name, " 2>&1; ",
+                        "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ", name, ".ext; ",
+                        "openssl x509 -req -in ", name, ".csr -CA ", ca, ".pem -CAkey ", ca,
+                        ".key -CAcreateserial -days 2 -extfile ", name, ".ext -out ", name,
+                        ".pem 2>&1; ");
   }
 
   const std::string dir_;

@@ -23,8 +23,8 @@ using ::testing::HasSubstr;
 constexpr int kSteps = 3;
 
 std::vector<float> Gradient(int rank, int64_t step, int micro) {
-  return testing::Gradient(FlatLayout::Create(testing::SmallModel(), 256)->num_params(), rank,
-                           step, micro);
+  return testing::Gradient(FlatLayout::Create(testing::SmallModel(), 256)->num_params(), rank, step,
+                           micro);
 }
 
 ClientOptions TlsJob(const LocalCluster& cluster, const std::string& dir) {
