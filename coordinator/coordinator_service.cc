@@ -84,6 +84,7 @@ void CoordinatorService::BeginShutdown() {
 }
 
 absl::Status CoordinatorService::Load() {
+  RETURN_IF_ERROR(rendezvous_.Load());
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(auto servers, metadata_->Scan(kServerPrefix));
   for (const auto& [key, value] : servers) {

@@ -5,6 +5,7 @@
 #include "coordinator/coordinator_server.h"
 #include "gtest/gtest.h"
 #include "rpc/grpc_util.h"
+#include "rpc/rendezvous_keys.h"
 #include "shard/shard_server.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
@@ -44,7 +45,7 @@ TEST(CoordinatorRestartTest, StateSurvivesARestart) {
 
   auto stub = v1::Coordinator::NewStub(MakeChannel((*coordinator)->address()));
   v1::KvSetRequest set;
-  set.set_key("some/key");
+  set.set_key(RendezvousPrefix("restart") + "some/key");
   set.set_value("value");
   v1::KvSetResponse set_response;
   ASSERT_TRUE(Call(stub.get(), &v1::Coordinator::Stub::KvSet, set, &set_response).ok());
@@ -69,7 +70,7 @@ TEST(CoordinatorRestartTest, StateSurvivesARestart) {
   ASSERT_EQ(members.members_size(), 1);
   EXPECT_EQ(members.members(0).worker_id(), "w0");
   v1::KvGetRequest kv;
-  kv.set_key("some/key");
+  kv.set_key(RendezvousPrefix("restart") + "some/key");
   v1::KvGetResponse value;
   ASSERT_TRUE(Call(stub.get(), &v1::Coordinator::Stub::KvGet, kv, &value).ok());
   EXPECT_EQ(value.value(), "value");

@@ -12,6 +12,7 @@
 #include "coordinator/coordinator_server.h"
 #include "gtest/gtest.h"
 #include "kernels/elementwise.h"
+#include "rpc/rendezvous_keys.h"
 #include "testing/scratch_dir.h"
 
 namespace strata {
@@ -50,7 +51,7 @@ class CollectiveTest : public ::testing::TestWithParam<World> {
       threads.emplace_back([&, rank] {
         CollectiveOptions options;
         options.coordinator_address = coordinator_->address();
-        options.key_prefix = group + "/";
+        options.key_prefix = RendezvousPrefix("collective-test") + group + "/";
         options.rank = rank;
         options.size = world;
         options.timeout = absl::Seconds(30);
