@@ -118,8 +118,9 @@ absl::Status Membership::MaybeOpenGeneration(const std::string& job_id, Job* job
 absl::StatusOr<v1::JoinJobResponse> Membership::Join(const v1::JobSpec& spec,
                                                      const v1::JoinJobRequest& request) {
   if (!IsValidId(request.worker_id())) {
-    return absl::InvalidArgumentError(absl::StrCat("worker id ", Quoted(request.worker_id()),
-                                                   " must be 1 to 128 of [A-Za-z0-9._-]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker id ", Quoted(request.worker_id()),
+                     " must be 1 to 128 of [A-Za-z0-9._-], not . or .."));
   }
   if (request.address().size() > kMaxAddressBytes) {
     return absl::InvalidArgumentError(

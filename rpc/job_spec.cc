@@ -18,7 +18,8 @@ constexpr size_t kMaxPathBytes = 4096;
 }  // namespace
 
 bool IsValidId(const std::string& id) {
-  if (id.empty() || id.size() > 128) return false;
+  // "." and ".." would name directories other than the job's in paths.
+  if (id.empty() || id.size() > 128 || id == "." || id == "..") return false;
   for (char c : id) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
       return false;
@@ -90,8 +91,8 @@ std::vector<TensorSpec> TensorsFromProto(const v1::JobSpec& spec) {
 
 absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec) {
   if (!IsValidId(spec.job_id())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job id ", Quoted(spec.job_id()), " must be 1 to 128 of [A-Za-z0-9._-]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job id ", Quoted(spec.job_id()), " must be 1 to 128 of [A-Za-z0-9._-], not . or .."));
   }
   if (spec.world_size() < 1 || spec.world_size() > kMaxWorldSize) {
     return absl::InvalidArgumentError(

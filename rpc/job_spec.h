@@ -15,7 +15,8 @@ namespace strata {
 inline constexpr uint64_t kMaxChunkNumParams = uint64_t{64} << 20;
 inline constexpr uint32_t kMaxChunksPerJob = 1 << 20;
 
-// Whether `id` (a job or worker id) has 1 to 128 of [A-Za-z0-9._-].
+// Whether `id` (a job or worker id) has 1 to 128 of [A-Za-z0-9._-] and is
+// not "." or ".." (ids name directories of checkpoints).
 bool IsValidId(const std::string& id);
 
 // The layout of a valid spec; INVALID_ARGUMENT naming the first problem:

@@ -359,6 +359,13 @@ TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {
   s = FromGrpcStatus(coordinator_->CreateJob(&etc_dir_context, create, &created));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("checkpoint_dir"));
+  // A job whose id would make its checkpoints DIR/../step-N.
+  create.mutable_spec()->clear_checkpoint_dir();
+  create.mutable_spec()->set_job_id("..");
+  grpc::ClientContext dot_dot_context;
+  s = FromGrpcStatus(coordinator_->CreateJob(&dot_dot_context, create, &created));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("job id '..'"));
 }
 
 // Sizes whose arithmetic wraps or whose counts are huge: refused, naming the
