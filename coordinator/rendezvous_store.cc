@@ -19,8 +19,9 @@ constexpr char kKvPrefix[] = "kv/";
 absl::StatusOr<std::string> RendezvousStore::JobOf(const std::string& key) {
   constexpr absl::string_view kJob = "job/";
   const size_t end = key.find('/', kJob.size());
-  std::string job_id =
-      absl::StartsWith(key, kJob) && end != std::string::npos ? key.substr(4, end - 4) : "";
+  std::string job_id = absl::StartsWith(key, kJob) && end != std::string::npos
+                           ? key.substr(kJob.size(), end - kJob.size())
+                           : "";
   if (!IsValidId(job_id)) {
     return absl::InvalidArgumentError(
         absl::StrCat("key ", Quoted(key), " is not a job's: keys start with job/<job id>/"));
@@ -55,20 +56,19 @@ absl::Status RendezvousStore::Set(const std::string& key, const std::string& val
   ASSIGN_OR_RETURN(std::optional<std::string> old, metadata_->Get(stored_key));
   const uint64_t old_bytes = old.has_value() ? key.size() + old->size() : 0;
   const uint64_t new_bytes = key.size() + value.size();
-  uint64_t& job_bytes = job_bytes_[job_id];
+  const auto it = job_bytes_.find(job_id);
+  const uint64_t job_bytes = it == job_bytes_.end() ? 0 : it->second;
   if (job_bytes - old_bytes + new_bytes > kMaxJobBytes) {
-    if (job_bytes == 0) job_bytes_.erase(job_id);
     return absl::ResourceExhaustedError(absl::StrCat("job ", Quoted(job_id), "'s keys hold ",
                                                      job_bytes, " bytes; this value would pass ",
                                                      "the bound of ", kMaxJobBytes));
   }
   if (total_bytes_ - old_bytes + new_bytes > kMaxTotalBytes) {
-    if (job_bytes == 0) job_bytes_.erase(job_id);
     return absl::ResourceExhaustedError(absl::StrCat("the rendezvous store holds ", total_bytes_,
                                                      " bytes; the bound is ", kMaxTotalBytes));
   }
   RETURN_IF_ERROR(metadata_->Put(stored_key, value));
-  job_bytes = job_bytes - old_bytes + new_bytes;
+  job_bytes_[job_id] = job_bytes - old_bytes + new_bytes;
   total_bytes_ = total_bytes_ - old_bytes + new_bytes;
   return absl::OkStatus();
 }

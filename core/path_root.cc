@@ -32,19 +32,18 @@ absl::StatusOr<std::string> PathRoot::Resolve(absl::string_view path,
         absl::StrCat(field, " ", Quoted(path), " is not an absolute path"));
   }
   std::error_code error;
-  const std::string resolved =
+  std::string resolved =
       std::filesystem::weakly_canonical(std::filesystem::path(std::string(path)), error)
           .lexically_normal()
           .string();
+  // weakly_canonical keeps the input's trailing slash.
+  if (resolved.size() > 1 && resolved.back() == '/') resolved.pop_back();
   const bool inside =
       !error && (resolved == dir_ || absl::StartsWith(resolved, dir_ == "/" ? "/" : dir_ + "/"));
   if (!inside) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, " ", Quoted(path), " is not inside the --", flag_, " ", dir_));
   }
-  // weakly_canonical keeps a trailing slash of the input; a root-relative
-  // comparison above already accepted it.
-  if (resolved.size() > 1 && resolved.back() == '/') return resolved.substr(0, resolved.size() - 1);
   return resolved;
 }
 

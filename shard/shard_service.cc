@@ -135,10 +135,6 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
     return absl::FailedPreconditionError(
         absl::StrCat("job '", job_id, "' already has other chunks on this shard server"));
   }
-  if (static_cast<uint64_t>(request.chunks_size()) > layout.num_chunks()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunks: ", request.chunks_size(), " for a job of ", layout.num_chunks()));
-  }
   for (int i = 0; i < request.chunks_size(); ++i) {
     const v1::ChunkSpec& c = request.chunks(i);
     if (i > 0 && c.chunk_id() <= request.chunks(i - 1).chunk_id()) {
