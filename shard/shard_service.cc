@@ -236,7 +236,10 @@ grpc::ServerUnaryReactor* ShardService::DropJob(grpc::CallbackServerContext* ctx
                  absl::StrCat("unknown job ", Quoted(request->job_id()), " on this shard server")));
   }
   absl::Status status = absl::AbortedError(absl::StrCat("job '", request->job_id(), "' dropped"));
-  for (auto& [begin, chunk] : job->chunks_by_begin) chunk->FailWaiters(status);
+  for (auto& [begin, chunk] : job->chunks_by_begin) {
+    chunk->FailWaiters(status);
+    chunk->CancelCheckpoint();  // a SaveChunks that waits for the job's step ends
+  }
   checkpoint_arena_->Unreserve(job->checkpoint_pieces);
   absl::Status s = metadata_->Delete(absl::StrCat(kJobPrefix, request->job_id()));
   if (s.ok()) s = metadata_->DeletePrefix(Chunk::RecordPrefix(request->job_id()));

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -17,6 +18,7 @@
 #include "rpc/rendezvous_keys.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
+#include "strata/v1/shard.grpc.pb.h"
 #include "testing/job_runner.h"
 #include "testing/local_cluster.h"
 #include "testing/placement.h"
@@ -105,6 +107,47 @@ TEST(DeleteJobTest, ADeletedJobLeavesNothingOnTheServersAndItsIdIsFreeAgain) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ((*again)->step(), 0);
   ASSERT_TRUE(testing::TrainStep(**again).ok());
+}
+
+// A shard server's checkpoint save that waits for a step of a job ends when
+// the job is deleted (its chunks dropped), not when its wait runs out: the
+// server then stops at once.
+TEST(DeleteJobTest, ADeleteEndsTheCheckpointWaitsOfTheJob) {
+  const testing::ScratchDir scratch("delete_job_checkpoint_wait");
+  auto cluster = LocalCluster::Start({1, uint64_t{64} << 20, 1});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string& coordinator = (*cluster)->coordinator_address();
+  ClientOptions o = testing::SmallFp32Job(coordinator, "waited");
+  o.world_size = 1;
+  {
+    auto client = Client::Connect(o);
+    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_TRUE(testing::TrainStep(**client).ok());
+    ASSERT_TRUE((*client)->Leave().ok());
+  }
+  auto shard = v1::ShardServer::NewStub(MakeChannel((*cluster)->servers()[0]->address()));
+  absl::Status saved;
+  absl::Time save_ended;
+  std::thread save([&] {
+    v1::SaveChunksRequest request;
+    request.set_job_id("waited");
+    request.set_step(5);  // the job is at step 1 and stays there
+    request.set_dir(scratch.path());
+    request.set_wait_ms(60000);
+    v1::SaveChunksResponse response;
+    saved = CallUnary(shard.get(), &v1::ShardServer::Stub::SaveChunks, request, &response,
+                      absl::Seconds(120));
+    save_ended = absl::Now();
+  });
+  // Time for the save to arm the chunks and wait.
+  absl::SleepFor(absl::Milliseconds(500));
+  const absl::Time deleting = absl::Now();
+  v1::DeleteJobResponse response;
+  ASSERT_TRUE(Delete(coordinator, "waited", &response).ok());
+  save.join();
+  EXPECT_EQ(saved.code(), absl::StatusCode::kCancelled) << saved;
+  EXPECT_GT(save_ended, deleting) << "the save did not wait";
+  EXPECT_LT(save_ended - deleting, absl::Seconds(5)) << saved;
 }
 
 // A server stopped cleanly keeps its host-tier chunks; the job is deleted
