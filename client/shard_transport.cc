@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/step_exchange.h"
 #include "rpc/grpc_status.h"
 #include "rpc/job_spec.h"
 
@@ -99,135 +100,32 @@ absl::StatusOr<MasterState> ShardTransport::ReadMasterState(absl::Duration timeo
       absl::StrCat("job '", job_id_, "' kept changing steps while it was read; retry"));
 }
 
+absl::Status ShardTransport::LostGeneration(const StepTransfer& transfer) {
+  return absl::AbortedError(absl::StrCat("generation ", transfer.generation,
+                                         " lost a worker; step ", transfer.step, " is recomputed"));
+}
+
 void ShardTransport::CancelGeneration(uint64_t generation) {
   absl::MutexLock lock(&inflight_mu_);
   lost_generation_ = generation;
-  for (grpc::ClientContext* context : inflight_) context->TryCancel();
+  if (running_ != nullptr && running_transfer_->generation == generation) {
+    running_->Cancel(LostGeneration(*running_transfer_));
+  }
 }
 
 absl::Status ShardTransport::PushPull(const StepTransfer& transfer) {
-  const std::vector<Piece>& pieces = *transfer.pieces;
-  const int64_t step = transfer.step;
-  const PushScalars* push = transfer.push;
-  struct Call {
-    grpc::ClientContext push_context, pull_context;
-    v1::PushRequest push_request;
-    v1::PushResponse push_response;
-    v1::PullRequest pull_request;
-    v1::PullResponse pull_response;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
-  for (size_t i = 0; i < pieces.size(); ++i) calls.push_back(std::make_unique<Call>());
+  StepExchange exchange(job_id_, dtype_, transfer);
   {
     absl::MutexLock lock(&inflight_mu_);
-    if (lost_generation_ == transfer.generation) {
-      return absl::AbortedError(absl::StrCat("generation ", transfer.generation,
-                                             " lost a worker; step ", step, " is recomputed"));
-    }
-    for (auto& c : calls) inflight_.insert(inflight_.end(), {&c->push_context, &c->pull_context});
+    if (lost_generation_ == transfer.generation) return LostGeneration(transfer);
+    running_ = &exchange;
+    running_transfer_ = &transfer;
   }
-  // Pieces go out in flat order, pushes and pulls each within a window of
-  // bytes in flight (at least two chunks and a piece, so that a chunk that
-  // waits for another worker's pushes never stalls the rest), so that a
-  // shard server holds a bounded part of this worker's step: pushes stay in
-  // it until their chunk is applied, pull responses until they are sent.
-  const uint64_t window_bytes = transfer.window_bytes;
-  absl::Mutex mu;
-  struct Stream {
-    size_t next = 0;     // the next piece to send
-    uint64_t bytes = 0;  // bytes in flight
-  } pushes, pulls;
-  int pending = 0;
-  absl::Status first_error;
-  if (push == nullptr) pushes.next = pieces.size();  // pulls only
-  // Starts the calls the windows allow; every finished call makes room.
-  std::function<void()> start_more;
-  auto finish = [&](Stream* stream, uint64_t bytes, absl::Status s) {
-    absl::MutexLock lock(&mu);
-    if (!s.ok() && first_error.ok()) {
-      first_error = s;
-      // No point waiting for pulls of a step that cannot complete.
-      for (auto& c : calls) {
-        c->push_context.TryCancel();
-        c->pull_context.TryCancel();
-      }
-    }
-    stream->bytes -= bytes;
-    --pending;
-    start_more();
-  };
-  const size_t num_pieces = pieces.size();
-  // The index of `stream`'s next piece, then counted in flight, while no call
-  // failed and its window has room for it.
-  auto take = [&](Stream& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) -> std::optional<size_t> {
-    if (!first_error.ok() || stream.next == num_pieces) return std::nullopt;
-    const uint64_t bytes = pieces[stream.next].n * esize_;
-    if (stream.bytes > 0 && stream.bytes + bytes > window_bytes) return std::nullopt;
-    stream.bytes += bytes;
-    ++pending;
-    return stream.next++;
-  };
-  start_more = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    while (std::optional<size_t> i = take(pushes)) {
-      const Piece& piece = pieces[*i];
-      Call* c = calls[*i].get();
-      const uint64_t bytes = piece.n * esize_;
-      c->push_request.set_job_id(job_id_);
-      c->push_request.set_step(step);
-      c->push_request.set_generation(transfer.generation);
-      c->push_request.set_flat_begin(piece.begin);
-      c->push_request.set_num_params(piece.n);
-      c->push_request.set_dtype(DTypeToProto(dtype_));
-      c->push_request.set_coef(push->coef);
-      *c->push_request.mutable_loss_scale_after() = push->loss_scale_after;
-      if (push->lr.has_value()) c->push_request.set_lr(*push->lr);
-      c->push_request.set_grads(transfer.grads + piece.begin * esize_, bytes);
-      SetDeadline(&c->push_context, transfer.timeout);
-      c->push_context.set_wait_for_ready(true);  // a restarting server is waited for
-      piece.stub->async()->Push(&c->push_context, &c->push_request, &c->push_response,
-                                [&finish, &piece, &pushes, bytes](grpc::Status s) {
-                                  finish(&pushes, bytes,
-                                         WithShardAddress(FromGrpcStatus(s), piece.address));
-                                });
-    }
-    while (std::optional<size_t> i = take(pulls)) {
-      const Piece& piece = pieces[*i];
-      Call* c = calls[*i].get();
-      const uint64_t bytes = piece.n * esize_;
-      c->pull_request.set_job_id(job_id_);
-      c->pull_request.set_step(step);
-      c->pull_request.set_flat_begin(piece.begin);
-      c->pull_request.set_num_params(piece.n);
-      SetDeadline(&c->pull_context, transfer.timeout);
-      c->pull_context.set_wait_for_ready(true);
-      piece.stub->async()->Pull(
-          &c->pull_context, &c->pull_request, &c->pull_response,
-          [this, &transfer, &finish, &piece, &pulls, c, step, bytes](grpc::Status grpc_status) {
-            absl::Status s = FromGrpcStatus(grpc_status);
-            const std::string& got = c->pull_response.params();
-            if (s.ok() && (got.size() != bytes || c->pull_response.step() != step)) {
-              s = absl::InternalError(absl::StrCat("pull of [", piece.begin, ", +", piece.n,
-                                                   ") returned ", got.size(), " bytes of step ",
-                                                   c->pull_response.step()));
-            }
-            if (s.ok()) {
-              std::memcpy(transfer.params + (piece.begin - transfer.params_base) * esize_,
-                          got.data(), got.size());
-            }
-            finish(&pulls, bytes, WithShardAddress(s, piece.address));
-          });
-    }
-  };
-  absl::MutexLock lock(&mu);
-  start_more();
-  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return pending == 0 &&
-           (!first_error.ok() || (pushes.next == num_pieces && pulls.next == num_pieces));
-  };
-  mu.Await(absl::Condition(&done));
-  absl::MutexLock inflight_lock(&inflight_mu_);
-  inflight_.clear();
-  return first_error;
+  absl::Status s = exchange.Run();
+  absl::MutexLock lock(&inflight_mu_);
+  running_ = nullptr;
+  running_transfer_ = nullptr;
+  return s;
 }
 
 }  // namespace strata

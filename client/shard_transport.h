@@ -48,6 +48,8 @@ struct PushScalars {
   std::optional<float> lr;  // unset: the job's
 };
 
+class StepExchange;
+
 // One step's pushes and pulls over `pieces` (PushPull).
 struct StepTransfer {
   int64_t step = 0;
@@ -61,7 +63,7 @@ struct StepTransfer {
   uint64_t params_base = 0;
   // Pushes and pulls each keep at most this many bytes in flight.
   uint64_t window_bytes = 0;
-  absl::Duration timeout;  // of each call
+  absl::Duration timeout;  // of the transfer, calls sent again included
 };
 
 class ShardTransport {
@@ -97,14 +99,15 @@ class ShardTransport {
   // changing steps for ~5 s). A server's error, naming it.
   absl::StatusOr<MasterState> ReadMasterState(absl::Duration timeout) const;
 
-  // Pushes and pulls `transfer`'s pieces, in flat order, concurrently, each
-  // stream within its window; returns once all are done or one failed (the
-  // others are then cancelled), with the first error naming its server.
-  // ABORTED at once when the generation was cancelled.
+  // Pushes and pulls `transfer`'s pieces (client/step_exchange.h: in flat
+  // order, concurrently, each stream within its window, calls refused by a
+  // restarting server sent again); returns once all are done or one failed
+  // (the others are then cancelled), with the first error naming its
+  // server. ABORTED when the generation is cancelled.
   absl::Status PushPull(const StepTransfer& transfer);
 
-  // Cancels the calls in flight; calls of `generation` fail at once from now
-  // on (a worker of it was lost).
+  // Ends the step exchange of `generation` in progress with ABORTED; calls
+  // of `generation` fail at once from now on (a worker of it was lost).
   void CancelGeneration(uint64_t generation);
 
  private:
@@ -116,8 +119,12 @@ class ShardTransport {
   v1::JobInfo job_;
   std::map<std::string, std::unique_ptr<v1::ShardServer::Stub>> stubs_;
 
+  static absl::Status LostGeneration(const StepTransfer& transfer);
+
   absl::Mutex inflight_mu_;
-  std::vector<grpc::ClientContext*> inflight_ ABSL_GUARDED_BY(inflight_mu_);
+  // The exchange PushPull() runs, and its transfer; null between steps.
+  StepExchange* running_ ABSL_GUARDED_BY(inflight_mu_) = nullptr;
+  const StepTransfer* running_transfer_ ABSL_GUARDED_BY(inflight_mu_) = nullptr;
   // The generation in which a worker was lost: its calls fail at once.
   uint64_t lost_generation_ ABSL_GUARDED_BY(inflight_mu_) = 0;
 };

@@ -1,0 +1,176 @@
+#include "client/step_exchange.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "rpc/grpc_status.h"
+#include "rpc/job_spec.h"
+
+namespace strata {
+namespace {
+
+// A call refused by a restarting server waits this long before its second
+// send, twice as long before each next one, at most kMaxResendDelay.
+constexpr absl::Duration kFirstResendDelay = absl::Milliseconds(20);
+constexpr absl::Duration kMaxResendDelay = absl::Seconds(1);
+
+absl::Duration ResendDelay(int attempts) {
+  absl::Duration delay = kFirstResendDelay;
+  for (int i = 1; i < attempts && delay < kMaxResendDelay; ++i) delay *= 2;
+  return std::min(delay, kMaxResendDelay);
+}
+
+// A server that stops refuses new calls with UNAVAILABLE and cancels those
+// it still has; one that is not listening yet fails them with UNAVAILABLE.
+bool ServerRestarting(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsCancelled(s);
+}
+
+}  // namespace
+
+StepExchange::StepExchange(const std::string& job_id, DType dtype, const StepTransfer& transfer)
+    : job_id_(job_id),
+      dtype_(dtype),
+      esize_(DTypeSize(dtype)),
+      transfer_(transfer),
+      deadline_(absl::Now() + transfer.timeout) {
+  const size_t num_pieces = transfer.pieces->size();
+  absl::MutexLock lock(&mu_);
+  pushes_.pushes = true;
+  pushes_.calls.resize(transfer.push == nullptr ? 0 : num_pieces);
+  pulls_.calls.resize(num_pieces);
+  for (Stream* stream : {&pushes_, &pulls_}) {
+    for (size_t i = 0; i < stream->calls.size(); ++i) stream->calls[i].piece = i;
+  }
+}
+
+uint64_t StepExchange::Bytes(const Call& call) const {
+  return (*transfer_.pieces)[call.piece].n * esize_;
+}
+
+absl::Status StepExchange::Run() {
+  absl::MutexLock lock(&mu_);
+  StartMore();
+  auto done_or_resend = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return pending_ == 0 || !resend_.empty();
+  };
+  auto failed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !error_.ok(); };
+  while (true) {
+    mu_.Await(absl::Condition(&done_or_resend));
+    if (resend_.empty()) break;  // pending_ == 0
+    std::vector<std::pair<Stream*, Call*>> resend;
+    resend.swap(resend_);
+    int attempts = resend.front().second->attempts;
+    for (const auto& [stream, call] : resend) attempts = std::min(attempts, call->attempts);
+    // Wakes early when the exchange fails meanwhile.
+    mu_.AwaitWithTimeout(absl::Condition(&failed), ResendDelay(attempts));
+    for (const auto& [stream, call] : resend) {
+      if (error_.ok()) {
+        Send(*stream, *call);
+      } else {
+        End(*stream, *call, absl::OkStatus());
+      }
+    }
+  }
+  return error_;
+}
+
+void StepExchange::Cancel(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  Fail(why);
+}
+
+void StepExchange::Fail(const absl::Status& s) {
+  if (!error_.ok()) return;
+  error_ = s;
+  // No point waiting for pulls of a step that cannot complete.
+  for (Stream* stream : {&pushes_, &pulls_}) {
+    for (Call& call : stream->calls) {
+      if (call.context != nullptr) call.context->TryCancel();
+    }
+  }
+}
+
+void StepExchange::StartMore() {
+  for (Stream* stream : {&pushes_, &pulls_}) {
+    while (error_.ok() && stream->next < stream->calls.size()) {
+      Call& call = stream->calls[stream->next];
+      const uint64_t bytes = Bytes(call);
+      if (stream->bytes > 0 && stream->bytes + bytes > transfer_.window_bytes) break;
+      stream->bytes += bytes;
+      ++stream->next;
+      ++pending_;
+      Send(*stream, call);
+    }
+  }
+}
+
+void StepExchange::Send(Stream& stream, Call& call) {
+  const Piece& piece = (*transfer_.pieces)[call.piece];
+  ++call.attempts;
+  call.context = std::make_unique<grpc::ClientContext>();
+  call.context->set_deadline(absl::ToChronoTime(deadline_));
+  call.context->set_wait_for_ready(true);  // a restarting server is waited for
+  auto done = [this, &stream, &call](grpc::Status s) { OnDone(stream, call, FromGrpcStatus(s)); };
+  if (stream.pushes) {
+    const PushScalars& push = *transfer_.push;
+    v1::PushRequest& request = call.push_request;
+    if (call.attempts == 1) {
+      request.set_job_id(job_id_);
+      request.set_step(transfer_.step);
+      request.set_generation(transfer_.generation);
+      request.set_flat_begin(piece.begin);
+      request.set_num_params(piece.n);
+      request.set_dtype(DTypeToProto(dtype_));
+      request.set_coef(push.coef);
+      *request.mutable_loss_scale_after() = push.loss_scale_after;
+      if (push.lr.has_value()) request.set_lr(*push.lr);
+      request.set_grads(transfer_.grads + piece.begin * esize_, Bytes(call));
+    }
+    piece.stub->async()->Push(call.context.get(), &request, &call.push_response, std::move(done));
+  } else {
+    v1::PullRequest& request = call.pull_request;
+    request.set_job_id(job_id_);
+    request.set_step(transfer_.step);
+    request.set_flat_begin(piece.begin);
+    request.set_num_params(piece.n);
+    piece.stub->async()->Pull(call.context.get(), &request, &call.pull_response, std::move(done));
+  }
+}
+
+void StepExchange::OnDone(Stream& stream, Call& call, absl::Status s) {
+  const Piece& piece = (*transfer_.pieces)[call.piece];
+  if (!stream.pushes) s = TakePull(call, std::move(s));
+  absl::MutexLock lock(&mu_);
+  if (error_.ok() && ServerRestarting(s) && absl::Now() + ResendDelay(call.attempts) < deadline_) {
+    resend_.emplace_back(&stream, &call);
+    return;
+  }
+  End(stream, call, WithShardAddress(s, piece.address));
+}
+
+void StepExchange::End(Stream& stream, Call& call, const absl::Status& s) {
+  if (!s.ok()) Fail(s);
+  stream.bytes -= Bytes(call);
+  --pending_;
+  StartMore();
+}
+
+absl::Status StepExchange::TakePull(const Call& call, absl::Status s) const {
+  if (!s.ok()) return s;
+  const std::string& got = call.pull_response.params();
+  const Piece& piece = (*transfer_.pieces)[call.piece];
+  if (got.size() != Bytes(call) || call.pull_response.step() != transfer_.step) {
+    return absl::InternalError(absl::StrCat("pull of [", piece.begin, ", +", piece.n, ") returned ",
+                                            got.size(), " bytes of step ",
+                                            call.pull_response.step()));
+  }
+  std::memcpy(transfer_.params + (piece.begin - transfer_.params_base) * esize_, got.data(),
+              got.size());
+  return absl::OkStatus();
+}
+
+}  // namespace strata
