@@ -72,7 +72,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
   service->monitor_ = std::make_unique<ServerMonitor>(
       std::min(absl::Seconds(1), server_timeout / 4), server_timeout, shard_credentials,
       [raw](const std::string& address) { raw->OnServerLost(address); },
-      [raw](const std::string& address) { raw->DropStaleJobs(address); });
+      [raw](const std::string& address) { raw->CheckJobsOn(address); },
+      [raw] { raw->RecoverEmptiedJobs(); });
   RETURN_IF_ERROR(service->Load());
   return service;
 }
@@ -118,7 +119,7 @@ absl::Status CoordinatorService::DoRegister(const v1::RegisterServerRequest& req
   LogEventCat("coordinator", "shard server ", server.address(), " registered with ",
               server.gpu_budget_bytes(), " gpu, ", server.host_budget_bytes(), " host and ",
               server.nvme_budget_bytes(), " nvme budget bytes");
-  DropStaleJobs(server.address());
+  CheckJobsOn(server.address());
   return absl::OkStatus();
 }
 

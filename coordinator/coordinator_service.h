@@ -19,6 +19,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -126,14 +127,27 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   absl::StatusOr<v1::JobInfo> FindJob(const std::string& job_id) const;
 
   // Job moves (coordinator/job_mover.cc). ServerMonitor callbacks (its
-  // thread): a lost server's jobs move; a server back (or registering) lists
-  // its jobs and drops those that have no chunk placed on it (moved off,
-  // deleted, or deleted and created again while it was away), except jobs
-  // being created or moved.
+  // thread): a lost server's jobs move. A server back (or registering)
+  // lists its jobs, except jobs being created or moved: it drops those that
+  // have no chunk placed on it (moved off, deleted, or deleted and created
+  // again while it was away), and the jobs placed on it whose chunks it
+  // does not have (it restarted without them: a crash lost its memory, its
+  // disk was replaced) are marked emptied. After every round of health
+  // checks, the emptied jobs resume from their newest checkpoints.
   void OnServerLost(const std::string& address);
-  void DropStaleJobs(const std::string& address);
-  // Moves `job_id` onto the live servers from its newest checkpoint; blocks.
-  absl::Status MoveJob(const std::string& job_id);
+  void CheckJobsOn(const std::string& address);
+  void RecoverEmptiedJobs();
+  // Moves `job_id` onto the live servers from its newest checkpoint, after
+  // `why` (for the log); blocks.
+  absl::Status MoveJob(const std::string& job_id, const std::string& why);
+  // The highest step a chunk of `job_id` on `addresses` applied (0 when
+  // none answers): how far the job got, which the workers' reports
+  // (membership's committed step) may lag.
+  int64_t HighestAppliedStep(const std::string& job_id, const std::set<std::string>& addresses);
+  // Logs `job_id`'s move failure `status` (after `why`) when it differs
+  // from its last.
+  void NoteMoveFailure(const std::string& job_id, const std::string& why,
+                       const absl::Status& status);
 
   MetadataStore* const metadata_;
   const std::unique_ptr<Membership> membership_;
@@ -151,6 +165,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   ThreadPool checkpoint_requests_{2};
   // Why each job could not move yet (monitor thread only): logged when it changes.
   std::map<std::string, std::string> move_failures_;
+  // Jobs a server lost the chunks of, to resume from their checkpoints.
+  absl::flat_hash_set<std::string> emptied_ ABSL_GUARDED_BY(mu_);
   // Last: stopped (joined) first.
   std::unique_ptr<ServerMonitor> monitor_;
 };

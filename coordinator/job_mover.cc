@@ -1,6 +1,7 @@
 // CoordinatorService's job moves (coordinator_service.h): a job leaves a lost
-// shard server for the live ones, restored from its newest checkpoint, and a
-// server that comes back drops the jobs that are no longer placed on it.
+// shard server for the live ones, restored from its newest checkpoint; a
+// server that comes back drops the jobs that are no longer placed on it, and
+// a job whose chunks it came back without resumes from its checkpoint.
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -45,18 +46,39 @@ void CoordinatorService::OnServerLost(const std::string& address) {
       if (HasChunksOn(job, address)) affected.push_back(id);
     }
   }
-  for (const std::string& id : affected) {
-    absl::Status moved = MoveJob(id);
-    std::string why = moved.ok() ? "" : moved.ToString();
-    if (!why.empty() && move_failures_[id] != why) {
-      LogEventCat("coordinator", "job ", id, " cannot leave lost shard server ", address,
-                  " yet: ", why);
+  const std::string why = absl::StrCat("shard server ", address, " is lost");
+  for (const std::string& id : affected) NoteMoveFailure(id, why, MoveJob(id, why));
+}
+
+void CoordinatorService::RecoverEmptiedJobs() {
+  std::vector<std::string> emptied;
+  {
+    absl::MutexLock lock(&mu_);
+    emptied.assign(emptied_.begin(), emptied_.end());
+  }
+  for (const std::string& id : emptied) {
+    const std::string why = "a shard server restarted without its chunks";
+    absl::Status moved = MoveJob(id, why);
+    NoteMoveFailure(id, why, moved);
+    // A deleted job has nothing left to recover.
+    if (moved.ok() || absl::IsNotFound(moved)) {
+      absl::MutexLock lock(&mu_);
+      emptied_.erase(id);
     }
-    move_failures_[id] = why;
   }
 }
 
-absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
+void CoordinatorService::NoteMoveFailure(const std::string& job_id, const std::string& why,
+                                         const absl::Status& status) {
+  std::string failure = status.ok() ? "" : status.ToString();
+  if (!failure.empty() && move_failures_[job_id] != failure) {
+    LogEventCat("coordinator", "job ", job_id, " cannot resume from a checkpoint yet (", why,
+                "): ", failure);
+  }
+  move_failures_[job_id] = std::move(failure);
+}
+
+absl::Status CoordinatorService::MoveJob(const std::string& job_id, const std::string& why) {
   const absl::Time started = absl::Now();
   ASSIGN_OR_RETURN(const v1::JobInfo job, FindJob(job_id));
   ASSIGN_OR_RETURN(const std::string dir, checkpointer_.DirFor(job.spec(), ""));
@@ -100,6 +122,7 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
   };
   add(job);
   add(*moved);
+  const int64_t reached = std::max(before.committed_step(), HighestAppliedStep(job_id, stale));
   auto drop = [&](const std::vector<std::string>& addresses) {
     Await([&](auto done) {
       fleet_.Drop(job_id, addresses, /*wait_for_ready=*/false,
@@ -132,7 +155,7 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
     return status;
   }
   // A lost server that registered again during the move kept the job's
-  // chunks (its DropStaleJobs skipped the moving job): drop them now.
+  // chunks (its CheckJobsOn skipped the moving job): drop them now.
   std::vector<std::string> returned;
   for (const std::string& address : lost) {
     if (!monitor_->IsLost(address) && !HasChunksOn(*moved, address)) returned.push_back(address);
@@ -140,35 +163,66 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id) {
   if (!returned.empty()) {
     fleet_.Drop(job_id, returned, /*wait_for_ready=*/true, [](std::vector<std::string>) {});
   }
-  LogEventCat("coordinator", "job ", job_id, ": chunks moved to ", ServersOf(*moved).size(),
-              " live shard server(s) in ", absl::FormatDuration(absl::Now() - started),
-              "; it resumes from checkpoint ", moved->restored_from(), " (step ", manifest->step(),
-              ", ", std::max<int64_t>(before.committed_step() - manifest->step(), 0),
-              " step(s) after it are lost)");
+  LogEventCat("coordinator", "job ", job_id, " (", why, "): chunks moved to ",
+              ServersOf(*moved).size(), " live shard server(s) in ",
+              absl::FormatDuration(absl::Now() - started), "; it resumes from checkpoint ",
+              moved->restored_from(), " (step ", manifest->step(), "; the job had reached step ",
+              reached, ": ", std::max<int64_t>(reached - manifest->step(), 0), " step(s) undone)");
   return absl::OkStatus();
 }
 
-void CoordinatorService::DropStaleJobs(const std::string& address) {
+int64_t CoordinatorService::HighestAppliedStep(const std::string& job_id,
+                                               const std::set<std::string>& addresses) {
+  int64_t highest = 0;
+  Await([&](auto done) {
+    fleet_.ListChunks({addresses.begin(), addresses.end()}, job_id, /*wait_for_ready=*/false,
+                      [&highest, done](auto& results) {
+                        for (const auto& result : results) {
+                          for (const v1::ChunkStatus& c : result->response.chunks()) {
+                            highest = std::max(highest, c.applied_step());
+                          }
+                        }
+                        done(absl::OkStatus());
+                      });
+  }).IgnoreError();
+  return highest;
+}
+
+void CoordinatorService::CheckJobsOn(const std::string& address) {
   fleet_.ListChunks({address}, /*job_id=*/"", /*wait_for_ready=*/true, [this](auto& results) {
     const auto& listed = *results.front();
     if (!listed.status.ok()) return;
+    // Job id -> the chunks the server holds of it.
+    std::map<std::string, int> held;
+    for (const v1::ChunkStatus& c : listed.response.chunks()) {
+      held[c.job_id()] += c.applied_step() >= 0 ? 1 : 0;
+    }
     // Job id -> why the server must not keep it.
     std::map<std::string, std::string> stale;
-    {
-      absl::MutexLock lock(&mu_);
-      for (const v1::ChunkStatus& c : listed.response.chunks()) {
-        const std::string& id = c.job_id();
-        // A creation or a move places chunks before it commits; both
-        // drop what they placed if they fail.
-        if (creating_.contains(id) || moving_.contains(id)) continue;
-        auto job = jobs_.find(id);
-        if (job == jobs_.end()) {
-          stale[id] = "it is not a job of this coordinator (deleted while the server was away)";
-        } else if (!HasChunksOn(job->second, listed.address)) {
-          stale[id] =
-              "none of its chunks is placed there (they moved off, or the job was deleted and "
-              "created again while the server was away)";
-        }
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, count] : held) {
+      // A creation or a move places chunks before it commits; both
+      // drop what they placed if they fail.
+      if (creating_.contains(id) || moving_.contains(id)) continue;
+      auto job = jobs_.find(id);
+      if (job == jobs_.end()) {
+        stale[id] = "it is not a job of this coordinator (deleted while the server was away)";
+      } else if (!HasChunksOn(job->second, listed.address)) {
+        stale[id] =
+            "none of its chunks is placed there (they moved off, or the job was deleted and "
+            "created again while the server was away)";
+      }
+    }
+    for (const auto& [id, job] : jobs_) {
+      if (creating_.contains(id) || moving_.contains(id)) continue;
+      const int placed = static_cast<int>(ChunksOn(job, listed.address).size());
+      const auto it = held.find(id);
+      const int kept = it == held.end() ? 0 : it->second;
+      if (placed > 0 && kept < placed && emptied_.insert(id).second) {
+        LogEventCat("coordinator", "job ", id, ": shard server ", listed.address, " holds ", kept,
+                    " of its ", placed,
+                    " chunk(s) placed there (it restarted without them); "
+                    "the job resumes from its newest checkpoint");
       }
     }
     for (const auto& [id, why] : stale) {

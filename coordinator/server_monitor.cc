@@ -10,12 +10,14 @@
 namespace strata {
 
 ServerMonitor::ServerMonitor(absl::Duration interval, absl::Duration timeout,
-                             ChannelCredentials credentials, Callback on_lost, Callback on_back)
+                             ChannelCredentials credentials, Callback on_lost, Callback on_back,
+                             std::function<void()> on_round)
     : interval_(interval),
       timeout_(timeout),
       credentials_(std::move(credentials)),
       on_lost_(std::move(on_lost)),
       on_back_(std::move(on_back)),
+      on_round_(std::move(on_round)),
       thread_([this] { Loop(); }) {}
 
 ServerMonitor::~ServerMonitor() { Stop(); }
@@ -89,6 +91,7 @@ void ServerMonitor::Loop() {
     for (const std::string& address : lost) {
       if (IsLost(address)) on_lost_(address);
     }
+    on_round_();
   }
 }
 

@@ -6,6 +6,7 @@
 // finish is retried). A lost server that answers again is back:
 // `on_back(address)` runs once. Watch() (a registration) makes a server
 // healthy without on_back: the registrar deals with a registering server.
+// `on_round()` runs after every round of checks and callbacks.
 //
 // Thread-safe. The callbacks run on the monitor's thread, one at a time, and
 // may block; they must not call Stop().
@@ -32,7 +33,7 @@ class ServerMonitor {
   using Callback = std::function<void(const std::string& address)>;
   // Checks health over channels made with `credentials`.
   ServerMonitor(absl::Duration interval, absl::Duration timeout, ChannelCredentials credentials,
-                Callback on_lost, Callback on_back);
+                Callback on_lost, Callback on_back, std::function<void()> on_round);
   ~ServerMonitor();  // Stop()s
   ServerMonitor(const ServerMonitor&) = delete;
   ServerMonitor& operator=(const ServerMonitor&) = delete;
@@ -57,6 +58,7 @@ class ServerMonitor {
   const absl::Duration timeout_;
   const ChannelCredentials credentials_;
   const Callback on_lost_, on_back_;
+  const std::function<void()> on_round_;
   mutable absl::Mutex mu_;
   std::map<std::string, Server> servers_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
@@ -29,6 +30,7 @@
 namespace strata {
 namespace {
 
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 
 constexpr int64_t kSteps = 20;
@@ -75,31 +77,29 @@ Cluster StartCluster(const std::string& dir, int server_timeout_ms, int num_serv
   return cluster;
 }
 
-// Test 3: three servers, two workers, checkpoints every 5 steps; a server
-// is SIGKILLed during step 13 and never restarted.
-TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
-  const testing::ScratchDir scratch("server_failure");
-  const std::string& dir = scratch.path();
-  testing::Processes daemons;
-  const Cluster cluster = StartCluster(dir, /*server_timeout_ms=*/3000, 3, &daemons);
-  const std::string& coordinator = cluster.coordinator;
-  ASSERT_FALSE(coordinator.empty());
-  for (const testing::ServerProcess& server : cluster.servers) ASSERT_FALSE(server.address.empty());
-  const std::string checkpoints = dir + "/checkpoints";
+// What a job of two workers saw when a server was SIGKILLed during step 13.
+struct KilledRun {
+  std::vector<std::vector<int64_t>> steps{2};  // completed, per rank
+  std::vector<ReformStats> reforms{2};         // the last re-forming, per rank
+  double paused_s = 0;                         // from the kill to the next step completed (rank 0)
+  MasterState master;                          // at the end
+};
+
+// Trains job "failover" (checkpoints every 5 steps into `checkpoints`) to
+// step 20 with two workers; during step 13 the victim is SIGKILLed, then
+// `after_kill()` runs.
+KilledRun TrainThroughAKill(const std::string& coordinator, const std::string& checkpoints,
+                            testing::ServerProcess* victim, testing::Processes* daemons,
+                            const std::function<void()>& after_kill) {
   ClientOptions o = Job(coordinator, "failover");
   o.checkpoint_every_steps = kCheckpointEvery;
   o.checkpoint_dir = checkpoints;
   const uint64_t n = FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params();
   o.initial_params = testing::InitialParams(n);
-
-  const testing::ServerProcess& victim = cluster.servers[1];
   absl::Mutex mu;
   bool killed = false;
   absl::Time killed_at;
-  std::vector<std::vector<int64_t>> steps(2);
-  std::vector<ReformStats> reforms(2);
-  double paused_s = 0;
-  MasterState resumed, restarted;
+  KilledRun run;
   testing::RunClients(o, [&](Client& client) {
     const int rank = client.rank();
     auto compute = [&](const MicroBatch& batch, Client& c) {
@@ -112,41 +112,85 @@ TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
       }
       absl::MutexLock lock(&mu);
       if (batch.step == kKillDuringStep && !killed) {
-        kill(victim.pid, SIGKILL);
-        waitpid(victim.pid, nullptr, 0);
-        daemons.Forget(victim.pid);
+        kill(victim->pid, SIGKILL);
+        waitpid(victim->pid, nullptr, 0);
+        daemons->Forget(victim->pid);
         killed = true;
         killed_at = absl::Now();
+        after_kill();
       }
       return Compute(batch, c);
     };
     while (client.step() < kSteps) {
       absl::StatusOr<StepResult> result = client.Step(compute);
       ASSERT_TRUE(result.ok()) << result.status();
-      steps[rank].push_back(result->step);
+      run.steps[rank].push_back(result->step);
       absl::MutexLock lock(&mu);
-      if (killed && paused_s == 0) paused_s = absl::ToDoubleSeconds(absl::Now() - killed_at);
+      if (killed && run.paused_s == 0 && rank == 0) {
+        run.paused_s = absl::ToDoubleSeconds(absl::Now() - killed_at);
+      }
     }
-    reforms[rank] = client.last_reform();
+    run.reforms[rank] = client.last_reform();
     if (rank == 0) {
       auto state = client.ReadMasterState();
       ASSERT_TRUE(state.ok()) << state.status();
-      resumed = *std::move(state);
+      run.master = *std::move(state);
     }
   });
-  ASSERT_TRUE(killed);
+  EXPECT_TRUE(killed);
+  return run;
+}
 
-  // Steps 1..12, then back to the checkpoint's step 10: 11..20 again.
+// Steps 1..12, then back to the checkpoint's step 10: 11..20 again, two
+// completed steps lost; the result equals a job restored from the step-10
+// checkpoint and trained to step 20.
+void ExpectResumedFromStep10(const KilledRun& run, const std::string& coordinator,
+                             const std::string& checkpoints) {
   std::vector<int64_t> want;
   for (int64_t s = 1; s < kKillDuringStep; ++s) want.push_back(s);
   for (int64_t s = 11; s <= kSteps; ++s) want.push_back(s);
   for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_EQ(steps[rank], want) << "rank " << rank;
-    EXPECT_EQ(reforms[rank].steps_lost, kKillDuringStep - 1 - 10) << "rank " << rank;
+    EXPECT_EQ(run.steps[rank], want) << "rank " << rank;
+    EXPECT_EQ(run.reforms[rank].steps_lost, kKillDuringStep - 1 - 10) << "rank " << rank;
   }
   std::printf("server lost during step %lld: %lld completed step(s) lost, job paused %.2f s\n",
               static_cast<long long>(kKillDuringStep),
-              static_cast<long long>(reforms[0].steps_lost), paused_s);
+              static_cast<long long>(run.reforms[0].steps_lost), run.paused_s);
+  MasterState restarted;
+  ClientOptions r = Job(coordinator, "restarted");
+  r.restore_from = CheckpointPath(checkpoints, "failover", 10);
+  testing::RunClients(r, [&](Client& client) {
+    while (client.step() < kSteps) {
+      absl::StatusOr<StepResult> result = client.Step(Compute);
+      ASSERT_TRUE(result.ok()) << result.status();
+    }
+    if (client.rank() == 0) {
+      auto state = client.ReadMasterState();
+      ASSERT_TRUE(state.ok()) << state.status();
+      restarted = *std::move(state);
+    }
+  });
+  EXPECT_EQ(run.master.step, kSteps);
+  EXPECT_EQ(restarted.step, kSteps);
+  EXPECT_TRUE(run.master.params == restarted.params);
+  EXPECT_TRUE(run.master.exp_avg == restarted.exp_avg);
+  EXPECT_TRUE(run.master.exp_avg_sq == restarted.exp_avg_sq);
+}
+
+// Test 3: three servers, two workers, checkpoints every 5 steps; a server
+// is SIGKILLed during step 13 and never restarted.
+TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
+  const testing::ScratchDir scratch("server_failure");
+  const std::string& dir = scratch.path();
+  testing::Processes daemons;
+  Cluster cluster = StartCluster(dir, /*server_timeout_ms=*/3000, 3, &daemons);
+  const std::string& coordinator = cluster.coordinator;
+  ASSERT_FALSE(coordinator.empty());
+  for (const testing::ServerProcess& server : cluster.servers) ASSERT_FALSE(server.address.empty());
+  const std::string checkpoints = dir + "/checkpoints";
+  testing::ServerProcess& victim = cluster.servers[1];
+  const KilledRun run = TrainThroughAKill(coordinator, checkpoints, &victim, &daemons, [] {});
+  ASSERT_FALSE(::testing::Test::HasFailure());
 
   // Every chunk now lives on a live server, at step 20.
   auto placement = testing::Placement(coordinator, "failover");
@@ -179,26 +223,42 @@ TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
     ASSERT_TRUE(after.ok()) << after.status();
     EXPECT_EQ(after->rows(0).applied_step(), kSteps);
   }
+  ExpectResumedFromStep10(run, coordinator, checkpoints);
+}
 
-  // The same as a job restored from the step-10 checkpoint and trained to 20.
-  ClientOptions r = Job(coordinator, "restarted");
-  r.restore_from = CheckpointPath(checkpoints, "failover", 10);
-  testing::RunClients(r, [&](Client& client) {
-    while (client.step() < kSteps) {
-      absl::StatusOr<StepResult> result = client.Step(Compute);
-      ASSERT_TRUE(result.ok()) << result.status();
-    }
-    if (client.rank() == 0) {
-      auto state = client.ReadMasterState();
-      ASSERT_TRUE(state.ok()) << state.status();
-      restarted = *std::move(state);
-    }
+// Test 2 of the routine faults: a server holding host-memory chunks is
+// SIGKILLed during step 13 and restarted at once on its directories and
+// address, well within the server timeout: it comes back without the job's
+// chunks, and the coordinator -- which never saw it unhealthy -- has the
+// job resume from its newest checkpoint by itself.
+TEST(ServerFailureTest, AServerBackWithoutItsChunksHasTheJobResumeFromItsCheckpoint) {
+  const testing::ScratchDir scratch("server_back_empty");
+  const std::string& dir = scratch.path();
+  testing::Processes daemons;
+  Cluster cluster = StartCluster(dir, /*server_timeout_ms=*/60000, 3, &daemons);
+  const std::string& coordinator = cluster.coordinator;
+  ASSERT_FALSE(coordinator.empty());
+  for (const testing::ServerProcess& server : cluster.servers) ASSERT_FALSE(server.address.empty());
+  const std::string checkpoints = dir + "/checkpoints";
+  testing::ServerProcess& victim = cluster.servers[1];
+  const std::string address = victim.address;
+  const KilledRun run = TrainThroughAKill(coordinator, checkpoints, &victim, &daemons, [&] {
+    victim = testing::StartServer(STRATA_BIN_DIR, dir, "server-1", coordinator,
+                                  {"--host_budget_mib=64", "--listen=" + address}, &daemons);
+    EXPECT_EQ(victim.address, address);
   });
-  EXPECT_EQ(resumed.step, kSteps);
-  EXPECT_EQ(restarted.step, kSteps);
-  EXPECT_TRUE(resumed.params == restarted.params);
-  EXPECT_TRUE(resumed.exp_avg == restarted.exp_avg);
-  EXPECT_TRUE(resumed.exp_avg_sq == restarted.exp_avg_sq);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  auto placement = testing::Placement(coordinator, "failover");
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  for (const v1::PlacementRow& row : placement->rows()) {
+    EXPECT_EQ(row.applied_step(), kSteps) << "chunk " << row.chunk_id();
+  }
+  std::ifstream in(dir + "/coordinator.log");
+  const std::string log((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_THAT(log, HasSubstr("(it restarted without them)"));
+  // The chunks on the other servers had applied step 12, or 13 too.
+  EXPECT_THAT(log, ContainsRegex("the job had reached step 1[23]: [23] step\\(s\\) undone"));
+  ExpectResumedFromStep10(run, coordinator, checkpoints);
 }
 
 // A server that stops cleanly (saving its host chunks) and stays away past
