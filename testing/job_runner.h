@@ -38,6 +38,18 @@ inline absl::Status TrainStep(Client& client) {
   return client.Step().status();
 }
 
+// A GradientFn: noise fixed by the micro-batch's first sample and step,
+// plus a term in the parameters the worker holds, so that a step computed
+// from the wrong parameters shows.
+inline absl::Status ParamDependentGradient(const MicroBatch& batch, Client& client) {
+  const uint64_t n = client.layout().num_params();
+  std::vector<float> params(n);
+  if (absl::Status s = client.CopyParams(absl::MakeSpan(params)); !s.ok()) return s;
+  std::vector<float> g = Gradient(n, static_cast<int>(batch.sample_begin), batch.step, 0);
+  for (uint64_t i = 0; i < n; ++i) g[i] += 0.1f * params[i];
+  return client.AccumulateGradients(g);
+}
+
 inline std::vector<float> InitialParams(size_t n) {
   std::mt19937 rng(12345);
   std::normal_distribution<float> normal(0.0f, 0.5f);

@@ -33,16 +33,7 @@ ClientOptions Job(const std::string& coordinator, const std::string& job_id) {
   return o;
 }
 
-// A gradient that depends on the parameters the worker holds, so that a
-// step computed from the wrong parameters would show.
-absl::Status Compute(const MicroBatch& batch, Client& client) {
-  const uint64_t n = client.layout().num_params();
-  std::vector<float> params(n);
-  if (absl::Status s = client.CopyParams(absl::MakeSpan(params)); !s.ok()) return s;
-  std::vector<float> g = testing::Gradient(n, static_cast<int>(batch.sample_begin), batch.step, 0);
-  for (uint64_t i = 0; i < n; ++i) g[i] += 0.1f * params[i];
-  return client.AccumulateGradients(g);
-}
+constexpr auto Compute = testing::ParamDependentGradient;
 
 // Trains `options` to kSteps with two workers; returns the master state and
 // sets `steps` to the steps each worker completed, in order. `on_step` is

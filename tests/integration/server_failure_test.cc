@@ -44,17 +44,7 @@ ClientOptions Job(const std::string& coordinator, const std::string& job_id) {
   return o;
 }
 
-// The gradient of a micro-batch: noise fixed by its samples and step, plus
-// a term in the parameters the worker holds (so that resuming with the
-// wrong parameters would show).
-absl::Status Compute(const MicroBatch& batch, Client& client) {
-  const uint64_t n = client.layout().num_params();
-  std::vector<float> params(n);
-  if (absl::Status s = client.CopyParams(absl::MakeSpan(params)); !s.ok()) return s;
-  std::vector<float> g = testing::Gradient(n, static_cast<int>(batch.sample_begin), batch.step, 0);
-  for (uint64_t i = 0; i < n; ++i) g[i] += 0.1f * params[i];
-  return client.AccumulateGradients(g);
-}
+constexpr auto Compute = testing::ParamDependentGradient;
 
 // A coordinator that takes a server for lost after `server_timeout_ms`, and
 // `num_servers` servers "server-<i>" with 64 MiB of host memory, all in
