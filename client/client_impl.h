@@ -156,8 +156,9 @@ class ClientImpl : public Client {
   // pull the step again -- chunks that applied it answer from the stored
   // result -- for up to step_timeout. Other errors end the step everywhere.
   absl::Status PushPullEverywhere(int64_t step, const PushScalars& push);
-  // Cancels the RPCs in flight (a worker of the generation was lost).
-  void CancelInFlight();
+  // Cancels the RPCs in flight of `generation` (a worker of it was lost);
+  // from the membership's watch thread, so it reads nothing of the step's.
+  void CancelInFlight(uint64_t generation);
 
   const ClientOptions options_;
   const std::string worker_id_;

@@ -184,6 +184,6 @@ absl::Status ClientImpl::Recover(const absl::Status& error) {
   return reformed;
 }
 
-void ClientImpl::CancelInFlight() { transport_.CancelGeneration(generation_.number()); }
+void ClientImpl::CancelInFlight(uint64_t generation) { transport_.CancelGeneration(generation); }
 
 }  // namespace strata

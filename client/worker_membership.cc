@@ -31,7 +31,8 @@ std::string HostAndPid() {
 
 WorkerMembership::WorkerMembership(const std::string& coordinator_address,
                                    const ChannelCredentials& credentials, std::string job_id,
-                                   std::string worker_id, std::function<void()> on_interrupted)
+                                   std::string worker_id,
+                                   std::function<void(uint64_t)> on_interrupted)
     : job_id_(std::move(job_id)),
       worker_id_(std::move(worker_id)),
       on_interrupted_(std::move(on_interrupted)),
@@ -39,7 +40,8 @@ WorkerMembership::WorkerMembership(const std::string& coordinator_address,
 
 absl::StatusOr<std::unique_ptr<WorkerMembership>> WorkerMembership::Join(
     const std::string& coordinator_address, const ChannelCredentials& credentials,
-    const std::string& job_id, const std::string& worker_id, std::function<void()> on_interrupted) {
+    const std::string& job_id, const std::string& worker_id,
+    std::function<void(uint64_t)> on_interrupted) {
   std::unique_ptr<WorkerMembership> membership(new WorkerMembership(
       coordinator_address, credentials, job_id, worker_id, std::move(on_interrupted)));
   RETURN_IF_ERROR(membership->SendJoin());
@@ -76,16 +78,18 @@ absl::Status WorkerMembership::SendJoin() {
 
 void WorkerMembership::Observe(const v1::Generation& generation) {
   bool interrupted = false;
+  uint64_t running = 0;
   {
     absl::MutexLock lock(&mu_);
     if (generation.number() <= latest_.number()) return;
     latest_ = generation;
-    if (running_.number() > 0) {
+    running = running_.number();
+    if (running > 0) {
       interrupted = generation.placement_version() != running_.placement_version();
       for (const std::string& id : running_.worker_ids()) interrupted |= !Includes(generation, id);
     }
   }
-  if (interrupted && on_interrupted_) on_interrupted_();
+  if (interrupted && on_interrupted_) on_interrupted_(running);
 }
 
 v1::Generation WorkerMembership::Latest() const {
