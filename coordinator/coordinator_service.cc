@@ -389,8 +389,7 @@ grpc::ServerWriteReactor<v1::Generation>* CoordinatorService::WatchGeneration(
   if (absl::Status found = FindJob(request->job_id()).status(); !found.ok()) {
     return RefusedGenerationStream(found);
   }
-  return NewGenerationStream(membership_.get(), request->job_id(), request->known_generation(),
-                             request->worker_id());
+  return NewGenerationStream(membership_.get(), request->job_id(), request->known_generation());
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListMembers(grpc::CallbackServerContext* ctx,

@@ -4,7 +4,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
 #include "rpc/grpc_status.h"
 
 namespace strata {
@@ -16,13 +15,8 @@ namespace {
 class GenerationStream : public grpc::ServerWriteReactor<v1::Generation>,
                          public Membership::Watcher {
  public:
-  GenerationStream(Membership* membership, std::string job_id, uint64_t known,
-                   std::string worker_id)
-      : membership_(membership),
-        job_id_(std::move(job_id)),
-        worker_id_(std::move(worker_id)),
-        started_(absl::Now()),
-        sent_(known) {
+  GenerationStream(Membership* membership, std::string job_id, uint64_t known)
+      : membership_(membership), job_id_(std::move(job_id)), sent_(known) {
     OnGeneration(membership_->Subscribe(job_id_, this));
   }
 
@@ -50,13 +44,8 @@ class GenerationStream : public grpc::ServerWriteReactor<v1::Generation>,
   }
 
   void OnCancel() override {
-    {
-      absl::MutexLock lock(&mu_);
-      FinishLocked(grpc::Status::OK);
-    }
-    // Not under mu_: the membership tells this stream of the generation
-    // that the removal opens.
-    if (!worker_id_.empty()) membership_->Disconnected(job_id_, worker_id_, started_);
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status::OK);
   }
 
   void OnDone() override {
@@ -82,8 +71,6 @@ class GenerationStream : public grpc::ServerWriteReactor<v1::Generation>,
 
   Membership* const membership_;
   const std::string job_id_;
-  const std::string worker_id_;
-  const absl::Time started_;
   absl::Mutex mu_;
   uint64_t sent_ ABSL_GUARDED_BY(mu_);
   v1::Generation pending_ ABSL_GUARDED_BY(mu_), current_ ABSL_GUARDED_BY(mu_);
@@ -103,9 +90,8 @@ class RefusedStream : public grpc::ServerWriteReactor<v1::Generation> {
 }  // namespace
 
 grpc::ServerWriteReactor<v1::Generation>* NewGenerationStream(Membership* membership,
-                                                              std::string job_id, uint64_t known,
-                                                              std::string worker_id) {
-  return new GenerationStream(membership, std::move(job_id), known, std::move(worker_id));
+                                                              std::string job_id, uint64_t known) {
+  return new GenerationStream(membership, std::move(job_id), known);
 }
 
 grpc::ServerWriteReactor<v1::Generation>* RefusedGenerationStream(const absl::Status& status) {

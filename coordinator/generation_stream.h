@@ -16,12 +16,9 @@
 namespace strata {
 
 // A stream of `job_id`'s generations newer than `known`: the current one if
-// newer, then each new one. When the client cancels it (its process died),
-// member `worker_id` (none when empty) is Disconnected(). `membership` must
-// outlive the stream.
+// newer, then each new one. `membership` must outlive the stream.
 grpc::ServerWriteReactor<v1::Generation>* NewGenerationStream(Membership* membership,
-                                                              std::string job_id, uint64_t known,
-                                                              std::string worker_id);
+                                                              std::string job_id, uint64_t known);
 
 // A stream that ends at once with `status` (not OK).
 grpc::ServerWriteReactor<v1::Generation>* RefusedGenerationStream(const absl::Status& status);

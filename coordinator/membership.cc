@@ -200,23 +200,6 @@ absl::StatusOr<v1::Generation> Membership::Leave(const v1::LeaveJobRequest& requ
   return job->second.generation;
 }
 
-void Membership::Disconnected(const std::string& job_id, const std::string& worker_id,
-                              absl::Time watching_since) {
-  absl::MutexLock lock(&mu_);
-  auto job = jobs_.find(job_id);
-  if (stopping_ || job == jobs_.end()) return;
-  const auto member =
-      std::find_if(job->second.members.begin(), job->second.members.end(),
-                   [&](const Member& m) { return m.info.worker_id() == worker_id; });
-  if (member == job->second.members.end() ||
-      member->info.joined_unix_ms() > absl::ToUnixMillis(watching_since)) {
-    return;
-  }
-  absl::Status s = RemoveMember(job_id, &job->second, worker_id,
-                                "closed its generation stream without leaving (its process ended)");
-  if (!s.ok()) LogEventCat("coordinator", "job ", job_id, ": ", s.ToString());
-}
-
 absl::Status Membership::Forget(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   auto job = jobs_.find(job_id);

@@ -5,8 +5,7 @@
 // forms once its spec's world_size workers have joined; after that every
 // change opens one, even to zero members. Generations and members are
 // written to RocksDB before a change is answered; after a restart every
-// member gets a fresh lease. A member whose generation stream breaks (its
-// process died) is dropped at once. Watchers hear of each new generation.
+// member gets a fresh lease. Watchers hear of each new generation.
 //
 // Thread-safe. A background thread expires leases; Watcher callbacks run
 // under the membership's lock and must not call back into it.
@@ -57,13 +56,6 @@ class Membership {
   // Removes a member; returns the generation without it. FAILED_PRECONDITION
   // when the worker is not a member.
   absl::StatusOr<v1::Generation> Leave(const v1::LeaveJobRequest& request);
-  // The generation stream `worker_id` opened at `watching_since` broke (its
-  // process died, or its connection did): it stops being a member, as if
-  // its lease ran out -- unless it joined after that (a new process of the
-  // same id), left, or the membership is stopping. A live worker joins
-  // again at its next heartbeat.
-  void Disconnected(const std::string& job_id, const std::string& worker_id,
-                    absl::Time watching_since);
 
   // The job's chunks moved (JobInfo.placement_version is now `version`) and
   // it resumes from `step`: opens a generation of the same members that
