@@ -16,8 +16,7 @@ ABSL_FLAG(std::string, checkpoint_root, "",
           "checkpoint_dir, a restore) must resolve inside this directory, after '..' and "
           "symlinks; empty: --checkpoint_dir (or its default)");
 ABSL_FLAG(int64_t, worker_lease_ms, 3000,
-          "a worker without a heartbeat for this long leaves its job (its peers re-form); one "
-          "whose generation stream breaks without LeaveJob (its process died) leaves at once");
+          "a worker without a heartbeat for this long leaves its job (its peers re-form)");
 ABSL_FLAG(int64_t, server_timeout_ms, 30000,
           "a shard server failing its health checks for this long is lost: the chunks of its "
           "jobs move to the live servers, restored from each job's newest checkpoint, and the "
