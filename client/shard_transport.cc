@@ -1,8 +1,6 @@
 #include "client/shard_transport.h"
 
 #include <algorithm>
-#include <cstring>
-#include <functional>
 #include <set>
 #include <utility>
 
@@ -10,7 +8,6 @@
 #include "absl/time/clock.h"
 #include "client/step_exchange.h"
 #include "rpc/grpc_status.h"
-#include "rpc/job_spec.h"
 
 namespace strata {
 namespace {
@@ -19,10 +16,6 @@ namespace {
 constexpr uint64_t kMaxStateReadParams = uint64_t{256} << 10;
 // ReadMasterState reads a job between two steps again this often, 50 ms apart.
 constexpr int kStateReadAttempts = 100;
-
-void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
-  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-}
 
 }  // namespace
 
@@ -108,8 +101,8 @@ absl::Status ShardTransport::LostGeneration(const StepTransfer& transfer) {
 void ShardTransport::CancelGeneration(uint64_t generation) {
   absl::MutexLock lock(&inflight_mu_);
   lost_generation_ = generation;
-  if (running_ != nullptr && running_transfer_->generation == generation) {
-    running_->Cancel(LostGeneration(*running_transfer_));
+  if (running_ != nullptr && running_->transfer().generation == generation) {
+    running_->Cancel(LostGeneration(running_->transfer()));
   }
 }
 
@@ -119,12 +112,10 @@ absl::Status ShardTransport::PushPull(const StepTransfer& transfer) {
     absl::MutexLock lock(&inflight_mu_);
     if (lost_generation_ == transfer.generation) return LostGeneration(transfer);
     running_ = &exchange;
-    running_transfer_ = &transfer;
   }
   absl::Status s = exchange.Run();
   absl::MutexLock lock(&inflight_mu_);
   running_ = nullptr;
-  running_transfer_ = nullptr;
   return s;
 }
 

@@ -122,9 +122,8 @@ class ShardTransport {
   static absl::Status LostGeneration(const StepTransfer& transfer);
 
   absl::Mutex inflight_mu_;
-  // The exchange PushPull() runs, and its transfer; null between steps.
+  // The exchange PushPull() runs; null between steps.
   StepExchange* running_ ABSL_GUARDED_BY(inflight_mu_) = nullptr;
-  const StepTransfer* running_transfer_ ABSL_GUARDED_BY(inflight_mu_) = nullptr;
   // The generation in which a worker was lost: its calls fail at once.
   uint64_t lost_generation_ ABSL_GUARDED_BY(inflight_mu_) = 0;
 };

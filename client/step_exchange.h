@@ -22,7 +22,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +48,8 @@ class StepExchange {
   absl::Status Run() ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the exchange with `why` (not OK) unless it already ended.
   void Cancel(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const StepTransfer& transfer() const { return transfer_; }
 
  private:
   struct Call {
