@@ -138,8 +138,13 @@ class ClientImpl : public Client {
   absl::Status FollowPlacement(absl::Time deadline);
   // At a step boundary: re-forms when any worker of the group has heard of a
   // newer generation (all of them decide together), until none has; first
-  // re-forms if the last step failed.
+  // re-forms if the last step failed. Skips the check once after
+  // SkipNextGenerationCheck().
   absl::Status FollowGeneration();
+  // The others of this generation checked it and went on to the next step
+  // while this worker re-formed: its next FollowGeneration() must not run a
+  // check they will not match.
+  void SkipNextGenerationCheck() { generation_checked_ = true; }
   // After a retryable error: re-forms in the next generation, or returns
   // `error` when none forms in time.
   absl::Status Recover(const absl::Status& error);
@@ -184,8 +189,9 @@ class ClientImpl : public Client {
   std::vector<uint8_t> grads_;
   int64_t step_ = 0;
   int micro_batches_ = 0;
-  bool broken_ = false;
-  ReformStats reform_stats_;  // the last step failed: re-form before the next
+  bool broken_ = false;  // the last step failed: re-form before the next
+  bool generation_checked_ = false;
+  ReformStats reform_stats_;
   // Declared last: destroyed first, finishing the gathers that read
   // collective_ and params_.
   ParamGatherer gatherer_;

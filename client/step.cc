@@ -171,6 +171,7 @@ absl::StatusOr<StepResult> ClientImpl::Step(const GradientFn& compute) {
     target = std::min(target, step_ + 1);
     const uint64_t first = static_cast<uint64_t>(target - 1) * batch;
     if (step_ >= target) {  // the others completed it while this worker re-formed
+      SkipNextGenerationCheck();
       StepResult done;
       done.step = step_;
       done.generation = generation_.number();

@@ -265,6 +265,42 @@ TEST_F(ElasticTest, JoinLeaveAndKillWhileTheSurvivorsTrainOn) {
   ExpectExactlyOnce(job, {"a", "b", "c"}, 40);
 }
 
+// A worker stopped (SIGSTOP) past its lease is dropped: its peer trains on
+// alone. Continued (SIGCONT), it finds its lease lost, joins again and both
+// finish the job, every step once.
+TEST_F(ElasticTest, AStoppedWorkerIsDroppedAndJoinsAgainWhenContinued) {
+  const std::string job = "hang";
+  const absl::Duration collective_timeout = absl::Seconds(3);
+  const std::vector<std::string> flags = {
+      absl::StrCat("--collective_timeout_ms=", absl::ToInt64Milliseconds(collective_timeout))};
+  pid_t a = StartWorker(job, "a", 40, flags);
+  pid_t b = StartWorker(job, "b", 40, flags);
+  ASSERT_TRUE(WaitForStep("b", 10)) << WorkerLog("b");
+  ASSERT_EQ(kill(b, SIGSTOP), 0);
+  const int64_t stopped_ms = absl::ToUnixMillis(absl::Now());
+  int64_t alone_ms = 0;  // when a completed its first step alone
+  for (absl::Time deadline = absl::Now() + kRunTimeout; alone_ms == 0 && absl::Now() < deadline;) {
+    for (const nlohmann::json& line : Lines("a")) {
+      if (line["world_size"] == 1 && line["unix_ms"].get<int64_t>() > stopped_ms) {
+        alone_ms = line["unix_ms"].get<int64_t>();
+        break;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_GT(alone_ms, 0) << WorkerLog("a");
+  std::printf("worker b stopped; a completed a step alone %lld ms later (lease %lld ms)\n",
+              static_cast<long long>(alone_ms - stopped_ms),
+              static_cast<long long>(absl::ToInt64Milliseconds(kLease)));
+  EXPECT_LT(alone_ms - stopped_ms,
+            absl::ToInt64Milliseconds(collective_timeout + kLease + absl::Seconds(1)));
+  ASSERT_EQ(kill(b, SIGCONT), 0);
+  EXPECT_TRUE(ExitedCleanly(Wait(a))) << WorkerLog("a");
+  EXPECT_TRUE(ExitedCleanly(Wait(b))) << WorkerLog("b");
+  EXPECT_EQ(Lines("b").back()["world_size"], 2) << "b trained with a again";
+  ExpectExactlyOnce(job, {"a", "b"}, 40);
+}
+
 TEST_F(ElasticTest, EveryWorkerKilledAfterAStepThenNewOnesLoseNothing) {
   const std::string job = "elastic-restart";
   pid_t a = StartWorker(job, "a", 16, {"--die_after_step=8"});

@@ -34,6 +34,7 @@ ABSL_FLAG(int64_t, die_in_step, 0,
           "SIGKILL this process once a server holds pushes of this step (0: never)");
 ABSL_FLAG(int64_t, die_after_step, 0, "SIGKILL this process once this step is complete");
 ABSL_FLAG(std::string, log, "", "append one JSON line per completed step to this file");
+ABSL_FLAG(int64_t, collective_timeout_ms, 20000, "how long a collective waits for its peers");
 
 namespace strata {
 namespace {
@@ -51,7 +52,7 @@ ClientOptions Options() {
   o.dtype = DType::kFp32;
   o.adam = testing::kLinearAdam;
   o.loss_scale = LossScaleOptions{false, 1.0f, 2.0f, 0.5f, 1000, 1.0f};
-  o.collective_timeout = absl::Seconds(20);
+  o.collective_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
   o.initial_params = testing::LinearInitialParams();
   return o;
 }
