@@ -167,12 +167,13 @@ absl::Status ClientImpl::Leave() {
   RETURN_IF_ERROR(DrainGathers());
   ASSIGN_OR_RETURN(v1::Generation without_me, membership_->Leave());
   // The others are at (or coming to) their next step boundary: tell them in
-  // its generation check, so that they re-form without this worker.
+  // its generation check, so that they re-form without this worker. They
+  // may have aborted the group already, told by the coordinator.
   double newer[1] = {1.0};
-  absl::Status told = collective_->AllReduceSum(absl::MakeSpan(newer));
-  collective_.reset();
+  collective_->AllReduceSum(absl::MakeSpan(newer)).IgnoreError();
+  SetCollective(nullptr, 0);
   membership_.reset();
-  return told;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {

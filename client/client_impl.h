@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/collective.h"
 #include "client/param_gatherer.h"
@@ -161,17 +162,27 @@ class ClientImpl : public Client {
   // pull the step again -- chunks that applied it answer from the stored
   // result -- for up to step_timeout. Other errors end the step everywhere.
   absl::Status PushPullEverywhere(int64_t step, const PushScalars& push);
-  // Cancels the RPCs in flight of `generation` (a worker of it was lost);
-  // from the membership's watch thread, so it reads nothing of the step's.
+  // Cancels the RPCs in flight of `generation` and aborts its collective (a
+  // worker of it was lost); from the membership's watch thread, so it reads
+  // nothing of the step's but collective_ under collective_mu_.
   void CancelInFlight(uint64_t generation);
+  // Replaces the collective (null: none) with that of `generation`; from the
+  // step's thread.
+  void SetCollective(std::unique_ptr<Collective> collective, uint64_t generation);
 
   const ClientOptions options_;
   const std::string worker_id_;
   const FlatLayout layout_;
   const size_t esize_;
   const ChannelCredentials credentials_;
-  // Before membership_, whose thread cancels its calls.
+  // transport_ and collective_ before membership_, whose thread cancels
+  // their calls. collective_ is replaced by the step's thread only, under
+  // collective_mu_, so that the watch thread may abort it; the step's thread
+  // reads it without the lock.
   ShardTransport transport_;
+  absl::Mutex collective_mu_;
+  std::unique_ptr<Collective> collective_;
+  uint64_t collective_generation_ = 0;  // the generation collective_ serves
   LossScaler scaler_;
   std::optional<float> lr_;    // SetLearningRate()'s; unset: the job's
   bool scaler_known_ = false;  // it has run steps in some generation
@@ -182,7 +193,6 @@ class ClientImpl : public Client {
   uint32_t world_size_ = 0;
   uint64_t padded_num_params_ = 0;
   std::vector<Piece> slice_pieces_;
-  std::unique_ptr<Collective> collective_;
   // The parameters from flat index params_base_ on: all (replicated) or the slice (on demand).
   std::vector<uint8_t> params_;
   uint64_t params_base_ = 0;

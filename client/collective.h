@@ -3,8 +3,9 @@
 // the world cuts into size() equal slices (num_elements % size() == 0).
 // Implementations: Gloo (CPU, TCP) and NCCL (GPU). Both rendezvous through
 // the coordinator's key-value store. Failures and time-outs are returned as
-// UNAVAILABLE, never an abort. Not thread-safe: one thread per instance, and
-// every rank must call the same operations in the same order.
+// UNAVAILABLE, never an abort of the process. Not thread-safe (except
+// Abort()): one thread per instance, and every rank must call the same
+// operations in the same order.
 #ifndef STRATA_CLIENT_COLLECTIVE_H_
 #define STRATA_CLIENT_COLLECTIVE_H_
 
@@ -40,6 +41,10 @@ class Collective {
                                   absl::Span<const size_t> counts) = 0;
   virtual absl::Status AllReduceSum(absl::Span<double> values) = 0;
   virtual absl::Status Barrier() = 0;
+  // Thread-safe, from any thread (a member of the group hangs and the
+  // group is abandoned): the operation in progress and every later one end
+  // with ABORTED. The instance is then good only for destruction.
+  virtual void Abort() = 0;
 };
 
 struct CollectiveOptions {

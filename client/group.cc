@@ -41,7 +41,7 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedSteps() {
 absl::Status ClientImpl::Reform(uint64_t than) {
   const absl::Time started = absl::Now();
   const absl::Time deadline = started + options_.rendezvous_timeout;
-  collective_.reset();
+  SetCollective(nullptr, 0);
   while (true) {
     ASSIGN_OR_RETURN(v1::Generation generation, membership_->WaitNewer(than, deadline));
     const auto& ids = generation.worker_ids();
@@ -65,7 +65,7 @@ absl::Status ClientImpl::Reform(uint64_t than) {
       than = generation.number();
       continue;
     }
-    collective_ = *std::move(formed);
+    SetCollective(*std::move(formed), generation.number());
     generation_ = generation;
     generation_checked_ = false;
     rank_ = collective.rank;
@@ -189,6 +189,16 @@ absl::Status ClientImpl::Recover(const absl::Status& error) {
   return reformed;
 }
 
-void ClientImpl::CancelInFlight(uint64_t generation) { transport_.CancelGeneration(generation); }
+void ClientImpl::CancelInFlight(uint64_t generation) {
+  transport_.CancelGeneration(generation);
+  absl::MutexLock lock(&collective_mu_);
+  if (collective_ != nullptr && collective_generation_ == generation) collective_->Abort();
+}
+
+void ClientImpl::SetCollective(std::unique_ptr<Collective> collective, uint64_t generation) {
+  absl::MutexLock lock(&collective_mu_);
+  collective_ = std::move(collective);
+  collective_generation_ = generation;
+}
 
 }  // namespace strata

@@ -6,7 +6,9 @@
 
 #include <cstring>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/collective.h"
 #include "client/coordinator_store.h"
 #include "core/status_macros.h"
@@ -38,89 +40,106 @@ class NcclCollective : public Collective {
       : rank_(rank), size_(size), comm_(comm), stream_(stream) {}
   ~NcclCollective() override {
     if (device_ != nullptr) cudaFree(device_);
-    ncclCommDestroy(comm_);
+    absl::MutexLock lock(&comm_mu_);
+    if (!aborted_) ncclCommDestroy(comm_);  // ncclCommAbort freed it
     cudaStreamDestroy(stream_);
+  }
+
+  void Abort() override {
+    absl::MutexLock lock(&comm_mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    ncclCommAbort(comm_);  // ends the kernels the stream waits for
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
   absl::Status ReduceScatterSum(DType dtype, void* data, size_t num_elements) override {
-    size_t slice = num_elements / size_;
-    size_t esize = DTypeSize(dtype);
-    ASSIGN_OR_RETURN(char* dev, DeviceBuffer(num_elements * esize));
-    RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(dev, data, num_elements * esize, cudaMemcpyHostToDevice, stream_),
-        "copy in"));
-    RETURN_IF_ERROR(NcclStatus(ncclReduceScatter(dev, dev + rank_ * slice * esize, slice,
-                                                 NcclType(dtype), ncclSum, comm_, stream_),
-                               "reduce-scatter"));
-    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(static_cast<char*>(data) + rank_ * slice * esize,
-                                               dev + rank_ * slice * esize, slice * esize,
-                                               cudaMemcpyDeviceToHost, stream_),
-                               "copy out"));
-    return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
+    return Run([&]() -> absl::Status {
+      size_t slice = num_elements / size_;
+      size_t esize = DTypeSize(dtype);
+      ASSIGN_OR_RETURN(char* dev, DeviceBuffer(num_elements * esize));
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(dev, data, num_elements * esize, cudaMemcpyHostToDevice, stream_),
+          "copy in"));
+      RETURN_IF_ERROR(NcclStatus(ncclReduceScatter(dev, dev + rank_ * slice * esize, slice,
+                                                   NcclType(dtype), ncclSum, comm_, stream_),
+                                 "reduce-scatter"));
+      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(static_cast<char*>(data) + rank_ * slice * esize,
+                                                 dev + rank_ * slice * esize, slice * esize,
+                                                 cudaMemcpyDeviceToHost, stream_),
+                                 "copy out"));
+      return absl::OkStatus();
+    });
   }
 
   absl::Status AllGather(DType dtype, void* data, size_t num_elements) override {
-    size_t slice_bytes = num_elements / size_ * DTypeSize(dtype);
-    ASSIGN_OR_RETURN(char* dev, DeviceBuffer(slice_bytes * size_));
-    char* mine = dev + rank_ * slice_bytes;
-    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(mine, static_cast<char*>(data) + rank_ * slice_bytes,
-                                               slice_bytes, cudaMemcpyHostToDevice, stream_),
-                               "copy in"));
-    RETURN_IF_ERROR(
-        NcclStatus(ncclAllGather(mine, dev, slice_bytes, ncclUint8, comm_, stream_), "all-gather"));
-    RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpyAsync(data, dev, slice_bytes * size_, cudaMemcpyDeviceToHost, stream_),
-                   "copy out"));
-    return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
+    return Run([&]() -> absl::Status {
+      size_t slice_bytes = num_elements / size_ * DTypeSize(dtype);
+      ASSIGN_OR_RETURN(char* dev, DeviceBuffer(slice_bytes * size_));
+      char* mine = dev + rank_ * slice_bytes;
+      RETURN_IF_ERROR(
+          CudaStatus(cudaMemcpyAsync(mine, static_cast<char*>(data) + rank_ * slice_bytes,
+                                     slice_bytes, cudaMemcpyHostToDevice, stream_),
+                     "copy in"));
+      RETURN_IF_ERROR(NcclStatus(ncclAllGather(mine, dev, slice_bytes, ncclUint8, comm_, stream_),
+                                 "all-gather"));
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(data, dev, slice_bytes * size_, cudaMemcpyDeviceToHost, stream_),
+          "copy out"));
+      return absl::OkStatus();
+    });
   }
 
   // One broadcast per rank, in one NCCL group.
   absl::Status AllGatherV(DType dtype, const void* input, void* output,
                           absl::Span<const size_t> counts) override {
-    const size_t esize = DTypeSize(dtype);
-    size_t total = 0, mine = 0;
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) mine = total;
-      total += counts[r] * esize;
-    }
-    ASSIGN_OR_RETURN(char* dev, DeviceBuffer(total));
-    RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(dev + mine, input, counts[rank_] * esize, cudaMemcpyHostToDevice, stream_),
-        "copy in"));
-    RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "group start"));
-    size_t offset = 0;
-    for (int r = 0; r < size_; ++r) {
-      size_t bytes = counts[r] * esize;
-      if (bytes > 0) {
-        ncclResult_t result =
-            ncclBroadcast(dev + offset, dev + offset, bytes, ncclUint8, r, comm_, stream_);
-        if (result != ncclSuccess) {
-          ncclGroupEnd();
-          return NcclStatus(result, "broadcast");
-        }
+    return Run([&]() -> absl::Status {
+      const size_t esize = DTypeSize(dtype);
+      size_t total = 0, mine = 0;
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) mine = total;
+        total += counts[r] * esize;
       }
-      offset += bytes;
-    }
-    RETURN_IF_ERROR(NcclStatus(ncclGroupEnd(), "group end"));
-    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(output, dev, total, cudaMemcpyDeviceToHost, stream_),
-                               "copy out"));
-    return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
+      ASSIGN_OR_RETURN(char* dev, DeviceBuffer(total));
+      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dev + mine, input, counts[rank_] * esize,
+                                                 cudaMemcpyHostToDevice, stream_),
+                                 "copy in"));
+      RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "group start"));
+      size_t offset = 0;
+      for (int r = 0; r < size_; ++r) {
+        size_t bytes = counts[r] * esize;
+        if (bytes > 0) {
+          ncclResult_t result =
+              ncclBroadcast(dev + offset, dev + offset, bytes, ncclUint8, r, comm_, stream_);
+          if (result != ncclSuccess) {
+            ncclGroupEnd();
+            return NcclStatus(result, "broadcast");
+          }
+        }
+        offset += bytes;
+      }
+      RETURN_IF_ERROR(NcclStatus(ncclGroupEnd(), "group end"));
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(output, dev, total, cudaMemcpyDeviceToHost, stream_), "copy out"));
+      return absl::OkStatus();
+    });
   }
 
   absl::Status AllReduceSum(absl::Span<double> values) override {
-    size_t bytes = values.size() * sizeof(double);
-    ASSIGN_OR_RETURN(char* dev, DeviceBuffer(bytes));
-    RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(dev, values.data(), bytes, cudaMemcpyHostToDevice, stream_), "copy in"));
-    RETURN_IF_ERROR(
-        NcclStatus(ncclAllReduce(dev, dev, values.size(), ncclFloat64, ncclSum, comm_, stream_),
-                   "all-reduce"));
-    RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(values.data(), dev, bytes, cudaMemcpyDeviceToHost, stream_), "copy out"));
-    return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
+    return Run([&]() -> absl::Status {
+      size_t bytes = values.size() * sizeof(double);
+      ASSIGN_OR_RETURN(char* dev, DeviceBuffer(bytes));
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(dev, values.data(), bytes, cudaMemcpyHostToDevice, stream_), "copy in"));
+      RETURN_IF_ERROR(
+          NcclStatus(ncclAllReduce(dev, dev, values.size(), ncclFloat64, ncclSum, comm_, stream_),
+                     "all-reduce"));
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(values.data(), dev, bytes, cudaMemcpyDeviceToHost, stream_), "copy out"));
+      return absl::OkStatus();
+    });
   }
 
   absl::Status Barrier() override {
@@ -129,6 +148,18 @@ class NcclCollective : public Collective {
   }
 
  private:
+  // Has `enqueue` queue an operation on stream_ unless the communicator was
+  // aborted (Abort() waits for it), then waits for the stream outside the
+  // lock, so that an abort can end the wait.
+  absl::Status Run(absl::FunctionRef<absl::Status()> enqueue) {
+    {
+      absl::ReaderMutexLock lock(&comm_mu_);
+      if (aborted_) return absl::AbortedError("NCCL group aborted: the group was abandoned");
+      RETURN_IF_ERROR(enqueue());
+    }
+    return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
+  }
+
   absl::StatusOr<char*> DeviceBuffer(size_t num_bytes) {
     if (num_bytes > device_bytes_) {
       if (device_ != nullptr) cudaFree(device_);
@@ -140,6 +171,8 @@ class NcclCollective : public Collective {
     return static_cast<char*>(device_);
   }
 
+  absl::Mutex comm_mu_;
+  bool aborted_ ABSL_GUARDED_BY(comm_mu_) = false;
   const int rank_;
   const int size_;
   ncclComm_t comm_;

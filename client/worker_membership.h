@@ -7,7 +7,7 @@
 // generation arrives that lacks a member of generation `running`, the one
 // this worker runs in (set by Running()), or that moved the job's chunks (a
 // newer placement version): the running step cannot complete, so its
-// in-flight RPCs should be cancelled. It must not block.
+// in-flight RPCs and collectives should be cancelled. It must not block.
 #ifndef STRATA_CLIENT_WORKER_MEMBERSHIP_H_
 #define STRATA_CLIENT_WORKER_MEMBERSHIP_H_
 

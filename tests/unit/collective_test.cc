@@ -4,10 +4,13 @@
 // skipped where the machine has fewer GPUs than ranks (or none).
 #include <signal.h>
 
+#include <atomic>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "client/collective.h"
 #include "coordinator/coordinator_server.h"
 #include "gtest/gtest.h"
@@ -129,6 +132,61 @@ TEST_P(CollectiveTest, AllGatherVConcatenatesTheRanksInputsInRankOrder) {
           ASSERT_EQ(output[at], Value(r, i)) << "rank " << r << " element " << i;
         }
       }
+    });
+  }
+}
+
+// The last rank hangs (never calls the operation); Abort() from another
+// thread ends each kind of operation the others wait in, long before the
+// timeout (30 s), and every later operation at once.
+TEST_P(CollectiveTest, AbortEndsAnOperationThatWaitsForAHungPeer) {
+  const int world = GetParam().size;
+  if (world == 1) GTEST_SKIP() << "a world of one waits for nobody";
+  const size_t n = 60 * world;
+  const std::vector<std::pair<std::string, std::function<absl::Status(Collective&)>>> ops = {
+      {"reduce-scatter",
+       [&](Collective& c) {
+         std::vector<float> v(n, 1.0f);
+         return c.ReduceScatterSum(DType::kFp32, v.data(), n);
+       }},
+      {"all-gather",
+       [&](Collective& c) {
+         std::vector<float> v(n, 1.0f);
+         return c.AllGather(DType::kFp32, v.data(), n);
+       }},
+      {"all-gather-v",
+       [&](Collective& c) {
+         std::vector<size_t> counts(world, 3);
+         std::vector<float> in(3, 1.0f), out(3 * world);
+         return c.AllGatherV(DType::kFp32, in.data(), out.data(), counts);
+       }},
+      {"all-reduce",
+       [&](Collective& c) {
+         double sum[1] = {1.0};
+         return c.AllReduceSum(absl::MakeSpan(sum));
+       }},
+  };
+  for (const auto& [name, op] : ops) {
+    absl::Notification others_done;
+    std::atomic<int> running{world - 1};
+    RunRanks("abort-" + name, [&](int rank, Collective& c) {
+      if (rank == world - 1) {
+        others_done.WaitForNotification();
+        return;
+      }
+      std::thread aborter([&c] {
+        absl::SleepFor(absl::Milliseconds(200));
+        c.Abort();
+      });
+      const absl::Time started = absl::Now();
+      absl::Status waited = op(c);
+      const absl::Duration took = absl::Now() - started;
+      aborter.join();
+      EXPECT_EQ(waited.code(), absl::StatusCode::kAborted) << name << ": " << waited;
+      EXPECT_LT(took, absl::Seconds(10)) << name;
+      absl::Status later = op(c);
+      EXPECT_EQ(later.code(), absl::StatusCode::kAborted) << name << " after the abort: " << later;
+      if (--running == 0) others_done.Notify();
     });
   }
 }
