@@ -91,7 +91,7 @@ class GlooCollective : public Collective {
     std::vector<size_t> offsets = {0};
     for (size_t count : counts) offsets.push_back(offsets.back() + count * esize);
     auto* out = static_cast<uint8_t*>(output);
-    std::memcpy(out + offsets[rank()], input, counts[rank()] * esize);
+    if (counts[rank()] > 0) std::memcpy(out + offsets[rank()], input, counts[rank()] * esize);
     if (size() == 1) return absl::OkStatus();
     return Guarded("all-gather-v", [&] { RingGather(out, offsets); });
   }
