@@ -1,6 +1,6 @@
 // MetadataStore: a small key-value store on RocksDB for the metadata of the
 // coordinator and the shard servers. Keys are strings; values are serialized
-// protobufs or plain bytes. Thread-safe (RocksDB is). Every error is a
+// protobufs or plain bytes. Thread-safe. Every error is a
 // absl::Status naming the path and the operation.
 #ifndef STRATA_STORAGE_METADATA_STORE_H_
 #define STRATA_STORAGE_METADATA_STORE_H_
@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 
 namespace rocksdb {
 class DB;
@@ -39,11 +40,19 @@ class MetadataStore {
   absl::Status DeletePrefix(absl::string_view prefix);
   // Every (key, value) whose key starts with `prefix`, in key order.
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Scan(absl::string_view prefix);
+  // Closes the database and opens it again. After a failed write RocksDB
+  // refuses every write (a sticky error its Resume() does not clear for the
+  // write-ahead log); reopened once the storage takes writes, it replays its
+  // log and serves again. Until a Reopen() succeeds every call is UNAVAILABLE.
+  absl::Status Reopen();
 
  private:
   MetadataStore(std::string path, std::unique_ptr<rocksdb::DB> db);
+  absl::Status Closed() const;  // what every call returns while db_ is null
   const std::string path_;
-  std::unique_ptr<rocksdb::DB> db_;
+  // Every call reads db_ under a reader lock; Reopen() replaces it.
+  absl::Mutex mu_;
+  std::unique_ptr<rocksdb::DB> db_ ABSL_GUARDED_BY(mu_);  // null: closed
 };
 
 }  // namespace strata

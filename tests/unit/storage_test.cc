@@ -1,3 +1,6 @@
+#include <signal.h>
+#include <sys/resource.h>
+
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -54,6 +57,34 @@ TEST(MetadataStoreTest, PutGetScanDeletePersist) {
   ASSERT_TRUE((*store)->DeletePrefix("job/").ok());
   EXPECT_FALSE((*(*store)->Get("job/a")).has_value());
   EXPECT_EQ(*(*(*store)->Get("kv/x")), "3");
+}
+
+// A write that fails (a file-size limit of 0 on this process: EFBIG, as on a
+// full disk) leaves RocksDB refusing writes after the storage takes them
+// again; Reopen() serves again, with every write made before the failure.
+TEST(MetadataStoreTest, AStoreReopenedAfterAFailedWriteServesAgain) {
+  const testing::ScratchDir scratch("metadata_store_reopen");
+  auto store = MetadataStore::Open(scratch.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Put("kept", "1", /*sync=*/true).ok());
+  struct sigaction ignore {
+  }, previous{};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(sigaction(SIGXFSZ, &ignore, &previous), 0);
+  struct rlimit unlimited {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &unlimited), 0);
+  struct rlimit full = unlimited;
+  full.rlim_cur = 0;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &full), 0);
+  absl::Status failed = (*store)->Put("lost", std::string(8192, 'x'), /*sync=*/true);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &unlimited), 0);
+  ASSERT_EQ(sigaction(SIGXFSZ, &previous, nullptr), 0);
+  EXPECT_FALSE(failed.ok());
+  EXPECT_FALSE((*store)->Put("after", "2", /*sync=*/true).ok()) << "RocksDB's sticky error";
+  ASSERT_TRUE((*store)->Reopen().ok());
+  EXPECT_TRUE((*store)->Put("after", "2", /*sync=*/true).ok());
+  EXPECT_EQ((*store)->Get("kept")->value_or(""), "1");
+  EXPECT_EQ((*store)->Get("after")->value_or(""), "2");
 }
 
 }  // namespace
