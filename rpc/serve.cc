@@ -36,10 +36,10 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& listen_ad
   return server;
 }
 
-void MarkServing(grpc::Server* server, const char* service_name) {
+void MarkServing(grpc::Server* server, const char* service_name, bool serving) {
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-  health->SetServingStatus(true);
-  health->SetServingStatus(service_name, true);
+  health->SetServingStatus(serving);
+  health->SetServingStatus(service_name, serving);
 }
 
 }  // namespace strata

@@ -29,9 +29,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& listen_ad
                                                     const TlsFiles& tls, grpc::Service* service,
                                                     Metrics* metrics, std::string* address);
 
-// The health service answers SERVING for the whole server ("") and for
-// `service_name`, until the server shuts down.
-void MarkServing(grpc::Server* server, const char* service_name);
+// The health service answers SERVING (NOT_SERVING when !`serving`) for the
+// whole server ("") and for `service_name`, until the server shuts down.
+void MarkServing(grpc::Server* server, const char* service_name, bool serving = true);
 
 }  // namespace strata
 

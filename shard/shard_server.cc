@@ -63,6 +63,11 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   if (options.executor_threads < 1 || options.nvme_executor_threads < 1) {
     return absl::InvalidArgumentError("executor threads and NVMe executor threads must be >= 1");
   }
+  if (options.storage_probe_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("storage_probe_interval must be positive, not ",
+                     absl::FormatDuration(options.storage_probe_interval)));
+  }
   if (options.checkpoint_memory_limit_bytes < options.checkpoint_buffer_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("the checkpoint memory limit (",
                                                    options.checkpoint_memory_limit_bytes >> 20,
@@ -108,6 +113,14 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   server->address_ = options.advertise_address.empty() ? bound : options.advertise_address;
   RETURN_IF_ERROR(RegisterWithCoordinator(options, server->address_, server->gpu_.get()));
   MarkServing(server->server_.get(), v1::ShardServer::service_full_name());
+  std::vector<std::string> probed = {options.data_dir};
+  if (!options.nvme_dir.empty()) probed.push_back(options.nvme_dir);
+  grpc::Server* grpc_server = server->server_.get();
+  server->storage_probe_ = std::make_unique<StorageProbe>(
+      options.storage_probe_interval, std::move(probed), server->metadata_.get(),
+      [grpc_server](bool healthy) {
+        MarkServing(grpc_server, v1::ShardServer::service_full_name(), healthy);
+      });
   LogEventCat("server", "serving on ", server->address_, " with ",
               server->gpu_ == nullptr ? std::string("no gpu tier")
                                       : absl::StrCat("a gpu tier of ", server->gpu_->budget_bytes(),
@@ -129,6 +142,7 @@ ShardServer::~ShardServer() { Shutdown(); }
 
 void ShardServer::Shutdown() {
   if (server_ == nullptr) return;
+  storage_probe_.reset();
   server_->GetHealthCheckService()->Shutdown();  // NOT_SERVING from now on
   service_->BeginShutdown();                     // refuses new work, answers waiting pulls
   server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));

@@ -2,7 +2,8 @@
 // tiers (GPU where found, host, optional NVMe), its step executors and its
 // gRPC server, registered with the coordinator. strata-server's main() runs
 // one; tests and strata-bench start several in one process. Start() returns
-// once serving; Shutdown() (also run by the destructor) answers waiting
+// once serving, and answers NOT_SERVING to health checks while its storage
+// fails; Shutdown() (also run by the destructor) answers waiting
 // pulls, lets in-flight steps finish, stops gRPC, saves host-memory chunks
 // and closes RocksDB. Not thread-safe: one owner calls Shutdown.
 #ifndef STRATA_SHARD_SHARD_SERVER_H_
@@ -20,6 +21,7 @@
 #include "rpc/tls.h"
 #include "shard/shard_service.h"
 #include "shard/state_arena.h"
+#include "shard/storage_probe.h"
 #include "storage/host_tier.h"
 #include "storage/metadata_store.h"
 #include "storage/nvme_tier.h"
@@ -71,6 +73,9 @@ struct ShardServerOptions {
   // Save host-memory chunk states to data_dir at a clean shutdown, for the
   // next start-up (ShardService::SaveMemoryChunks); GPU-tier chunk states too.
   bool save_host_chunks = true;
+  // How often data_dir, nvme_dir and RocksDB are probed with a synced write
+  // (shard/storage_probe.h): the server answers NOT_SERVING while they fail.
+  absl::Duration storage_probe_interval = absl::Seconds(1);
 };
 
 class ShardServer {
@@ -101,6 +106,7 @@ class ShardServer {
   std::unique_ptr<StateArena> checkpoint_arena_;
   std::unique_ptr<ShardService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<StorageProbe> storage_probe_;  // sets server_'s health
 };
 
 }  // namespace strata

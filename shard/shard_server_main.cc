@@ -1,4 +1,6 @@
 // strata-server: a shard server. See --help.
+#include <csignal>
+
 #include "absl/flags/flag.h"
 #include "core/command_line.h"
 #include "core/signals.h"
@@ -56,6 +58,9 @@ ABSL_FLAG(uint64_t, checkpoint_memory_limit_mib,
           "the checkpoint itself before updating the chunk: "
           "training waits for that write instead of the server running out of memory");
 ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at start-up");
+ABSL_FLAG(int64_t, storage_probe_ms, 1000,
+          "how often --data_dir and --nvme_dir are probed with a synced write; while they fail "
+          "(a full or broken disk) the server answers NOT_SERVING to health checks");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port to serve Prometheus metrics on (/metrics); port 0 picks a free port; "
           "empty: no metrics endpoint");
@@ -75,6 +80,9 @@ int main(int argc, char** argv) {
       "  strata-server --coordinator=HOST:PORT --listen=HOST:PORT --data_dir=DIR\n"
       "  strata-server --flagfile=FILE    (the same flags, one --flag=value per line)");
   strata::BlockShutdownSignals();
+  // Past a file-size limit (RLIMIT_FSIZE) a write fails with EFBIG, as on a
+  // full disk, and the storage probe reports it, instead of killing the server.
+  signal(SIGXFSZ, SIG_IGN);
   strata::ShardServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.advertise_address = absl::GetFlag(FLAGS_advertise);
@@ -96,6 +104,7 @@ int main(int argc, char** argv) {
   options.checkpoint_buffer_bytes = absl::GetFlag(FLAGS_checkpoint_buffer_mib) << 20;
   options.checkpoint_memory_limit_bytes = absl::GetFlag(FLAGS_checkpoint_memory_limit_mib) << 20;
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
+  options.storage_probe_interval = absl::Milliseconds(absl::GetFlag(FLAGS_storage_probe_ms));
   options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);
   auto server = strata::ShardServer::Start(options);
   return strata::ServeUntilSignal("strata-server", "server", server,

@@ -8,27 +8,15 @@
 #include "gtest/gtest.h"
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
+#include "testing/health.h"
 #include "testing/local_cluster.h"
 #include "testing/processes.h"
 
 namespace strata {
 namespace {
 
-using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
 using ::testing::HasSubstr;
-
-absl::StatusOr<HealthCheckResponse::ServingStatus> Check(const std::string& target,
-                                                         const std::string& service) {
-  auto stub = grpc::health::v1::Health::NewStub(MakeChannel(target));
-  HealthCheckRequest request;
-  request.set_service(service);
-  HealthCheckResponse response;
-  absl::Status s = CallUnary(stub.get(), &grpc::health::v1::Health::Stub::Check, request, &response,
-                             absl::Seconds(10));
-  if (!s.ok()) return s;
-  return response.status();
-}
 
 std::pair<int, std::string> Stratactl(const std::string& args) {
   return testing::RunCommand(absl::StrCat(STRATA_BIN_DIR, "/stratactl ", args));
@@ -39,11 +27,12 @@ TEST(HealthTest, DaemonsServeTheStandardHealthService) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string coordinator = (*cluster)->coordinator_address();
   const std::string server = (*cluster)->servers()[0]->address();
-  EXPECT_EQ(*Check(coordinator, ""), HealthCheckResponse::SERVING);
-  EXPECT_EQ(*Check(coordinator, "strata.v1.Coordinator"), HealthCheckResponse::SERVING);
-  EXPECT_EQ(*Check(server, ""), HealthCheckResponse::SERVING);
-  EXPECT_EQ(*Check(server, "strata.v1.ShardServer"), HealthCheckResponse::SERVING);
-  EXPECT_EQ(Check(server, "strata.v1.Coordinator").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*testing::HealthOf(coordinator, ""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(*testing::HealthOf(coordinator, "strata.v1.Coordinator"), HealthCheckResponse::SERVING);
+  EXPECT_EQ(*testing::HealthOf(server, ""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(*testing::HealthOf(server, "strata.v1.ShardServer"), HealthCheckResponse::SERVING);
+  EXPECT_EQ(testing::HealthOf(server, "strata.v1.Coordinator").status().code(),
+            absl::StatusCode::kNotFound);
 
   auto [ok_code, ok_output] =
       Stratactl(absl::StrCat("--target=", server, " --service=strata.v1.ShardServer health"));

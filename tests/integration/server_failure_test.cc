@@ -3,10 +3,14 @@
 // from its newest checkpoint, and the workers -- not restarted -- resume
 // from that checkpoint's step. The result equals a run restored from the
 // same checkpoint, bit for bit. A server that comes back after its job
-// moved off it drops the chunks it brought back.
+// moved off it drops the chunks it brought back; one whose storage fails is
+// taken out of service until it heals.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -22,6 +26,7 @@
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
+#include "testing/health.h"
 #include "testing/job_runner.h"
 #include "testing/placement.h"
 #include "testing/processes.h"
@@ -30,6 +35,7 @@
 namespace strata {
 namespace {
 
+using ::grpc::health::v1::HealthCheckResponse;
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 
@@ -337,6 +343,98 @@ TEST(ServerFailureTest, AServerThatComesBackAfterItsJobMovedDropsItsStaleChunks)
   };
   for (int i = 0; i < 100 && prepared() < 2; ++i) absl::SleepFor(absl::Milliseconds(50));
   EXPECT_EQ(prepared(), 2) << log();
+}
+
+// Test 3 of the routine faults: a server whose storage stops taking writes
+// (a file-size limit of 0 set on its process with prlimit(2): every write
+// fails with EFBIG, as on a full disk) answers NOT_SERVING, and its job moves
+// to the other server, where the worker -- not restarted -- trains on from
+// the checkpoint. With the limit lifted ("the disk was freed") the server
+// answers SERVING again and drops the stale chunks of the job that moved.
+TEST(ServerFailureTest, AServerWhoseStorageFailsIsTakenOutOfServiceUntilItHeals) {
+  const testing::ScratchDir scratch("storage_fails");
+  const std::string& dir = scratch.path();
+  testing::Processes daemons;
+  const Cluster cluster = StartCluster(dir, /*server_timeout_ms=*/2000, 2, &daemons);
+  const std::string& coordinator = cluster.coordinator;
+  ASSERT_FALSE(coordinator.empty());
+  for (const testing::ServerProcess& server : cluster.servers) ASSERT_FALSE(server.address.empty());
+  const testing::ServerProcess& victim = cluster.servers[1];
+  auto victims_chunks = [&] {
+    absl::StatusOr<int> chunks = testing::ChunksOnServer(victim.address, "full");
+    EXPECT_TRUE(chunks.ok()) << chunks.status();
+    return chunks.value_or(-1);
+  };
+  auto on_victim = [&] {
+    auto placement = testing::Placement(coordinator, "full");
+    EXPECT_TRUE(placement.ok()) << placement.status();
+    int chunks = 0;
+    for (const v1::PlacementRow& row : placement->rows()) {
+      chunks += row.server_address() == victim.address;
+    }
+    return chunks;
+  };
+  auto wait_for_health = [&](HealthCheckResponse::ServingStatus want) {
+    for (int i = 0; i < 200; ++i) {
+      auto health = testing::HealthOf(victim.address);
+      if (health.ok() && *health == want) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  };
+
+  ClientOptions o = Job(coordinator, "full");
+  o.world_size = 1;
+  o.checkpoint_every_steps = 2;
+  o.checkpoint_dir = dir + "/checkpoints";
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  while ((*client)->step() < 2) ASSERT_TRUE((*client)->Step(Compute).ok());
+  for (int i = 0; i < 600 && !std::filesystem::exists(CheckpointPath(o.checkpoint_dir, "full", 2));
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(std::filesystem::exists(CheckpointPath(o.checkpoint_dir, "full", 2)));
+  ASSERT_GT(victims_chunks(), 0);
+  ASSERT_EQ(testing::HealthOf(victim.address).value_or(HealthCheckResponse::UNKNOWN),
+            HealthCheckResponse::SERVING);
+
+  struct rlimit unlimited {};
+  ASSERT_EQ(prlimit(victim.pid, RLIMIT_FSIZE, nullptr, &unlimited), 0) << std::strerror(errno);
+  struct rlimit full = unlimited;
+  full.rlim_cur = 0;
+  ASSERT_EQ(prlimit(victim.pid, RLIMIT_FSIZE, &full, nullptr), 0) << std::strerror(errno);
+  const absl::Time failed = absl::Now();
+  ASSERT_TRUE(wait_for_health(HealthCheckResponse::NOT_SERVING))
+      << "a server whose storage fails still answers SERVING";
+  std::printf("NOT_SERVING %.2f s after its storage failed\n",
+              absl::ToDoubleSeconds(absl::Now() - failed));
+  for (int i = 0; i < 400 && on_victim() > 0; ++i) absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_EQ(on_victim(), 0) << "the job did not move off the failed server";
+  while ((*client)->step() < 6) {
+    absl::StatusOr<StepResult> result = (*client)->Step(Compute);
+    ASSERT_TRUE(result.ok()) << result.status();
+  }
+  EXPECT_EQ((*client)->last_reform().steps_lost, 0) << "it moved from the checkpoint of step 2";
+
+  ASSERT_EQ(prlimit(victim.pid, RLIMIT_FSIZE, &unlimited, nullptr), 0) << std::strerror(errno);
+  const absl::Time freed = absl::Now();
+  ASSERT_TRUE(wait_for_health(HealthCheckResponse::SERVING)) << "the healed server never returned";
+  std::printf("SERVING again %.2f s after its storage was freed\n",
+              absl::ToDoubleSeconds(absl::Now() - freed));
+  int left = victims_chunks();
+  for (int i = 0; i < 200 && left != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    left = victims_chunks();
+  }
+  EXPECT_EQ(left, 0) << "the healed server kept chunks of a job that moved off it";
+  std::ifstream in(dir + "/server-1.log");
+  const std::string log((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_THAT(log, ContainsRegex("storage takes writes again after .* \\(it had failed: "
+                                 ".*File too large.*\\): SERVING"));
+  auto state = (*client)->ReadMasterState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->step, 6);
 }
 
 }  // namespace
