@@ -160,6 +160,7 @@ void WorkerMembership::WatchLoop() {
     context.set_wait_for_ready(true);
     v1::WatchGenerationRequest request;
     request.set_job_id(job_id_);
+    request.set_worker_id(worker_id_);
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;

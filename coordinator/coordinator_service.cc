@@ -389,7 +389,8 @@ grpc::ServerWriteReactor<v1::Generation>* CoordinatorService::WatchGeneration(
   if (absl::Status found = FindJob(request->job_id()).status(); !found.ok()) {
     return RefusedGenerationStream(found);
   }
-  return NewGenerationStream(membership_.get(), request->job_id(), request->known_generation());
+  return NewGenerationStream(membership_.get(), request->job_id(), request->known_generation(),
+                             request->worker_id());
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListMembers(grpc::CallbackServerContext* ctx,

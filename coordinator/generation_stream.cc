@@ -4,6 +4,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "rpc/grpc_status.h"
 
 namespace strata {
@@ -15,8 +16,14 @@ namespace {
 class GenerationStream : public grpc::ServerWriteReactor<v1::Generation>,
                          public Membership::Watcher {
  public:
-  GenerationStream(Membership* membership, std::string job_id, uint64_t known)
-      : membership_(membership), job_id_(std::move(job_id)), sent_(known) {
+  GenerationStream(Membership* membership, std::string job_id, uint64_t known,
+                   std::string worker_id)
+      : membership_(membership),
+        job_id_(std::move(job_id)),
+        worker_id_(std::move(worker_id)),
+        opened_(absl::Now()),
+        sent_(known) {
+    if (!worker_id_.empty()) membership_->Watching(job_id_, worker_id_, opened_);
     OnGeneration(membership_->Subscribe(job_id_, this));
   }
 
@@ -44,8 +51,12 @@ class GenerationStream : public grpc::ServerWriteReactor<v1::Generation>,
   }
 
   void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status::OK);
+    {
+      absl::MutexLock lock(&mu_);
+      FinishLocked(grpc::Status::OK);
+    }
+    // Not under mu_: the membership may tell this stream of a generation.
+    if (!worker_id_.empty()) membership_->Disconnected(job_id_, worker_id_, opened_);
   }
 
   void OnDone() override {
@@ -71,6 +82,8 @@ class GenerationStream : public grpc::ServerWriteReactor<v1::Generation>,
 
   Membership* const membership_;
   const std::string job_id_;
+  const std::string worker_id_;
+  const absl::Time opened_;
   absl::Mutex mu_;
   uint64_t sent_ ABSL_GUARDED_BY(mu_);
   v1::Generation pending_ ABSL_GUARDED_BY(mu_), current_ ABSL_GUARDED_BY(mu_);
@@ -90,8 +103,9 @@ class RefusedStream : public grpc::ServerWriteReactor<v1::Generation> {
 }  // namespace
 
 grpc::ServerWriteReactor<v1::Generation>* NewGenerationStream(Membership* membership,
-                                                              std::string job_id, uint64_t known) {
-  return new GenerationStream(membership, std::move(job_id), known);
+                                                              std::string job_id, uint64_t known,
+                                                              std::string worker_id) {
+  return new GenerationStream(membership, std::move(job_id), known, std::move(worker_id));
 }
 
 grpc::ServerWriteReactor<v1::Generation>* RefusedGenerationStream(const absl::Status& status) {

@@ -16,9 +16,13 @@
 namespace strata {
 
 // A stream of `job_id`'s generations newer than `known`: the current one if
-// newer, then each new one. `membership` must outlive the stream.
+// newer, then each new one, watched by member `worker_id` (none when empty):
+// its opening and its cancellation by the client (the process died) are
+// reported to the membership (Membership::Watching, Disconnected).
+// `membership` must outlive the stream.
 grpc::ServerWriteReactor<v1::Generation>* NewGenerationStream(Membership* membership,
-                                                              std::string job_id, uint64_t known);
+                                                              std::string job_id, uint64_t known,
+                                                              std::string worker_id);
 
 // A stream that ends at once with `status` (not OK).
 grpc::ServerWriteReactor<v1::Generation>* RefusedGenerationStream(const absl::Status& status);

@@ -151,6 +151,7 @@ absl::StatusOr<v1::JoinJobResponse> Membership::Join(const v1::JobSpec& spec,
   }
   // A join counts as a heartbeat.
   it->lease_expiry = absl::Now() + lease_;
+  it->disconnected = false;
   it->info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(absl::Now()));
   RETURN_IF_ERROR(MaybeOpenGeneration(job_id, &job, is_new));
   v1::JoinJobResponse response;
@@ -167,6 +168,7 @@ absl::StatusOr<uint64_t> Membership::Heartbeat(const v1::HeartbeatRequest& reque
     if (m.info.worker_id() != request.worker_id()) continue;
     absl::Time now = absl::Now();
     m.lease_expiry = now + lease_;
+    m.disconnected = false;
     m.info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(now));
     m.info.set_generation(request.generation());
     m.info.set_completed_step(request.completed_step());
@@ -179,6 +181,39 @@ absl::StatusOr<uint64_t> Membership::Heartbeat(const v1::HeartbeatRequest& reque
     return job->second.generation.number();
   }
   return NotAMember(request.job_id(), request.worker_id());
+}
+
+Membership::Member* Membership::FindMember(const std::string& job_id,
+                                           const std::string& worker_id) {
+  auto job = jobs_.find(job_id);
+  if (job == jobs_.end()) return nullptr;
+  for (Member& m : job->second.members) {
+    if (m.info.worker_id() == worker_id) return &m;
+  }
+  return nullptr;
+}
+
+void Membership::Watching(const std::string& job_id, const std::string& worker_id,
+                          absl::Time opened) {
+  absl::MutexLock lock(&mu_);
+  Member* member = FindMember(job_id, worker_id);
+  if (member == nullptr) return;
+  member->watching_since = std::max(member->watching_since, opened);
+  member->lease_expiry = std::max(member->lease_expiry, absl::Now() + lease_);
+  member->disconnected = false;
+}
+
+void Membership::Disconnected(const std::string& job_id, const std::string& worker_id,
+                              absl::Time opened) {
+  absl::MutexLock lock(&mu_);
+  Member* member = FindMember(job_id, worker_id);
+  if (stopping_ || member == nullptr || member->watching_since > opened ||
+      member->info.joined_unix_ms() > absl::ToUnixMillis(opened)) {
+    return;
+  }
+  member->lease_expiry = std::min(member->lease_expiry, absl::Now() + kReconnectGrace);
+  member->disconnected = true;
+  lease_cut_ = true;
 }
 
 absl::Status Membership::RemoveMember(const std::string& job_id, Job* job,
@@ -221,16 +256,29 @@ absl::Status Membership::Forget(const std::string& job_id) {
 void Membership::ExpireLeasesLoop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), lease_ / 4);
+    // Every quarter lease, at the earliest expiry, or when one was cut short.
+    const absl::Time now = absl::Now();
+    absl::Time wake = now + lease_ / 4;
+    for (const auto& [job_id, job] : jobs_) {
+      for (const Member& m : job.members) wake = std::min(wake, m.lease_expiry);
+    }
+    wake = std::max(wake, now + absl::Milliseconds(10));  // a failed removal waits
+    auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || lease_cut_; };
+    mu_.AwaitWithDeadline(absl::Condition(&woken), wake);
+    lease_cut_ = false;
     if (stopping_) break;
-    absl::Time now = absl::Now();
+    const absl::Time expired_before = absl::Now();
     for (auto& [job_id, job] : jobs_) {
-      std::vector<std::string> expired;
+      std::vector<std::pair<std::string, bool>> expired;  // worker, disconnected
       for (const Member& m : job.members) {
-        if (m.lease_expiry < now) expired.push_back(m.info.worker_id());
+        if (m.lease_expiry < expired_before)
+          expired.emplace_back(m.info.worker_id(), m.disconnected);
       }
-      for (const std::string& worker_id : expired) {
-        absl::Status s = RemoveMember(job_id, &job, worker_id, "lost its lease");
+      for (const auto& [worker_id, disconnected] : expired) {
+        absl::Status s = RemoveMember(
+            job_id, &job, worker_id,
+            disconnected ? "closed its generation stream and opened none again (it ended)"
+                         : "lost its lease");
         if (!s.ok()) LogEventCat("coordinator", "job ", job_id, ": ", s.ToString());
       }
     }

@@ -5,7 +5,10 @@
 // forms once its spec's world_size workers have joined; after that every
 // change opens one, even to zero members. Generations and members are
 // written to RocksDB before a change is answered; after a restart every
-// member gets a fresh lease. Watchers hear of each new generation.
+// member gets a fresh lease. A member whose generation stream breaks and
+// that opens none again within kReconnectGrace (its process died) is
+// dropped then, as if its lease ran out. Watchers hear of each new
+// generation.
 //
 // Thread-safe. A background thread expires leases; Watcher callbacks run
 // under the membership's lock and must not call back into it.
@@ -56,6 +59,18 @@ class Membership {
   // Removes a member; returns the generation without it. FAILED_PRECONDITION
   // when the worker is not a member.
   absl::StatusOr<v1::Generation> Leave(const v1::LeaveJobRequest& request);
+  // How long a member whose generation stream broke has to open another (a
+  // live worker re-watches within 100 ms) before it stops being a member.
+  static constexpr absl::Duration kReconnectGrace = absl::Milliseconds(300);
+  // Member `worker_id` opened a generation stream at `opened` (it is alive:
+  // a heartbeat).
+  void Watching(const std::string& job_id, const std::string& worker_id, absl::Time opened);
+  // The generation stream member `worker_id` opened at `opened` was cancelled
+  // by its client (the process died, or its connection did): unless it has
+  // opened a newer one, joined again since, or the membership is stopping,
+  // its lease ends kReconnectGrace from now (a heartbeat or a new stream
+  // renews it).
+  void Disconnected(const std::string& job_id, const std::string& worker_id, absl::Time opened);
 
   // The job's chunks moved (JobInfo.placement_version is now `version`) and
   // it resumes from `step`: opens a generation of the same members that
@@ -79,7 +94,9 @@ class Membership {
   struct Member {
     v1::Member info;
     absl::Time lease_expiry;
-    int64_t first_step = -1;  // completed_step at its first heartbeat
+    int64_t first_step = -1;                           // completed_step at its first heartbeat
+    absl::Time watching_since = absl::InfinitePast();  // its newest stream opened
+    bool disconnected = false;                         // its lease was cut short by Disconnected()
   };
   struct Job {
     uint32_t initial_world_size = 1;
@@ -94,6 +111,9 @@ class Membership {
   Membership(MetadataStore* metadata, absl::Duration lease);
   absl::Status Load();
   void ExpireLeasesLoop();
+  // The member `worker_id` of `job_id`; nullptr when it is none.
+  Member* FindMember(const std::string& job_id, const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Persists a member record.
   absl::Status PutMember(const std::string& job_id, const Member& member)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -109,6 +129,7 @@ class Membership {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool lease_cut_ ABSL_GUARDED_BY(mu_) = false;  // wakes the lease thread
   std::thread lease_thread_;
 };
 
