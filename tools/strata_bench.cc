@@ -85,7 +85,7 @@ constexpr char kUsage[] =
     "      the memory saves had to fault in themselves (allocated_during_saves_MiB)\n"
     "  strata-bench elastic [--params N (default 4 Mi)] [--lease_ms MS]\n"
     "      worker processes train an elastic job; one joins, one leaves, one is\n"
-    "      killed: the pauses each change causes, against the targets\n"
+    "      killed, one is stopped: the pauses each change causes, against the targets\n"
     "      (strata-bench elastic-worker is those workers; not run by hand)";
 
 uint64_t NumParams() {

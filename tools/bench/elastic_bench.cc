@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +27,8 @@ constexpr int64_t kSteps = 60;
 constexpr int64_t kJoinAtStep = 10;
 constexpr int64_t kLeaveAfterStep = 25;
 constexpr int64_t kKillAtStep = 40;
+constexpr int64_t kSecondJoinAtStep = 45;
+constexpr int64_t kStopAtStep = 52;
 constexpr uint64_t kSamplesPerStep = 12;  // divisible by 1, 2 and 3 workers
 constexpr absl::Duration kTimeout = absl::Seconds(300);
 
@@ -169,8 +172,8 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
 
   pid_t a = SpawnWorker(coordinator, "a", o.num_params, 0, log_of("a"));
   pid_t b = SpawnWorker(coordinator, "b", o.num_params, kLeaveAfterStep, log_of("b"));
-  pid_t c = -1;
-  int64_t kill_ms = -1;
+  pid_t c = -1, d = -1;
+  int64_t kill_ms = -1, stop_ms = -1;
   bool ok = WaitFor([&] { return LastStep(log_of("a")) >= kJoinAtStep; });
   if (ok) {
     c = SpawnWorker(coordinator, "c", o.num_params, 0, log_of("c"));
@@ -179,9 +182,19 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
   if (ok) {
     kill(c, SIGKILL);
     kill_ms = NowMs();
+    ok = WaitFor([&] { return LastStep(log_of("a")) >= kSecondJoinAtStep; });
+  }
+  if (ok) {
+    d = SpawnWorker(coordinator, "d", o.num_params, 0, log_of("d"));
+    ok = WaitFor([&] { return LastStep(log_of("d")) >= kStopAtStep; });
+  }
+  if (ok) {
+    kill(d, SIGSTOP);
+    stop_ms = NowMs();
     ok = WaitFor([&] { return LastStep(log_of("a")) >= kSteps; });
   }
-  for (pid_t pid : {a, b, c}) {
+  if (d > 0) kill(d, SIGKILL);
+  for (pid_t pid : {a, b, c, d}) {
     if (pid <= 0) continue;
     if (!ok) kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
@@ -205,26 +218,48 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
     return from < 0 || to < 0 ? -1.0 : (to - from) / 1e3;
   };
   const double lease_s = absl::ToDoubleSeconds(o.lease);
-  double join_pause_s = seconds(EventMs(ec, "join"), FirstStepAfter(ec, 0));
+  const double step_s = Median(gaps);
+  // From `change_ms` to worker a's first step in the generation it opened
+  // (with `world_size` workers).
+  auto pause = [&](int64_t change_ms, int world_size) {
+    return seconds(change_ms, FirstStepAfter(ea, change_ms, world_size));
+  };
+  // The stall worker a saw where a generation of `world_size` workers
+  // formed after `after_ms`: the gap before its first step in it, less an
+  // ordinary step.
+  auto stall = [&](int64_t after_ms, int world_size) {
+    const int64_t first = FirstStepAfter(ea, after_ms, world_size);
+    int64_t before = -1;
+    for (const json& e : ea) {
+      if (e["event"] == "step" && e["unix_ms"].get<int64_t>() < first) {
+        before = e["unix_ms"].get<int64_t>();
+      }
+    }
+    const double gap = seconds(before, first);
+    return gap < 0 ? gap : std::max(0.0, gap - step_s);
+  };
   double param_pull_s = -1;
   for (const json& e : ec) {
     if (e["event"] == "connected") param_pull_s = e["param_pull_s"].get<double>();
   }
-  int64_t leave_ms = EventMs(eb, "leave");
-  double leave_pause_s = seconds(leave_ms, FirstStepAfter(ea, leave_ms, 2));
-  double failure_pause_s = seconds(kill_ms, FirstStepAfter(ea, kill_ms));
+  const double join_pause_s = stall(EventMs(ec, "join"), 3);
+  const double leave_pause_s = stall(EventMs(eb, "leave"), 2);
+  const double failure_pause_s = pause(kill_ms, 1);
+  const double hang_pause_s = pause(stop_ms, 1);
   json out = {{"bench", "elastic"},
               {"params", o.num_params},
               {"steps", kSteps},
-              {"step_s", Median(gaps)},
+              {"step_s", step_s},
               {"join_pause_s", join_pause_s},
               {"param_pull_s", param_pull_s},
               {"leave_pause_s", leave_pause_s},
               {"failure_pause_s", failure_pause_s},
+              {"hang_pause_s", hang_pause_s},
               {"lease_s", lease_s},
               {"join_ok", join_pause_s >= 0 && join_pause_s <= 1 + param_pull_s},
               {"leave_ok", leave_pause_s >= 0 && leave_pause_s <= 1},
-              {"failure_ok", failure_pause_s >= 0 && failure_pause_s <= lease_s + 1}};
+              {"failure_ok", failure_pause_s >= 0 && failure_pause_s <= 0.5},
+              {"hang_ok", hang_pause_s >= 0 && hang_pause_s <= lease_s + 1}};
   std::filesystem::remove_all(dir);
   return out;
 }

@@ -1,11 +1,15 @@
 // strata-bench elastic: pauses of an elastic job. Worker processes (this
 // binary again, as `strata-bench elastic-worker`) train a job on an
-// in-process cluster; a third worker joins, one leaves gracefully, and the
-// joiner is killed with SIGKILL. From the workers' event logs it reports how
-// long each change stalled training, the joiner's parameter pull and the
+// in-process cluster; a third worker joins, one leaves gracefully, the
+// joiner is killed with SIGKILL, and a fourth joins and is stopped with
+// SIGSTOP. From the workers' event logs it reports what each change cost the
+// survivor, worker a: for a join and a leave, the stall it saw (the gap
+// before its first step in the new generation, less its median step); for
+// the kill and the stop, the time from the signal to its first step in the
+// generation without that worker. Also the joiner's parameter pull and the
 // lease, and whether the targets hold:
 //   join_pause_s <= 1 + param_pull_s, leave_pause_s <= 1,
-//   failure_pause_s <= lease_s + 1.
+//   failure_pause_s <= 0.5, hang_pause_s <= lease_s + 1.
 #ifndef STRATA_TOOLS_BENCH_ELASTIC_BENCH_H_
 #define STRATA_TOOLS_BENCH_ELASTIC_BENCH_H_
 
