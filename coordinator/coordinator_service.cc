@@ -384,6 +384,14 @@ grpc::ServerUnaryReactor* CoordinatorService::LeaveJob(grpc::CallbackServerConte
   return FinishUnary(ctx, generation.status());
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::RenewGeneration(
+    grpc::CallbackServerContext* ctx, const v1::RenewGenerationRequest* request,
+    v1::RenewGenerationResponse* response) {
+  absl::StatusOr<v1::Generation> generation = membership_->Renew(*request);
+  if (generation.ok()) *response->mutable_generation() = *std::move(generation);
+  return FinishUnary(ctx, generation.status());
+}
+
 grpc::ServerWriteReactor<v1::Generation>* CoordinatorService::WatchGeneration(
     grpc::CallbackServerContext*, const v1::WatchGenerationRequest* request) {
   if (absl::Status found = FindJob(request->job_id()).status(); !found.ok()) {

@@ -86,6 +86,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* LeaveJob(grpc::CallbackServerContext* ctx,
                                      const v1::LeaveJobRequest* request,
                                      v1::LeaveJobResponse* response) override;
+  grpc::ServerUnaryReactor* RenewGeneration(grpc::CallbackServerContext* ctx,
+                                            const v1::RenewGenerationRequest* request,
+                                            v1::RenewGenerationResponse* response) override;
   grpc::ServerWriteReactor<v1::Generation>* WatchGeneration(
       grpc::CallbackServerContext* ctx, const v1::WatchGenerationRequest* request) override;
   grpc::ServerUnaryReactor* ListMembers(grpc::CallbackServerContext* ctx,

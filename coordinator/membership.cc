@@ -235,6 +235,26 @@ absl::StatusOr<v1::Generation> Membership::Leave(const v1::LeaveJobRequest& requ
   return job->second.generation;
 }
 
+absl::StatusOr<v1::Generation> Membership::Renew(const v1::RenewGenerationRequest& request) {
+  constexpr size_t kMaxReasonBytes = 1024;
+  if (request.reason().size() > kMaxReasonBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reason: ", request.reason().size(), " bytes; at most ", kMaxReasonBytes));
+  }
+  absl::MutexLock lock(&mu_);
+  if (FindMember(request.job_id(), request.worker_id()) == nullptr) {
+    return NotAMember(request.job_id(), request.worker_id());
+  }
+  Job& job = jobs_[request.job_id()];
+  if (job.generation.number() == request.generation() && request.generation() > 0) {
+    LogEventCat("coordinator", "job ", request.job_id(), ": worker ", request.worker_id(),
+                " could not form generation ", request.generation(), " (", Quoted(request.reason()),
+                "); opening the next");
+    RETURN_IF_ERROR(MaybeOpenGeneration(request.job_id(), &job, /*changed=*/true));
+  }
+  return job.generation;
+}
+
 absl::Status Membership::Forget(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   auto job = jobs_.find(job_id);

@@ -59,6 +59,11 @@ class Membership {
   // Removes a member; returns the generation without it. FAILED_PRECONDITION
   // when the worker is not a member.
   absl::StatusOr<v1::Generation> Leave(const v1::LeaveJobRequest& request);
+  // A member could not form request.generation(): when it is still the
+  // newest, opens the next with the same members. Returns the newest.
+  // FAILED_PRECONDITION when the worker is not a member, INVALID_ARGUMENT
+  // for a reason over 1 KiB.
+  absl::StatusOr<v1::Generation> Renew(const v1::RenewGenerationRequest& request);
   // How long a member whose generation stream broke has to open another (a
   // live worker re-watches within 100 ms) before it stops being a member.
   static constexpr absl::Duration kReconnectGrace = absl::Milliseconds(300);
