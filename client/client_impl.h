@@ -127,13 +127,24 @@ class ClientImpl : public Client {
   }
   // The lowest and highest step the job's chunks have applied.
   absl::StatusOr<std::pair<int64_t, int64_t>> AppliedSteps();
+  // AppliedSteps(), asked again (after a backoff) while a chunk's server
+  // cannot tell (it restarts: the chunk shows as missing or unreachable),
+  // until `deadline` or a generation newer than the one forming.
+  absl::StatusOr<std::pair<int64_t, int64_t>> AppliedStepsOnceKnown(absl::Time deadline);
   absl::Status WriteInitialParams();
   // Writes options_.initial_state_path's state to the servers (a new job).
   absl::Status WriteInitialState();
   // Waits for a generation newer than `than` that includes this worker and
   // forms its group: rank, world size, slice, the step every chunk has
   // applied (rank 0's view, so all agree), its parameters and the loss scale.
+  // A generation that breaks while the group forms (a member died, the
+  // coordinator restarted: retryable errors) leads to the next one -- which
+  // this worker asks the coordinator to open where no membership change
+  // does -- until options_.rendezvous_timeout.
   absl::Status Reform(uint64_t than);
+  // One try of Reform() from `started`: forms the group of the first
+  // generation newer than `*than` (which it sets to that generation).
+  absl::Status ReformOnce(uint64_t* than, absl::Time started, absl::Time deadline);
   // The generation carries a newer placement: waits (until `deadline`) for
   // the coordinator's JobInfo with it and takes it.
   absl::Status FollowPlacement(absl::Time deadline);

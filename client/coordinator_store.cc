@@ -54,7 +54,10 @@ absl::Status CoordinatorStore::Wait(const std::vector<std::string>& keys,
     while (true) {
       absl::StatusOr<std::string> value = Get(key);
       if (value.ok()) break;
-      if (!absl::IsNotFound(value.status())) return value.status();
+      // UNAVAILABLE: the coordinator restarts; asked again until the deadline.
+      if (!absl::IsNotFound(value.status()) && !absl::IsUnavailable(value.status())) {
+        return value.status();
+      }
       if (abandon_ && abandon_()) {
         return absl::AbortedError(
             absl::StrCat("rendezvous at '", prefix_, "' abandoned while waiting for '", key, "'"));

@@ -38,40 +38,67 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedSteps() {
   return std::make_pair(lowest, highest);
 }
 
+absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedStepsOnceKnown(absl::Time deadline) {
+  absl::Duration backoff = absl::Milliseconds(20);
+  while (true) {
+    absl::StatusOr<std::pair<int64_t, int64_t>> steps = AppliedSteps();
+    if (steps.ok() || !absl::IsUnavailable(steps.status()) || absl::Now() + backoff > deadline ||
+        membership_->Latest().number() > generation_.number()) {
+      return steps;
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
 absl::Status ClientImpl::Reform(uint64_t than) {
   const absl::Time started = absl::Now();
   const absl::Time deadline = started + options_.rendezvous_timeout;
-  SetCollective(nullptr, 0);
   while (true) {
-    ASSIGN_OR_RETURN(v1::Generation generation, membership_->WaitNewer(than, deadline));
-    const auto& ids = generation.worker_ids();
-    CollectiveOptions collective;
-    collective.coordinator_address = options_.coordinator_address;
-    collective.coordinator_credentials = credentials_;
-    collective.key_prefix = GenerationRendezvousPrefix(options_.job_id, generation.number());
-    collective.rank = static_cast<int>(std::find(ids.begin(), ids.end(), worker_id_) - ids.begin());
-    collective.size = ids.size();
-    collective.hostname = options_.collective_hostname;
-    collective.timeout = options_.collective_timeout;
-    // A member that never comes (lost before it formed) leads to the next one.
-    collective.abandon = [this, number = generation.number()] {
-      return membership_->Latest().number() > number;
-    };
-    absl::StatusOr<std::unique_ptr<Collective>> formed = options_.collective == "nccl"
-                                                             ? CreateNcclCollective(collective)
-                                                             : CreateGlooCollective(collective);
-    if (!formed.ok()) {
-      if (absl::Now() > deadline) return formed.status();
-      than = generation.number();
-      continue;
+    absl::Status formed = ReformOnce(&than, started, deadline);
+    if (formed.ok() || !IsRetryable(formed) || absl::Now() > deadline) return formed;
+    LogEventCat("client", "job ", options_.job_id, ": generation ", than,
+                " broke while re-forming (", formed.message(), "); re-forming in the next");
+    // Where no membership change opens one (a peer gave up, the coordinator
+    // restarted during the rendezvous), the coordinator opens it: asked
+    // until it answers (it may be restarting).
+    for (absl::Duration backoff = absl::Milliseconds(20);
+         !membership_->Renew(than, formed.message()).ok() && absl::Now() + backoff < deadline;
+         backoff = std::min(backoff * 2, absl::Seconds(1))) {
+      absl::SleepFor(backoff);
     }
-    SetCollective(*std::move(formed), generation.number());
-    generation_ = generation;
-    generation_checked_ = false;
-    rank_ = collective.rank;
-    world_size_ = collective.size;
-    break;
   }
+}
+
+absl::Status ClientImpl::ReformOnce(uint64_t* than, absl::Time started, absl::Time deadline) {
+  SetCollective(nullptr, 0);
+  ASSIGN_OR_RETURN(v1::Generation generation, membership_->WaitNewer(*than, deadline));
+  *than = generation.number();
+  const auto& ids = generation.worker_ids();
+  CollectiveOptions collective;
+  collective.coordinator_address = options_.coordinator_address;
+  collective.coordinator_credentials = credentials_;
+  collective.key_prefix = GenerationRendezvousPrefix(options_.job_id, generation.number());
+  collective.rank = static_cast<int>(std::find(ids.begin(), ids.end(), worker_id_) - ids.begin());
+  collective.size = ids.size();
+  collective.hostname = options_.collective_hostname;
+  collective.timeout = options_.collective_timeout;
+  // A member that never comes (lost before it formed) leads to the next one.
+  collective.abandon = [this, number = generation.number()] {
+    return membership_->Latest().number() > number;
+  };
+  absl::StatusOr<std::unique_ptr<Collective>> formed = options_.collective == "nccl"
+                                                           ? CreateNcclCollective(collective)
+                                                           : CreateGlooCollective(collective);
+  RETURN_IF_ERROR(formed.status());
+  SetCollective(*std::move(formed), generation.number());
+  // From now on a generation that drops a member of this one, or moves the
+  // chunks, aborts what follows.
+  membership_->Running(generation, step_);
+  generation_ = generation;
+  generation_checked_ = false;
+  rank_ = collective.rank;
+  world_size_ = collective.size;
   if (generation_.placement_version() != transport_.job().placement_version()) {
     RETURN_IF_ERROR(FollowPlacement(deadline));
   }
@@ -87,7 +114,7 @@ absl::Status ClientImpl::Reform(uint64_t than) {
   // state = {step, step is fresh, loss scale, good steps, scaler known}
   double state[5] = {0, 0, 0, 0, 0};
   if (rank_ == 0) {
-    ASSIGN_OR_RETURN(auto steps, AppliedSteps());
+    ASSIGN_OR_RETURN(auto steps, AppliedStepsOnceKnown(deadline));
     // A job restored from a checkpoint has its state already.
     const bool fresh = steps.second == 0 && transport_.job().restored_from().empty();
     if (fresh && !options_.initial_state_path.empty()) {

@@ -133,6 +133,18 @@ absl::StatusOr<v1::Generation> WorkerMembership::Leave() {
   return response.generation();
 }
 
+absl::Status WorkerMembership::Renew(uint64_t number, absl::string_view reason) {
+  constexpr size_t kMaxReasonBytes = 1024;
+  v1::RenewGenerationRequest request;
+  request.set_job_id(job_id_);
+  request.set_worker_id(worker_id_);
+  request.set_generation(number);
+  request.set_reason(std::string(reason.substr(0, kMaxReasonBytes)));
+  v1::RenewGenerationResponse response;
+  return CallUnary(stub_.get(), &v1::Coordinator::Stub::RenewGeneration, request, &response,
+                   kRpcTimeout);
+}
+
 void WorkerMembership::HeartbeatLoop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {

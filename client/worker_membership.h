@@ -18,6 +18,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "strata/v1/coordinator.grpc.pb.h"
@@ -49,6 +50,10 @@ class WorkerMembership {
   // A graceful leave: returns the generation without this worker, and stops
   // heartbeats. FAILED_PRECONDITION when it was no longer a member.
   absl::StatusOr<v1::Generation> Leave();
+  // This worker could not form its group in generation `number` for
+  // `reason`: asks the coordinator to open the next one with the same
+  // members, unless a newer one exists already.
+  absl::Status Renew(uint64_t number, absl::string_view reason);
 
  private:
   WorkerMembership(const std::string& coordinator_address, const ChannelCredentials& credentials,
