@@ -8,14 +8,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
+#include <random>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "coordinator/checkpoint_store.h"
 #include "gtest/gtest.h"
 #include "kernels/adam.h"
 #include "nlohmann/json.hpp"
@@ -43,13 +47,14 @@ class ElasticTest : public ::testing::Test {
     auto cluster = LocalCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
+    coordinator_ = cluster_->coordinator_address();
   }
 
   // Starts a worker of `job`; its JSON lines go to dir_/<id>.jsonl.
   pid_t StartWorker(const std::string& job, const std::string& id, int64_t steps,
                     std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {std::string(STRATA_TEST_BIN_DIR) + "/elastic_worker",
-                                     "--coordinator=" + cluster_->coordinator_address(),
+                                     "--coordinator=" + coordinator_,
                                      "--job=" + job,
                                      "--worker_id=" + id,
                                      absl::StrCat("--steps=", steps),
@@ -94,7 +99,7 @@ class ElasticTest : public ::testing::Test {
   // FP32 master weights of `job` and the applied step of every chunk, read
   // from the shard servers.
   std::vector<float> MasterParams(const std::string& job, std::set<int64_t>* applied_steps) {
-    auto coordinator = v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
+    auto coordinator = v1::Coordinator::NewStub(MakeChannel(coordinator_));
     v1::GetJobRequest get;
     get.set_job_id(job);
     v1::JobInfo info;
@@ -175,7 +180,8 @@ class ElasticTest : public ::testing::Test {
   const testing::ScratchDir scratch_{"elastic_test"};
   const std::string& dir_ = scratch_.path();
   absl::Duration lease_ = kLease;
-  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<LocalCluster> cluster_;  // none where the daemons are processes
+  std::string coordinator_;
   testing::Processes processes_;
 };
 
@@ -350,6 +356,137 @@ TEST_F(ElasticTest, EveryWorkerKilledAfterAStepThenNewOnesLoseNothing) {
   }
   EXPECT_EQ(first, 9) << "the new workers start after the last step";
   ExpectExactlyOnce(job, {"a", "b", "a2", "b2"}, 16);
+}
+
+// Test 5 of the routine faults: a seeded sequence of faults, one at a time,
+// while an elastic job of two workers trains on three shard server
+// processes with checkpoints every 5 steps -- servers SIGTERMed or SIGKILLed
+// and restarted at once, workers SIGKILLed (and replaced) or stopped past
+// their lease, the coordinator restarted. No fault may need a person: after
+// each the job must make progress by itself. At the end every chunk is at
+// the last step, every step's samples were consumed once, and the weights
+// equal a replay of the committed steps.
+class ChaosTest : public ElasticTest {
+ protected:
+  void SetUp() override {
+    coordinator_ = StartCoordinator();
+    ASSERT_FALSE(coordinator_.empty());
+    for (int i = 0; i < 3; ++i) {
+      servers_.push_back(StartServer(i, ""));
+      ASSERT_FALSE(servers_.back().address.empty());
+    }
+  }
+
+  // On the address it had before (if any).
+  std::string StartCoordinator() {
+    std::vector<std::string> flags = {
+        absl::StrCat("--worker_lease_ms=", absl::ToInt64Milliseconds(kLease)),
+        "--server_timeout_ms=2000"};
+    if (!coordinator_.empty()) flags.push_back("--listen=" + coordinator_);
+    std::remove((dir_ + "/coordinator.addr").c_str());
+    std::string address = testing::StartCoordinator(STRATA_BIN_DIR, dir_, &processes_, flags);
+    coordinator_pid_ = processes_.pids.back();
+    return address;
+  }
+  testing::ServerProcess StartServer(int i, const std::string& address) {
+    std::vector<std::string> flags = {"--host_budget_mib=64"};
+    if (!address.empty()) flags.push_back("--listen=" + address);
+    return testing::StartServer(STRATA_BIN_DIR, dir_, absl::StrCat("server-", i), coordinator_,
+                                flags, &processes_);
+  }
+  // Stops `pid` with `signal` and reaps it.
+  void Stop(pid_t pid, int signal) {
+    kill(pid, signal);
+    testing::WaitExit(pid, absl::Seconds(30));
+    processes_.Forget(pid);
+  }
+  // The highest step any worker logged.
+  int64_t Progress(const std::vector<std::string>& workers) {
+    int64_t step = 0;
+    for (const std::string& id : workers) {
+      for (const auto& line : Lines(id)) step = std::max(step, line["step"].get<int64_t>());
+    }
+    return step;
+  }
+
+  std::vector<testing::ServerProcess> servers_;
+  pid_t coordinator_pid_ = -1;
+};
+
+TEST_F(ChaosTest, RandomFaultsOneAtATimeNeedNoPerson) {
+  constexpr int64_t kSteps = 400;
+  constexpr int kFaults = 8;
+  const std::string job = "chaos";
+  // STRATA_CHAOS_SEED replays a run.
+  const char* given = std::getenv("STRATA_CHAOS_SEED");
+  const uint32_t seed = given != nullptr ? static_cast<uint32_t>(std::strtoul(given, nullptr, 10))
+                                         : static_cast<uint32_t>(absl::ToUnixNanos(absl::Now()));
+  std::printf("chaos seed %u (STRATA_CHAOS_SEED=%u replays it)\n", seed, seed);
+  std::mt19937 random(seed);
+  const std::vector<std::string> flags = {"--checkpoint_every_steps=5",
+                                          "--checkpoint_dir=" + dir_ + "/checkpoints",
+                                          "--collective_timeout_ms=20000", "--step_pause_ms=30"};
+  std::vector<std::string> workers = {"a", "b"};
+  std::map<std::string, pid_t> live = {{"a", StartWorker(job, "a", kSteps, flags)},
+                                       {"b", StartWorker(job, "b", kSteps, flags)}};
+  int64_t last = 0;
+  auto progressed = [&](int64_t steps, const std::string& after) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (Progress(workers) < std::min(last + steps, kSteps)) {
+      if (absl::Now() > deadline) {
+        ADD_FAILURE() << "no progress past step " << Progress(workers) << " within 60 s after "
+                      << after << " (seed " << seed << ")";
+        return false;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    last = Progress(workers);
+    return true;
+  };
+  // Server faults are recovered from a checkpoint: the first must be complete.
+  ASSERT_TRUE(progressed(6, "the start"));
+  for (int i = 0;
+       i < 600 && !std::filesystem::exists(CheckpointPath(dir_ + "/checkpoints", job, 5)); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(std::filesystem::exists(CheckpointPath(dir_ + "/checkpoints", job, 5)));
+  for (int f = 0; f < kFaults; ++f) {
+    ASSERT_LT(last, kSteps - 10) << "the job finished before fault " << f + 1;
+    const int kind = std::uniform_int_distribution<int>(0, 4)(random);
+    std::string what;
+    if (kind <= 1) {  // a server stops (cleanly or not) and restarts at once
+      const int i = std::uniform_int_distribution<int>(0, 2)(random);
+      what = absl::StrCat(kind == 0 ? "SIGTERM" : "SIGKILL", " of server-", i);
+      Stop(servers_[i].pid, kind == 0 ? SIGTERM : SIGKILL);
+      servers_[i] = StartServer(i, servers_[i].address);
+      ASSERT_FALSE(servers_[i].address.empty()) << what;
+    } else if (kind == 2) {  // a worker dies; another takes its place
+      auto victim = std::next(live.begin(), std::uniform_int_distribution<int>(0, 1)(random));
+      what = "SIGKILL of worker " + victim->first;
+      Stop(victim->second, SIGKILL);
+      live.erase(victim);
+      const std::string id = absl::StrCat("w", workers.size());
+      workers.push_back(id);
+      live[id] = StartWorker(job, id, kSteps, flags);
+    } else if (kind == 3) {  // a worker hangs past its lease, then goes on
+      auto victim = std::next(live.begin(), std::uniform_int_distribution<int>(0, 1)(random));
+      what = "SIGSTOP of worker " + victim->first;
+      kill(victim->second, SIGSTOP);
+      absl::SleepFor(kLease + absl::Seconds(1));
+      kill(victim->second, SIGCONT);
+    } else {  // the coordinator restarts
+      what = "restart of the coordinator";
+      Stop(coordinator_pid_, SIGTERM);
+      ASSERT_EQ(StartCoordinator(), coordinator_) << what;
+    }
+    std::printf("fault %d at step %lld: %s\n", f + 1, static_cast<long long>(last), what.c_str());
+    std::fflush(stdout);
+    ASSERT_TRUE(progressed(3, what));
+  }
+  for (const auto& [id, pid] : live) {
+    EXPECT_TRUE(ExitedCleanly(Wait(pid))) << id << " (seed " << seed << "): " << WorkerLog(id);
+  }
+  ExpectExactlyOnce(job, workers, kSteps);
 }
 
 }  // namespace

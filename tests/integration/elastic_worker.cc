@@ -35,6 +35,9 @@ ABSL_FLAG(int64_t, die_in_step, 0,
 ABSL_FLAG(int64_t, die_after_step, 0, "SIGKILL this process once this step is complete");
 ABSL_FLAG(std::string, log, "", "append one JSON line per completed step to this file");
 ABSL_FLAG(int64_t, collective_timeout_ms, 20000, "how long a collective waits for its peers");
+ABSL_FLAG(uint64_t, checkpoint_every_steps, 0, "the job's periodic checkpoints (0: none)");
+ABSL_FLAG(std::string, checkpoint_dir, "", "where the job's checkpoints go");
+ABSL_FLAG(int64_t, step_pause_ms, 0, "sleep this long after each step (a slower job)");
 
 namespace strata {
 namespace {
@@ -54,6 +57,8 @@ ClientOptions Options() {
   o.loss_scale = LossScaleOptions{false, 1.0f, 2.0f, 0.5f, 1000, 1.0f};
   o.collective_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
   o.initial_params = testing::LinearInitialParams();
+  o.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   return o;
 }
 
@@ -129,6 +134,7 @@ int Run() {
                            {"attempts", result->attempts},
                            {"unix_ms", absl::ToUnixMillis(absl::Now())}};
     log << line.dump() << std::endl;
+    absl::SleepFor(absl::Milliseconds(absl::GetFlag(FLAGS_step_pause_ms)));
     if (result->step == absl::GetFlag(FLAGS_leave_after_step)) {
       absl::Status left = client.Leave();
       if (!left.ok()) std::fprintf(stderr, "elastic_worker: leave: %s\n", left.ToString().c_str());
