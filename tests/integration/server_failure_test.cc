@@ -257,6 +257,48 @@ TEST(ServerFailureTest, AServerBackWithoutItsChunksHasTheJobResumeFromItsCheckpo
   ExpectResumedFromStep10(run, coordinator, checkpoints);
 }
 
+// The chunks of `job` the coordinator places on `server`.
+int PlacedOn(const std::string& coordinator, const std::string& job, const std::string& server) {
+  auto placement = testing::Placement(coordinator, job);
+  EXPECT_TRUE(placement.ok()) << placement.status();
+  int chunks = 0;
+  if (placement.ok()) {
+    for (const v1::PlacementRow& row : placement->rows()) chunks += row.server_address() == server;
+  }
+  return chunks;
+}
+
+// The chunks of `job` that `server` reports (-1 when it does not answer).
+int HeldBy(const std::string& server, const std::string& job) {
+  absl::StatusOr<int> chunks = testing::ChunksOnServer(server, job);
+  EXPECT_TRUE(chunks.ok()) << chunks.status();
+  return chunks.value_or(-1);
+}
+
+// A one-worker job `job_id` with checkpoints every 2 steps into
+// `dir`/checkpoints, trained to step 2 once that checkpoint is complete.
+std::unique_ptr<Client> TrainToFirstCheckpoint(const std::string& coordinator,
+                                               const std::string& dir, const std::string& job_id) {
+  ClientOptions o = Job(coordinator, job_id);
+  o.world_size = 1;
+  o.checkpoint_every_steps = 2;
+  o.checkpoint_dir = dir + "/checkpoints";
+  auto client = Client::Connect(o);
+  EXPECT_TRUE(client.ok()) << client.status();
+  if (!client.ok()) return nullptr;
+  while ((*client)->step() < 2) {
+    absl::StatusOr<StepResult> result = (*client)->Step(Compute);
+    EXPECT_TRUE(result.ok()) << result.status();
+    if (!result.ok()) return nullptr;
+  }
+  const std::string checkpoint = CheckpointPath(o.checkpoint_dir, job_id, 2);
+  for (int i = 0; i < 600 && !std::filesystem::exists(checkpoint); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(std::filesystem::exists(checkpoint));
+  return *std::move(client);
+}
+
 // A server that stops cleanly (saving its host chunks) and stays away past
 // the timeout loses its job to the other server; when it comes back on its
 // data directory and address, it restores those chunks -- stale: the job
@@ -270,41 +312,15 @@ TEST(ServerFailureTest, AServerThatComesBackAfterItsJobMovedDropsItsStaleChunks)
   ASSERT_FALSE(coordinator.empty());
   for (const testing::ServerProcess& server : cluster.servers) ASSERT_FALSE(server.address.empty());
   const testing::ServerProcess& victim = cluster.servers[1];
-  auto victims_chunks = [&] {
-    absl::StatusOr<int> chunks = testing::ChunksOnServer(victim.address, "moved");
-    EXPECT_TRUE(chunks.ok()) << chunks.status();
-    return chunks.value_or(0);
-  };
-
-  ClientOptions o = Job(coordinator, "moved");
-  o.world_size = 1;
-  o.checkpoint_every_steps = 2;
-  o.checkpoint_dir = dir + "/checkpoints";
-  {
-    auto client = Client::Connect(o);
-    ASSERT_TRUE(client.ok()) << client.status();
-    for (int s = 0; s < 2; ++s) ASSERT_TRUE(testing::TrainStep(**client).ok());
-  }
-  for (int i = 0; i < 600 && !std::filesystem::exists(CheckpointPath(o.checkpoint_dir, "moved", 2));
-       ++i) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  ASSERT_TRUE(std::filesystem::exists(CheckpointPath(o.checkpoint_dir, "moved", 2)));
+  auto victims_chunks = [&] { return HeldBy(victim.address, "moved"); };
+  auto on_victim = [&] { return PlacedOn(coordinator, "moved", victim.address); };
+  ASSERT_NE(TrainToFirstCheckpoint(coordinator, dir, "moved"), nullptr);
   const int victims_share = victims_chunks();
   ASSERT_GT(victims_share, 0);
 
   kill(victim.pid, SIGTERM);  // a clean stop: its host chunks are saved
   ASSERT_EQ(testing::WaitExit(victim.pid, absl::Seconds(30)), 0);
   daemons.Forget(victim.pid);
-  auto on_victim = [&] {
-    auto placement = testing::Placement(coordinator, "moved");
-    EXPECT_TRUE(placement.ok()) << placement.status();
-    int chunks = 0;
-    for (const v1::PlacementRow& row : placement->rows()) {
-      chunks += row.server_address() == victim.address;
-    }
-    return chunks;
-  };
   for (int i = 0; i < 600 && on_victim() > 0; ++i) absl::SleepFor(absl::Milliseconds(50));
   ASSERT_EQ(on_victim(), 0) << "the job did not move off the stopped server";
 
@@ -360,20 +376,8 @@ TEST(ServerFailureTest, AServerWhoseStorageFailsIsTakenOutOfServiceUntilItHeals)
   ASSERT_FALSE(coordinator.empty());
   for (const testing::ServerProcess& server : cluster.servers) ASSERT_FALSE(server.address.empty());
   const testing::ServerProcess& victim = cluster.servers[1];
-  auto victims_chunks = [&] {
-    absl::StatusOr<int> chunks = testing::ChunksOnServer(victim.address, "full");
-    EXPECT_TRUE(chunks.ok()) << chunks.status();
-    return chunks.value_or(-1);
-  };
-  auto on_victim = [&] {
-    auto placement = testing::Placement(coordinator, "full");
-    EXPECT_TRUE(placement.ok()) << placement.status();
-    int chunks = 0;
-    for (const v1::PlacementRow& row : placement->rows()) {
-      chunks += row.server_address() == victim.address;
-    }
-    return chunks;
-  };
+  auto victims_chunks = [&] { return HeldBy(victim.address, "full"); };
+  auto on_victim = [&] { return PlacedOn(coordinator, "full", victim.address); };
   auto wait_for_health = [&](HealthCheckResponse::ServingStatus want) {
     for (int i = 0; i < 200; ++i) {
       auto health = testing::HealthOf(victim.address);
@@ -383,18 +387,8 @@ TEST(ServerFailureTest, AServerWhoseStorageFailsIsTakenOutOfServiceUntilItHeals)
     return false;
   };
 
-  ClientOptions o = Job(coordinator, "full");
-  o.world_size = 1;
-  o.checkpoint_every_steps = 2;
-  o.checkpoint_dir = dir + "/checkpoints";
-  auto client = Client::Connect(o);
-  ASSERT_TRUE(client.ok()) << client.status();
-  while ((*client)->step() < 2) ASSERT_TRUE((*client)->Step(Compute).ok());
-  for (int i = 0; i < 600 && !std::filesystem::exists(CheckpointPath(o.checkpoint_dir, "full", 2));
-       ++i) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  ASSERT_TRUE(std::filesystem::exists(CheckpointPath(o.checkpoint_dir, "full", 2)));
+  std::unique_ptr<Client> client = TrainToFirstCheckpoint(coordinator, dir, "full");
+  ASSERT_NE(client, nullptr);
   ASSERT_GT(victims_chunks(), 0);
   ASSERT_EQ(testing::HealthOf(victim.address).value_or(HealthCheckResponse::UNKNOWN),
             HealthCheckResponse::SERVING);
@@ -411,11 +405,11 @@ TEST(ServerFailureTest, AServerWhoseStorageFailsIsTakenOutOfServiceUntilItHeals)
               absl::ToDoubleSeconds(absl::Now() - failed));
   for (int i = 0; i < 400 && on_victim() > 0; ++i) absl::SleepFor(absl::Milliseconds(50));
   ASSERT_EQ(on_victim(), 0) << "the job did not move off the failed server";
-  while ((*client)->step() < 6) {
-    absl::StatusOr<StepResult> result = (*client)->Step(Compute);
+  while (client->step() < 6) {
+    absl::StatusOr<StepResult> result = client->Step(Compute);
     ASSERT_TRUE(result.ok()) << result.status();
   }
-  EXPECT_EQ((*client)->last_reform().steps_lost, 0) << "it moved from the checkpoint of step 2";
+  EXPECT_EQ(client->last_reform().steps_lost, 0) << "it moved from the checkpoint of step 2";
 
   ASSERT_EQ(prlimit(victim.pid, RLIMIT_FSIZE, &unlimited, nullptr), 0) << std::strerror(errno);
   const absl::Time freed = absl::Now();
@@ -432,7 +426,7 @@ TEST(ServerFailureTest, AServerWhoseStorageFailsIsTakenOutOfServiceUntilItHeals)
   const std::string log((std::istreambuf_iterator<char>(in)), {});
   EXPECT_THAT(log, ContainsRegex("storage takes writes again after .* \\(it had failed: "
                                  ".*File too large.*\\): SERVING"));
-  auto state = (*client)->ReadMasterState();
+  auto state = client->ReadMasterState();
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_EQ(state->step, 6);
 }
