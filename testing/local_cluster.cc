@@ -40,16 +40,28 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     server.pin_host_memory = options.pin_host_memory;
     server.checkpoint_buffer_bytes = options.checkpoint_buffer_bytes;
     server.checkpoint_memory_limit_bytes = options.checkpoint_memory_limit_bytes;
-    server.save_host_chunks = false;  // the data directory goes with the cluster
+    server.save_host_chunks = options.save_host_chunks;
     if (options.serve_metrics) server.metrics_listen_address = "127.0.0.1:0";
     if (options.nvme_budget_bytes > 0) {
       server.nvme_dir = absl::StrCat(server.data_dir, "/nvme");
       server.nvme_budget_bytes = options.nvme_budget_bytes;
     }
     ASSIGN_OR_RETURN(auto started, ShardServer::Start(server));
+    server.listen_address = started->address();  // where a restart listens
+    cluster->server_options_.push_back(std::move(server));
     cluster->servers_.push_back(std::move(started));
   }
   return cluster;
+}
+
+absl::Status LocalCluster::RestartServer(int i) {
+  if (i < 0 || i >= static_cast<int>(servers_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server ", i, " of a cluster of ", servers_.size()));
+  }
+  servers_[i].reset();  // a clean shutdown
+  ASSIGN_OR_RETURN(servers_[i], ShardServer::Start(server_options_[i]));
+  return absl::OkStatus();
 }
 
 LocalCluster::~LocalCluster() {

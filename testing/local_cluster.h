@@ -36,6 +36,9 @@ struct LocalClusterOptions {
   // TLS of the coordinator and of every server (rpc/tls.h); none: plaintext.
   TlsFiles coordinator_tls;
   TlsFiles server_tls;
+  // Servers save their host-memory chunks when they stop (RestartServer()
+  // then brings them back); off: the data directory goes with the cluster.
+  bool save_host_chunks = false;
 };
 
 class LocalCluster {
@@ -47,11 +50,15 @@ class LocalCluster {
   const std::string& coordinator_metrics_address() const { return coordinator_->metrics_address(); }
   const std::vector<std::unique_ptr<ShardServer>>& servers() const { return servers_; }
   const std::string& data_dir() const { return data_dir_; }
+  // Stops server `i` cleanly and starts it again on its data directory and
+  // address, as a rolling upgrade does.
+  absl::Status RestartServer(int i);
 
  private:
   LocalCluster() = default;
   std::string data_dir_;
   std::unique_ptr<Coordinator> coordinator_;
+  std::vector<ShardServerOptions> server_options_;  // as started, per server
   std::vector<std::unique_ptr<ShardServer>> servers_;
 };
 

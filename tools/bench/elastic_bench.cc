@@ -23,12 +23,13 @@ namespace {
 using nlohmann::json;
 
 constexpr char kJob[] = "elastic-bench";
-constexpr int64_t kSteps = 60;
+constexpr int64_t kSteps = 90;
 constexpr int64_t kJoinAtStep = 10;
 constexpr int64_t kLeaveAfterStep = 25;
 constexpr int64_t kKillAtStep = 40;
 constexpr int64_t kSecondJoinAtStep = 45;
 constexpr int64_t kStopAtStep = 52;
+constexpr int64_t kRestartAtStep = 70;
 constexpr uint64_t kSamplesPerStep = 12;  // divisible by 1, 2 and 3 workers
 constexpr absl::Duration kTimeout = absl::Seconds(300);
 
@@ -160,6 +161,7 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
   cluster_options.num_servers = 2;
   cluster_options.host_budget_bytes = o.num_params * 16 + (uint64_t{64} << 20);
   cluster_options.worker_lease = o.lease;
+  cluster_options.save_host_chunks = true;  // a clean restart keeps the chunks
   auto cluster = LocalCluster::Start(cluster_options);
   if (!cluster.ok()) return cluster.status();
   const std::string& coordinator = (*cluster)->coordinator_address();
@@ -191,7 +193,17 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
   if (ok) {
     kill(d, SIGSTOP);
     stop_ms = NowMs();
-    ok = WaitFor([&] { return LastStep(log_of("a")) >= kSteps; });
+    ok = WaitFor([&] { return LastStep(log_of("a")) >= kRestartAtStep; });
+    kill(d, SIGKILL);  // a stopped client would hold the restart's shutdown
+  }
+  int64_t restart_ms = -1;
+  double restart_s = -1;
+  absl::Status restarted;
+  if (ok) {
+    restart_ms = NowMs();
+    restarted = (*cluster)->RestartServer(0);
+    restart_s = (NowMs() - restart_ms) / 1e3;
+    ok = restarted.ok() && WaitFor([&] { return LastStep(log_of("a")) >= kSteps; });
   }
   if (d > 0) kill(d, SIGKILL);
   for (pid_t pid : {a, b, c, d}) {
@@ -199,6 +211,7 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
     if (!ok) kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
   }
+  if (!restarted.ok()) return restarted;
   if (!ok) {
     return absl::DeadlineExceededError(
         absl::StrCat("the elastic job did not reach step ", kSteps, "; worker logs are in ", dir));
@@ -246,6 +259,20 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
   const double leave_pause_s = stall(EventMs(eb, "leave"), 2);
   const double failure_pause_s = pause(kill_ms, 1);
   const double hang_pause_s = pause(stop_ms, 1);
+  // What the restart cost worker a: from its last step before the restart
+  // began to its first after it ended, less an ordinary step.
+  double restart_pause_s = -1;
+  {
+    const int64_t restarted_ms = restart_ms + static_cast<int64_t>(restart_s * 1e3);
+    int64_t before = -1;
+    for (const json& e : ea) {
+      if (e["event"] == "step" && e["unix_ms"].get<int64_t>() <= restart_ms) {
+        before = e["unix_ms"].get<int64_t>();
+      }
+    }
+    const double gap = seconds(before, FirstStepAfter(ea, restarted_ms));
+    if (gap >= 0) restart_pause_s = std::max(0.0, gap - step_s);
+  }
   json out = {{"bench", "elastic"},
               {"params", o.num_params},
               {"steps", kSteps},
@@ -255,11 +282,14 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
               {"leave_pause_s", leave_pause_s},
               {"failure_pause_s", failure_pause_s},
               {"hang_pause_s", hang_pause_s},
+              {"restart_pause_s", restart_pause_s},
+              {"restart_s", restart_s},
               {"lease_s", lease_s},
               {"join_ok", join_pause_s >= 0 && join_pause_s <= 1 + param_pull_s},
               {"leave_ok", leave_pause_s >= 0 && leave_pause_s <= 1},
               {"failure_ok", failure_pause_s >= 0 && failure_pause_s <= 0.5},
-              {"hang_ok", hang_pause_s >= 0 && hang_pause_s <= lease_s + 1}};
+              {"hang_ok", hang_pause_s >= 0 && hang_pause_s <= lease_s + 1},
+              {"restart_ok", restart_pause_s >= 0 && restart_pause_s <= restart_s}};
   std::filesystem::remove_all(dir);
   return out;
 }
