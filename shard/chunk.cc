@@ -70,6 +70,25 @@ absl::Status Chunk::RebuildCopy() {
   return absl::OkStatus();
 }
 
+std::string Chunk::PreviousCopy() const {
+  absl::MutexLock lock(&mu_);
+  if (!previous_copy_valid_ || applying_) return "";
+  return std::string(CopyView(applied_step_ - 1, range_.begin, range_.size()));
+}
+
+absl::Status Chunk::RestorePreviousCopy(absl::string_view bytes) {
+  const size_t want = range_.size() * DTypeSize(dtype_);
+  if (bytes.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
+                                                   ": a copy of ", bytes.size(), " bytes, not ",
+                                                   want));
+  }
+  absl::MutexLock lock(&mu_);
+  std::memcpy(copy(applied_step_ - 1), bytes.data(), want);
+  previous_copy_valid_ = true;
+  return absl::OkStatus();
+}
+
 Chunk::~Chunk() { host_->Free(copy_extent_); }
 
 absl::string_view Chunk::CopyView(int64_t step, uint64_t begin, uint64_t n) const {

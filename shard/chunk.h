@@ -86,6 +86,14 @@ class Chunk {
   // Sets the copy of the applied step from the state's p (after a restart;
   // the copy of the step before is then not available).
   absl::Status RebuildCopy() ABSL_LOCKS_EXCLUDED(state_mu_);
+  // The copy of the step before the applied one (what a generation that
+  // recomputes a torn step pulls), for a clean shutdown to save; empty when
+  // it is not kept.
+  std::string PreviousCopy() const;
+  // After RebuildCopy(): sets the copy of the step before the applied one
+  // from `bytes` (PreviousCopy() of the chunk before the restart).
+  // INVALID_ARGUMENT when its size is not the copy's.
+  absl::Status RestorePreviousCopy(absl::string_view bytes);
   ~Chunk();
   Chunk(const Chunk&) = delete;
   Chunk& operator=(const Chunk&) = delete;

@@ -34,7 +34,7 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
   job->dtype = dtype;
   const AdamConfig adam = AdamFromProto(request.spec().adam());
   int64_t step = -1;
-  std::vector<std::string> saved_files;
+  std::vector<std::string> saved_files, copy_files;  // removed once recovered
   for (const auto& [key, value] : records) {
     internal::ChunkRecord record;
     if (!record.ParseFromString(value)) {
@@ -65,6 +65,18 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
                                          FlatRange{begin, begin + n}, dtype, adam, std::move(state),
                                          host_, copy, metadata_, record.applied_step());
     RETURN_IF_ERROR(chunk->RebuildCopy());
+    if (!record.previous_copy_file().empty()) {
+      // Without it the chunk serves on; only a torn step could not be recomputed.
+      absl::StatusOr<std::string> previous = LoadBytes(
+          record.previous_copy_file(), record.previous_copy_checksum(), n * DTypeSize(dtype));
+      absl::Status restored =
+          previous.ok() ? chunk->RestorePreviousCopy(*previous) : previous.status();
+      if (!restored.ok()) {
+        LogEventCat("server", "job ", job_id, ": the copy of the step before chunk ",
+                    record.chunk().chunk_id(), "'s is lost: ", restored.ToString());
+      }
+      copy_files.push_back(record.previous_copy_file());
+    }
     job->chunks_by_begin[begin] = std::move(chunk);
     step = step < 0 ? record.applied_step() : std::min(step, record.applied_step());
   }
@@ -76,12 +88,42 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
     }
   }
   for (const std::string& file : saved_files) std::filesystem::remove(file);
+  for (const std::string& file : copy_files) std::filesystem::remove(file);
   absl::MutexLock lock(&mu_);
   AddJob(std::move(job));
   LogEventCat("server", "recovered job ", job_id, ": ", records.size() - saved_files.size(),
               " chunks from the nvme tier and ", saved_files.size(),
               " saved at the last clean shutdown, at step ", step);
   return absl::OkStatus();
+}
+
+// Saves `chunk` (of `job_id`, from flat index `begin`) in saved_chunks_dir_
+// -- its state, and the copy of the step before where it is kept -- and
+// commits its record.
+absl::Status ShardService::SaveMemoryChunk(const std::string& job_id, uint64_t begin,
+                                           Chunk& chunk) {
+  const uint64_t n = chunk.range().size();
+  StateBuffer state = AllocateStateBuffer(n);
+  ASSIGN_OR_RETURN(int64_t step,
+                   chunk.ReadState(begin, n, state.get(), state.get() + n, state.get() + 2 * n));
+  const std::string file = absl::StrCat(saved_chunks_dir_, "/", job_id, "-", chunk.chunk_id());
+  internal::ChunkRecord record;
+  ASSIGN_OR_RETURN(uint64_t checksum, SaveChunkState(file, state.get(), n));
+  record.mutable_chunk()->set_chunk_id(chunk.chunk_id());
+  record.mutable_chunk()->set_flat_begin(begin);
+  record.mutable_chunk()->set_num_params(n);
+  record.set_tier(TierKindName(TierKind::kHost));
+  record.set_saved_file(file);
+  record.set_saved_checksum(checksum);
+  record.set_applied_step(step);
+  if (const std::string previous = chunk.PreviousCopy(); !previous.empty()) {
+    const std::string copy_file = file + ".previous-copy";
+    ASSIGN_OR_RETURN(uint64_t copy_checksum, SaveBytes(copy_file, previous));
+    record.set_previous_copy_file(copy_file);
+    record.set_previous_copy_checksum(copy_checksum);
+  }
+  return metadata_->Put(Chunk::RecordKey(job_id, chunk.chunk_id()), record.SerializeAsString(),
+                        /*sync=*/true);
 }
 
 void ShardService::SaveMemoryChunks() {
@@ -96,27 +138,7 @@ void ShardService::SaveMemoryChunks() {
     absl::Status status;
     for (const auto& [begin, chunk] : job->chunks_by_begin) {
       if (chunk->tier() == TierKind::kNvme) continue;  // durable already
-      const uint64_t n = chunk->range().size();
-      StateBuffer state = AllocateStateBuffer(n);
-      absl::StatusOr<int64_t> step =
-          chunk->ReadState(begin, n, state.get(), state.get() + n, state.get() + 2 * n);
-      std::string file = absl::StrCat(saved_chunks_dir_, "/", job_id, "-", chunk->chunk_id());
-      absl::StatusOr<uint64_t> checksum =
-          step.ok() ? SaveChunkState(file, state.get(), n) : step.status();
-      if (checksum.ok()) {
-        internal::ChunkRecord record;
-        record.mutable_chunk()->set_chunk_id(chunk->chunk_id());
-        record.mutable_chunk()->set_flat_begin(begin);
-        record.mutable_chunk()->set_num_params(n);
-        record.set_tier(TierKindName(TierKind::kHost));
-        record.set_saved_file(file);
-        record.set_saved_checksum(*checksum);
-        record.set_applied_step(*step);
-        status = metadata_->Put(Chunk::RecordKey(job_id, chunk->chunk_id()),
-                                record.SerializeAsString(), /*sync=*/true);
-      } else {
-        status = checksum.status();
-      }
+      status = SaveMemoryChunk(job_id, begin, *chunk);
       if (!status.ok()) break;
       ++saved;
     }

@@ -249,4 +249,35 @@ absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> SaveBytes(const std::string& path, absl::string_view bytes) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError("open", path);
+  absl::Status s = WriteFully(fd, bytes.data(), bytes.size(), path);
+  if (s.ok() && fsync(fd) != 0) s = ErrnoError("fsync", path);
+  close(fd);
+  RETURN_IF_ERROR(s);
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
+
+absl::StatusOr<std::string> LoadBytes(const std::string& path, uint64_t checksum, size_t size) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::DataLossError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  struct stat st {};
+  std::string bytes(size, '\0');
+  absl::Status s;
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != size) {
+    s = absl::DataLossError(absl::StrCat(path, " holds ", st.st_size, " bytes, not ", size));
+  } else {
+    s = ReadFully(fd, bytes.data(), size, path);
+  }
+  close(fd);
+  RETURN_IF_ERROR(s);
+  if (XXH3_64bits(bytes.data(), bytes.size()) != checksum) {
+    return absl::DataLossError(absl::StrCat(path, ": checksum mismatch"));
+  }
+  return bytes;
+}
+
 }  // namespace strata

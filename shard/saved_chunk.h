@@ -73,6 +73,13 @@ absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* st
 absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t num_params,
                             float* state);
 
+// Small files beside a saved state (a chunk's copy of the step before):
+// `bytes` written to `path` and synced; returns their XXH3.
+absl::StatusOr<uint64_t> SaveBytes(const std::string& path, absl::string_view bytes);
+// The `size` bytes of `path`: DATA_LOSS naming the file when it is missing
+// or its size or checksum is not the recorded one.
+absl::StatusOr<std::string> LoadBytes(const std::string& path, uint64_t checksum, size_t size);
+
 }  // namespace strata
 
 #endif  // STRATA_SHARD_SAVED_CHUNK_H_

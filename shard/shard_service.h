@@ -89,6 +89,8 @@ class ShardService final : public v1::ShardServer::CallbackService {
                                        v1::LoadChunksResponse* response) override;
 
  private:
+  // Saves one host- or GPU-memory chunk of `job_id` for SaveMemoryChunks().
+  absl::Status SaveMemoryChunk(const std::string& job_id, uint64_t begin, Chunk& chunk);
   struct Job {
     v1::AllocateChunksRequest record;
     DType dtype;

@@ -20,6 +20,7 @@
 #include "storage/gpu_tier.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
+#include "strata/v1/shard.grpc.pb.h"
 #include "testing/job_runner.h"
 #include "testing/local_cluster.h"
 #include "testing/placement.h"
@@ -64,6 +65,28 @@ std::string Placement(const std::string& coordinator) {
                     row.applied_step(), "\n");
   }
   return text;
+}
+
+// The copy of `step` of every chunk of the job, pulled from its server; a
+// failed pull gives its status instead.
+std::vector<std::string> PullAll(const std::string& coordinator, int64_t step) {
+  auto placement = testing::Placement(coordinator, "restart-job");
+  EXPECT_TRUE(placement.ok()) << placement.status();
+  std::vector<std::string> copies;
+  if (!placement.ok()) return copies;
+  for (const auto& row : placement->rows()) {
+    auto shard = v1::ShardServer::NewStub(MakeChannel(row.server_address()));
+    v1::PullRequest pull;
+    pull.set_job_id("restart-job");
+    pull.set_step(step);
+    pull.set_flat_begin(row.flat_begin());
+    pull.set_num_params(row.num_params());
+    v1::PullResponse response;
+    absl::Status s =
+        CallUnary(shard.get(), &v1::ShardServer::Stub::Pull, pull, &response, absl::Seconds(30));
+    copies.push_back(s.ok() ? response.params() : s.ToString());
+  }
+  return copies;
 }
 
 // The uninterrupted run: `steps` steps of JobOptions on an in-process cluster.
@@ -177,19 +200,22 @@ TEST_P(CleanRestartTest, CleanlyStoppedServerBringsBackItsMemoryChunks) {
   std::string before = Placement(coordinator_address);
   EXPECT_NE(before.find(absl::StrCat(TierKindName(GetParam()), " 3")), std::string::npos) << before;
 
-  // SIGTERM: a clean stop saves the 16 chunks; the restart loads them (and
+  // SIGTERM: a clean stop saves the 16 chunks and the copies of step 2 (a
+  // torn step 3 would be recomputed from them); the restart loads them (and
   // removes the files, so that a later crash cannot bring back step 3).
+  const std::vector<std::string> step2 = PullAll(coordinator_address, 2);
   kill(server.pid, SIGTERM);
   int status = 0;
   waitpid(server.pid, &status, 0);
   daemons.Forget(server.pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   const std::string saved = dir + "/server/saved-chunks";
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(saved), {}), 16);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(saved), {}), 32);
   server = start_server(server_address);
   ASSERT_EQ(server.address, server_address);
   EXPECT_EQ(Placement(coordinator_address), before);
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(saved), {}), 0);
+  EXPECT_EQ(PullAll(coordinator_address, 2), step2) << "the copies of step 2 came back";
 
   Train(**client, 3);  // the same worker goes on
   ASSERT_FALSE(::testing::Test::HasFailure());
