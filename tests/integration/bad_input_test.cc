@@ -484,6 +484,25 @@ TEST_F(BadInputTest, MembershipRequestsNameTheProblem) {
   v1::LeaveJobResponse left;
   s = call(&v1::Coordinator::Stub::LeaveJob, leave, &left);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  v1::RenewGenerationRequest renew;
+  renew.set_job_id("bad-input");
+  renew.set_worker_id("ghost");
+  renew.set_generation(members_before.generation().number());
+  v1::RenewGenerationResponse renewed;
+  s = call(&v1::Coordinator::Stub::RenewGeneration, renew, &renewed);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("'ghost' is not a member of job 'bad-input'"));
+  renew.set_worker_id("only");
+  renew.set_reason(std::string(1025, 'x'));
+  s = call(&v1::Coordinator::Stub::RenewGeneration, renew, &renewed);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("reason: 1025 bytes; at most 1024"));
+  // A generation that is not the newest opens none.
+  renew.set_reason("stale");
+  renew.set_generation(members_before.generation().number() + 7);
+  s = call(&v1::Coordinator::Stub::RenewGeneration, renew, &renewed);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(renewed.generation().number(), members_before.generation().number());
 
   grpc::ClientContext context;
   v1::WatchGenerationRequest watch;
