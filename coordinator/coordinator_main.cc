@@ -16,7 +16,9 @@ ABSL_FLAG(std::string, checkpoint_root, "",
           "checkpoint_dir, a restore) must resolve inside this directory, after '..' and "
           "symlinks; empty: --checkpoint_dir (or its default)");
 ABSL_FLAG(int64_t, worker_lease_ms, 3000,
-          "a worker without a heartbeat for this long leaves its job (its peers re-form)");
+          "a worker without a heartbeat for this long leaves its job (its peers re-form); one "
+          "whose connection closes and is not opened again within 300 ms (its process ended) "
+          "leaves then");
 ABSL_FLAG(int64_t, server_timeout_ms, 30000,
           "a shard server failing its health checks for this long is lost: the chunks of its "
           "jobs move to the live servers, restored from each job's newest checkpoint, and the "
