@@ -38,16 +38,26 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedSteps() {
   return std::make_pair(lowest, highest);
 }
 
+namespace {
+
+// Sleeps `*backoff` and doubles it (up to 1 s); false, without sleeping,
+// when the sleep would end past `deadline`.
+bool BackOff(absl::Duration* backoff, absl::Time deadline) {
+  if (absl::Now() + *backoff > deadline) return false;
+  absl::SleepFor(*backoff);
+  *backoff = std::min(*backoff * 2, absl::Seconds(1));
+  return true;
+}
+
+}  // namespace
+
 absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedStepsOnceKnown(absl::Time deadline) {
-  absl::Duration backoff = absl::Milliseconds(20);
-  while (true) {
+  for (absl::Duration backoff = absl::Milliseconds(20);;) {
     absl::StatusOr<std::pair<int64_t, int64_t>> steps = AppliedSteps();
-    if (steps.ok() || !absl::IsUnavailable(steps.status()) || absl::Now() + backoff > deadline ||
-        membership_->Latest().number() > generation_.number()) {
+    if (steps.ok() || !absl::IsUnavailable(steps.status()) ||
+        membership_->Latest().number() > generation_.number() || !BackOff(&backoff, deadline)) {
       return steps;
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(1));
   }
 }
 
@@ -63,9 +73,7 @@ absl::Status ClientImpl::Reform(uint64_t than) {
     // restarted during the rendezvous), the coordinator opens it: asked
     // until it answers (it may be restarting).
     for (absl::Duration backoff = absl::Milliseconds(20);
-         !membership_->Renew(than, formed.message()).ok() && absl::Now() + backoff < deadline;
-         backoff = std::min(backoff * 2, absl::Seconds(1))) {
-      absl::SleepFor(backoff);
+         !membership_->Renew(than, formed.message()).ok() && BackOff(&backoff, deadline);) {
     }
   }
 }
