@@ -70,6 +70,18 @@ int64_t FirstStepAfter(const std::vector<json>& events, int64_t after_ms, int wo
   return -1;
 }
 
+// Unix ms of the last step event in `events` completed before `before_ms`; -1
+// if none.
+int64_t LastStepBefore(const std::vector<json>& events, int64_t before_ms) {
+  int64_t last = -1;
+  for (const json& e : events) {
+    if (e["event"] == "step" && e["unix_ms"].get<int64_t>() < before_ms) {
+      last = e["unix_ms"].get<int64_t>();
+    }
+  }
+  return last;
+}
+
 int64_t EventMs(const std::vector<json>& events, const std::string& name) {
   for (const json& e : events) {
     if (e["event"] == name) return e["unix_ms"].get<int64_t>();
@@ -237,19 +249,17 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
   auto pause = [&](int64_t change_ms, int world_size) {
     return seconds(change_ms, FirstStepAfter(ea, change_ms, world_size));
   };
+  // The gap between worker a's steps at `from_ms` and `to_ms`, less an
+  // ordinary step: what a change in between cost it.
+  auto stalled = [&](int64_t from_ms, int64_t to_ms) {
+    const double gap = seconds(from_ms, to_ms);
+    return gap < 0 ? gap : std::max(0.0, gap - step_s);
+  };
   // The stall worker a saw where a generation of `world_size` workers
-  // formed after `after_ms`: the gap before its first step in it, less an
-  // ordinary step.
+  // formed after `after_ms`: up to its first step in it.
   auto stall = [&](int64_t after_ms, int world_size) {
     const int64_t first = FirstStepAfter(ea, after_ms, world_size);
-    int64_t before = -1;
-    for (const json& e : ea) {
-      if (e["event"] == "step" && e["unix_ms"].get<int64_t>() < first) {
-        before = e["unix_ms"].get<int64_t>();
-      }
-    }
-    const double gap = seconds(before, first);
-    return gap < 0 ? gap : std::max(0.0, gap - step_s);
+    return stalled(LastStepBefore(ea, first), first);
   };
   double param_pull_s = -1;
   for (const json& e : ec) {
@@ -260,19 +270,10 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
   const double failure_pause_s = pause(kill_ms, 1);
   const double hang_pause_s = pause(stop_ms, 1);
   // What the restart cost worker a: from its last step before the restart
-  // began to its first after it ended, less an ordinary step.
-  double restart_pause_s = -1;
-  {
-    const int64_t restarted_ms = restart_ms + static_cast<int64_t>(restart_s * 1e3);
-    int64_t before = -1;
-    for (const json& e : ea) {
-      if (e["event"] == "step" && e["unix_ms"].get<int64_t>() <= restart_ms) {
-        before = e["unix_ms"].get<int64_t>();
-      }
-    }
-    const double gap = seconds(before, FirstStepAfter(ea, restarted_ms));
-    if (gap >= 0) restart_pause_s = std::max(0.0, gap - step_s);
-  }
+  // began to its first after it ended.
+  const double restart_pause_s =
+      stalled(LastStepBefore(ea, restart_ms + 1),
+              FirstStepAfter(ea, restart_ms + static_cast<int64_t>(restart_s * 1e3)));
   json out = {{"bench", "elastic"},
               {"params", o.num_params},
               {"steps", kSteps},
