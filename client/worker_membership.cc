@@ -9,6 +9,7 @@
 #include "core/status_macros.h"
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
+#include "rpc/job_spec.h"
 
 namespace strata {
 namespace {
@@ -134,12 +135,11 @@ absl::StatusOr<v1::Generation> WorkerMembership::Leave() {
 }
 
 absl::Status WorkerMembership::Renew(uint64_t number, absl::string_view reason) {
-  constexpr size_t kMaxReasonBytes = 1024;
   v1::RenewGenerationRequest request;
   request.set_job_id(job_id_);
   request.set_worker_id(worker_id_);
   request.set_generation(number);
-  request.set_reason(std::string(reason.substr(0, kMaxReasonBytes)));
+  request.set_reason(std::string(reason.substr(0, kMaxRenewReasonBytes)));
   v1::RenewGenerationResponse response;
   return CallUnary(stub_.get(), &v1::Coordinator::Stub::RenewGeneration, request, &response,
                    kRpcTimeout);

@@ -236,10 +236,9 @@ absl::StatusOr<v1::Generation> Membership::Leave(const v1::LeaveJobRequest& requ
 }
 
 absl::StatusOr<v1::Generation> Membership::Renew(const v1::RenewGenerationRequest& request) {
-  constexpr size_t kMaxReasonBytes = 1024;
-  if (request.reason().size() > kMaxReasonBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("reason: ", request.reason().size(), " bytes; at most ", kMaxReasonBytes));
+  if (request.reason().size() > kMaxRenewReasonBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("reason: ", request.reason().size(),
+                                                   " bytes; at most ", kMaxRenewReasonBytes));
   }
   absl::MutexLock lock(&mu_);
   if (FindMember(request.job_id(), request.worker_id()) == nullptr) {

@@ -15,6 +15,9 @@ namespace strata {
 inline constexpr uint64_t kMaxChunkNumParams = uint64_t{64} << 20;
 inline constexpr uint32_t kMaxChunksPerJob = 1 << 20;
 
+// The longest reason a RenewGenerationRequest may give (for the log).
+inline constexpr size_t kMaxRenewReasonBytes = 1024;
+
 // Whether `id` (a job or worker id) has 1 to 128 of [A-Za-z0-9._-] and is
 // not "." or ".." (ids name directories of checkpoints).
 bool IsValidId(const std::string& id);
