@@ -138,7 +138,8 @@ TEST_P(CollectiveTest, AllGatherVConcatenatesTheRanksInputsInRankOrder) {
 
 // The last rank hangs (never calls the operation); Abort() from another
 // thread ends each kind of operation the others wait in, long before the
-// timeout (30 s), and every later operation at once.
+// timeout (30 s), and every later operation at once. Abort closes no
+// connection: each rank's operation ends by its own abort.
 TEST_P(CollectiveTest, AbortEndsAnOperationThatWaitsForAHungPeer) {
   const int world = GetParam().size;
   if (world == 1) GTEST_SKIP() << "a world of one waits for nobody";
@@ -186,7 +187,11 @@ TEST_P(CollectiveTest, AbortEndsAnOperationThatWaitsForAHungPeer) {
       EXPECT_LT(took, absl::Seconds(10)) << name;
       absl::Status later = op(c);
       EXPECT_EQ(later.code(), absl::StatusCode::kAborted) << name << " after the abort: " << later;
+      // A rank that returns closes its pairs, which would fail a peer whose
+      // own abort has not come yet with UNAVAILABLE: every rank stays until
+      // all have checked.
       if (--running == 0) others_done.Notify();
+      others_done.WaitForNotification();
     });
   }
 }
