@@ -33,9 +33,11 @@ absl::Status ShardTransport::SetPlacement(v1::JobInfo job) {
   }
   job_ = std::move(job);
   for (const auto& c : job_.chunks()) {
-    auto& stub = stubs_[c.server_address()];
-    if (stub == nullptr)
-      stub = v1::ShardServer::NewStub(MakeChannel(c.server_address(), credentials_));
+    Server& server = servers_[c.server_address()];
+    if (server.channel == nullptr) {
+      server.channel = MakeChannel(c.server_address(), credentials_);
+      server.stub = v1::ShardServer::NewStub(server.channel);
+    }
   }
   return absl::OkStatus();
 }
@@ -47,7 +49,8 @@ std::vector<Piece> ShardTransport::PiecesOf(FlatRange range, uint64_t max_params
     uint64_t chunk_end = std::min(range.end, (begin / chunk + 1) * chunk);
     uint64_t end = std::min(chunk_end, begin + max_params);
     const std::string& address = job_.chunks(static_cast<int>(begin / chunk)).server_address();
-    pieces.push_back(Piece{begin, end - begin, stubs_.at(address).get(), address});
+    const Server& server = servers_.at(address);
+    pieces.push_back(Piece{begin, end - begin, server.channel.get(), server.stub.get(), address});
     begin = end;
   }
   return pieces;

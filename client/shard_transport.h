@@ -37,7 +37,8 @@ namespace strata {
 struct Piece {
   uint64_t begin;
   uint64_t n;
-  v1::ShardServer::Stub* stub;
+  grpc::Channel* channel;       // to the chunk's server
+  v1::ShardServer::Stub* stub;  // over `channel`
   std::string address;
 };
 
@@ -79,7 +80,7 @@ class ShardTransport {
   // when it has another number of chunks than the layout.
   absl::Status SetPlacement(v1::JobInfo job);
   const v1::JobInfo& job() const { return job_; }
-  int num_servers() const { return static_cast<int>(stubs_.size()); }
+  int num_servers() const { return static_cast<int>(servers_.size()); }
 
   // Pieces of `range`, each within one chunk and at most `max_params` long.
   std::vector<Piece> PiecesOf(FlatRange range, uint64_t max_params) const;
@@ -117,7 +118,11 @@ class ShardTransport {
   const size_t esize_;
   const ChannelCredentials credentials_;
   v1::JobInfo job_;
-  std::map<std::string, std::unique_ptr<v1::ShardServer::Stub>> stubs_;
+  struct Server {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::ShardServer::Stub> stub;
+  };
+  std::map<std::string, Server> servers_;  // by address
 
   static absl::Status LostGeneration(const StepTransfer& transfer);
 

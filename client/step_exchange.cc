@@ -4,6 +4,8 @@
 #include <cstring>
 #include <utility>
 
+#include <grpcpp/channel.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "rpc/grpc_status.h"
@@ -16,6 +18,11 @@ namespace {
 // send, twice as long before each next one, at most kMaxResendDelay.
 constexpr absl::Duration kFirstResendDelay = absl::Milliseconds(20);
 constexpr absl::Duration kMaxResendDelay = absl::Seconds(1);
+// While a call waits for its channel, the channel tries to connect this
+// often. Bounded in time by the exchange's deadline, and in
+// practice by the coordinator's server timeout, after which a server that
+// stays away is declared lost and the exchange is cancelled.
+constexpr absl::Duration kReconnectPoll = absl::Milliseconds(20);
 
 absl::Duration ResendDelay(int attempts) {
   absl::Duration delay = kFirstResendDelay;
@@ -59,7 +66,10 @@ absl::Status StepExchange::Run() {
   };
   auto failed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !error_.ok(); };
   while (true) {
-    mu_.Await(absl::Condition(&done_or_resend));
+    if (!mu_.AwaitWithTimeout(absl::Condition(&done_or_resend), kReconnectPoll)) {
+      HurryReconnects();
+      continue;
+    }
     if (resend_.empty()) break;  // pending_ == 0
     std::vector<std::pair<Stream*, Call*>> resend;
     resend.swap(resend_);
@@ -94,6 +104,14 @@ void StepExchange::Fail(const absl::Status& s) {
   }
 }
 
+void StepExchange::HurryReconnects() {
+  for (const auto& [channel, calls] : sent_) {
+    if (channel->GetState(/*try_to_connect=*/true) != GRPC_CHANNEL_READY) {
+      grpc::experimental::ChannelResetConnectionBackoff(channel);
+    }
+  }
+}
+
 void StepExchange::StartMore() {
   for (Stream* stream : {&pushes_, &pulls_}) {
     while (error_.ok() && stream->next < stream->calls.size()) {
@@ -111,6 +129,7 @@ void StepExchange::StartMore() {
 void StepExchange::Send(Stream& stream, Call& call) {
   const Piece& piece = (*transfer_.pieces)[call.piece];
   ++call.attempts;
+  ++sent_[piece.channel];
   call.context = std::make_unique<grpc::ClientContext>();
   call.context->set_deadline(absl::ToChronoTime(deadline_));
   call.context->set_wait_for_ready(true);  // a restarting server is waited for
@@ -145,6 +164,7 @@ void StepExchange::OnDone(Stream& stream, Call& call, absl::Status s) {
   const Piece& piece = (*transfer_.pieces)[call.piece];
   if (!stream.pushes) s = TakePull(call, std::move(s));
   absl::MutexLock lock(&mu_);
+  if (auto it = sent_.find(piece.channel); --it->second == 0) sent_.erase(it);
   if (error_.ok() && ServerRestarting(s) && absl::Now() + ResendDelay(call.attempts) < deadline_) {
     resend_.emplace_back(&stream, &call);
     return;

@@ -7,7 +7,10 @@
 // A call that a restarting server refuses (UNAVAILABLE: shutting down, not
 // listening yet; or CANCELLED by the server as it stopped) is sent again to
 // the same address after a backoff (20 ms, doubling to 1 s) until the
-// exchange's deadline, while the other calls go on. A restarted server
+// exchange's deadline, while the other calls go on. Every call waits for its
+// channel to connect, and a channel with calls waiting tries to connect
+// every 20 ms (not on gRPC's growing reconnect backoff), so that they go out
+// within 20 ms of their server listening again. A restarted server
 // brings its chunks back at the step they had applied, so a push sent again
 // is applied (or found applied) and its pulls are answered: each worker
 // completes the step by itself, and a clean restart costs the step no more
@@ -21,6 +24,7 @@
 #define STRATA_CLIENT_STEP_EXCHANGE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +81,8 @@ class StepExchange {
   // Ends `call`: its bytes leave the window; a failure ends the exchange.
   void End(Stream& stream, Call& call, const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Fail(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes each channel of sent_ that is not connected try to connect now.
+  void HurryReconnects() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The pull's outcome: its bytes copied into the transfer's parameters.
   absl::Status TakePull(const Call& call, absl::Status s) const;
   uint64_t Bytes(const Call& call) const;
@@ -93,6 +99,8 @@ class StepExchange {
   int pending_ ABSL_GUARDED_BY(mu_) = 0;  // calls started and not ended
   // Calls a restarting server refused, to send again after a backoff.
   std::vector<std::pair<Stream*, Call*>> resend_ ABSL_GUARDED_BY(mu_);
+  // Calls sent and not ended, by channel.
+  std::map<grpc::Channel*, int> sent_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);  // the first failure
 };
 
