@@ -34,6 +34,10 @@ ABSL_FLAG(double, weight_decay, 0.0, "AdamW weight decay");
 ABSL_FLAG(double, max_grad_norm, 1.0, "clip the global gradient norm (0: off)");
 ABSL_FLAG(std::string, dtype, "fp16", "fp16 or bf16");
 ABSL_FLAG(uint64_t, chunk_params, 4096, "chunk size in parameters (multiple of 64)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "the CA certificate (PEM) of a cluster that uses TLS; empty: plaintext");
+ABSL_FLAG(std::string, tls_cert, "", "this trainer's certificate (PEM), where the cluster asks");
+ABSL_FLAG(std::string, tls_key, "", "its private key (PEM)");
 ABSL_FLAG(std::string, summary_file, "",
           "rank 0 writes the JSON summary line to this file instead of stdout");
 
@@ -108,6 +112,9 @@ int main(int argc, char** argv) {
   options.job_id = absl::GetFlag(FLAGS_job);
   options.worker_id = absl::GetFlag(FLAGS_worker_id);
   options.world_size = absl::GetFlag(FLAGS_workers);
+  options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.tensors = {{"fc1.weight", {d.in, d.hidden}},
                      {"fc1.bias", {d.hidden}},
                      {"fc2.weight", {d.hidden, d.out}},
