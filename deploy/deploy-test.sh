@@ -4,7 +4,9 @@
 # services use the host's network), makes the debian:bookworm-slim base image
 # with debootstrap when it is missing (no registry is needed), builds the
 # images, starts the coordinator, two shard servers (state on their NVMe
-# tiers) and Prometheus, waits for their health checks, trains the example
+# tiers) and Prometheus with TLS on (certificates from the compose file's
+# certs service), waits for their health checks, checks that a plaintext
+# client is refused, trains the example
 # trainer on this host for 20 steps while one server container is restarted,
 # checks placement on both servers and one metric through Prometheus's HTTP
 # API, then removes its containers and volumes and stops the daemon it
@@ -31,6 +33,10 @@ if [ "$memlock_kib" != unlimited ]; then
   export STRATA_MEMLOCK_BYTES=$((memlock_kib * 1024)) STRATA_PIN_HOST_MEMORY=false
 fi
 coordinator=127.0.0.1:$STRATA_COORDINATOR_PORT
+# The cluster makes its CA and certificates here (the certs service); the
+# trainer and stratactl below verify the daemons with its CA.
+export STRATA_TLS_DIR=$work/tls
+tls=(--tls_ca="$STRATA_TLS_DIR/ca.pem")
 
 log() { echo "deploy-test: $*"; }
 compose() { docker-compose -p "$project" --profile metrics "$@"; }
@@ -83,10 +89,14 @@ for service in coordinator server-0 server-1; do
   done
   [ "$health" = healthy ] || { log "$service is $health"; exit 1; }
 done
-build/bin/stratactl --target=$coordinator health
+build/bin/stratactl --target=$coordinator "${tls[@]}" health
+if build/bin/stratactl --target=$coordinator health >"$work/plaintext.log" 2>&1; then
+  log "the coordinator answered a plaintext client"; exit 1
+fi
+log "TLS on: a plaintext client is refused ($(tail -1 "$work/plaintext.log"))"
 
 log "training 20 steps; server-1 restarts on the way"
-build/bin/mlp_trainer --coordinator=$coordinator --job=deploy-test --workers=1 --steps=20 \
+build/bin/mlp_trainer --coordinator=$coordinator "${tls[@]}" --job=deploy-test --workers=1 --steps=20 \
   --input_dim=256 --hidden_dim=1664 --chunk_params=4096 --lr=1e-3 --step_delay_ms=100 \
   --summary_file="$work/summary.json" >"$work/trainer.log" 2>&1 &
 trainer=$!
@@ -97,17 +107,17 @@ wait $trainer || { cat "$work/trainer.log"; exit 1; }
 cat "$work/trainer.log"
 grep -q '"steps":20' "$work/summary.json"
 
-placement=$(build/bin/stratactl --coordinator=$coordinator --job=deploy-test --json placement)
+placement=$(build/bin/stratactl --coordinator=$coordinator "${tls[@]}" --job=deploy-test --json placement)
 for port in $STRATA_SERVER0_PORT $STRATA_SERVER1_PORT; do
   echo "$placement" | grep -q "127.0.0.1:$port" || { log "no chunk on :$port"; exit 1; }
 done
 echo "$placement" | grep -q '"tier":"nvme"' || { log "no chunk on NVMe"; exit 1; }
 
 log "saving a checkpoint into the volume the daemons share"
-checkpoint=$(build/bin/stratactl --coordinator=$coordinator --job=deploy-test --json checkpoint save)
+checkpoint=$(build/bin/stratactl --coordinator=$coordinator "${tls[@]}" --job=deploy-test --json checkpoint save)
 echo "$checkpoint"
 echo "$checkpoint" | grep -q '"step":20' || { log "no checkpoint of step 20"; exit 1; }
-build/bin/stratactl --coordinator=$coordinator --job=deploy-test --json checkpoint list |
+build/bin/stratactl --coordinator=$coordinator "${tls[@]}" --job=deploy-test --json checkpoint list |
   grep -q '"path":"/var/lib/strata/checkpoints/deploy-test/step-0000000020"' ||
   { log "the checkpoint is not listed"; exit 1; }
 
