@@ -16,9 +16,14 @@
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
 #include "rpc/job_spec.h"
+#include "rpc/token.h"
 
 namespace strata {
 namespace {
+
+TlsFiles TlsFilesOf(const ClientOptions& options) {
+  return TlsFiles{options.tls_cert_file, options.tls_key_file, options.tls_ca_file};
+}
 
 std::string DefaultWorkerId() {
   char host[256] = {};
@@ -53,7 +58,7 @@ ClientImpl::ClientImpl(ClientOptions options, FlatLayout layout, ChannelCredenti
       layout_(std::move(layout)),
       esize_(DTypeSize(options_.dtype)),
       credentials_(std::move(credentials)),
-      transport_(options_.job_id, &layout_, options_.dtype, credentials_),
+      transport_(options_.job_id, &layout_, options_.dtype, TlsFilesOf(options_)),
       scaler_(options_.loss_scale),
       coordinator_(
           v1::Coordinator::NewStub(MakeChannel(options_.coordinator_address, credentials_))) {}
@@ -196,9 +201,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
         absl::StrCat("initial_params has ", options.initial_params.size(),
                      " values; the flat layout has ", layout.num_params()));
   }
+  std::string token;
+  if (!options.token_file.empty()) {
+    ASSIGN_OR_RETURN(token, ReadTokenFile(options.token_file, "token_file"));
+  }
   ASSIGN_OR_RETURN(ChannelCredentials credentials,
-                   MakeChannelCredentials(
-                       TlsFiles{options.tls_cert_file, options.tls_key_file, options.tls_ca_file}));
+                   MakeChannelCredentials(TlsFilesOf(options), token));
   auto client =
       std::make_unique<ClientImpl>(std::move(options), std::move(layout), std::move(credentials));
   RETURN_IF_ERROR(client->Init());

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/step_exchange.h"
+#include "core/status_macros.h"
 #include "rpc/grpc_status.h"
 
 namespace strata {
@@ -20,16 +21,21 @@ constexpr int kStateReadAttempts = 100;
 }  // namespace
 
 ShardTransport::ShardTransport(std::string job_id, const FlatLayout* layout, DType dtype,
-                               ChannelCredentials credentials)
+                               TlsFiles tls)
     : job_id_(std::move(job_id)),
       layout_(layout),
       dtype_(dtype),
       esize_(DTypeSize(dtype)),
-      credentials_(std::move(credentials)) {}
+      tls_(std::move(tls)) {}
 
 absl::Status ShardTransport::SetPlacement(v1::JobInfo job) {
   if (static_cast<uint32_t>(job.chunks_size()) != layout_->num_chunks()) {
     return absl::InternalError("the coordinator's job has a different number of chunks");
+  }
+  if (credentials_ == nullptr || credentials_token_ != job.worker_token()) {
+    ASSIGN_OR_RETURN(credentials_, MakeChannelCredentials(tls_, job.worker_token()));
+    credentials_token_ = job.worker_token();
+    servers_.clear();  // their channels presented another token
   }
   job_ = std::move(job);
   for (const auto& c : job_.chunks()) {

@@ -70,14 +70,15 @@ struct StepTransfer {
 class ShardTransport {
  public:
   // `layout` must outlive the transport; `dtype` is the job's; channels to
-  // the servers are made with `credentials`.
-  ShardTransport(std::string job_id, const FlatLayout* layout, DType dtype,
-                 ChannelCredentials credentials);
+  // the servers are made with `tls` and present the job's worker token
+  // (JobInfo.worker_token) where it has one.
+  ShardTransport(std::string job_id, const FlatLayout* layout, DType dtype, TlsFiles tls);
   ShardTransport(const ShardTransport&) = delete;
   ShardTransport& operator=(const ShardTransport&) = delete;
 
   // Takes `job`'s placement, with a stub for each of its servers; INTERNAL
-  // when it has another number of chunks than the layout.
+  // when it has another number of chunks than the layout, INVALID_ARGUMENT
+  // for unusable TLS files.
   absl::Status SetPlacement(v1::JobInfo job);
   const v1::JobInfo& job() const { return job_; }
   int num_servers() const { return static_cast<int>(servers_.size()); }
@@ -116,7 +117,10 @@ class ShardTransport {
   const FlatLayout* const layout_;
   const DType dtype_;
   const size_t esize_;
-  const ChannelCredentials credentials_;
+  const TlsFiles tls_;
+  // Made by SetPlacement with the job's worker token; null until then.
+  ChannelCredentials credentials_;
+  std::string credentials_token_;  // the token credentials_ present
   v1::JobInfo job_;
   struct Server {
     std::shared_ptr<grpc::Channel> channel;

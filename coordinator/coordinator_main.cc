@@ -23,6 +23,12 @@ ABSL_FLAG(int64_t, server_timeout_ms, 30000,
           "a shard server failing its health checks for this long is lost: the chunks of its "
           "jobs move to the live servers, restored from each job's newest checkpoint, and the "
           "workers resume from its step");
+ABSL_FLAG(std::string, auth_file, "",
+          "operators' and users' tokens, one per line: \"operator NAME TOKEN\" or \"user NAME "
+          "TOKEN\" (16-256 printable characters; '#' comments). Turns authentication on (needs "
+          "TLS): users create and own jobs, each job's workers get a token of their own, "
+          "operators may do anything, shard servers are known by their certificates (CN "
+          "strata-server). Empty: no authentication");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port to serve Prometheus metrics on (/metrics); port 0 picks a free port; "
           "empty: no metrics endpoint");
@@ -50,6 +56,7 @@ int main(int argc, char** argv) {
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   options.tls = strata::TlsFilesFromFlags();
+  options.auth_file = absl::GetFlag(FLAGS_auth_file);
   options.worker_lease = absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
   options.server_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_server_timeout_ms));
   options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);

@@ -33,6 +33,10 @@ struct CoordinatorOptions {
   // Its server's certificate, also presented to the shard servers; plaintext
   // without (rpc/tls.h).
   TlsFiles tls;
+  // The operators' and users' tokens (rpc/authenticator.h); needs `tls`.
+  // Empty: no authentication -- any caller may do anything, which the
+  // start-up line says.
+  std::string auth_file;
   // A worker without a heartbeat for this long leaves its job.
   absl::Duration worker_lease = absl::Seconds(3);
   // A shard server failing its health checks for this long is lost: its
@@ -56,6 +60,9 @@ class Coordinator {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<MetadataStore> metadata_;
   std::unique_ptr<CoordinatorService> service_;
+  // With `auth_file`: who calls, and the gate every call passes.
+  std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<AuthorizedCoordinator> authorized_;
   std::unique_ptr<grpc::Server> server_;
 };
 

@@ -17,6 +17,7 @@
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
 #include "rpc/job_spec.h"
+#include "rpc/token.h"
 #include "strata/internal/records.pb.h"
 
 namespace strata {
@@ -98,6 +99,9 @@ absl::Status CoordinatorService::Load() {
   for (const auto& [key, value] : jobs) {
     v1::JobInfo job;
     RETURN_IF_ERROR(ParseInto(key, value, &job));
+    if (!job.worker_token().empty()) {
+      token_jobs_[TokenDigest(job.worker_token())] = job.spec().job_id();
+    }
     jobs_[job.spec().job_id()] = job;
   }
   LogEventCat("coordinator", "loaded ", servers_.size(), " server(s), ", jobs_.size(),
@@ -139,12 +143,20 @@ absl::Status CoordinatorService::AssignServers(v1::JobInfo* job) {
   return PlaceChunks(live, placed, job);
 }
 
-absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, v1::JobInfo* job,
-                                         bool* existing) {
+absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, const Identity* creator,
+                                         v1::JobInfo* job, bool* existing) {
   ASSIGN_OR_RETURN(FlatLayout layout, ValidateJobSpec(spec));
   RETURN_IF_ERROR(checkpointer_.DirFor(spec, "").status());
+  std::string worker_token;
+  if (creator != nullptr) {
+    ASSIGN_OR_RETURN(worker_token, NewToken());
+  }
   absl::MutexLock lock(&mu_);
   if (auto it = jobs_.find(spec.job_id()); it != jobs_.end()) {
+    if (creator != nullptr && creator->role == Role::kUser && it->second.owner() != creator->name) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(Describe(*creator), " does not own job '", spec.job_id(), "'"));
+    }
     if (it->second.spec().SerializeAsString() != spec.SerializeAsString()) {
       return absl::FailedPreconditionError(
           absl::StrCat("job '", spec.job_id(), "' exists with a different spec"));
@@ -157,7 +169,14 @@ absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, v1::JobInfo* j
     return absl::UnavailableError(
         absl::StrCat("job '", spec.job_id(), "' is being created; retry"));
   }
+  if (creator != nullptr && creator->role == Role::kWorker) {
+    return UnknownJob(spec.job_id());  // deleted since its token was checked
+  }
   *job->mutable_spec() = spec;
+  if (creator != nullptr) {
+    job->set_owner(creator->name);
+    job->set_worker_token(std::move(worker_token));
+  }
   job->set_flat_num_params(layout.num_params());
   for (uint32_t id = 0; id < layout.num_chunks(); ++id) {
     v1::ChunkSpec* c = job->add_chunks()->mutable_chunk();
@@ -177,6 +196,9 @@ void CoordinatorService::FinishCreate(const v1::JobInfo& job, absl::Status statu
   creating_.erase(job.spec().job_id());
   if (status.ok()) {
     jobs_[job.spec().job_id()] = job;
+    if (!job.worker_token().empty()) {
+      token_jobs_[TokenDigest(job.worker_token())] = job.spec().job_id();
+    }
     LogEventCat("coordinator", "job ", job.spec().job_id(), " created: ", job.flat_num_params(),
                 " params in ", job.chunks_size(), " chunks, world size ", job.spec().world_size(),
                 job.restored_from().empty() ? "" : ", restored from ", job.restored_from());
@@ -215,8 +237,15 @@ absl::StatusOr<internal::CheckpointManifest> CoordinatorService::PlanRestore(
 grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerContext* ctx,
                                                         const v1::CreateJobRequest* request,
                                                         v1::JobInfo* response) {
+  std::optional<Identity> creator;
+  if (auth_ != nullptr) {
+    absl::StatusOr<Identity> who = auth_->Identify(*ctx);
+    if (!who.ok()) return FinishUnary(ctx, who.status());
+    creator = *std::move(who);
+  }
   bool existing = false;
-  absl::Status planned = PlanJob(request->spec(), response, &existing);
+  absl::Status planned =
+      PlanJob(request->spec(), creator.has_value() ? &*creator : nullptr, response, &existing);
   if (!planned.ok() || existing) return FinishUnary(ctx, planned);
   std::shared_ptr<const internal::CheckpointManifest> manifest;
   if (!request->restore_from().empty()) {
@@ -255,6 +284,20 @@ absl::Status CoordinatorService::WriteJob(const v1::JobInfo& job) {
   return metadata_->Put(absl::StrCat(kJobPrefix, job.spec().job_id()), job.SerializeAsString());
 }
 
+std::optional<std::string> CoordinatorService::JobOfToken(absl::string_view digest) const {
+  absl::MutexLock lock(&mu_);
+  auto it = token_jobs_.find(digest);
+  if (it == token_jobs_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<std::string> CoordinatorService::OwnerOf(absl::string_view job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(std::string(job_id));
+  if (it == jobs_.end()) return std::nullopt;
+  return it->second.owner();
+}
+
 absl::StatusOr<v1::JobInfo> CoordinatorService::FindJob(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
@@ -284,6 +327,7 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
     if (!forgotten.ok()) return FinishUnary(ctx, forgotten);
     job = std::move(it->second);
     jobs_.erase(it);
+    if (!job.worker_token().empty()) token_jobs_.erase(TokenDigest(job.worker_token()));
   }
   checkpointer_.CancelSaves(job_id);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();

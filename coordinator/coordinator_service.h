@@ -19,6 +19,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,6 +34,8 @@
 #include "coordinator/server_monitor.h"
 #include "coordinator/shard_fleet.h"
 #include "core/thread_pool.h"
+#include "rpc/authenticator.h"
+#include "rpc/authorized_services.h"
 #include "rpc/metrics.h"
 #include "storage/metadata_store.h"
 #include "strata/internal/records.pb.h"
@@ -41,7 +44,9 @@
 
 namespace strata {
 
-class CoordinatorService final : public v1::Coordinator::CallbackService {
+class CoordinatorService final : public v1::Coordinator::CallbackService,
+                                 public WorkerTokens,
+                                 public JobOwners {
  public:
   // `worker_lease`: how long a worker stays a member without a heartbeat.
   // `checkpoint_dir`: where jobs without their own directory save checkpoints.
@@ -53,6 +58,13 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       MetadataStore* metadata, absl::Duration worker_lease, std::string checkpoint_dir,
       const std::string& checkpoint_root, absl::Duration server_timeout,
       ChannelCredentials shard_credentials);
+
+  // With authentication on (before serving): who creates a job becomes its
+  // owner, and each new job gets a worker token (JobInfo). `auth` must
+  // outlive the service.
+  void SetAuthenticator(const Authenticator* auth) { auth_ = auth; }
+  std::optional<std::string> JobOfToken(absl::string_view digest) const override;
+  std::optional<std::string> OwnerOf(absl::string_view job_id) const override;
 
   // Before the gRPC server shuts down: stops watching servers, expiring
   // leases, ends the generation streams and stops checkpoint saves.
@@ -119,7 +131,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   absl::Status AssignServers(v1::JobInfo* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Validates the spec and assigns chunks; fills `job`. Marks the job as
   // being created. OK with `*existing` set when the same job exists.
-  absl::Status PlanJob(const v1::JobSpec& spec, v1::JobInfo* job, bool* existing);
+  // `creator` (null without authentication) owns a new job;
+  // PERMISSION_DENIED when a user other than the owner asks for an existing
+  // one, NOT_FOUND when a worker asks for one that no longer exists.
+  absl::Status PlanJob(const v1::JobSpec& spec, const Identity* creator, v1::JobInfo* job,
+                       bool* existing);
   // Checks a restore's checkpoint against `job`'s spec and notes it in `job`;
   // returns its manifest.
   absl::StatusOr<internal::CheckpointManifest> PlanRestore(const std::string& path,
@@ -157,6 +173,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   mutable absl::Mutex mu_;
   std::map<std::string, v1::ServerRecord> servers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::JobInfo> jobs_ ABSL_GUARDED_BY(mu_);
+  // The jobs by the digest of their worker token (rpc/token.h).
+  absl::flat_hash_map<std::string, std::string> token_jobs_ ABSL_GUARDED_BY(mu_);
+  const Authenticator* auth_ = nullptr;
   absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(mu_);
   // Jobs whose chunks MoveJob is placing anew.
   absl::flat_hash_set<std::string> moving_ ABSL_GUARDED_BY(mu_);

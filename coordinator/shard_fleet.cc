@@ -5,6 +5,7 @@
 
 #include "coordinator/job_info.h"
 #include "rpc/grpc_util.h"
+#include "rpc/token.h"
 #include "strata/internal/records.pb.h"
 
 namespace strata {
@@ -45,6 +46,9 @@ void ShardFleet::Allocate(std::shared_ptr<const v1::JobInfo> job, uint64_t min_g
         *allocate->mutable_spec() = job->spec();
         for (const v1::ChunkSpec& c : ChunksOn(*job, address)) *allocate->add_chunks() = c;
         allocate->set_min_generation(min_generation);
+        if (!job->worker_token().empty()) {
+          allocate->set_worker_token_sha256(TokenDigest(job->worker_token()));
+        }
       },
       [done = std::move(done)](auto& results) {
         absl::Status status;

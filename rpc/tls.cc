@@ -1,10 +1,13 @@
 #include "rpc/tls.h"
 
 #include <fstream>
+#include <map>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "core/quoted.h"
 #include "core/status_macros.h"
+#include "rpc/token.h"
 
 namespace strata {
 namespace {
@@ -34,6 +37,21 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
   return pem;
 }
 
+// Adds `authorization: Bearer TOKEN` to every call of a channel.
+class BearerToken final : public grpc::MetadataCredentialsPlugin {
+ public:
+  explicit BearerToken(const std::string& token) : value_(absl::StrCat(kBearerPrefix, token)) {}
+  bool IsBlocking() const override { return false; }
+  grpc::Status GetMetadata(grpc::string_ref, grpc::string_ref, const grpc::AuthContext&,
+                           std::multimap<grpc::string, grpc::string>* metadata) override {
+    metadata->emplace(kAuthorizationKey, value_);
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::string value_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
@@ -48,15 +66,26 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   return grpc::SslServerCredentials(options);
 }
 
-absl::StatusOr<ChannelCredentials> MakeChannelCredentials(const TlsFiles& files) {
-  if (!files.enabled()) return PlaintextCredentials();
+absl::StatusOr<ChannelCredentials> MakeChannelCredentials(const TlsFiles& files,
+                                                          const std::string& token) {
+  if (!files.enabled()) {
+    if (!token.empty()) {
+      return absl::InvalidArgumentError(
+          "a token is sent over TLS only: give the cluster's CA (--tls_ca, tls_ca_file)");
+    }
+    return PlaintextCredentials();
+  }
   grpc::SslCredentialsOptions options;
   ASSIGN_OR_RETURN(options.pem_root_certs, ReadPem(files.ca_file, "tls_ca"));
   if (!files.cert_file.empty() || !files.key_file.empty()) {
     ASSIGN_OR_RETURN(options.pem_cert_chain, ReadPem(files.cert_file, "tls_cert"));
     ASSIGN_OR_RETURN(options.pem_private_key, ReadPem(files.key_file, "tls_key"));
   }
-  return grpc::SslCredentials(options);
+  ChannelCredentials tls = grpc::SslCredentials(options);
+  if (token.empty()) return tls;
+  RETURN_IF_ERROR(ValidateToken(token, "token"));
+  return grpc::CompositeChannelCredentials(
+      tls, grpc::MetadataCredentialsFromPlugin(std::make_unique<BearerToken>(token)));
 }
 
 ChannelCredentials PlaintextCredentials() { return grpc::InsecureChannelCredentials(); }

@@ -33,9 +33,12 @@ using ChannelCredentials = std::shared_ptr<grpc::ChannelCredentials>;
 // Plaintext without `files`, else TLS: a server needs cert, key and CA; a
 // channel needs the CA, and cert with key or neither. INVALID_ARGUMENT naming
 // the flag (--tls_cert, --tls_key, --tls_ca) that is missing or unreadable.
+// A channel's calls present `token` (rpc/token.h) when it is not empty,
+// which needs TLS.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& files);
-absl::StatusOr<ChannelCredentials> MakeChannelCredentials(const TlsFiles& files);
+absl::StatusOr<ChannelCredentials> MakeChannelCredentials(const TlsFiles& files,
+                                                          const std::string& token = "");
 
 // Plaintext channel credentials.
 ChannelCredentials PlaintextCredentials();

@@ -107,9 +107,21 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
                            absl::StrCat(options.data_dir, "/saved-chunks"), std::move(root)));
   ASSIGN_OR_RETURN(server->metrics_, Metrics::Start(options.metrics_listen_address));
   server->service_->ExportMetrics(server->metrics_.get());
+  grpc::Service* served = server->service_.get();
+  if (options.auth) {
+    if (!options.tls.enabled()) {
+      return absl::InvalidArgumentError(
+          "--auth needs TLS (--tls_cert, --tls_key, --tls_ca): the coordinator is known by its "
+          "certificate, and tokens travel in the clear without it");
+    }
+    ASSIGN_OR_RETURN(server->auth_, Authenticator::Create("", server->service_.get()));
+    server->authorized_ =
+        std::make_unique<AuthorizedShardServer>(server->service_.get(), server->auth_.get());
+    served = server->authorized_.get();
+  }
   std::string bound;
-  ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, options.tls,
-                                          server->service_.get(), server->metrics_.get(), &bound));
+  ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, options.tls, served,
+                                          server->metrics_.get(), &bound));
   server->address_ = options.advertise_address.empty() ? bound : options.advertise_address;
   RETURN_IF_ERROR(RegisterWithCoordinator(options, server->address_, server->gpu_.get()));
   MarkServing(server->server_.get(), v1::ShardServer::service_full_name());
@@ -134,7 +146,10 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
                                  " NVMe executor thread(s))"),
               ", ", options.executor_threads, " executor thread(s) and ",
               server->checkpoint_arena_->retained_bytes(), " bytes kept for checkpoint buffers; ",
-              DescribeTls(options.tls));
+              DescribeTls(options.tls), "; ",
+              options.auth ? "authentication on: the coordinator's certificate, the jobs' worker "
+                             "tokens"
+                           : DescribeAuth(nullptr));
   return server;
 }
 
@@ -151,7 +166,9 @@ void ShardServer::Shutdown() {
   nvme_executor_.reset();
   if (save_host_chunks_) service_->SaveMemoryChunks();
   metrics_.reset();  // before the service its scrapes read
+  authorized_.reset();
   service_.reset();
+  auth_.reset();
   metadata_.reset();  // closes RocksDB
   LogEventCat("server", "shut down ", address_);
 }

@@ -17,6 +17,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/thread_pool.h"
+#include "rpc/authenticator.h"
+#include "rpc/authorized_services.h"
 #include "rpc/metrics.h"
 #include "rpc/tls.h"
 #include "shard/shard_service.h"
@@ -40,6 +42,10 @@ struct ShardServerOptions {
   // Its server's certificate, also presented to the coordinator; plaintext
   // without (rpc/tls.h).
   TlsFiles tls;
+  // Authentication (needs `tls`): control RPCs from the coordinator's
+  // certificate only, a job's RPCs from callers presenting its worker token
+  // (rpc/auth_policy.h). Off: any caller may do anything.
+  bool auth = false;
   // The GPU tier on GPU gpu_device: gpu_budget_bytes, or kNoGpuTier, or
   // kAutoGpuBudget (80% of the GPU's free memory at start-up where a GPU is
   // found, no GPU tier where none is).
@@ -105,6 +111,9 @@ class ShardServer {
   std::unique_ptr<ThreadPool> nvme_executor_;
   std::unique_ptr<StateArena> checkpoint_arena_;
   std::unique_ptr<ShardService> service_;
+  // With `auth`: who calls, and the gate every call passes.
+  std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<AuthorizedShardServer> authorized_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<StorageProbe> storage_probe_;  // sets server_'s health
 };

@@ -61,6 +61,10 @@ ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at s
 ABSL_FLAG(int64_t, storage_probe_ms, 1000,
           "how often --data_dir and --nvme_dir are probed with a synced write; while they fail "
           "(a full or broken disk) the server answers NOT_SERVING to health checks");
+ABSL_FLAG(bool, auth, false,
+          "authentication (needs TLS): control RPCs from the coordinator's certificate (CN "
+          "strata-coordinator) only, a job's pushes, pulls and state from callers with its "
+          "worker token only. Use with the coordinator's --auth_file");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port to serve Prometheus metrics on (/metrics); port 0 picks a free port; "
           "empty: no metrics endpoint");
@@ -90,6 +94,7 @@ int main(int argc, char** argv) {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   options.tls = strata::TlsFilesFromFlags();
+  options.auth = absl::GetFlag(FLAGS_auth);
   const int64_t gpu_budget_mib = absl::GetFlag(FLAGS_gpu_budget_mib);
   options.gpu_budget_bytes = gpu_budget_mib > 0 ? gpu_budget_mib << 20 : gpu_budget_mib;
   options.gpu_device = absl::GetFlag(FLAGS_gpu_device);

@@ -209,6 +209,15 @@ grpc::ServerUnaryReactor* ShardService::AllocateChunks(grpc::CallbackServerConte
   return FinishUnary(ctx, allocated);
 }
 
+std::optional<std::string> ShardService::JobOfToken(absl::string_view digest) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, job] : jobs_) {
+    const std::string& sha256 = job->record.worker_token_sha256();
+    if (!sha256.empty() && sha256 == digest) return id;
+  }
+  return std::nullopt;
+}
+
 void ShardService::AddJob(std::shared_ptr<Job> job) {
   for (const auto& [begin, chunk] : job->chunks_by_begin) {
     if (chunk->tier() == TierKind::kNvme) continue;

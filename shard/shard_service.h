@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/path_root.h"
 #include "core/thread_pool.h"
+#include "rpc/authenticator.h"
 #include "rpc/metrics.h"
 #include "shard/chunk.h"
 #include "shard/state_arena.h"
@@ -32,7 +33,7 @@
 
 namespace strata {
 
-class ShardService final : public v1::ShardServer::CallbackService {
+class ShardService final : public v1::ShardServer::CallbackService, public WorkerTokens {
  public:
   // Chunk states go to `gpu` first (nullptr: none), then `host`, then `nvme`
   // (nullptr: none). Chunks are applied on `executor`, those whose state is on NVMe on
@@ -58,6 +59,8 @@ class ShardService final : public v1::ShardServer::CallbackService {
   // service): per tier budget, bytes and chunks, NVMe bytes read and written,
   // bytes pushed and pulled, and a histogram of chunk apply times.
   void ExportMetrics(Metrics* metrics);
+  // The job whose AllocateChunks carried `digest` as its worker token's.
+  std::optional<std::string> JobOfToken(absl::string_view digest) const override;
 
   grpc::ServerUnaryReactor* AllocateChunks(grpc::CallbackServerContext* ctx,
                                            const v1::AllocateChunksRequest* request,

@@ -23,6 +23,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   CoordinatorOptions coordinator;
   coordinator.checkpoint_root = checkpoint_root;
   coordinator.tls = options.coordinator_tls;
+  coordinator.auth_file = options.auth_file;
   coordinator.data_dir = absl::StrCat(pattern, "/coordinator");
   coordinator.worker_lease = options.worker_lease;
   if (options.serve_metrics) coordinator.metrics_listen_address = "127.0.0.1:0";
@@ -33,6 +34,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     server.data_dir = absl::StrCat(pattern, "/server", i);
     server.checkpoint_root = checkpoint_root;
     server.tls = options.server_tls;
+    server.auth = !options.auth_file.empty();
     server.gpu_budget_bytes = options.gpu_budget_bytes;
     server.host_budget_bytes = options.host_budget_bytes;
     server.executor_threads = options.executor_threads;

@@ -36,6 +36,9 @@ struct LocalClusterOptions {
   // TLS of the coordinator and of every server (rpc/tls.h); none: plaintext.
   TlsFiles coordinator_tls;
   TlsFiles server_tls;
+  // Authentication (needs TLS): the coordinator's --auth_file, and --auth on
+  // every server; empty: none.
+  std::string auth_file;
   // Servers save their host-memory chunks when they stop (RestartServer()
   // then brings them back); off: the data directory goes with the cluster.
   bool save_host_chunks = false;

@@ -20,6 +20,7 @@
 #include "rpc/grpc_util.h"
 #include "rpc/job_spec.h"
 #include "rpc/tls_flags.h"
+#include "rpc/token.h"
 #include "strata/client.h"
 #include "strata/flat_layout.h"
 #include "strata/v1/coordinator.grpc.pb.h"
@@ -36,6 +37,9 @@ ABSL_FLAG(std::string, out, "", "export: the directory to write model.safetensor
 ABSL_FLAG(std::string, dir, "",
           "checkpoint: the directory of the job's checkpoints (default: the job's, else the "
           "coordinator's --checkpoint_dir)");
+ABSL_FLAG(std::string, token_file, "",
+          "where the cluster authenticates callers: a file holding your user's or operator's "
+          "token (or a job's worker token); needs --tls_ca");
 ABSL_FLAG(bool, with_optimizer_state, false,
           "export: also write each tensor's Adam moments, as NAME.exp_avg and NAME.exp_avg_sq");
 ABSL_FLAG(std::string, service, "",
@@ -76,13 +80,20 @@ constexpr char kUsage[] =
     "      the standard gRPC health check (grpc.health.v1) of a coordinator or shard\n"
     "      server; exits 0 when it is SERVING, 1 otherwise (for container health checks)\n"
     "With TLS on the daemons, every command takes --tls_ca=FILE (their CA) and, where\n"
-    "they ask for one, --tls_cert=FILE --tls_key=FILE.";
+    "they ask for one, --tls_cert=FILE --tls_key=FILE; with authentication on,\n"
+    "--token_file=FILE (your user's or operator's token).";
 
-// The channel credentials of the --tls_* flags; exits with the error when
-// they are unusable.
+// The channel credentials of the --tls_* flags and --token_file; exits with
+// the error when they are unusable.
 const ChannelCredentials& Credentials() {
   static const ChannelCredentials* credentials = [] {
-    absl::StatusOr<ChannelCredentials> made = MakeChannelCredentials(TlsFilesFromFlags());
+    absl::StatusOr<ChannelCredentials> made = []() -> absl::StatusOr<ChannelCredentials> {
+      std::string token;
+      if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {
+        ASSIGN_OR_RETURN(token, ReadTokenFile(file, "--token_file"));
+      }
+      return MakeChannelCredentials(TlsFilesFromFlags(), token);
+    }();
     if (!made.ok()) {
       std::fprintf(stderr, "stratactl: %s\n", std::string(made.status().message()).c_str());
       std::exit(2);
@@ -241,7 +252,7 @@ class Ctl {
     if (!layout.ok()) return layout.status();
     absl::StatusOr<DType> dtype = DTypeFromProto(job.spec().dtype());
     if (!dtype.ok()) return dtype.status();
-    ShardTransport transport(job_id, &*layout, *dtype, Credentials());
+    ShardTransport transport(job_id, &*layout, *dtype, TlsFilesFromFlags());
     if (absl::Status s = transport.SetPlacement(job); !s.ok()) return s;
     absl::StatusOr<MasterState> state =
         transport.ReadMasterState(absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));

@@ -66,6 +66,12 @@ struct ClientOptions {
   std::string tls_ca_file;
   std::string tls_cert_file;
   std::string tls_key_file;
+  // Where the cluster authenticates callers (strata-coordinator --auth_file):
+  // a file holding a user's token (the user creates the job and owns it) or
+  // the job's worker token (JobInfo.worker_token, which a launcher hands to
+  // its workers). Needs TLS. Either way the shard servers see the job's
+  // worker token, which the coordinator returns. Empty: no token.
+  std::string token_file;
   std::string job_id;
   // Unique per worker process; default: "<hostname>-<pid>".
   std::string worker_id;
