@@ -79,12 +79,14 @@ std::unique_ptr<Client> Connect(const std::string& coordinator, const std::strin
                                 py::object loss_scale, double max_grad_norm,
                                 py::object initial_params, const std::string& restore_from,
                                 double timeout_s, const std::string& tls_ca,
-                                const std::string& tls_cert, const std::string& tls_key) {
+                                const std::string& tls_cert, const std::string& tls_key,
+                                const std::string& token_file) {
   ClientOptions options;
   options.coordinator_address = coordinator;
   options.tls_ca_file = tls_ca;
   options.tls_cert_file = tls_cert;
   options.tls_key_file = tls_key;
+  options.token_file = token_file;
   options.job_id = job;
   options.worker_id = worker_id;
   options.tensors = ToSpecs(tensors);
@@ -278,5 +280,6 @@ PYBIND11_MODULE(_strata, m) {
         py::arg("dtype"), py::arg("params"), py::arg("loss_scale"), py::arg("max_grad_norm"),
         py::arg("initial_params"), py::arg("restore_from"), py::arg("timeout_s"),
         py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
+        py::arg("token_file") = "",
         "Creates or joins a job and returns its Client (strata::Client::Connect)");
 }

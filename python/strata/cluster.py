@@ -5,7 +5,10 @@ processes, for the launcher, tests and benchmarks.
         ... cluster.coordinator ...   # "127.0.0.1:PORT"
 
 The daemons' data and logs go to a temporary directory (removed on exit unless
-`data_dir` is given); their binaries come from `binaries_dir()`. Not
+`data_dir` is given); their binaries come from `binaries_dir()`. With
+`tls_dir` (as deploy/make-certs.sh makes it: ca.pem, coordinator.pem/.key,
+server.pem/.key) the daemons use TLS; with `auth_file` too, the coordinator
+authenticates callers with it (--auth_file) and the servers with --auth. Not
 thread-safe: one thread starts and stops a cluster.
 """
 
@@ -34,8 +37,13 @@ def binaries_dir():
 
 
 class LocalCluster:
-    def __init__(self, servers=2, host_budget_mib=1024, data_dir=None, start_timeout_s=30.0):
+    def __init__(self, servers=2, host_budget_mib=1024, data_dir=None, start_timeout_s=30.0,
+                 tls_dir=None, auth_file=None):
+        if auth_file and not tls_dir:
+            raise ValueError("auth_file needs tls_dir: tokens travel over TLS only")
         self.servers = servers
+        self.tls_dir = tls_dir
+        self.auth_file = auth_file
         self.host_budget_mib = host_budget_mib
         self.start_timeout_s = start_timeout_s
         self._own_dir = data_dir is None
@@ -55,12 +63,21 @@ class LocalCluster:
     def __exit__(self, *exc):
         self.stop()
 
+    def _tls_flags(self, role):
+        if not self.tls_dir:
+            return []
+        return ["--tls_cert=" + os.path.join(self.tls_dir, role + ".pem"),
+                "--tls_key=" + os.path.join(self.tls_dir, role + ".key"),
+                "--tls_ca=" + os.path.join(self.tls_dir, "ca.pem")]
+
     def start(self):
         bin_dir = binaries_dir()
         self.coordinator = self._start_daemon(
             "coordinator",
             [os.path.join(bin_dir, "strata-coordinator"), "--listen=127.0.0.1:0",
-             "--data_dir=" + os.path.join(self.data_dir, "coordinator")])
+             "--data_dir=" + os.path.join(self.data_dir, "coordinator")]
+            + self._tls_flags("coordinator")
+            + (["--auth_file=" + self.auth_file] if self.auth_file else []))
         for i in range(self.servers):
             name = "server%d" % i
             self.server_addresses.append(self._start_daemon(
@@ -69,7 +86,8 @@ class LocalCluster:
                  "--coordinator=" + self.coordinator,
                  "--data_dir=" + os.path.join(self.data_dir, name),
                  "--checkpoint_root=" + self.data_dir,
-                 "--host_budget_mib=%d" % self.host_budget_mib]))
+                 "--host_budget_mib=%d" % self.host_budget_mib]
+                + self._tls_flags("server") + (["--auth"] if self.auth_file else [])))
 
     def _start_daemon(self, name, argv):
         ready = os.path.join(self.data_dir, name + ".addr")

@@ -13,6 +13,9 @@ ShardedOptimizer reads by default:
     STRATA_LOCAL_RANK   0 .. N-1 (the rank is the client's, not this)
     STRATA_TLS_CA       with --tls-ca: the CA of a coordinator that uses TLS
                         (STRATA_TLS_CERT/STRATA_TLS_KEY, if set, are passed on)
+    STRATA_TOKEN_FILE   with --token-file: the file of the token the workers
+                        present to a coordinator that authenticates callers
+                        (the user's: the job is created as theirs)
 
 Without --coordinator it starts a local cluster (a coordinator and --servers
 shard servers on loopback, see strata.cluster) and stops it afterwards. If a
@@ -41,6 +44,10 @@ def parse_args(argv):
     parser.add_argument("--tls-ca", default="",
                         help="CA certificate of a coordinator that uses TLS (passed to the "
                              "workers as STRATA_TLS_CA)")
+    parser.add_argument("--token-file", default="",
+                        help="file holding your token, for a coordinator that authenticates "
+                             "callers (passed to the workers as STRATA_TOKEN_FILE; needs "
+                             "--tls-ca)")
     parser.add_argument("--servers", type=int, default=2,
                         help="shard servers of the local cluster (default 2)")
     parser.add_argument("--host-budget-mib", type=int, default=1024,
@@ -53,6 +60,8 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.workers < 1 or args.servers < 1:
         parser.error("--workers and --servers must be >= 1")
+    if args.token_file and not args.tls_ca:
+        parser.error("--token-file needs --tls-ca: a token is sent over TLS only")
     return args
 
 
@@ -65,6 +74,8 @@ def run_workers(args, coordinator):
                    STRATA_LOCAL_RANK=str(i))
         if args.tls_ca:
             env["STRATA_TLS_CA"] = args.tls_ca
+        if args.token_file:
+            env["STRATA_TOKEN_FILE"] = os.path.abspath(args.token_file)
         workers.append(subprocess.Popen([sys.executable, args.script] + args.script_args,
                                         env=env))
     status = 0

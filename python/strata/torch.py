@@ -18,7 +18,9 @@ pull, all-gather) and writes the updated parameters into the model.
 
 Run workers with `python3 -m strata.launch --workers N script.py`; the
 coordinator, job id and world size then come from the environment (and, for a
-coordinator that uses TLS, STRATA_TLS_CA; or pass tls_ca=, tls_cert=, tls_key=).
+coordinator that uses TLS, STRATA_TLS_CA; or pass tls_ca=, tls_cert=, tls_key=;
+for one that authenticates callers, STRATA_TOKEN_FILE or token_file=: a file
+holding the user's token or the job's worker token).
 
 Not thread-safe: one thread drives an optimizer (as with any torch one).
 """
@@ -54,7 +56,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
                  eps=1e-8, weight_decay=0.0, dtype=torch.float16, loss_scale="dynamic",
                  max_grad_norm=0.0, accumulation_steps=1, adamw=True, world_size=None,
                  worker_id=None, chunk_params=1 << 22, restore_from="", timeout_s=60.0,
-                 params="replicated", tls_ca=None, tls_cert=None, tls_key=None):
+                 params="replicated", tls_ca=None, tls_cert=None, tls_key=None,
+                 token_file=None):
         if dtype not in _DTYPE_NAMES:
             raise ValueError("dtype must be torch.float16, torch.bfloat16 or torch.float32, "
                              "not %s" % (dtype,))
@@ -71,6 +74,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         tls_ca = tls_ca or os.environ.get("STRATA_TLS_CA", "")
         tls_cert = tls_cert or os.environ.get("STRATA_TLS_CERT", "")
         tls_key = tls_key or os.environ.get("STRATA_TLS_KEY", "")
+        token_file = token_file or os.environ.get("STRATA_TOKEN_FILE", "")
 
         named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
         if not named:
@@ -118,7 +122,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
             weight_decay=weight_decay, adamw=adamw, dtype=_DTYPE_NAMES[dtype], params=params,
             loss_scale=loss_scale, max_grad_norm=max_grad_norm,
             initial_params=None if restore_from else self._flat, restore_from=restore_from,
-            timeout_s=timeout_s, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
+            timeout_s=timeout_s, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
+            token_file=token_file)
         self._on_demand = None
         if params == "on_demand":
             self._flat = self._views = None  # the model's copy goes; gathers bring it back

@@ -286,6 +286,40 @@ class OptimizerApiTest(unittest.TestCase):
 
 
 class LauncherTest(unittest.TestCase):
+    def test_a_users_token_trains_as_without_authentication(self):
+        """strata.launch --tls-ca --token-file against a cluster with TLS and
+        an auth file: the job trains bitwise as on a plain cluster; without
+        the token the workers are refused."""
+        with tempfile.TemporaryDirectory() as tmp:
+            tls = os.path.join(tmp, "tls")
+            subprocess.run(["bash", os.path.join(SOURCE_DIR, "deploy", "make-certs.sh"), tls],
+                           check=True, stdout=subprocess.DEVNULL, timeout=60)
+            token = "alice-" + os.urandom(16).hex()
+            auth_file, token_file = os.path.join(tmp, "auth"), os.path.join(tmp, "alice.token")
+            with open(auth_file, "w") as f:
+                f.write("user alice %s\n" % token)
+            with open(token_file, "w") as f:
+                f.write(token + "\n")
+            args = ["--dtype", "fp32", "--steps", "5"]
+            authed, plain = os.path.join(tmp, "authed.pt"), os.path.join(tmp, "plain.pt")
+            with LocalCluster(tls_dir=tls, auth_file=auth_file) as cluster:
+                launcher = [sys.executable, "-m", "strata.launch", "--workers", "2",
+                            "--coordinator", cluster.coordinator,
+                            "--tls-ca", os.path.join(tls, "ca.pem")]
+                args_quiet = args + ["--log-every", "1000000"]
+                subprocess.run(launcher + ["--token-file", token_file, EXAMPLE,
+                                           "--save-weights", authed] + args_quiet,
+                               check=True, timeout=300)
+                refused = subprocess.run(launcher + ["--job", "no-token", EXAMPLE] + args_quiet,
+                                         stderr=subprocess.PIPE, text=True, timeout=300)
+            self.assertNotEqual(refused.returncode, 0)
+            self.assertIn("UNAUTHENTICATED", refused.stderr)
+            launch(2, "--save-weights", plain, *args)
+            got, want = torch.load(authed), torch.load(plain)
+        self.assertEqual(sorted(got), sorted(want))
+        for name in want:
+            self.assertTrue(torch.equal(got[name], want[name]), name)
+
     def test_a_failing_worker_fails_the_launch(self):
         with tempfile.NamedTemporaryFile("w", suffix=".py") as script:
             script.write("import os, sys\nsys.exit(3 if os.environ['STRATA_LOCAL_RANK'] == '1' "
