@@ -4,9 +4,10 @@
 # services use the host's network), makes the debian:bookworm-slim base image
 # with debootstrap when it is missing (no registry is needed), builds the
 # images, starts the coordinator, two shard servers (state on their NVMe
-# tiers) and Prometheus with TLS on (certificates from the compose file's
-# certs service), waits for their health checks, checks that a plaintext
-# client is refused, trains the example
+# tiers) and Prometheus with TLS and tokens on (certificates and tokens from
+# the compose file's certs service), waits for their health checks, checks
+# that a plaintext client and one without a token are refused, trains the
+# example
 # trainer on this host for 20 steps while one server container is restarted,
 # checks placement on both servers and one metric through Prometheus's HTTP
 # API, then removes its containers and volumes and stops the daemon it
@@ -33,10 +34,11 @@ if [ "$memlock_kib" != unlimited ]; then
   export STRATA_MEMLOCK_BYTES=$((memlock_kib * 1024)) STRATA_PIN_HOST_MEMORY=false
 fi
 coordinator=127.0.0.1:$STRATA_COORDINATOR_PORT
-# The cluster makes its CA and certificates here (the certs service); the
-# trainer and stratactl below verify the daemons with its CA.
+# The cluster makes its CA, certificates and tokens here (the certs
+# service); the trainer and stratactl below verify the daemons with its CA
+# and present the user's token.
 export STRATA_TLS_DIR=$work/tls
-tls=(--tls_ca="$STRATA_TLS_DIR/ca.pem")
+tls=(--tls_ca="$STRATA_TLS_DIR/ca.pem" --token_file="$STRATA_TLS_DIR/user.token")
 
 log() { echo "deploy-test: $*"; }
 compose() { docker-compose -p "$project" --profile metrics "$@"; }
@@ -94,6 +96,12 @@ if build/bin/stratactl --target=$coordinator health >"$work/plaintext.log" 2>&1;
   log "the coordinator answered a plaintext client"; exit 1
 fi
 log "TLS on: a plaintext client is refused ($(tail -1 "$work/plaintext.log"))"
+if build/bin/stratactl --coordinator=$coordinator --tls_ca="$STRATA_TLS_DIR/ca.pem" jobs \
+  >"$work/no-token.log" 2>&1; then
+  log "the coordinator answered a client without a token"; exit 1
+fi
+grep -q UNAUTHENTICATED "$work/no-token.log" || { cat "$work/no-token.log"; exit 1; }
+log "authentication on: a client without a token is refused"
 
 log "training 20 steps; server-1 restarts on the way"
 build/bin/mlp_trainer --coordinator=$coordinator "${tls[@]}" --job=deploy-test --workers=1 --steps=20 \
@@ -112,6 +120,10 @@ for port in $STRATA_SERVER0_PORT $STRATA_SERVER1_PORT; do
   echo "$placement" | grep -q "127.0.0.1:$port" || { log "no chunk on :$port"; exit 1; }
 done
 echo "$placement" | grep -q '"tier":"nvme"' || { log "no chunk on NVMe"; exit 1; }
+
+build/bin/stratactl --coordinator=$coordinator --tls_ca="$STRATA_TLS_DIR/ca.pem" \
+  --token_file="$STRATA_TLS_DIR/operator.token" jobs | grep -q deploy-test ||
+  { log "the operator does not see the user's job"; exit 1; }
 
 log "saving a checkpoint into the volume the daemons share"
 checkpoint=$(build/bin/stratactl --coordinator=$coordinator "${tls[@]}" --job=deploy-test --json checkpoint save)

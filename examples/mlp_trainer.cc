@@ -38,6 +38,8 @@ ABSL_FLAG(std::string, tls_ca, "",
           "the CA certificate (PEM) of a cluster that uses TLS; empty: plaintext");
 ABSL_FLAG(std::string, tls_cert, "", "this trainer's certificate (PEM), where the cluster asks");
 ABSL_FLAG(std::string, tls_key, "", "its private key (PEM)");
+ABSL_FLAG(std::string, token_file, "",
+          "a file holding your token, where the cluster authenticates callers (needs --tls_ca)");
 ABSL_FLAG(std::string, summary_file, "",
           "rank 0 writes the JSON summary line to this file instead of stdout");
 
@@ -115,6 +117,7 @@ int main(int argc, char** argv) {
   options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options.token_file = absl::GetFlag(FLAGS_token_file);
   options.tensors = {{"fc1.weight", {d.in, d.hidden}},
                      {"fc1.bias", {d.hidden}},
                      {"fc2.weight", {d.hidden, d.out}},
