@@ -11,6 +11,7 @@
 #include "coordinator/generation_stream.h"
 #include "coordinator/job_info.h"
 #include "coordinator/placement.h"
+#include "coordinator/server_record.h"
 #include "core/log.h"
 #include "core/quoted.h"
 #include "core/status_macros.h"
@@ -112,7 +113,7 @@ absl::Status CoordinatorService::Load() {
 
 absl::Status CoordinatorService::DoRegister(const v1::RegisterServerRequest& request) {
   const v1::ServerRecord& server = request.server();
-  if (server.address().empty()) return absl::InvalidArgumentError("server address is empty");
+  RETURN_IF_ERROR(ValidateServerRecord(server));
   RETURN_IF_ERROR(
       metadata_->Put(absl::StrCat(kServerPrefix, server.address()), server.SerializeAsString()));
   {

@@ -449,6 +449,31 @@ TEST(ShardServerStartUpTest, ACheckpointMemoryLimitBelowTheKeptBufferIsRefused) 
                                ::testing::HasSubstr("kept (64 MiB)")));
 }
 
+// A registration that would have the coordinator dial a malformed address
+// or add budgets that overflow: refused, and the fleet stays as it was.
+TEST_F(BadInputTest, MalformedServerRegistrationsAreRefused) {
+  for (const std::string& address :
+       {std::string("no-port"), std::string("evil host:1"), std::string(1 << 20, 'x') + ":1"}) {
+    v1::RegisterServerRequest request;
+    request.mutable_server()->set_address(address);
+    request.mutable_server()->set_host_budget_bytes(1 << 20);
+    v1::RegisterServerResponse response;
+    absl::Status s = CallUnary(coordinator_.get(), &v1::Coordinator::Stub::RegisterServer, request,
+                               &response, absl::Seconds(10));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), HasSubstr("server.address"));
+  }
+  v1::RegisterServerRequest huge;
+  huge.mutable_server()->set_address("127.0.0.1:1");
+  huge.mutable_server()->set_host_budget_bytes(~uint64_t{0});
+  v1::RegisterServerResponse response;
+  absl::Status s = CallUnary(coordinator_.get(), &v1::Coordinator::Stub::RegisterServer, huge,
+                             &response, absl::Seconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("server.host_budget_bytes"));
+  // TearDown: placement and state unchanged, the job still trains.
+}
+
 TEST_F(BadInputTest, MembershipRequestsNameTheProblem) {
   auto call = [&](auto method, const auto& request, auto* response) {
     return CallUnary(coordinator_.get(), method, request, response, absl::Seconds(10));
