@@ -1,5 +1,6 @@
 #include "shard/chunk.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -271,22 +272,49 @@ void Chunk::FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status&
   for (auto& [begin, push] : pushes) std::move(push.done)(error);
 }
 
-void Chunk::Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done) {
+uint64_t Chunk::Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done) {
   absl::MutexLock lock(&mu_);
   // While applying, the next step's copy takes the buffer of the step before.
   if (step == applied_step_ || (step == applied_step_ - 1 && previous_copy_valid_ && !applying_)) {
     std::move(done)(absl::OkStatus(), step, CopyView(step, begin, n));
-    return;
+    return 0;
   }
   if (step == applied_step_ + 1) {
-    waiters_.push_back(Waiter{step, begin, n, std::move(done)});
-    return;
+    if (waiters_.size() >= kMaxWaitingPulls) {
+      std::move(done)(absl::ResourceExhaustedError(absl::StrCat(
+                          "chunk ", chunk_id_, " of job ", job_id_, " has ", waiters_.size(),
+                          " pulls waiting for step ", step, " (the most it keeps); retry later")),
+                      applied_step_, {});
+      return 0;
+    }
+    waiters_.push_back(Waiter{++last_ticket_, step, begin, n, std::move(done)});
+    return last_ticket_;
   }
   std::move(done)(absl::AbortedError(absl::StrCat(
                       "chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
                       applying_ ? " and applying the next" : "", "; cannot pull step ", step,
                       step == applied_step_ - 1 ? " (its copy is not kept)" : "")),
                   applied_step_, {});
+  return 0;
+}
+
+void Chunk::CancelPull(uint64_t ticket) {
+  std::optional<Waiter> cancelled;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find_if(waiters_.begin(), waiters_.end(),
+                           [ticket](const Waiter& w) { return w.ticket == ticket; });
+    if (it == waiters_.end()) return;
+    cancelled = std::move(*it);
+    waiters_.erase(it);
+  }
+  std::move(cancelled->done)(absl::CancelledError("the pull was cancelled by its caller"),
+                             cancelled->step, {});
+}
+
+size_t Chunk::waiting_pulls() const {
+  absl::MutexLock lock(&mu_);
+  return waiters_.size();
 }
 
 absl::Status Chunk::WriteParams(uint64_t begin, const float* params, uint64_t n) {

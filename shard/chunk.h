@@ -64,6 +64,9 @@ struct StepScalars {
 
 class Chunk {
  public:
+  // The most pulls one chunk keeps waiting for its next step: every worker
+  // of the largest job pulls each of its chunks once or a few times a step.
+  static constexpr size_t kMaxWaitingPulls = 4096;
   // Receives the low-precision parameters of the pulled range, or an error.
   using PullDone = absl::AnyInvocable<void(absl::Status, int64_t step, absl::string_view bytes) &&>;
   // Receives the outcome of a staged push: OK once its step is applied, or
@@ -127,8 +130,15 @@ class Chunk {
   void Apply();
   // Answers with the copy of [begin, begin + n) at `step`: now for the
   // applied step (and the one before, while its copy is kept), once applied
-  // for the next; ABORTED otherwise.
-  void Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done);
+  // for the next; ABORTED otherwise; RESOURCE_EXHAUSTED when
+  // kMaxWaitingPulls pulls wait already. Returns the ticket of a pull that
+  // waits (CancelPull() ends it), 0 for one answered at once.
+  uint64_t Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done);
+  // Ends the waiting pull `ticket` with CANCELLED (its caller gave up);
+  // nothing when it was answered already.
+  void CancelPull(uint64_t ticket);
+  // Pulls waiting for the next step.
+  size_t waiting_pulls() const;
   // Sets FP32 master weights of [begin, begin + n) before the first step;
   // FAILED_PRECONDITION once a step was pushed or applied; the tier's error
   // when the state cannot be loaded or committed.
@@ -181,6 +191,7 @@ class Chunk {
     PushDone done;
   };
   struct Waiter {
+    uint64_t ticket;
     int64_t step;
     uint64_t begin;
     uint64_t n;
@@ -280,6 +291,7 @@ class Chunk {
   // The loss scaler after each of the last two applied steps (by step & 1).
   std::optional<LossScaleState> loss_scales_[2] ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_ticket_ ABSL_GUARDED_BY(mu_) = 0;
   // The armed checkpoint's step, or -1, and the error that disarmed it, if
   // any; the arena its buffers come from. A host-tier chunk's second buffer
   // (empty unless a checkpoint needs it), whether it holds the live state,

@@ -374,6 +374,54 @@ grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
+namespace {
+
+// A Pull whose answer may wait for the chunk's next step: the caller's
+// cancellation (or deadline) ends the wait and frees its place on the chunk.
+// The handler calls Waiting() once, after the chunk's Pull() returned; the
+// reactor deletes itself after that and OnDone(), whichever comes last (the
+// answer may be sent, and the call done, before Pull() returns).
+class PullReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit PullReactor(std::shared_ptr<Chunk> chunk) : chunk_(std::move(chunk)) {}
+
+  // `ticket`: what the chunk's Pull() returned.
+  void Waiting(uint64_t ticket) {
+    bool cancelled;
+    {
+      absl::MutexLock lock(&mu_);
+      ticket_ = ticket;
+      cancelled = cancelled_;
+    }
+    if (cancelled && ticket != 0) chunk_->CancelPull(ticket);
+    Unref();
+  }
+
+  void OnCancel() override {
+    uint64_t ticket;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      ticket = ticket_;
+    }
+    if (ticket != 0) chunk_->CancelPull(ticket);
+  }
+  void OnDone() override { Unref(); }
+
+ private:
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  const std::shared_ptr<Chunk> chunk_;
+  std::atomic<int> refs_{2};  // the handler's and gRPC's
+  absl::Mutex mu_;
+  uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
 grpc::ServerUnaryReactor* ShardService::Pull(grpc::CallbackServerContext* ctx,
                                              const v1::PullRequest* request,
                                              v1::PullResponse* response) {
@@ -381,8 +429,8 @@ grpc::ServerUnaryReactor* ShardService::Pull(grpc::CallbackServerContext* ctx,
   absl::StatusOr<std::shared_ptr<Chunk>> chunk =
       FindChunk(request->job_id(), request->flat_begin(), request->num_params(), &dtype);
   if (!chunk.ok()) return FinishUnary(ctx, chunk.status());
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  (*chunk)->Pull(
+  auto* reactor = new PullReactor(*chunk);
+  const uint64_t ticket = (*chunk)->Pull(
       request->step(), request->flat_begin(), request->num_params(),
       [this, reactor, response, dtype](absl::Status s, int64_t step, absl::string_view bytes) {
         if (s.ok() && pulled_bytes_ != nullptr) pulled_bytes_->Increment(bytes.size());
@@ -393,6 +441,7 @@ grpc::ServerUnaryReactor* ShardService::Pull(grpc::CallbackServerContext* ctx,
         }
         reactor->Finish(ToGrpcStatus(s));
       });
+  reactor->Waiting(ticket);
   return reactor;
 }
 
@@ -440,6 +489,7 @@ grpc::ServerUnaryReactor* ShardService::ListChunks(grpc::CallbackServerContext* 
       row->set_num_bytes(chunk->num_bytes());
       row->set_applied_step(chunk->applied_step());
       row->set_staged_params(chunk->staged_params());
+      row->set_waiting_pulls(chunk->waiting_pulls());
     }
   }
   return FinishUnary(ctx, absl::OkStatus());

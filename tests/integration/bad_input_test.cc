@@ -474,6 +474,37 @@ TEST_F(BadInputTest, MalformedServerRegistrationsAreRefused) {
   // TearDown: placement and state unchanged, the job still trains.
 }
 
+// A pull of the next step whose caller gives up (its deadline) leaves no
+// waiter behind on the chunk (they once stayed until the step came, without
+// bound).
+TEST_F(BadInputTest, APullWhoseCallerGivesUpLeavesNoWaiter) {
+  auto waiting = [&] {
+    v1::ListChunksRequest list;
+    list.set_job_id("bad-input");
+    v1::ListChunksResponse chunks;
+    EXPECT_TRUE(CallUnary(shard_.get(), &v1::ShardServer::Stub::ListChunks, list, &chunks,
+                          absl::Seconds(10))
+                    .ok());
+    uint32_t n = 0;
+    for (const v1::ChunkStatus& c : chunks.chunks()) n += c.waiting_pulls();
+    return n;
+  };
+  for (int i = 0; i < 20; ++i) {
+    v1::PullRequest pull;
+    pull.set_job_id("bad-input");
+    pull.set_step(client_->step() + 1);
+    pull.set_flat_begin(0);
+    pull.set_num_params(64);
+    v1::PullResponse response;
+    absl::Status s = CallUnary(shard_.get(), &v1::ShardServer::Stub::Pull, pull, &response,
+                               absl::Milliseconds(50));
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (waiting() != 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(waiting(), 0u);
+}
+
 TEST_F(BadInputTest, MembershipRequestsNameTheProblem) {
   auto call = [&](auto method, const auto& request, auto* response) {
     return CallUnary(coordinator_.get(), method, request, response, absl::Seconds(10));

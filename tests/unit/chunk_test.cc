@@ -443,5 +443,32 @@ TEST_F(NvmeChunkTest, CorruptionOnDiskIsDataLossNamingChunkAndFile) {
   EXPECT_EQ(chunk_->applied_step(), 1);
 }
 
+TEST_F(ChunkTest, WaitingPullsAreBoundedAndCancellable) {
+  std::vector<absl::Status> got(Chunk::kMaxWaitingPulls + 1, absl::UnknownError("not answered"));
+  std::vector<uint64_t> tickets;
+  for (size_t i = 0; i <= Chunk::kMaxWaitingPulls; ++i) {
+    tickets.push_back(chunk_->Pull(
+        1, kBegin, kN, [&got, i](absl::Status s, int64_t, absl::string_view) { got[i] = s; }));
+  }
+  // The one past the bound is answered at once, and waits nowhere.
+  EXPECT_EQ(tickets.back(), 0u);
+  EXPECT_EQ(got.back().code(), absl::StatusCode::kResourceExhausted) << got.back();
+  EXPECT_EQ(chunk_->waiting_pulls(), Chunk::kMaxWaitingPulls);
+  // A cancelled pull is answered CANCELLED and frees its place; a ticket
+  // already answered or never given changes nothing.
+  chunk_->CancelPull(tickets[7]);
+  EXPECT_EQ(got[7].code(), absl::StatusCode::kCancelled);
+  chunk_->CancelPull(tickets[7]);
+  chunk_->CancelPull(~uint64_t{0});
+  EXPECT_EQ(chunk_->waiting_pulls(), Chunk::kMaxWaitingPulls - 1);
+  // The others are answered by the step.
+  ASSERT_TRUE(Stage(1, kBegin, kN, Grads(kN, 1.0f), 1.0f).ok());
+  chunk_->Apply();
+  EXPECT_EQ(chunk_->waiting_pulls(), 0u);
+  EXPECT_TRUE(got[0].ok()) << got[0];
+  EXPECT_TRUE(got[Chunk::kMaxWaitingPulls - 1].ok());
+  EXPECT_EQ(got[7].code(), absl::StatusCode::kCancelled);
+}
+
 }  // namespace
 }  // namespace strata
