@@ -8,11 +8,12 @@ namespace strata {
 namespace {
 
 // Calls `handler` of `service` when `gate` admits the call, else answers it.
-template <typename Service, typename Request, typename Response>
+// (`handler` is a member of the generated base class that declares it.)
+template <typename Service, typename Base, typename Request, typename Response>
 grpc::ServerUnaryReactor* Gated(
     const AuthGate& gate, Service* service, absl::string_view method, absl::string_view job_id,
-    grpc::ServerUnaryReactor* (Service::*handler)(grpc::CallbackServerContext*, const Request*,
-                                                  Response*),
+    grpc::ServerUnaryReactor* (Base::*handler)(grpc::CallbackServerContext*, const Request*,
+                                               Response*),
     grpc::CallbackServerContext* ctx, const Request* request, Response* response) {
   if (absl::Status s = gate.Admit(*ctx, method, job_id); !s.ok()) return FinishUnary(ctx, s);
   return (service->*handler)(ctx, request, response);

@@ -1,5 +1,7 @@
 // Run-time choice of the kernel variant (isa.h) and the public kernel
 // functions, which forward to the active variant's table.
+#include <cpuid.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -14,17 +16,23 @@
 namespace strata {
 namespace {
 
+// F16C (CPUID leaf 1, ECX bit 29), read directly: clang's
+// __builtin_cpu_supports does not know the feature.
+bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
 bool CpuSupports(Isa isa) {
   switch (isa) {
     case Isa::kScalar:
       return true;
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-             __builtin_cpu_supports("fma");
+      return __builtin_cpu_supports("avx2") && HasF16c() && __builtin_cpu_supports("fma");
     case Isa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("f16c");
+             __builtin_cpu_supports("avx512bf16") && HasF16c();
   }
   return false;
 }
