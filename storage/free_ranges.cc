@@ -34,6 +34,7 @@ std::optional<uint64_t> FreeRanges::TakeFirstFit(uint64_t size) {
 }
 
 bool FreeRanges::TakeAt(uint64_t offset, uint64_t size) {
+  if (offset + size < offset) return false;  // past the end of any space
   auto it = free_.upper_bound(offset);
   if (it == free_.begin() || std::prev(it)->first + std::prev(it)->second < offset + size) {
     return false;

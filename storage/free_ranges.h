@@ -18,7 +18,7 @@ class FreeRanges {
   // them; nullopt when none does.
   std::optional<uint64_t> TakeFirstFit(uint64_t size);
   // Takes [offset, offset + size); false (and nothing taken) unless all of
-  // it is free.
+  // it is free (a range that wraps past 2^64 never is).
   bool TakeAt(uint64_t offset, uint64_t size);
 
  private:

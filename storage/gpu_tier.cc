@@ -34,12 +34,11 @@ class GpuTier : public Tier {
   }
 
   absl::StatusOr<Extent> Allocate(uint64_t num_bytes) override {
-    uint64_t rounded = (num_bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes;
+    uint64_t rounded;
     {
       absl::MutexLock lock(&mu_);
-      if (rounded > budget_bytes_ - used_bytes_) {
-        return BudgetExceeded("gpu tier", num_bytes, used_bytes_, budget_bytes_);
-      }
+      ASSIGN_OR_RETURN(rounded, RoundUpInBudget("gpu tier", num_bytes, kAlignmentBytes, used_bytes_,
+                                                budget_bytes_));
       used_bytes_ += rounded;  // reserved while cudaMalloc runs unlocked
     }
     void* data = nullptr;

@@ -37,11 +37,9 @@ absl::StatusOr<Extent> HostTier::Allocate(uint64_t num_bytes) {
   // unless registered with CUDA, which refuses two registrations of a page.
   const uint64_t alignment =
       num_bytes >= kPageAlignedFromBytes || pinning_ == Pinning::kGpu ? 4096 : 64;
-  uint64_t rounded = (num_bytes + alignment - 1) / alignment * alignment;
   absl::MutexLock lock(&mu_);
-  if (rounded > budget_bytes_ - used_bytes_) {
-    return BudgetExceeded("host tier", num_bytes, used_bytes_, budget_bytes_);
-  }
+  ASSIGN_OR_RETURN(const uint64_t rounded,
+                   RoundUpInBudget("host tier", num_bytes, alignment, used_bytes_, budget_bytes_));
   void* block = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
   if (block == nullptr) {
     return absl::ResourceExhaustedError(

@@ -177,8 +177,9 @@ uint64_t NvmeTier::used_bytes() const {
 }
 
 absl::StatusOr<Extent> NvmeTier::Allocate(uint64_t num_bytes) {
-  uint64_t rounded = RoundUpToBlock(num_bytes);
   absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(const uint64_t rounded, RoundUpInBudget("NVMe tier", num_bytes, kBlockBytes,
+                                                           used_bytes_, budget_bytes_));
   if (std::optional<uint64_t> offset = free_.TakeFirstFit(rounded)) {
     Extent extent{next_id_++, *offset, num_bytes};
     size_t blocks = rounded / kBlockBytes;
@@ -192,9 +193,11 @@ absl::StatusOr<Extent> NvmeTier::Allocate(uint64_t num_bytes) {
 
 absl::StatusOr<Extent> NvmeTier::Adopt(uint64_t offset, uint64_t num_bytes,
                                        const std::vector<uint64_t>& checksums) {
-  uint64_t rounded = RoundUpToBlock(num_bytes);
-  size_t blocks = rounded / kBlockBytes;
-  if (offset % kBlockBytes != 0 || (!checksums.empty() && checksums.size() != blocks)) {
+  // Sizes beyond the budget are refused before rounding up could wrap.
+  const uint64_t rounded = num_bytes > budget_bytes_ ? 0 : RoundUpToBlock(num_bytes);
+  const size_t blocks = rounded / kBlockBytes;
+  if (num_bytes == 0 || rounded == 0 || offset % kBlockBytes != 0 ||
+      (!checksums.empty() && checksums.size() != blocks)) {
     return absl::InvalidArgumentError(absl::StrCat("NVMe tier: cannot adopt ", num_bytes,
                                                    " bytes at ", offset, " with ", checksums.size(),
                                                    " checksums"));

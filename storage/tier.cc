@@ -1,5 +1,7 @@
 #include "storage/tier.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 
@@ -22,6 +24,16 @@ absl::Status BudgetExceeded(absl::string_view tier, uint64_t num_bytes, uint64_t
   return absl::ResourceExhaustedError(absl::StrCat(tier, ": ", num_bytes,
                                                    " bytes do not fit: ", used_bytes, " of ",
                                                    budget_bytes, " budget bytes in use"));
+}
+
+absl::StatusOr<uint64_t> RoundUpInBudget(absl::string_view tier, uint64_t num_bytes,
+                                         uint64_t alignment, uint64_t used_bytes,
+                                         uint64_t budget_bytes) {
+  const uint64_t left = budget_bytes - std::min(used_bytes, budget_bytes);
+  if (num_bytes > left) return BudgetExceeded(tier, num_bytes, used_bytes, budget_bytes);
+  const uint64_t rounded = (num_bytes + alignment - 1) & ~(alignment - 1);
+  if (rounded > left) return BudgetExceeded(tier, num_bytes, used_bytes, budget_bytes);
+  return rounded;
 }
 
 absl::Status CheckRange(absl::string_view tier, uint64_t extent_id, uint64_t extent_bytes,

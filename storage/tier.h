@@ -65,6 +65,12 @@ class Tier {
 // RESOURCE_EXHAUSTED: `num_bytes` do not fit beside `used_bytes` of `budget_bytes`.
 absl::Status BudgetExceeded(absl::string_view tier, uint64_t num_bytes, uint64_t used_bytes,
                             uint64_t budget_bytes);
+// `num_bytes` rounded up to a multiple of `alignment` (a power of two) when
+// that fits beside `used_bytes` of `budget_bytes`, else BudgetExceeded (sizes
+// are compared before they are rounded, so no size wraps).
+absl::StatusOr<uint64_t> RoundUpInBudget(absl::string_view tier, uint64_t num_bytes,
+                                         uint64_t alignment, uint64_t used_bytes,
+                                         uint64_t budget_bytes);
 // OK when [offset, offset + num_bytes) lies in extent `extent_id` of
 // `extent_bytes`; OUT_OF_RANGE naming both otherwise.
 absl::Status CheckRange(absl::string_view tier, uint64_t extent_id, uint64_t extent_bytes,

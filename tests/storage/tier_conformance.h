@@ -91,6 +91,19 @@ TEST_P(TierConformanceTest, KeepsWithinItsBudget) {
   EXPECT_TRUE(whole.ok()) << whole.status();
 }
 
+// Sizes whose rounding up to the tier's alignment wraps past 2^64 once
+// took no budget and handed out an extent of that size.
+TEST_P(TierConformanceTest, RefusesSizesThatWrapWhenRounded) {
+  auto tier = Make(16 * kBlock);
+  if (tier == nullptr) return;
+  for (uint64_t huge : {~uint64_t{0}, ~uint64_t{0} - kBlock + 2, uint64_t{1} << 63}) {
+    auto e = tier->Allocate(huge);
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted) << huge;
+  }
+  EXPECT_EQ(tier->used_bytes(), 0u);
+  EXPECT_TRUE(tier->Allocate(16 * kBlock).ok());
+}
+
 TEST_P(TierConformanceTest, WritesAndReadsBackExtentsAndBlocks) {
   auto tier = Make(64 * kBlock);
   if (tier == nullptr) return;

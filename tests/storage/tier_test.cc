@@ -218,6 +218,28 @@ TEST(NvmeTierReopenTest, AdoptedExtentsReadBackAfterAReopen) {
   EXPECT_TRUE(fresh->offset + 8 * kBlock <= offset || fresh->offset >= offset + 3 * kBlock);
 }
 
+// Adoptions whose end wraps past 2^64 or whose size wraps when rounded
+// (found by nvme_extent_fuzz): refused, and the free space stays whole (they
+// once took a free range they did not lie in).
+TEST(NvmeTierReopenTest, AdoptionsThatWrapAreRefusedAndTakeNothing) {
+  const ScratchDir scratch("tier_test_adopt_wrap");
+  auto tier = OpenNvme(32 * kBlock, scratch.path());
+  ASSERT_NE(tier, nullptr);
+  const uint64_t used = tier->used_bytes();
+  const std::pair<uint64_t, uint64_t> cases[] = {
+      {~uint64_t{0} - kBlock + 1, 2 * kBlock},  // the end wraps
+      {kBlock, ~uint64_t{0}},                   // the size wraps when rounded
+      {kBlock, ~uint64_t{0} - kBlock + 2},
+      {kBlock, 0},
+  };
+  for (const auto& [offset, num_bytes] : cases) {
+    EXPECT_FALSE(tier->Adopt(offset, num_bytes, {}).ok()) << offset << " " << num_bytes;
+  }
+  EXPECT_EQ(tier->used_bytes(), used);
+  auto whole = tier->Allocate(32 * kBlock - used);
+  EXPECT_TRUE(whole.ok()) << whole.status();
+}
+
 TEST(NvmeTierOpenTest, RefusesAFileSystemWithoutODirect) {
   if (!std::filesystem::exists("/dev/shm")) GTEST_SKIP() << "no tmpfs at /dev/shm";
   std::string dir = "/dev/shm/strata_tier_test_" + std::to_string(getpid());
