@@ -6,11 +6,14 @@
 #   make check   clang-format check + the test suite under ASan/UBSan (build-asan/)
 #   make bench   strata-bench step on 64 Mi parameters (see README)
 #   make deploy-test  docker-compose on a real Docker engine (deploy/deploy-test.sh; root)
+#   make fuzz    libFuzzer harnesses (tests/fuzz; clang-14) for FUZZ_SECONDS each
 
 CTEST_ARGS ?=
 JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 60
+FUZZERS = safetensors_fuzz checkpoint_manifest_fuzz saved_chunk_fuzz nvme_extent_fuzz services_fuzz
 
-.PHONY: deps build test demo check format-check bench deploy-test clean
+.PHONY: deps build test demo check format-check bench deploy-test fuzz clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -33,6 +36,11 @@ check: format-check
 	cmake --build --preset asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 ctest --preset asan -j $(JOBS) $(CTEST_ARGS)
 
+fuzz: deps
+	@test -f build-fuzz/build.ninja || cmake --preset fuzz
+	cmake --build --preset fuzz -j $(JOBS)
+	bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZERS)
+
 bench: build
 	build/bin/strata-bench step --params 67108864 --workers 2 --servers 2 --json
 
@@ -41,4 +49,4 @@ deploy-test: build
 	bash deploy/deploy-test.sh
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
