@@ -88,6 +88,11 @@ absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ArmChunks(
   if (request.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 0"));
   }
+  // A writer thread waits this long at most: a request cannot hold one for ever.
+  if (request.wait_ms() < 0 || request.wait_ms() > kMaxSaveWaitMs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("wait_ms ", request.wait_ms(), " must be in [0, ", kMaxSaveWaitMs, "]"));
+  }
   ASSIGN_OR_RETURN(const std::string dir, CheckpointDir(request.dir()));
   ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
   for (size_t i = 0; i < chunks.size(); ++i) {

@@ -35,6 +35,9 @@ namespace strata {
 
 class ShardService final : public v1::ShardServer::CallbackService, public WorkerTokens {
  public:
+  // The longest a SaveChunks may wait for its step (its wait_ms): an hour,
+  // far above the coordinator's waits.
+  static constexpr int64_t kMaxSaveWaitMs = 60 * 60 * 1000;
   // Chunk states go to `gpu` first (nullptr: none), then `host`, then `nvme`
   // (nullptr: none). Chunks are applied on `executor`, those whose state is on NVMe on
   // `nvme_executor` (required with `nvme`): they wait for the disk, and the

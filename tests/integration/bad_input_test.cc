@@ -271,6 +271,19 @@ TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {
   s = save_chunks("bad-input", 2, "relative/dir");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("not an absolute path"));
+  // A wait for a step far ahead that would hold a checkpoint writer for ever.
+  for (int64_t wait_ms : {int64_t{-1}, int64_t{1} << 62}) {
+    v1::SaveChunksRequest request;
+    request.set_job_id("bad-input");
+    request.set_step(1000);
+    request.set_dir(cluster_->data_dir());
+    request.set_wait_ms(wait_ms);
+    grpc::ClientContext context;
+    v1::SaveChunksResponse response;
+    s = FromGrpcStatus(shard_->SaveChunks(&context, request, &response));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << wait_ms;
+    EXPECT_THAT(s.message(), HasSubstr("wait_ms"));
+  }
   // Directories outside the checkpoint root (the system's temporary
   // directory here), named directly or through '..' or a symlink: refused
   // before anything is written.
