@@ -2,7 +2,6 @@
 
 #include <optional>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/quoted.h"
 #include "core/status_macros.h"
@@ -17,14 +16,11 @@ constexpr char kKvPrefix[] = "kv/";
 }  // namespace
 
 absl::StatusOr<std::string> RendezvousStore::JobOf(const std::string& key) {
-  constexpr absl::string_view kJob = "job/";
-  const size_t end = key.find('/', kJob.size());
-  std::string job_id = absl::StartsWith(key, kJob) && end != std::string::npos
-                           ? key.substr(kJob.size(), end - kJob.size())
-                           : "";
+  std::string job_id = JobOfRendezvousKey(key);
   if (!IsValidId(job_id)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key ", Quoted(key), " is not a job's: keys start with job/<job id>/"));
+    return absl::InvalidArgumentError(absl::StrCat("key ", Quoted(key),
+                                                   " is not a job's: keys start with ",
+                                                   kRendezvousJobsPrefix, "<job id>/"));
   }
   return job_id;
 }
