@@ -10,6 +10,7 @@
 #include "tools/bench/elastic_bench.h"
 #include "tools/bench/gpu_step_bench.h"
 #include "tools/bench/kernel_bench.h"
+#include "tools/bench/load_bench.h"
 #include "tools/bench/nvme_step_bench.h"
 #include "tools/bench/server_step_bench.h"
 #include "tools/bench/step_bench.h"
@@ -49,6 +50,8 @@ ABSL_FLAG(uint64_t, host_params, 0,
           "nvme-step: also time a step over this many host-tier parameters, alone and beside "
           "the NVMe steps");
 ABSL_FLAG(int64_t, lease_ms, 1000, "elastic: the coordinator's worker lease");
+ABSL_FLAG(int, clients, 200, "load: concurrent clients");
+ABSL_FLAG(int, seconds, 60, "load: how long the clients run");
 ABSL_FLAG(bool, json, false, "print only the JSON line");
 
 namespace {
@@ -111,6 +114,12 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
     if (absl::GetFlag(FLAGS_params) != 0) o.num_params = absl::GetFlag(FLAGS_params);
     o.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
     return strata::BenchElastic(o);
+  }
+  if (command == "load") {
+    strata::LoadBenchOptions o;
+    o.clients = absl::GetFlag(FLAGS_clients);
+    o.duration = absl::Seconds(absl::GetFlag(FLAGS_seconds));
+    return strata::BenchLoad(o);
   }
   if (command == "checkpoint") {
     strata::CheckpointBenchOptions o;
