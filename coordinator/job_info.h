@@ -1,5 +1,6 @@
 // What the coordinator reads off a v1::JobInfo: which shard servers hold its
-// chunks, and which chunks each holds. Stateless.
+// chunks, and which chunks each holds; and the error for a job it does not
+// have. Stateless.
 #ifndef STRATA_COORDINATOR_JOB_INFO_H_
 #define STRATA_COORDINATOR_JOB_INFO_H_
 
@@ -7,9 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/quoted.h"
 #include "strata/v1/coordinator.pb.h"
 
 namespace strata {
+
+// NOT_FOUND for a job the coordinator does not have.
+inline absl::Status UnknownJob(const std::string& job_id) {
+  return absl::NotFoundError(absl::StrCat("unknown job ", Quoted(job_id)));
+}
 
 // The distinct addresses of the job's servers, sorted.
 inline std::vector<std::string> ServersOf(const v1::JobInfo& job) {
