@@ -9,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -87,7 +88,9 @@ TEST(RollingRestartTest, ServersRestartedInTurnLoseNoStep) {
   std::atomic<int64_t> completed{0};
   std::atomic<bool> stop{false};
   std::atomic<int> restarted{0};
+  std::atomic<bool> restarter_done{false};
   std::thread restarter([&] {
+    absl::Cleanup done = [&] { restarter_done = true; };
     for (int i = 0; i < kServers && !stop; ++i) {
       while (!stop && completed < 1 + kStepsBetweenRestarts * i) {
         absl::SleepFor(absl::Milliseconds(1));
@@ -105,8 +108,16 @@ TEST(RollingRestartTest, ServersRestartedInTurnLoseNoStep) {
     }
   });
   std::vector<std::vector<int64_t>> steps;
-  const MasterState got =
-      Train(Job(coordinator, "rolling"), &steps, [&](int64_t step) { completed = step; });
+  // Training waits, three steps past each restart's trigger, until that
+  // restart is done: every restart lands within training, however long a
+  // server takes to stop and start on a loaded machine.
+  const MasterState got = Train(Job(coordinator, "rolling"), &steps, [&](int64_t step) {
+    completed = step;
+    const int64_t past_trigger = step - 1 - 3;
+    if (past_trigger < 0 || past_trigger % kStepsBetweenRestarts != 0) return;
+    const int i = static_cast<int>(past_trigger / kStepsBetweenRestarts);
+    while (i < kServers && restarted <= i && !restarter_done) absl::SleepFor(absl::Milliseconds(1));
+  });
   stop = true;
   restarter.join();
 
