@@ -298,7 +298,7 @@ uint64_t Chunk::Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done) {
   return 0;
 }
 
-void Chunk::CancelPull(uint64_t ticket) {
+void Chunk::CancelPull(uint64_t ticket, const absl::Status& status) {
   std::optional<Waiter> cancelled;
   {
     absl::MutexLock lock(&mu_);
@@ -308,8 +308,7 @@ void Chunk::CancelPull(uint64_t ticket) {
     cancelled = std::move(*it);
     waiters_.erase(it);
   }
-  std::move(cancelled->done)(absl::CancelledError("the pull was cancelled by its caller"),
-                             cancelled->step, {});
+  std::move(cancelled->done)(status, cancelled->step, {});
 }
 
 size_t Chunk::waiting_pulls() const {

@@ -134,9 +134,9 @@ class Chunk {
   // kMaxWaitingPulls pulls wait already. Returns the ticket of a pull that
   // waits (CancelPull() ends it), 0 for one answered at once.
   uint64_t Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done);
-  // Ends the waiting pull `ticket` with CANCELLED (its caller gave up);
-  // nothing when it was answered already.
-  void CancelPull(uint64_t ticket);
+  // Ends the waiting pull `ticket` with `status` (its caller gave up, or it
+  // waited the most a pull may); nothing when it was answered already.
+  void CancelPull(uint64_t ticket, const absl::Status& status);
   // Pulls waiting for the next step.
   size_t waiting_pulls() const;
   // Sets FP32 master weights of [begin, begin + n) before the first step;

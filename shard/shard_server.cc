@@ -63,6 +63,10 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   if (options.executor_threads < 1 || options.nvme_executor_threads < 1) {
     return absl::InvalidArgumentError("executor threads and NVMe executor threads must be >= 1");
   }
+  if (options.max_pull_wait <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("max_pull_wait must be positive, not ",
+                                                   absl::FormatDuration(options.max_pull_wait)));
+  }
   if (options.storage_probe_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("storage_probe_interval must be positive, not ",
@@ -107,6 +111,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
                            absl::StrCat(options.data_dir, "/saved-chunks"), std::move(root)));
   ASSIGN_OR_RETURN(server->metrics_, Metrics::Start(options.metrics_listen_address));
   server->service_->ExportMetrics(server->metrics_.get());
+  server->service_->set_max_pull_wait(options.max_pull_wait);
   grpc::Service* served = server->service_.get();
   if (options.auth) {
     if (!options.tls.enabled()) {

@@ -74,6 +74,10 @@ struct ShardServerOptions {
   static constexpr uint64_t kDefaultCheckpointMemoryLimitBytes = uint64_t{4096} << 20;
   uint64_t checkpoint_memory_limit_bytes = kDefaultCheckpointMemoryLimitBytes;
   absl::Duration register_timeout = absl::Seconds(30);
+  // The longest a pull waits for its chunk's next step before it is answered
+  // DEADLINE_EXCEEDED (its caller's own deadline or cancellation may end it
+  // first).
+  absl::Duration max_pull_wait = absl::Minutes(10);
   // host:port of the Prometheus endpoint (/metrics); empty: none.
   std::string metrics_listen_address;
   // Save host-memory chunk states to data_dir at a clean shutdown, for the

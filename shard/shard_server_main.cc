@@ -61,6 +61,9 @@ ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at s
 ABSL_FLAG(int64_t, storage_probe_ms, 1000,
           "how often --data_dir and --nvme_dir are probed with a synced write; while they fail "
           "(a full or broken disk) the server answers NOT_SERVING to health checks");
+ABSL_FLAG(int64_t, max_pull_wait_ms, 600000,
+          "the longest a pull waits for its chunk's next step before it is answered "
+          "DEADLINE_EXCEEDED (its caller's deadline or cancellation may end it first)");
 ABSL_FLAG(bool, auth, false,
           "authentication (needs TLS): control RPCs from the coordinator's certificate (CN "
           "strata-coordinator) only, a job's pushes, pulls and state from callers with its "
@@ -95,6 +98,7 @@ int main(int argc, char** argv) {
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   options.tls = strata::TlsFilesFromFlags();
   options.auth = absl::GetFlag(FLAGS_auth);
+  options.max_pull_wait = absl::Milliseconds(absl::GetFlag(FLAGS_max_pull_wait_ms));
   const int64_t gpu_budget_mib = absl::GetFlag(FLAGS_gpu_budget_mib);
   options.gpu_budget_bytes = gpu_budget_mib > 0 ? gpu_budget_mib << 20 : gpu_budget_mib;
   options.gpu_device = absl::GetFlag(FLAGS_gpu_device);

@@ -1,5 +1,7 @@
 #include "shard/shard_service.h"
 
+#include <grpcpp/alarm.h>
+
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -385,15 +387,27 @@ class PullReactor final : public grpc::ServerUnaryReactor {
  public:
   explicit PullReactor(std::shared_ptr<Chunk> chunk) : chunk_(std::move(chunk)) {}
 
-  // `ticket`: what the chunk's Pull() returned.
-  void Waiting(uint64_t ticket) {
+  // `ticket`: what the chunk's Pull() returned; a pull that waits is ended
+  // after `max_wait` (DEADLINE_EXCEEDED) if nothing ended it before.
+  void Waiting(uint64_t ticket, absl::Duration max_wait) {
     bool cancelled;
     {
       absl::MutexLock lock(&mu_);
       ticket_ = ticket;
       cancelled = cancelled_;
     }
-    if (cancelled && ticket != 0) chunk_->CancelPull(ticket);
+    if (cancelled && ticket != 0) chunk_->CancelPull(ticket, Cancelled());
+    if (!cancelled && ticket != 0) {
+      // Holds the chunk, not the reactor: the alarm may fire after the
+      // answer, when the reactor is gone (the ticket then ends nothing).
+      max_wait_.Set(absl::ToChronoTime(absl::Now() + max_wait), [chunk = chunk_, ticket,
+                                                                 max_wait](bool fired) {
+        if (!fired) return;
+        chunk->CancelPull(ticket, absl::DeadlineExceededError(absl::StrCat(
+                                      "the pull waited ", absl::FormatDuration(max_wait),
+                                      " for its step, the most a pull may")));
+      });
+    }
     Unref();
   }
 
@@ -404,16 +418,20 @@ class PullReactor final : public grpc::ServerUnaryReactor {
       cancelled_ = true;
       ticket = ticket_;
     }
-    if (ticket != 0) chunk_->CancelPull(ticket);
+    if (ticket != 0) chunk_->CancelPull(ticket, Cancelled());
   }
   void OnDone() override { Unref(); }
 
  private:
+  static absl::Status Cancelled() {
+    return absl::CancelledError("the pull was cancelled by its caller");
+  }
   void Unref() {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
 
   const std::shared_ptr<Chunk> chunk_;
+  grpc::Alarm max_wait_;
   std::atomic<int> refs_{2};  // the handler's and gRPC's
   absl::Mutex mu_;
   uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
@@ -441,7 +459,7 @@ grpc::ServerUnaryReactor* ShardService::Pull(grpc::CallbackServerContext* ctx,
         }
         reactor->Finish(ToGrpcStatus(s));
       });
-  reactor->Waiting(ticket);
+  reactor->Waiting(ticket, max_pull_wait_);
   return reactor;
 }
 

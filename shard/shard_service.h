@@ -62,6 +62,9 @@ class ShardService final : public v1::ShardServer::CallbackService, public Worke
   // service): per tier budget, bytes and chunks, NVMe bytes read and written,
   // bytes pushed and pulled, and a histogram of chunk apply times.
   void ExportMetrics(Metrics* metrics);
+  // The longest a pull waits for its chunk's next step (default 10 min);
+  // call before serving.
+  void set_max_pull_wait(absl::Duration wait) { max_pull_wait_ = wait; }
   // The job whose AllocateChunks carried `digest` as its worker token's.
   std::optional<std::string> JobOfToken(absl::string_view digest) const override;
 
@@ -182,6 +185,7 @@ class ShardService final : public v1::ShardServer::CallbackService, public Worke
   std::shared_ptr<CollectFunction> collected_;
   prometheus::Counter* pushed_bytes_ = nullptr;
   prometheus::Counter* pulled_bytes_ = nullptr;
+  absl::Duration max_pull_wait_ = absl::Minutes(10);
   prometheus::Histogram* apply_seconds_ = nullptr;
   // Checkpoint saves, which wait for steps and write files (last: joined first).
   ThreadPool checkpoint_writers_{2};

@@ -518,6 +518,46 @@ TEST_F(BadInputTest, APullWhoseCallerGivesUpLeavesNoWaiter) {
   EXPECT_EQ(waiting(), 0u);
 }
 
+// A pull of a step that never comes, from a caller with no deadline of its
+// own: the server answers it DEADLINE_EXCEEDED after its maximum wait and
+// keeps no waiter.
+TEST(PullWaitTest, APullWaitsNoLongerThanTheServersMaximum) {
+  LocalClusterOptions options;
+  options.num_servers = 1;
+  options.max_pull_wait = absl::Milliseconds(300);
+  auto cluster = LocalCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "pull-wait");
+  o.world_size = 1;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE(testing::TrainStep(**client).ok());
+
+  auto shard = v1::ShardServer::NewStub(MakeChannel((*cluster)->servers()[0]->address()));
+  v1::PullRequest pull;
+  pull.set_job_id("pull-wait");
+  pull.set_step((*client)->step() + 1);
+  pull.set_num_params(64);
+  grpc::ClientContext no_deadline;
+  v1::PullResponse response;
+  const absl::Time sent = absl::Now();
+  absl::Status s = FromGrpcStatus(shard->Pull(&no_deadline, pull, &response));
+  const absl::Duration waited = absl::Now() - sent;
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_THAT(s.message(), HasSubstr("the most a pull may"));
+  EXPECT_GE(waited, absl::Milliseconds(300));
+  EXPECT_LT(waited, absl::Seconds(30));
+  v1::ListChunksRequest list;
+  list.set_job_id("pull-wait");
+  v1::ListChunksResponse chunks;
+  ASSERT_TRUE(
+      CallUnary(shard.get(), &v1::ShardServer::Stub::ListChunks, list, &chunks, absl::Seconds(10))
+          .ok());
+  for (const v1::ChunkStatus& c : chunks.chunks()) EXPECT_EQ(c.waiting_pulls(), 0u);
+  // The job trains on.
+  ASSERT_TRUE(testing::TrainStep(**client).ok());
+}
+
 TEST_F(BadInputTest, MembershipRequestsNameTheProblem) {
   auto call = [&](auto method, const auto& request, auto* response) {
     return CallUnary(coordinator_.get(), method, request, response, absl::Seconds(10));

@@ -456,10 +456,10 @@ TEST_F(ChunkTest, WaitingPullsAreBoundedAndCancellable) {
   EXPECT_EQ(chunk_->waiting_pulls(), Chunk::kMaxWaitingPulls);
   // A cancelled pull is answered CANCELLED and frees its place; a ticket
   // already answered or never given changes nothing.
-  chunk_->CancelPull(tickets[7]);
+  chunk_->CancelPull(tickets[7], absl::CancelledError("gave up"));
   EXPECT_EQ(got[7].code(), absl::StatusCode::kCancelled);
-  chunk_->CancelPull(tickets[7]);
-  chunk_->CancelPull(~uint64_t{0});
+  chunk_->CancelPull(tickets[7], absl::InternalError("twice"));
+  chunk_->CancelPull(~uint64_t{0}, absl::InternalError("never given"));
   EXPECT_EQ(chunk_->waiting_pulls(), Chunk::kMaxWaitingPulls - 1);
   // The others are answered by the step.
   ASSERT_TRUE(Stage(1, kBegin, kN, Grads(kN, 1.0f), 1.0f).ok());
