@@ -213,11 +213,9 @@ grpc::ServerUnaryReactor* ShardService::AllocateChunks(grpc::CallbackServerConte
 
 std::optional<std::string> ShardService::JobOfToken(absl::string_view digest) const {
   absl::MutexLock lock(&mu_);
-  for (const auto& [id, job] : jobs_) {
-    const std::string& sha256 = job->record.worker_token_sha256();
-    if (!sha256.empty() && sha256 == digest) return id;
-  }
-  return std::nullopt;
+  auto it = token_jobs_.find(digest);
+  if (it == token_jobs_.end()) return std::nullopt;
+  return it->second;
 }
 
 void ShardService::AddJob(std::shared_ptr<Job> job) {
@@ -226,6 +224,9 @@ void ShardService::AddJob(std::shared_ptr<Job> job) {
     job->checkpoint_pieces.push_back(StateBytes(chunk->range().size()));
   }
   checkpoint_arena_->Reserve(job->checkpoint_pieces);
+  if (const std::string& digest = job->record.worker_token_sha256(); !digest.empty()) {
+    token_jobs_[digest] = job->record.spec().job_id();
+  }
   jobs_[job->record.spec().job_id()] = std::move(job);
 }
 
@@ -239,6 +240,7 @@ grpc::ServerUnaryReactor* ShardService::DropJob(grpc::CallbackServerContext* ctx
     if (it != jobs_.end()) {
       job = std::move(it->second);
       jobs_.erase(it);
+      token_jobs_.erase(job->record.worker_token_sha256());
     }
   }
   if (job == nullptr) {

@@ -180,6 +180,8 @@ class ShardService final : public v1::ShardServer::CallbackService, public Worke
   mutable absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  // The jobs by the digest of their worker token (those that have one).
+  absl::flat_hash_map<std::string, std::string> token_jobs_ ABSL_GUARDED_BY(mu_);
 
   // Metrics (ExportMetrics); null until then.
   std::shared_ptr<CollectFunction> collected_;
