@@ -95,10 +95,7 @@ absl::Status CoordinatorService::Load() {
   for (const auto& [key, value] : jobs) {
     v1::JobInfo job;
     RETURN_IF_ERROR(ParseInto(key, value, &job));
-    if (!job.worker_token().empty()) {
-      token_jobs_[TokenDigest(job.worker_token())] = job.spec().job_id();
-    }
-    jobs_[job.spec().job_id()] = job;
+    AddJob(job);
   }
   LogEventCat("coordinator", "loaded ", servers_.size(), " server(s), ", jobs_.size(),
               " job(s) from metadata");
@@ -127,6 +124,13 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterServer(
     grpc::CallbackServerContext* ctx, const v1::RegisterServerRequest* request,
     v1::RegisterServerResponse*) {
   return FinishUnary(ctx, DoRegister(*request));
+}
+
+void CoordinatorService::AddJob(const v1::JobInfo& job) {
+  if (!job.worker_token().empty()) {
+    token_jobs_[TokenDigest(job.worker_token())] = job.spec().job_id();
+  }
+  jobs_[job.spec().job_id()] = job;
 }
 
 absl::Status CoordinatorService::WriteJob(const v1::JobInfo& job) {

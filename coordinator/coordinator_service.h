@@ -141,6 +141,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   absl::StatusOr<internal::CheckpointManifest> PlanRestore(const std::string& path,
                                                            v1::JobInfo* job);
   void FinishCreate(const v1::JobInfo& job, absl::Status status);
+  // Puts `job` in jobs_, and its worker token's digest in token_jobs_.
+  void AddJob(const v1::JobInfo& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `job` to RocksDB.
   absl::Status WriteJob(const v1::JobInfo& job);
   absl::StatusOr<v1::JobInfo> FindJob(const std::string& job_id) const;

@@ -85,10 +85,7 @@ void CoordinatorService::FinishCreate(const v1::JobInfo& job, absl::Status statu
   absl::MutexLock lock(&mu_);
   creating_.erase(job.spec().job_id());
   if (status.ok()) {
-    jobs_[job.spec().job_id()] = job;
-    if (!job.worker_token().empty()) {
-      token_jobs_[TokenDigest(job.worker_token())] = job.spec().job_id();
-    }
+    AddJob(job);
     LogEventCat("coordinator", "job ", job.spec().job_id(), " created: ", job.flat_num_params(),
                 " params in ", job.chunks_size(), " chunks, world size ", job.spec().world_size(),
                 job.restored_from().empty() ? "" : ", restored from ", job.restored_from());

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/quoted.h"
+#include "core/status_macros.h"
 
 namespace strata {
 namespace {
@@ -56,12 +57,8 @@ absl::Status ValidateServerRecord(const v1::ServerRecord& server) {
         absl::StrCat("server.address ", Quoted(address),
                      " is not HOST:PORT (a DNS name, IPv4 or [IPv6] address; port 1-65535)"));
   }
-  if (absl::Status s = CheckBudget("host_budget_bytes", server.host_budget_bytes()); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckBudget("nvme_budget_bytes", server.nvme_budget_bytes()); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CheckBudget("host_budget_bytes", server.host_budget_bytes()));
+  RETURN_IF_ERROR(CheckBudget("nvme_budget_bytes", server.nvme_budget_bytes()));
   return CheckBudget("gpu_budget_bytes", server.gpu_budget_bytes());
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/status_macros.h"
 #include "rpc/token.h"
 
 namespace strata {
@@ -51,7 +52,7 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const std::
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": want \"operator NAME TOKEN\" or \"user NAME TOKEN\""));
     }
-    if (absl::Status s = ValidateToken(fields[2], where); !s.ok()) return s;
+    RETURN_IF_ERROR(ValidateToken(fields[2], where));
     if (!names.insert(std::string(fields[1])).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": the name ", fields[1], " is taken by an earlier line"));

@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace strata {
 
@@ -35,9 +36,7 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_
     return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read a token from ", path));
   }
   std::string token(absl::StripAsciiWhitespace(line));
-  if (absl::Status s = ValidateToken(token, absl::StrCat(flag, " (", path, ")")); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(ValidateToken(token, absl::StrCat(flag, " (", path, ")")));
   return token;
 }
 
