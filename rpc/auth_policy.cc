@@ -43,6 +43,7 @@ const std::vector<MethodPolicy>& AuthPolicyTable() {
       {kShard, "WriteParams", state},
       {kShard, "WriteState", state},
       {kShard, "Push", state},
+      {kShard, "CommitStep", state},
       {kShard, "Pull", state},
       {kShard, "ReadState", state},
       {kShard, "ListChunks", control},

@@ -161,6 +161,11 @@ grpc::ServerUnaryReactor* AuthorizedShardServer::Push(grpc::CallbackServerContex
                                                       v1::PushResponse* response) {
   return STRATA_GATED(ShardBase, Push, request->job_id());
 }
+grpc::ServerUnaryReactor* AuthorizedShardServer::CommitStep(grpc::CallbackServerContext* ctx,
+                                                            const v1::CommitStepRequest* request,
+                                                            v1::CommitStepResponse* response) {
+  return STRATA_GATED(ShardBase, CommitStep, request->job_id());
+}
 grpc::ServerUnaryReactor* AuthorizedShardServer::Pull(grpc::CallbackServerContext* ctx,
                                                       const v1::PullRequest* request,
                                                       v1::PullResponse* response) {

@@ -120,6 +120,9 @@ class AuthorizedShardServer final : public v1::ShardServer::CallbackService {
                                        v1::WriteStateResponse* response) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const v1::PushRequest* request,
                                  v1::PushResponse* response) override;
+  grpc::ServerUnaryReactor* CommitStep(grpc::CallbackServerContext* ctx,
+                                       const v1::CommitStepRequest* request,
+                                       v1::CommitStepResponse* response) override;
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const v1::PullRequest* request,
                                  v1::PullResponse* response) override;
   grpc::ServerUnaryReactor* ReadState(grpc::CallbackServerContext* ctx,

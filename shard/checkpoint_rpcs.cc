@@ -57,7 +57,7 @@ void ShardService::FaultInCheckpointMemory(const std::string& job_id) {
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ChunksOf(
-    const std::string& job_id) {
+    const std::string& job_id, uint64_t* min_generation) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(ServingStatus());
   auto it = jobs_.find(job_id);
@@ -67,6 +67,7 @@ absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ChunksOf(
   }
   std::vector<std::shared_ptr<Chunk>> chunks;
   for (const auto& [begin, chunk] : it->second->chunks_by_begin) chunks.push_back(chunk);
+  if (min_generation != nullptr) *min_generation = it->second->record.min_generation();
   return chunks;
 }
 

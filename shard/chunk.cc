@@ -108,64 +108,101 @@ uint64_t Chunk::staged_params() const {
   return staged_params_;
 }
 
-absl::StatusOr<bool> Chunk::Stage(int64_t step, uint64_t generation, uint64_t begin, uint64_t n,
-                                  absl::string_view grads, StepScalars scalars, PushDone done) {
-  const float lr = scalars.lr.value_or(adam_.lr);
+absl::StatusOr<bool> Chunk::EnterRound(int64_t step, PushRound round,
+                                        std::map<uint64_t, StagedPush>* superseded) {
+  if (step == applied_step_ || (applying_ && step == applied_step_ + 1)) return false;
+  if (step != applied_step_ + 1) {
+    return absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
+                                           " is at step ", applied_step_, "; step ", step, " is ",
+                                           step < applied_step_ ? "old" : "future"));
+  }
+  const bool has_round = !staged_.empty() || committed_.has_value();
+  if (has_round && round < staged_round_) {
+    return absl::AbortedError(absl::StrCat(
+        "step ", step, " of generation ", round.generation, " attempt ", round.attempt,
+        " to chunk ", chunk_id_, " of job ", job_id_, ": generation ", staged_round_.generation,
+        " attempt ", staged_round_.attempt, " is pushing that step"));
+  }
+  if (has_round && !(round == staged_round_)) {
+    superseded->swap(staged_);
+    staged_params_ = 0;
+    committed_.reset();
+  }
+  staged_round_ = round;
+  return true;
+}
+
+absl::Status Chunk::CommitLocked(int64_t step, const StepScalars& scalars) {
+  StepScalars effective = scalars;
+  effective.lr = scalars.lr.value_or(adam_.lr);
+  if (committed_.has_value() &&
+      (committed_->coef != effective.coef || committed_->lr != effective.lr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "coef ", effective.coef, " and lr ", *effective.lr, " differ from the coef ",
+        committed_->coef, " and lr ", *committed_->lr, " of step ", step, " committed to chunk ",
+        chunk_id_, " of job ", job_id_));
+  }
+  if (!committed_.has_value()) committed_ = effective;
+  return absl::OkStatus();
+}
+
+bool Chunk::TakeReady() {
+  applying_ = staged_params_ == range_.size() && committed_.has_value();
+  return applying_;
+}
+
+void Chunk::EndSuperseded(std::map<uint64_t, StagedPush> superseded, int64_t step, PushRound by) {
+  if (superseded.empty()) return;
+  absl::Status replaced = absl::AbortedError(
+      absl::StrCat("the push to chunk ", chunk_id_, " of job ", job_id_, " for step ", step,
+                   " was replaced by generation ", by.generation, " attempt ", by.attempt, "'s"));
+  for (auto& [b, push] : superseded) std::move(push.done)(replaced);
+}
+
+absl::StatusOr<bool> Chunk::Stage(int64_t step, PushRound round, uint64_t begin, uint64_t n,
+                                  absl::string_view grads, std::optional<StepScalars> scalars,
+                                  PushDone done) {
   std::map<uint64_t, StagedPush> superseded;
   bool staged = false;
-  bool complete = false;
-  {
+  absl::StatusOr<bool> ready = [&]() -> absl::StatusOr<bool> {
     absl::MutexLock lock(&mu_);
-    bool applied = step == applied_step_ || (applying_ && step == applied_step_ + 1);
-    if (!applied && step != applied_step_ + 1) {
-      return absl::AbortedError(absl::StrCat(
-          "chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
-          "; a push for step ", step, " is ", step < applied_step_ ? "old" : "future"));
-    }
-    if (!applied && !staged_.empty() && generation != staged_generation_) {
-      if (generation < staged_generation_) {
-        return absl::AbortedError(absl::StrCat(
-            "push of generation ", generation, " for step ", step, " to chunk ", chunk_id_,
-            " of job ", job_id_, ": generation ", staged_generation_, " is pushing that step"));
-      }
-      superseded.swap(staged_);
-      staged_params_ = 0;
-    }
+    ASSIGN_OR_RETURN(bool open, EnterRound(step, round, &superseded));
+    if (!open) return false;
     uint64_t end = begin + n;
     auto next = staged_.lower_bound(begin);
     bool already_staged = next != staged_.end() && next->first == begin && next->second.end == end;
-    if (!applied && !already_staged) {
-      bool overlaps_next = next != staged_.end() && next->first < end;
-      bool overlaps_prev = next != staged_.begin() && std::prev(next)->second.end > begin;
-      if (overlaps_next || overlaps_prev) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "push of [", begin, ", ", end, ") for step ", step,
-            " overlaps a range already pushed to chunk ", chunk_id_, " of job ", job_id_));
-      }
-      if (!staged_.empty() && (scalars.coef != staged_coef_ || lr != staged_lr_)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("coef ", scalars.coef, " and lr ", lr, " differ from the coef ",
-                         staged_coef_, " and lr ", staged_lr_, " of other pushes of step ", step,
-                         " to chunk ", chunk_id_, " of job ", job_id_));
-      }
+    bool overlaps_next = next != staged_.end() && next->first < end;
+    bool overlaps_prev = next != staged_.begin() && std::prev(next)->second.end > begin;
+    if (!already_staged && (overlaps_next || overlaps_prev)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push of [", begin, ", ", end, ") for step ", step,
+          " overlaps a range already pushed to chunk ", chunk_id_, " of job ", job_id_));
+    }
+    if (scalars.has_value()) RETURN_IF_ERROR(CommitLocked(step, *scalars));
+    if (!already_staged) {
       staged_.emplace(begin, StagedPush{end, grads, std::move(done)});
       staged_params_ += n;
-      staged_coef_ = scalars.coef;
-      staged_lr_ = lr;
-      staged_loss_scale_ = scalars.loss_scale_after;
-      staged_generation_ = generation;
       staged = true;
-      complete = staged_params_ == range_.size();
-      applying_ = complete;
     }
-  }
-  absl::Status replaced = absl::AbortedError(
-      absl::StrCat("the push to chunk ", chunk_id_, " of job ", job_id_, " for step ", step,
-                   " was replaced by generation ", generation, "'s"));
-  for (auto& [b, push] : superseded) std::move(push.done)(replaced);
+    return TakeReady();
+  }();
+  EndSuperseded(std::move(superseded), step, round);
   // A retry: the step is applied, or this range is staged already.
-  if (!staged) std::move(done)(absl::OkStatus());
-  return complete;
+  if (ready.ok() && !staged) std::move(done)(absl::OkStatus());
+  return ready;
+}
+
+absl::StatusOr<bool> Chunk::Commit(int64_t step, PushRound round, const StepScalars& scalars) {
+  std::map<uint64_t, StagedPush> superseded;
+  absl::StatusOr<bool> ready = [&]() -> absl::StatusOr<bool> {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(bool open, EnterRound(step, round, &superseded));
+    if (!open) return false;
+    RETURN_IF_ERROR(CommitLocked(step, scalars));
+    return TakeReady();
+  }();
+  EndSuperseded(std::move(superseded), step, round);
+  return ready;
 }
 
 void Chunk::Apply() {
@@ -177,9 +214,9 @@ void Chunk::Apply() {
   {
     absl::MutexLock lock(&mu_);
     step = applied_step_ + 1;
-    coef = staged_coef_;
-    adam.lr = staged_lr_;
-    loss_scale = staged_loss_scale_;
+    coef = committed_->coef;
+    adam.lr = *committed_->lr;
+    loss_scale = committed_->loss_scale_after;
     pushes.swap(staged_);
   }
   std::vector<Waiter> ready;
@@ -203,6 +240,7 @@ void Chunk::Apply() {
     applied_any_ = true;
     previous_copy_valid_ = true;
     staged_params_ = 0;
+    committed_.reset();
     for (auto it = waiters_.begin(); it != waiters_.end();) {
       if (it->step == step) {
         ready.push_back(std::move(*it));

@@ -62,6 +62,21 @@ struct StepScalars {
   std::optional<LossScaleState> loss_scale_after;
 };
 
+// Which workers push a step, and their try of it: a newer generation's
+// pushes (workers that re-formed) and a newer attempt's (the step overflowed
+// and is computed again) replace the staged pushes of an older round.
+struct PushRound {
+  uint64_t generation = 0;
+  uint32_t attempt = 0;
+
+  bool operator==(const PushRound& o) const {
+    return generation == o.generation && attempt == o.attempt;
+  }
+  bool operator<(const PushRound& o) const {
+    return generation != o.generation ? generation < o.generation : attempt < o.attempt;
+  }
+};
+
 class Chunk {
  public:
   // The most pulls one chunk keeps waiting for its next step: every worker
@@ -113,17 +128,26 @@ class Chunk {
   uint64_t staged_params() const;
 
   // Stages the gradients of flat range [begin, begin + n) for `step`, pushed
-  // by workers of `generation`, without copying: `grads` must stay valid
-  // until `done` is called. Returns true when this push completed the chunk's
-  // range (the caller then has the chunk applied), false otherwise. On OK the
-  // chunk calls `done` exactly once: at once for a retry (the step is
-  // applied, or the range is already staged), else when the step is applied
-  // or fails, or with ABORTED when a newer generation's push replaces it.
-  // ABORTED for old or future steps and older generations; INVALID_ARGUMENT
-  // for a range that overlaps another push of the step or scalars that
-  // differ from theirs; on error `done` is not called.
-  absl::StatusOr<bool> Stage(int64_t step, uint64_t generation, uint64_t begin, uint64_t n,
-                             absl::string_view grads, StepScalars scalars, PushDone done);
+  // by workers in `round`, without copying: `grads` must stay valid until
+  // `done` is called. `scalars` commits the step's scalars with the push
+  // (unset: they follow in Commit()). Returns true when the step is now
+  // ready -- the chunk's whole range staged and the step committed -- (the
+  // caller then has the chunk applied), false otherwise. On OK the chunk
+  // calls `done` exactly once: at once for a retry (the step is applied, or
+  // the range is already staged), else when the step is applied or fails, or
+  // with ABORTED when a newer round's push or commit replaces it. ABORTED for
+  // old or future steps and older rounds; INVALID_ARGUMENT for a range that
+  // overlaps another push of the step or scalars that differ from those
+  // committed; on error `done` is not called.
+  absl::StatusOr<bool> Stage(int64_t step, PushRound round, uint64_t begin, uint64_t n,
+                             absl::string_view grads, std::optional<StepScalars> scalars,
+                             PushDone done);
+  // Commits the scalars of `step` for the pushes of `round`; true when the
+  // step is now ready (as Stage()). OK and false for a step already applied;
+  // ABORTED for other steps and older rounds (a newer round replaces the
+  // staged pushes); INVALID_ARGUMENT for scalars that differ from those
+  // committed.
+  absl::StatusOr<bool> Commit(int64_t step, PushRound round, const StepScalars& scalars);
   // Applies the staged step. Called once per step, after Stage() returned
   // true. If the state cannot be loaded or committed, the step is not
   // applied: the staged pushes get the error and may be pushed again.
@@ -259,6 +283,19 @@ class Chunk {
   // Disarms the checkpoint with `failure` (OK: cancelled) and lets go of
   // what it kept, except a buffer being written.
   void DisarmLocked(const absl::Status& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Checks that a push or commit of `step` in `round` may change the staged
+  // step: false for a retry of an applied step; ABORTED for other steps and
+  // older rounds. A newer round's moves the staged pushes to `superseded`.
+  absl::StatusOr<bool> EnterRound(int64_t step, PushRound round,
+                                  std::map<uint64_t, StagedPush>* superseded)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commits `scalars` for the staged step: INVALID_ARGUMENT when others are.
+  absl::Status CommitLocked(int64_t step, const StepScalars& scalars)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the staged step is ready to apply; marks it applying if so.
+  bool TakeReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the pushes a newer round replaced with ABORTED.
+  void EndSuperseded(std::map<uint64_t, StagedPush> superseded, int64_t step, PushRound by);
   // Ends a failed Apply(): the step stays unapplied and `pushes` get `status`.
   void FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status);
 
@@ -281,13 +318,12 @@ class Chunk {
   bool applied_any_ ABSL_GUARDED_BY(mu_) = false;  // Apply() succeeded once
   // Whether copy(applied_step_ - 1) holds that step's parameters.
   bool previous_copy_valid_ ABSL_GUARDED_BY(mu_) = false;
-  // Pushes staged for step applied_step_ + 1 by workers of staged_generation_, by begin.
+  // Pushes staged for step applied_step_ + 1 in staged_round_, by begin, and
+  // the step's scalars once committed in that round.
   std::map<uint64_t, StagedPush> staged_ ABSL_GUARDED_BY(mu_);
-  uint64_t staged_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  PushRound staged_round_ ABSL_GUARDED_BY(mu_);
   uint64_t staged_params_ ABSL_GUARDED_BY(mu_) = 0;
-  float staged_coef_ ABSL_GUARDED_BY(mu_) = 0;
-  float staged_lr_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<LossScaleState> staged_loss_scale_ ABSL_GUARDED_BY(mu_);
+  std::optional<StepScalars> committed_ ABSL_GUARDED_BY(mu_);
   // The loss scaler after each of the last two applied steps (by step & 1).
   std::optional<LossScaleState> loss_scales_[2] ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);

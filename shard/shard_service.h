@@ -82,6 +82,9 @@ class ShardService final : public v1::ShardServer::CallbackService, public Worke
                                        v1::WriteStateResponse* response) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const v1::PushRequest* request,
                                  v1::PushResponse* response) override;
+  grpc::ServerUnaryReactor* CommitStep(grpc::CallbackServerContext* ctx,
+                                       const v1::CommitStepRequest* request,
+                                       v1::CommitStepResponse* response) override;
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const v1::PullRequest* request,
                                  v1::PullResponse* response) override;
   grpc::ServerUnaryReactor* ReadState(grpc::CallbackServerContext* ctx,
@@ -136,6 +139,9 @@ class ShardService final : public v1::ShardServer::CallbackService, public Worke
   absl::Status DoWriteState(const v1::WriteStateRequest& request);
   // The chunk a push goes to, after checking everything but the step rules.
   absl::StatusOr<std::shared_ptr<Chunk>> ValidatePush(const v1::PushRequest& request);
+  // Commits a step's scalars to every chunk of the job here, scheduling the
+  // apply of those that are ready; the first chunk's error.
+  absl::Status DoCommitStep(const v1::CommitStepRequest& request);
   absl::Status DoReadState(const v1::ReadStateRequest& request, v1::ReadStateResponse* response);
   // The chunk of `job_id` that holds all of [begin, begin + n): NOT_FOUND for
   // an unknown job or a range no chunk here holds, INVALID_ARGUMENT for an
@@ -147,8 +153,10 @@ class ShardService final : public v1::ShardServer::CallbackService, public Worke
   // UNAVAILABLE once BeginShutdown() has run.
   absl::Status ServingStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleApply(std::shared_ptr<Chunk> chunk);
-  // The chunks of a known job (NOT_FOUND otherwise), in flat order.
-  absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ChunksOf(const std::string& job_id);
+  // The chunks of a known job (NOT_FOUND otherwise), in flat order; sets the
+  // oldest generation whose pushes the job takes, when asked.
+  absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ChunksOf(
+      const std::string& job_id, uint64_t* min_generation = nullptr);
   // Adds `job` to jobs_, reserving in the checkpoint arena the pieces its
   // saves take at once: a state per chunk in memory (host or GPU tier; an
   // NVMe-tier chunk's copy is taken when a save needs it, as the state is

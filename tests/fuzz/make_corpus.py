@@ -18,7 +18,7 @@ RPCS = ["RegisterServer", "CreateJob", "GetJob", "ListJobs", "DeleteJob", "JoinJ
         "LeaveJob", "RenewGeneration", "ListMembers", "GetPlacement", "SaveCheckpoint",
         "ListCheckpoints", "KvSet", "KvGet", "WatchGeneration", "AllocateChunks", "DropJob",
         "WriteParams", "WriteState", "Push", "Pull", "ReadState", "ListChunks", "SaveChunks",
-        "LoadChunks"]
+        "LoadChunks", "CommitStep"]
 
 
 def varint(value):
@@ -110,6 +110,7 @@ def services():
         "WriteParams": message((1, job), (2, 0), (3, struct.pack("<4f", 1, 2, 3, 4))),
         "Push": message((1, job), (2, 2), (3, 0), (4, 64), (5, 1), (6, 1.0), (7, grads)),
         "Pull": message((1, job), (2, 1), (3, 0), (4, 64)),
+        "CommitStep": message((1, job), (2, 1), (3, 1), (4, 0), (5, 1.0)),
         "ReadState": message((1, job), (2, 0), (3, 64)),
         "SaveChunks": message((1, job), (2, 1), (3, "../../etc")),
         "LoadChunks": message((1, job), (2, "/etc")),

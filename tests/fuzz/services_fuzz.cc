@@ -138,6 +138,7 @@ const std::vector<Rpc>& Rpcs() {
       STRATA_SHARD_RPC(ListChunks),
       STRATA_SHARD_RPC(SaveChunks),
       STRATA_SHARD_RPC(LoadChunks),
+      STRATA_SHARD_RPC(CommitStep),
   };
 #undef STRATA_COORDINATOR_RPC
 #undef STRATA_SHARD_RPC

@@ -80,6 +80,7 @@ const std::map<std::string, std::string>& Expected() {
       {"WriteParams", "wc"},
       {"WriteState", "wc"},
       {"Push", "wc"},
+      {"CommitStep", "wc"},
       {"Pull", "wc"},
       {"ReadState", "wc"},
       {"ListChunks", "c"},
@@ -318,6 +319,12 @@ class AuthTest : public ::testing::Test {
       r.set_job_id("a");
       r.set_step(1000);  // far ahead: refused once admitted
       return CallUnary(shard(c).get(), &S::Push, r);
+    };
+    rpcs["CommitStep"] = [=](Caller c) {
+      v1::CommitStepRequest r;
+      r.set_job_id("a");
+      r.set_step(1000);  // far ahead: refused once admitted
+      return CallUnary(shard(c).get(), &S::CommitStep, r);
     };
     rpcs["Pull"] = [=](Caller c) {
       v1::PullRequest r;

@@ -156,6 +156,37 @@ TEST_F(BadInputTest, NonFiniteCoefAndWrongDtype) {
   EXPECT_EQ(Push(push).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(BadInputTest, BadCommits) {
+  auto commit = [&](auto change) {
+    v1::CommitStepRequest request;
+    request.set_job_id("bad-input");
+    request.set_step(client_->step() + 1);
+    request.set_generation(client_->generation());
+    request.set_coef(1.0f);
+    change(request);
+    grpc::ClientContext context;
+    v1::CommitStepResponse response;
+    return FromGrpcStatus(shard_->CommitStep(&context, request, &response));
+  };
+  for (float coef : {NAN, INFINITY}) {
+    absl::Status s = commit([&](v1::CommitStepRequest& r) { r.set_coef(coef); });
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr("coef"));
+  }
+  absl::Status s = commit([](v1::CommitStepRequest& r) { r.set_lr(-1); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("lr -1"));
+  s = commit([](v1::CommitStepRequest& r) { r.set_step(0); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("step 0"));
+  s = commit([](v1::CommitStepRequest& r) { r.set_job_id("no-such-job"); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("no-such-job"));
+  s = commit([&](v1::CommitStepRequest& r) { r.set_step(client_->step() + 2); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(s.message(), HasSubstr("future"));
+}
+
 TEST_F(BadInputTest, PastAndFutureSteps) {
   v1::PushRequest push = GoodPush();
   push.set_step(client_->step() - 1);

@@ -69,7 +69,7 @@ class ChunkSaverTest : public ::testing::Test {
     std::vector<uint16_t> grads(kN, FloatToHalf(0.01f * static_cast<float>(step)));
     const std::string bytes(reinterpret_cast<const char*>(grads.data()), grads.size() * 2);
     for (const auto& chunk : chunks) {
-      auto staged = chunk->Stage(step, 1, chunk->range().begin, kN, bytes, {1.0f},
+      auto staged = chunk->Stage(step, {1}, chunk->range().begin, kN, bytes, StepScalars{1.0f},
                                  [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
       ASSERT_TRUE(staged.ok() && *staged) << staged.status();
       chunk->Apply();
@@ -108,7 +108,7 @@ TEST_F(ChunkSaverTest, WritesEveryChunkAtItsArmedStepWhileLaterStepsApply) {
   for (int i = 0; i < 3; ++i) {
     std::vector<uint16_t> grads(kN, FloatToHalf(-0.5f));
     const std::string bytes(reinterpret_cast<const char*>(grads.data()), grads.size() * 2);
-    ASSERT_TRUE(*chunks_[i]->Stage(2, 1, chunks_[i]->range().begin, kN, bytes, {1.0f},
+    ASSERT_TRUE(*chunks_[i]->Stage(2, {1}, chunks_[i]->range().begin, kN, bytes, StepScalars{1.0f},
                                    [](absl::Status) {}));
     chunks_[i]->Apply();
   }
@@ -121,7 +121,7 @@ TEST_F(ChunkSaverTest, WritesEveryChunkAtItsArmedStepWhileLaterStepsApply) {
   for (int i = 3; i < kChunks; ++i) {
     std::vector<uint16_t> grads(kN, FloatToHalf(-0.5f));
     const std::string bytes(reinterpret_cast<const char*>(grads.data()), grads.size() * 2);
-    ASSERT_TRUE(*chunks_[i]->Stage(2, 1, chunks_[i]->range().begin, kN, bytes, {1.0f},
+    ASSERT_TRUE(*chunks_[i]->Stage(2, {1}, chunks_[i]->range().begin, kN, bytes, StepScalars{1.0f},
                                    [](absl::Status) {}));
     chunks_[i]->Apply();
   }

@@ -48,8 +48,37 @@ class ChunkTest : public ::testing::Test {
                              std::optional<LossScaleState> loss_scale_after = std::nullopt) {
     size_t index = pushed_.size();
     pushed_.push_back(absl::UnknownError("not answered"));
-    return chunk_->Stage(step, generation, begin, n, grads, {coef, std::nullopt, loss_scale_after},
+    return chunk_->Stage(step, {generation}, begin, n, grads,
+                         StepScalars{coef, std::nullopt, loss_scale_after},
                          [this, index](absl::Status s) { pushed_[index] = s; });
+  }
+
+  // Stages a push of a streamed step, whose scalars follow in a Commit().
+  absl::StatusOr<bool> StageStreamed(int64_t step, uint64_t begin, uint64_t n,
+                                     absl::string_view grads, PushRound round = {1}) {
+    size_t index = pushed_.size();
+    pushed_.push_back(absl::UnknownError("not answered"));
+    return chunk_->Stage(step, round, begin, n, grads, std::nullopt,
+                         [this, index](absl::Status s) { pushed_[index] = s; });
+  }
+
+  // p after Adam steps from p = 1 with gradients `g` times `coef`, each step's.
+  std::vector<float> ExpectedParams(const std::vector<std::pair<float, float>>& g_and_coef) {
+    std::vector<float> p(kN, 1.0f), m(kN, 0.0f), v(kN, 0.0f);
+    std::vector<uint16_t> copy(kN);
+    int64_t step = 0;
+    for (auto [g_value, coef] : g_and_coef) {
+      std::vector<float> g(kN, g_value);
+      AdamUpdate(MakeAdamConstants(AdamConfig{}, ++step, coef), DType::kFp32, g.data(), p.data(),
+                 m.data(), v.data(), DType::kFp16, copy.data(), kN);
+    }
+    return p;
+  }
+
+  std::vector<float> Params() {
+    std::vector<float> p(kN), m(kN), v(kN);
+    EXPECT_TRUE(chunk_->ReadState(kBegin, kN, p.data(), m.data(), v.data()).ok());
+    return p;
   }
 
   // Pulls [kBegin, kBegin + kN) at `step`; returns the status and the bytes.
@@ -74,16 +103,16 @@ TEST_F(ChunkTest, AppliesThePushedLearningRate) {
   std::vector<float> init(kN, 1.0f);
   ASSERT_TRUE(chunk_->WriteParams(kBegin, init.data(), kN).ok());
   absl::Status first = absl::UnknownError("not answered");
-  auto staged = chunk_->Stage(1, 1, kBegin, 50, Grads(50, 0.5f), {1.0f, 0.25f},
+  auto staged = chunk_->Stage(1, {1}, kBegin, 50, Grads(50, 0.5f), StepScalars{1.0f, 0.25f},
                               [&](absl::Status s) { first = s; });
   ASSERT_TRUE(staged.ok());
   // A push of the same step with another learning rate (or the job's) is refused.
   for (std::optional<float> lr : {std::optional<float>(0.5f), std::optional<float>()}) {
-    auto other = chunk_->Stage(1, 1, kBegin + 50, 50, Grads(50, 0.5f), {1.0f, lr},
+    auto other = chunk_->Stage(1, {1}, kBegin + 50, 50, Grads(50, 0.5f), StepScalars{1.0f, lr},
                                [](absl::Status) { ADD_FAILURE() << "a refused push answered"; });
     EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument) << other.status();
   }
-  auto last = chunk_->Stage(1, 1, kBegin + 50, 50, Grads(50, 0.5f), {1.0f, 0.25f},
+  auto last = chunk_->Stage(1, {1}, kBegin + 50, 50, Grads(50, 0.5f), StepScalars{1.0f, 0.25f},
                             [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
   ASSERT_TRUE(last.ok() && *last);
   chunk_->Apply();
@@ -171,6 +200,63 @@ TEST_F(ChunkTest, AppliesOnceWhenTheWholeRangeIsPushed) {
   std::vector<float> after(kN), unused_m(kN), unused_v(kN);
   ASSERT_TRUE(chunk_->ReadState(kBegin, kN, after.data(), unused_m.data(), unused_v.data()).ok());
   EXPECT_EQ(after, p);
+}
+
+TEST_F(ChunkTest, AStreamedStepAppliesOnceStagedAndCommittedInEitherOrder) {
+  std::vector<float> init(kN, 1.0f);
+  ASSERT_TRUE(chunk_->WriteParams(kBegin, init.data(), kN).ok());
+  // Step 1: pushes first, the commit between them.
+  EXPECT_FALSE(*StageStreamed(1, kBegin, 40, Grads(40, 0.5f)));
+  EXPECT_FALSE(*chunk_->Commit(1, {1}, StepScalars{0.5f}));
+  EXPECT_EQ(chunk_->Commit(1, {1}, StepScalars{0.25f}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A push that carries other scalars than the commit's is refused too.
+  EXPECT_EQ(Stage(1, kBegin + 40, 60, Grads(60, 0.5f), 2.0f).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(chunk_->staged_params(), 40u);
+  ASSERT_TRUE(*StageStreamed(1, kBegin + 40, 60, Grads(60, 0.5f)));
+  chunk_->Apply();
+  EXPECT_TRUE(pushed_[0].ok());
+  EXPECT_EQ(Params(), ExpectedParams({{0.5f, 0.5f}}));
+  // Step 2: the commit first (another worker's pushes are late).
+  EXPECT_FALSE(*chunk_->Commit(2, {1}, StepScalars{1.0f}));
+  EXPECT_EQ(chunk_->applied_step(), 1);
+  ASSERT_TRUE(*StageStreamed(2, kBegin, kN, Grads(kN, 0.25f)));
+  chunk_->Apply();
+  EXPECT_EQ(Params(), ExpectedParams({{0.5f, 0.5f}, {0.25f, 1.0f}}));
+  // A commit of an applied step is a retry; other steps are ABORTED.
+  EXPECT_FALSE(*chunk_->Commit(2, {1}, StepScalars{1.0f}));
+  EXPECT_EQ(chunk_->Commit(1, {1}, StepScalars{1.0f}).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(chunk_->Commit(5, {1}, StepScalars{1.0f}).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(chunk_->applied_step(), 2);
+}
+
+TEST_F(ChunkTest, ANewerAttemptReplacesTheStagedPushesOfAnOverflowedOne) {
+  std::vector<float> init(kN, 1.0f);
+  ASSERT_TRUE(chunk_->WriteParams(kBegin, init.data(), kN).ok());
+  // Attempt 0 was pushed whole, then overflowed at some worker: no commit.
+  EXPECT_FALSE(*StageStreamed(1, kBegin, kN, Grads(kN, 100.0f), {1, 0}));
+  EXPECT_EQ(chunk_->staged_params(), kN);
+  // Attempt 1 replaces it, pushes and commit alike.
+  EXPECT_FALSE(*StageStreamed(1, kBegin, 50, Grads(50, 0.5f), {1, 1}));
+  EXPECT_EQ(pushed_[0].code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(chunk_->staged_params(), 50u);
+  // Late pushes and commits of attempt 0 are refused and change nothing.
+  EXPECT_EQ(StageStreamed(1, kBegin + 50, 50, Grads(50, 100.0f), {1, 0}).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(chunk_->Commit(1, {1, 0}, StepScalars{1.0f}).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_FALSE(*chunk_->Commit(1, {1, 1}, StepScalars{1.0f}));
+  // A commit of a newer generation replaces the attempt's pushes too.
+  EXPECT_FALSE(*chunk_->Commit(1, {2, 0}, StepScalars{1.0f}));
+  EXPECT_EQ(pushed_[1].code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(chunk_->staged_params(), 0u);
+  ASSERT_TRUE(*StageStreamed(1, kBegin, kN, Grads(kN, 0.5f), {2, 0}));
+  chunk_->Apply();
+  EXPECT_TRUE(pushed_[3].ok());
+  EXPECT_EQ(Params(), ExpectedParams({{0.5f, 1.0f}}));
 }
 
 TEST_F(ChunkTest, ANewerGenerationReplacesTheStagedPushesOfAnOlderOne) {
@@ -373,7 +459,7 @@ class NvmeChunkTest : public ::testing::Test {
   absl::Status PushAndApply(int64_t step) {
     absl::Status pushed = absl::UnknownError("not answered");
     auto complete =
-        chunk_->Stage(step, 1, 0, kNvmeN, grads_, {1.0f}, [&](absl::Status s) { pushed = s; });
+        chunk_->Stage(step, {1}, 0, kNvmeN, grads_, StepScalars{1.0f}, [&](absl::Status s) { pushed = s; });
     if (!complete.ok()) return complete.status();
     if (*complete) chunk_->Apply();
     return pushed;

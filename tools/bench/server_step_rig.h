@@ -90,7 +90,7 @@ class ServerStepRig {
       for (uint64_t b = chunk.range().begin; b < chunk.range().end; b += piece_params_) {
         uint64_t size = std::min<uint64_t>(piece_params_, chunk.range().end - b);
         absl::StatusOr<bool> complete =
-            chunk.Stage(step_, /*generation=*/1, b, size, pieces_[b / piece_params_], {1.0f},
+            chunk.Stage(step_, PushRound{1}, b, size, pieces_[b / piece_params_], StepScalars{1.0f},
                         [&error](absl::Status s) { error.Update(s); });
         if (!complete.ok()) return complete.status();
         if (*complete) chunk.Apply();

@@ -1,0 +1,236 @@
+// ShardService (shard_service.h): the step's RPCs -- Push, CommitStep and
+// Pull -- and the scheduling of a chunk's apply once its step is ready.
+
+#include <grpcpp/alarm.h>
+
+#include <atomic>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "rpc/grpc_status.h"
+#include "rpc/job_spec.h"
+#include "shard/shard_service.h"
+
+namespace strata {
+void ShardService::ScheduleApply(std::shared_ptr<Chunk> chunk) {
+  ThreadPool* executor = chunk->tier() == TierKind::kNvme ? nvme_executor_ : executor_;
+  executor->Schedule([this, chunk = std::move(chunk)] {
+    absl::Time started = absl::Now();
+    chunk->Apply();
+    if (apply_seconds_ != nullptr)
+      apply_seconds_->Observe(absl::ToDoubleSeconds(absl::Now() - started));
+  });
+}
+
+namespace {
+
+// The scalars of a push or commit, checked.
+absl::StatusOr<StepScalars> ValidScalars(float coef, std::optional<float> lr,
+                                         const v1::LossScaleState* loss_scale_after) {
+  if (!std::isfinite(coef)) {
+    return absl::InvalidArgumentError(absl::StrCat("coef ", coef, " is not finite"));
+  }
+  if (lr.has_value() && !(std::isfinite(*lr) && *lr >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("lr ", *lr, " must be finite and >= 0"));
+  }
+  StepScalars scalars{coef, lr, std::nullopt};
+  if (loss_scale_after != nullptr) scalars.loss_scale_after = LossScaleFromProto(*loss_scale_after);
+  return scalars;
+}
+
+absl::Status ValidStep(int64_t step) {
+  if (step < 1) return absl::InvalidArgumentError(absl::StrCat("step ", step, " must be >= 1"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Chunk>> ShardService::ValidatePush(const v1::PushRequest& request) {
+  RETURN_IF_ERROR(ValidStep(request.step()));
+  if (!request.scalars_follow()) {
+    RETURN_IF_ERROR(ValidScalars(request.coef(),
+                                 request.has_lr() ? std::optional<float>(request.lr())
+                                                  : std::nullopt,
+                                 nullptr)
+                        .status());
+  }
+  ASSIGN_OR_RETURN(DType grad_dtype, DTypeFromProto(request.dtype()));
+  DType job_dtype;
+  uint64_t min_generation;
+  ASSIGN_OR_RETURN(auto chunk, FindChunk(request.job_id(), request.flat_begin(),
+                                         request.num_params(), &job_dtype, &min_generation));
+  if (request.generation() < min_generation) {
+    return absl::AbortedError(absl::StrCat(
+        "push of generation ", request.generation(), " to job '", request.job_id(),
+        "': its chunks moved here for generation ", min_generation, " on; re-form first"));
+  }
+  if (grad_dtype != job_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("gradients are ", DTypeName(grad_dtype),
+                                                   "; job '", request.job_id(), "' uses ",
+                                                   DTypeName(job_dtype)));
+  }
+  uint64_t want_bytes = request.num_params() * DTypeSize(job_dtype);
+  if (request.grads().size() != want_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("grads has ", request.grads().size(), " bytes; ",
+                                                   request.num_params(), " ", DTypeName(job_dtype),
+                                                   " gradients need ", want_bytes));
+  }
+  return chunk;
+}
+
+grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
+                                             const v1::PushRequest* request,
+                                             v1::PushResponse* response) {
+  absl::StatusOr<std::shared_ptr<Chunk>> chunk = ValidatePush(*request);
+  if (!chunk.ok()) return FinishUnary(ctx, chunk.status());
+  // The chunk reads the gradients straight from the request, which stays
+  // valid until the reactor finishes: when the step is applied.
+  if (pushed_bytes_ != nullptr) pushed_bytes_->Increment(request->grads().size());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  std::optional<StepScalars> scalars;
+  if (!request->scalars_follow()) {
+    scalars = *ValidScalars(request->coef(),
+                            request->has_lr() ? std::optional<float>(request->lr()) : std::nullopt,
+                            request->has_loss_scale_after() ? &request->loss_scale_after()
+                                                            : nullptr);
+  }
+  absl::StatusOr<bool> complete = (*chunk)->Stage(
+      request->step(), PushRound{request->generation(), request->attempt()},
+      request->flat_begin(), request->num_params(), request->grads(), std::move(scalars),
+      [reactor, response, step = request->step()](absl::Status s) {
+        response->set_applied_step(step);
+        reactor->Finish(ToGrpcStatus(s));
+      });
+  if (!complete.ok()) {
+    reactor->Finish(ToGrpcStatus(complete.status()));
+  } else if (*complete) {
+    ScheduleApply(*std::move(chunk));
+  }
+  return reactor;
+}
+
+absl::Status ShardService::DoCommitStep(const v1::CommitStepRequest& request) {
+  RETURN_IF_ERROR(ValidStep(request.step()));
+  ASSIGN_OR_RETURN(StepScalars scalars,
+                   ValidScalars(request.coef(),
+                                request.has_lr() ? std::optional<float>(request.lr())
+                                                 : std::nullopt,
+                                request.has_loss_scale_after() ? &request.loss_scale_after()
+                                                               : nullptr));
+  uint64_t min_generation;
+  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<Chunk>> chunks,
+                   ChunksOf(request.job_id(), &min_generation));
+  if (request.generation() < min_generation) {
+    return absl::AbortedError(absl::StrCat(
+        "commit of generation ", request.generation(), " to job '", request.job_id(),
+        "': its chunks moved here for generation ", min_generation, " on; re-form first"));
+  }
+  absl::Status first_error;
+  for (std::shared_ptr<Chunk>& chunk : chunks) {
+    absl::StatusOr<bool> ready = chunk->Commit(
+        request.step(), PushRound{request.generation(), request.attempt()}, scalars);
+    if (!ready.ok()) {
+      first_error.Update(ready.status());
+    } else if (*ready) {
+      ScheduleApply(std::move(chunk));
+    }
+  }
+  return first_error;
+}
+
+grpc::ServerUnaryReactor* ShardService::CommitStep(grpc::CallbackServerContext* ctx,
+                                                   const v1::CommitStepRequest* request,
+                                                   v1::CommitStepResponse*) {
+  return FinishUnary(ctx, DoCommitStep(*request));
+}
+
+namespace {
+
+// A Pull whose answer may wait for the chunk's next step: the caller's
+// cancellation (or deadline) ends the wait and frees its place on the chunk.
+// The handler calls Waiting() once, after the chunk's Pull() returned; the
+// reactor deletes itself after that and OnDone(), whichever comes last (the
+// answer may be sent, and the call done, before Pull() returns).
+class PullReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit PullReactor(std::shared_ptr<Chunk> chunk) : chunk_(std::move(chunk)) {}
+
+  // `ticket`: what the chunk's Pull() returned; a pull that waits is ended
+  // after `max_wait` (DEADLINE_EXCEEDED) if nothing ended it before.
+  void Waiting(uint64_t ticket, absl::Duration max_wait) {
+    bool cancelled;
+    {
+      absl::MutexLock lock(&mu_);
+      ticket_ = ticket;
+      cancelled = cancelled_;
+    }
+    if (cancelled && ticket != 0) chunk_->CancelPull(ticket, Cancelled());
+    if (!cancelled && ticket != 0) {
+      // Holds the chunk, not the reactor: the alarm may fire after the
+      // answer, when the reactor is gone (the ticket then ends nothing).
+      max_wait_.Set(absl::ToChronoTime(absl::Now() + max_wait), [chunk = chunk_, ticket,
+                                                                 max_wait](bool fired) {
+        if (!fired) return;
+        chunk->CancelPull(ticket, absl::DeadlineExceededError(absl::StrCat(
+                                      "the pull waited ", absl::FormatDuration(max_wait),
+                                      " for its step, the most a pull may")));
+      });
+    }
+    Unref();
+  }
+
+  void OnCancel() override {
+    uint64_t ticket;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      ticket = ticket_;
+    }
+    if (ticket != 0) chunk_->CancelPull(ticket, Cancelled());
+  }
+  void OnDone() override { Unref(); }
+
+ private:
+  static absl::Status Cancelled() {
+    return absl::CancelledError("the pull was cancelled by its caller");
+  }
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  const std::shared_ptr<Chunk> chunk_;
+  grpc::Alarm max_wait_;
+  std::atomic<int> refs_{2};  // the handler's and gRPC's
+  absl::Mutex mu_;
+  uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ShardService::Pull(grpc::CallbackServerContext* ctx,
+                                             const v1::PullRequest* request,
+                                             v1::PullResponse* response) {
+  DType dtype;
+  absl::StatusOr<std::shared_ptr<Chunk>> chunk =
+      FindChunk(request->job_id(), request->flat_begin(), request->num_params(), &dtype);
+  if (!chunk.ok()) return FinishUnary(ctx, chunk.status());
+  auto* reactor = new PullReactor(*chunk);
+  const uint64_t ticket = (*chunk)->Pull(
+      request->step(), request->flat_begin(), request->num_params(),
+      [this, reactor, response, dtype](absl::Status s, int64_t step, absl::string_view bytes) {
+        if (s.ok() && pulled_bytes_ != nullptr) pulled_bytes_->Increment(bytes.size());
+        if (s.ok()) {
+          response->set_step(step);
+          response->set_dtype(DTypeToProto(dtype));
+          response->set_params(bytes.data(), bytes.size());
+        }
+        reactor->Finish(ToGrpcStatus(s));
+      });
+  reactor->Waiting(ticket, max_pull_wait_);
+  return reactor;
+}
+
+}  // namespace strata
