@@ -31,6 +31,13 @@ class Collective {
   // Sums `data` over all ranks; afterwards slice rank() holds the sum and the
   // other slices are unspecified.
   virtual absl::Status ReduceScatterSum(DType dtype, void* data, size_t num_elements) = 0;
+  // The same over segments of any length: `data` is counts[0] + ... +
+  // counts[size() - 1] elements, segment r counts[r] of them (counts is the
+  // same on every rank; a segment may be empty). Each element of segment r
+  // is added in the order ReduceScatterSum adds an element of slice r, so a
+  // range reduced by either on the same rank has the same bits (Gloo).
+  virtual absl::Status ReduceScatterSumV(DType dtype, void* data,
+                                         absl::Span<const size_t> counts) = 0;
   // Slice rank() of `data` is this rank's input; afterwards every slice holds
   // the input of its rank.
   virtual absl::Status AllGather(DType dtype, void* data, size_t num_elements) = 0;

@@ -49,30 +49,45 @@ class GlooCollective : public Collective {
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
 
+  absl::Status ReduceScatterSum(DType dtype, void* data, size_t num_elements) override {
+    std::vector<size_t> counts(size(), num_elements / size());
+    return ReduceScatterSumV(dtype, data, counts);
+  }
+
   // Segment r ends on rank r with every rank's part added, in the order
   // r + 1, r + 2, ..., r: in step k rank r sends segment r - k - 1 and adds
-  // segment r - k - 2 from rank r - 1 into its own. (Gloo's halving-doubling
-  // reduce-scatter puts the segments in the wrong places when size() is not
-  // a power of two.)
-  absl::Status ReduceScatterSum(DType dtype, void* data, size_t num_elements) override {
-    if (size() == 1) return absl::OkStatus();
+  // segment r - k - 2 from rank r - 1 into its own; empty segments are
+  // skipped on both ends. (Gloo's halving-doubling reduce-scatter puts the
+  // segments in the wrong places when size() is not a power of two.)
+  absl::Status ReduceScatterSumV(DType dtype, void* data,
+                                 absl::Span<const size_t> counts) override {
+    const int world = size();
+    const size_t esize = DTypeSize(dtype);
+    std::vector<size_t> offsets = {0};
+    size_t largest = 0;
+    for (size_t count : counts) {
+      offsets.push_back(offsets.back() + count * esize);
+      largest = std::max(largest, count * esize);
+    }
+    if (world == 1 || largest == 0) return absl::OkStatus();
     return Guarded("reduce-scatter", [&] {
-      const int world = size();
-      const size_t segment = num_elements / world;
-      const size_t segment_bytes = segment * DTypeSize(dtype);
       auto* bytes = static_cast<uint8_t*>(data);
-      scratch_.resize(segment_bytes);
-      Buffer buffer(this, bytes, num_elements * DTypeSize(dtype));
-      Buffer incoming(this, scratch_.data(), segment_bytes);
+      scratch_.resize(largest);
+      Buffer buffer(this, bytes, offsets[world]);
+      Buffer incoming(this, scratch_.data(), largest);
       const uint64_t slot = context_->nextSlot(world);
       for (int k = 0; k < world - 1; ++k) {
-        size_t send_segment = (rank() - k - 1 + 2 * world) % world;
-        size_t add_segment = (rank() - k - 2 + 2 * world) % world;
-        incoming->recv(Prev(), slot + k, 0, segment_bytes);
-        buffer->send(Next(), slot + k, send_segment * segment_bytes, segment_bytes);
-        WaitRecv(incoming);
-        AddInPlace(dtype, scratch_.data(), bytes + add_segment * segment_bytes, segment);
-        WaitSend(buffer);
+        const int send_segment = (rank() - k - 1 + 2 * world) % world;
+        const int add_segment = (rank() - k - 2 + 2 * world) % world;
+        const size_t send_bytes = offsets[send_segment + 1] - offsets[send_segment];
+        const size_t add_bytes = offsets[add_segment + 1] - offsets[add_segment];
+        if (add_bytes > 0) incoming->recv(Prev(), slot + k, 0, add_bytes);
+        if (send_bytes > 0) buffer->send(Next(), slot + k, offsets[send_segment], send_bytes);
+        if (add_bytes > 0) {
+          WaitRecv(incoming);
+          AddInPlace(dtype, scratch_.data(), bytes + offsets[add_segment], counts[add_segment]);
+        }
+        if (send_bytes > 0) WaitSend(buffer);
       }
     });
   }

@@ -74,6 +74,42 @@ class NcclCollective : public Collective {
     });
   }
 
+  // One reduce to each segment's rank, in one NCCL group.
+  absl::Status ReduceScatterSumV(DType dtype, void* data,
+                                 absl::Span<const size_t> counts) override {
+    return Run([&]() -> absl::Status {
+      const size_t esize = DTypeSize(dtype);
+      size_t total = 0, mine = 0;
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) mine = total;
+        total += counts[r] * esize;
+      }
+      if (total == 0) return absl::OkStatus();
+      ASSIGN_OR_RETURN(char* dev, DeviceBuffer(total));
+      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dev, data, total, cudaMemcpyHostToDevice, stream_),
+                                 "copy in"));
+      RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "group start"));
+      size_t offset = 0;
+      for (int r = 0; r < size_; ++r) {
+        if (counts[r] > 0) {
+          ncclResult_t result = ncclReduce(dev + offset, dev + offset, counts[r], NcclType(dtype),
+                                           ncclSum, r, comm_, stream_);
+          if (result != ncclSuccess) {
+            ncclGroupEnd();
+            return NcclStatus(result, "reduce");
+          }
+        }
+        offset += counts[r] * esize;
+      }
+      RETURN_IF_ERROR(NcclStatus(ncclGroupEnd(), "group end"));
+      RETURN_IF_ERROR(
+          CudaStatus(cudaMemcpyAsync(static_cast<char*>(data) + mine, dev + mine,
+                                     counts[rank_] * esize, cudaMemcpyDeviceToHost, stream_),
+                     "copy out"));
+      return absl::OkStatus();
+    });
+  }
+
   absl::Status AllGather(DType dtype, void* data, size_t num_elements) override {
     return Run([&]() -> absl::Status {
       size_t slice_bytes = num_elements / size_ * DTypeSize(dtype);

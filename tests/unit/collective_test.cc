@@ -7,10 +7,13 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <iostream>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "client/collective.h"
 #include "coordinator/coordinator_server.h"
 #include "gtest/gtest.h"
@@ -106,6 +109,44 @@ TEST_P(CollectiveTest, ReduceScatterAllGatherAndAllReduceMatchPlainSums) {
       EXPECT_EQ(sums[1], world * (world - 1) / 2);
     });
   }
+}
+
+// The streamed step reduces buckets that straddle the ranks' slices: each
+// bucket's segments are its overlaps with the slices. Rounded (BF16) sums of
+// random values: the bits depend on the order of the additions, which must be
+// ReduceScatterSum's.
+TEST_P(CollectiveTest, ReduceScatterSumVOfBucketsGivesTheBitsOfOneReduceScatter) {
+  const int world = GetParam().size;
+  const size_t n = 64 * 3 * 5 * 4, slice = n / world;
+  const uint32_t seed = static_cast<uint32_t>(absl::ToUnixMicros(absl::Now()));
+  std::cout << "seed " << seed << "\n";
+  const DType dtype = DType::kBf16;
+  RunRanks("reduce-scatter-v", [&](int rank, Collective& c) {
+    std::mt19937 random(seed + rank);
+    std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+    std::vector<float> values(n);
+    for (float& v : values) v = value(random);
+    std::vector<uint8_t> whole(n * 2), bucketed(n * 2);
+    CastFromFloat(values.data(), dtype, whole.data(), n);
+    bucketed = whole;
+    ASSERT_TRUE(c.ReduceScatterSum(dtype, whole.data(), n).ok());
+    // Buckets of 97 elements from the end back (as backward completes them).
+    for (size_t end = n; end > 0;) {
+      const size_t begin = end > 97 ? end - 97 : 0;
+      std::vector<size_t> counts(world);
+      for (int r = 0; r < world; ++r) {
+        const size_t lo = std::max(begin, r * slice), hi = std::min(end, (r + 1) * slice);
+        counts[r] = hi > lo ? hi - lo : 0;
+      }
+      absl::Status s = c.ReduceScatterSumV(dtype, bucketed.data() + begin * 2, counts);
+      ASSERT_TRUE(s.ok()) << s;
+      end = begin;
+    }
+    for (size_t i = rank * slice; i < (rank + 1) * slice; ++i) {
+      ASSERT_EQ(whole[2 * i], bucketed[2 * i]) << "seed " << seed << " element " << i;
+      ASSERT_EQ(whole[2 * i + 1], bucketed[2 * i + 1]) << "seed " << seed << " element " << i;
+    }
+  });
 }
 
 // Uneven contributions, some empty (a range that misses a rank's slice).
