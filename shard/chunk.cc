@@ -109,11 +109,11 @@ uint64_t Chunk::staged_params() const {
 }
 
 absl::StatusOr<bool> Chunk::EnterRound(int64_t step, PushRound round,
-                                        std::map<uint64_t, StagedPush>* superseded) {
+                                       std::map<uint64_t, StagedPush>* superseded) {
   if (step == applied_step_ || (applying_ && step == applied_step_ + 1)) return false;
   if (step != applied_step_ + 1) {
-    return absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
-                                           " is at step ", applied_step_, "; step ", step, " is ",
+    return absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ",
+                                           applied_step_, "; step ", step, " is ",
                                            step < applied_step_ ? "old" : "future"));
   }
   const bool has_round = !staged_.empty() || committed_.has_value();
@@ -137,10 +137,10 @@ absl::Status Chunk::CommitLocked(int64_t step, const StepScalars& scalars) {
   effective.lr = scalars.lr.value_or(adam_.lr);
   if (committed_.has_value() &&
       (committed_->coef != effective.coef || committed_->lr != effective.lr)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "coef ", effective.coef, " and lr ", *effective.lr, " differ from the coef ",
-        committed_->coef, " and lr ", *committed_->lr, " of step ", step, " committed to chunk ",
-        chunk_id_, " of job ", job_id_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("coef ", effective.coef, " and lr ", *effective.lr, " differ from the coef ",
+                     committed_->coef, " and lr ", *committed_->lr, " of step ", step,
+                     " committed to chunk ", chunk_id_, " of job ", job_id_));
   }
   if (!committed_.has_value()) committed_ = effective;
   return absl::OkStatus();

@@ -155,8 +155,8 @@ class ShardService final : public v1::ShardServer::CallbackService, public Worke
   void ScheduleApply(std::shared_ptr<Chunk> chunk);
   // The chunks of a known job (NOT_FOUND otherwise), in flat order; sets the
   // oldest generation whose pushes the job takes, when asked.
-  absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ChunksOf(
-      const std::string& job_id, uint64_t* min_generation = nullptr);
+  absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ChunksOf(const std::string& job_id,
+                                                               uint64_t* min_generation = nullptr);
   // Adds `job` to jobs_, reserving in the checkpoint arena the pieces its
   // saves take at once: a state per chunk in memory (host or GPU tier; an
   // NVMe-tier chunk's copy is taken when a save needs it, as the state is

@@ -50,11 +50,10 @@ absl::Status ValidStep(int64_t step) {
 absl::StatusOr<std::shared_ptr<Chunk>> ShardService::ValidatePush(const v1::PushRequest& request) {
   RETURN_IF_ERROR(ValidStep(request.step()));
   if (!request.scalars_follow()) {
-    RETURN_IF_ERROR(ValidScalars(request.coef(),
-                                 request.has_lr() ? std::optional<float>(request.lr())
-                                                  : std::nullopt,
-                                 nullptr)
-                        .status());
+    RETURN_IF_ERROR(
+        ValidScalars(request.coef(),
+                     request.has_lr() ? std::optional<float>(request.lr()) : std::nullopt, nullptr)
+            .status());
   }
   ASSIGN_OR_RETURN(DType grad_dtype, DTypeFromProto(request.dtype()));
   DType job_dtype;
@@ -91,14 +90,13 @@ grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   std::optional<StepScalars> scalars;
   if (!request->scalars_follow()) {
-    scalars = *ValidScalars(request->coef(),
-                            request->has_lr() ? std::optional<float>(request->lr()) : std::nullopt,
-                            request->has_loss_scale_after() ? &request->loss_scale_after()
-                                                            : nullptr);
+    scalars = *ValidScalars(
+        request->coef(), request->has_lr() ? std::optional<float>(request->lr()) : std::nullopt,
+        request->has_loss_scale_after() ? &request->loss_scale_after() : nullptr);
   }
   absl::StatusOr<bool> complete = (*chunk)->Stage(
-      request->step(), PushRound{request->generation(), request->attempt()},
-      request->flat_begin(), request->num_params(), request->grads(), std::move(scalars),
+      request->step(), PushRound{request->generation(), request->attempt()}, request->flat_begin(),
+      request->num_params(), request->grads(), std::move(scalars),
       [reactor, response, step = request->step()](absl::Status s) {
         response->set_applied_step(step);
         reactor->Finish(ToGrpcStatus(s));
@@ -113,12 +111,11 @@ grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
 
 absl::Status ShardService::DoCommitStep(const v1::CommitStepRequest& request) {
   RETURN_IF_ERROR(ValidStep(request.step()));
-  ASSIGN_OR_RETURN(StepScalars scalars,
-                   ValidScalars(request.coef(),
-                                request.has_lr() ? std::optional<float>(request.lr())
-                                                 : std::nullopt,
-                                request.has_loss_scale_after() ? &request.loss_scale_after()
-                                                               : nullptr));
+  ASSIGN_OR_RETURN(
+      StepScalars scalars,
+      ValidScalars(request.coef(),
+                   request.has_lr() ? std::optional<float>(request.lr()) : std::nullopt,
+                   request.has_loss_scale_after() ? &request.loss_scale_after() : nullptr));
   uint64_t min_generation;
   ASSIGN_OR_RETURN(std::vector<std::shared_ptr<Chunk>> chunks,
                    ChunksOf(request.job_id(), &min_generation));
@@ -129,8 +126,8 @@ absl::Status ShardService::DoCommitStep(const v1::CommitStepRequest& request) {
   }
   absl::Status first_error;
   for (std::shared_ptr<Chunk>& chunk : chunks) {
-    absl::StatusOr<bool> ready = chunk->Commit(
-        request.step(), PushRound{request.generation(), request.attempt()}, scalars);
+    absl::StatusOr<bool> ready =
+        chunk->Commit(request.step(), PushRound{request.generation(), request.attempt()}, scalars);
     if (!ready.ok()) {
       first_error.Update(ready.status());
     } else if (*ready) {

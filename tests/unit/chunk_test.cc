@@ -226,10 +226,8 @@ TEST_F(ChunkTest, AStreamedStepAppliesOnceStagedAndCommittedInEitherOrder) {
   EXPECT_EQ(Params(), ExpectedParams({{0.5f, 0.5f}, {0.25f, 1.0f}}));
   // A commit of an applied step is a retry; other steps are ABORTED.
   EXPECT_FALSE(*chunk_->Commit(2, {1}, StepScalars{1.0f}));
-  EXPECT_EQ(chunk_->Commit(1, {1}, StepScalars{1.0f}).status().code(),
-            absl::StatusCode::kAborted);
-  EXPECT_EQ(chunk_->Commit(5, {1}, StepScalars{1.0f}).status().code(),
-            absl::StatusCode::kAborted);
+  EXPECT_EQ(chunk_->Commit(1, {1}, StepScalars{1.0f}).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(chunk_->Commit(5, {1}, StepScalars{1.0f}).status().code(), absl::StatusCode::kAborted);
   EXPECT_EQ(chunk_->applied_step(), 2);
 }
 
@@ -458,8 +456,8 @@ class NvmeChunkTest : public ::testing::Test {
 
   absl::Status PushAndApply(int64_t step) {
     absl::Status pushed = absl::UnknownError("not answered");
-    auto complete =
-        chunk_->Stage(step, {1}, 0, kNvmeN, grads_, StepScalars{1.0f}, [&](absl::Status s) { pushed = s; });
+    auto complete = chunk_->Stage(step, {1}, 0, kNvmeN, grads_, StepScalars{1.0f},
+                                  [&](absl::Status s) { pushed = s; });
     if (!complete.ok()) return complete.status();
     if (*complete) chunk_->Apply();
     return pushed;

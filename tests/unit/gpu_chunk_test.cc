@@ -60,9 +60,9 @@ class GpuChunkTest : public ::testing::TestWithParam<DType> {
     for (Chunk* chunk : {on_gpu_.get(), on_host_.get()}) {
       for (int i = 0; i < 3; ++i) {
         const uint64_t n = cuts[i + 1] - cuts[i];
-        auto staged = chunk->Stage(step, {1}, kBegin + cuts[i], n,
-                                   bytes.substr(cuts[i] * esize, n * esize), StepScalars{0.5f, 3e-3f},
-                                   [step](absl::Status s) { EXPECT_TRUE(s.ok()) << step << s; });
+        auto staged = chunk->Stage(
+            step, {1}, kBegin + cuts[i], n, bytes.substr(cuts[i] * esize, n * esize),
+            StepScalars{0.5f, 3e-3f}, [step](absl::Status s) { EXPECT_TRUE(s.ok()) << step << s; });
         ASSERT_TRUE(staged.ok()) << staged.status();
         if (*staged) chunk->Apply();
       }
