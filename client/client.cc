@@ -61,7 +61,8 @@ ClientImpl::ClientImpl(ClientOptions options, FlatLayout layout, ChannelCredenti
       transport_(options_.job_id, &layout_, options_.dtype, TlsFilesOf(options_)),
       scaler_(options_.loss_scale),
       coordinator_(
-          v1::Coordinator::NewStub(MakeChannel(options_.coordinator_address, credentials_))) {}
+          v1::Coordinator::NewStub(MakeChannel(options_.coordinator_address, credentials_))),
+      gatherer_(&collective_thread_) {}
 
 absl::Status ClientImpl::CreateJob() {
   absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
@@ -169,6 +170,7 @@ absl::Status ClientImpl::Init() {
 }
 
 absl::Status ClientImpl::Leave() {
+  DropStream();
   RETURN_IF_ERROR(DrainGathers());
   ASSIGN_OR_RETURN(v1::Generation without_me, membership_->Leave());
   // The others are at (or coming to) their next step boundary: tell them in
@@ -184,6 +186,9 @@ absl::Status ClientImpl::Leave() {
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (options.job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
   if (options.world_size < 1) return absl::InvalidArgumentError("world_size must be >= 1");
+  if (options.bucket_num_params == 0) {
+    return absl::InvalidArgumentError("bucket_num_params must be > 0");
+  }
   if (options.collective != "gloo" && options.collective != "nccl") {
     return absl::InvalidArgumentError(
         absl::StrCat("collective '", options.collective, "' is not gloo or nccl"));

@@ -17,11 +17,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/buckets.h"
 #include "client/collective.h"
+#include "client/gradient_stream.h"
 #include "client/param_gatherer.h"
+#include "client/push_stream.h"
 #include "client/shard_transport.h"
 #include "client/worker_membership.h"
 #include "core/status_macros.h"
+#include "core/thread_pool.h"
 #include "kernels/elementwise.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
@@ -96,12 +100,21 @@ class ClientImpl : public Client {
     return Accumulate(scaled_grads, 1.0f);
   }
 
+  absl::Status GradientsReady(FlatRange range, absl::Span<const float> grads) override {
+    return StreamGradients(range, grads, scaler_.scale());
+  }
+  absl::Status ScaledGradientsReady(FlatRange range,
+                                    absl::Span<const float> scaled_grads) override {
+    return StreamGradients(range, scaled_grads, 1.0f);
+  }
+
   absl::StatusOr<StepResult> Step() override;
   absl::StatusOr<StepResult> Step(const GradientFn& compute) override;
   absl::Status Leave() override;
 
   absl::Status AllReduceSum(absl::Span<double> values) override {
     RETURN_IF_ERROR(DrainGathers());
+    if (stream_ != nullptr) stream_->WaitIdle();
     return collective_->AllReduceSum(values);
   }
 
@@ -117,6 +130,11 @@ class ClientImpl : public Client {
   absl::Status CreateJob();
   // Adds `grads` * `multiplier` to the accumulator as one micro-batch.
   absl::Status Accumulate(absl::Span<const float> grads, float multiplier) {
+    if (stream_ != nullptr) {
+      return absl::FailedPreconditionError(
+          "gradients accumulated after GradientsReady() in the same step: earlier micro-batches "
+          "go first");
+    }
     if (grads.size() != layout_.num_params()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "gradients have ", grads.size(), " elements; the model has ", layout_.num_params()));
@@ -125,6 +143,17 @@ class ClientImpl : public Client {
     ++micro_batches_;
     return absl::OkStatus();
   }
+  // GradientsReady(): starts the step's stream at its first range (after the
+  // generation check: the gathers started are drained first).
+  absl::Status StreamGradients(FlatRange range, absl::Span<const float> grads, float multiplier);
+  // Ends the step's stream, if any, cancelling its pushes still open.
+  void DropStream();
+  // The try of the next step within this generation: 0, then one more after
+  // each overflow (the servers replace an older try's staged pushes).
+  uint32_t Attempt();
+  // A streamed step's end once its scalars are known: commits them to every
+  // server, then pulls; the pushes are done once the pulls are.
+  absl::Status CommitAndPull(int64_t step, const PushScalars& push);
   // The lowest and highest step the job's chunks have applied.
   absl::StatusOr<std::pair<int64_t, int64_t>> AppliedSteps();
   // AppliedSteps(), asked again (after a backoff) while a chunk's server
@@ -172,7 +201,8 @@ class ClientImpl : public Client {
   // mid-step (UNAVAILABLE, DEADLINE_EXCEEDED) makes every worker push and
   // pull the step again -- chunks that applied it answer from the stored
   // result -- for up to step_timeout. Other errors end the step everywhere.
-  absl::Status PushPullEverywhere(int64_t step, const PushScalars& push);
+  // A streamed step's first try is CommitAndPull().
+  absl::Status PushPullEverywhere(int64_t step, const PushScalars& push, bool streamed);
   // Cancels the RPCs in flight of `generation` and aborts its collective (a
   // worker of it was lost); from the membership's watch thread, so it reads
   // nothing of the step's but collective_ under collective_mu_.
@@ -203,6 +233,9 @@ class ClientImpl : public Client {
   uint32_t rank_ = 0;
   uint32_t world_size_ = 0;
   uint64_t padded_num_params_ = 0;
+  Buckets buckets_{0, 1};
+  // The slice's pieces, cut at chunk and bucket boundaries (a streamed step
+  // and its retries push the same pieces).
   std::vector<Piece> slice_pieces_;
   // The parameters from flat index params_base_ on: all (replicated) or the slice (on demand).
   std::vector<uint8_t> params_;
@@ -213,9 +246,18 @@ class ClientImpl : public Client {
   bool broken_ = false;  // the last step failed: re-form before the next
   bool generation_checked_ = false;
   ReformStats reform_stats_;
-  // Declared last: destroyed first, finishing the gathers that read
-  // collective_ and params_.
+  uint32_t attempt_ = 0;  // Attempt()'s, for attempt_step_ in attempt_generation_
+  int64_t attempt_step_ = -1;
+  uint64_t attempt_generation_ = 0;
+  // The streamed step in progress (GradientsReady()), and the retryable
+  // error that ended it early (returned as a gather's would be).
+  std::unique_ptr<PushStream> push_stream_;
+  std::unique_ptr<GradientStream> stream_;
+  absl::Status stream_failure_;
   ParamGatherer gatherer_;
+  // Declared last: destroyed first, finishing the gathers and the buckets'
+  // work that read collective_, params_ and grads_.
+  ThreadPool collective_thread_{1};
 };
 
 }  // namespace strata

@@ -62,6 +62,7 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedStepsOnceKnown(ab
 }
 
 absl::Status ClientImpl::Reform(uint64_t than) {
+  DropStream();  // its buffers and group are about to change
   const absl::Time started = absl::Now();
   const absl::Time deadline = started + options_.rendezvous_timeout;
   while (true) {
@@ -116,7 +117,15 @@ absl::Status ClientImpl::ReformOnce(uint64_t* than, absl::Time started, absl::Ti
   params_base_ = on_demand() ? slice.begin : 0;
   params_.resize((on_demand() ? slice.size() : padded_num_params_) * esize_, 0);
   grads_.resize(padded_num_params_ * esize_, 0);
-  slice_pieces_ = transport_.PiecesOf(slice, kMaxPayloadBytes / esize_);
+  buckets_ = Buckets(padded_num_params_, options_.bucket_num_params);
+  slice_pieces_.clear();
+  for (size_t i = buckets_.BucketOf(slice.begin); !slice.empty() && i < buckets_.size(); ++i) {
+    FlatRange part = Intersect(buckets_.bucket(i), slice);
+    if (part.empty()) break;
+    for (Piece& piece : transport_.PiecesOf(part, kMaxPayloadBytes / esize_)) {
+      slice_pieces_.push_back(std::move(piece));
+    }
+  }
 
   // Rank 0 decides the step and the loss scale; the others take its view.
   // state = {step, step is fresh, loss scale, good steps, scaler known}

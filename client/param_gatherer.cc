@@ -30,7 +30,7 @@ std::unique_ptr<PendingGather> ParamGatherer::Start(const Source& source, FlatRa
                                                     absl::Span<float> out) {
   auto result = std::make_shared<Result>();
   last_ = result;
-  thread_.Schedule([this, source, range, out, result] {
+  thread_->Schedule([this, source, range, out, result] {
     result->status = Gather(source, range, out);
     if (!result->status.ok()) {
       absl::MutexLock lock(&mu_);

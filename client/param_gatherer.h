@@ -2,7 +2,8 @@
 // the workers hold (on-demand parameters, ParamResidency::kOnDemand) on one
 // background thread, in the order they were started, so that the trainer
 // computes while the next range arrives. Each gather is one AllGatherV of
-// the range's pieces in the workers' slices, then a cast to FP32.
+// the range's pieces in the workers' slices, then a cast to FP32. The thread
+// is the client's collective thread, shared with the streamed step's buckets.
 //
 // Thread-safety: Start() and Drain() are called by the thread that drives
 // the client. Between a Start() and the Drain() after it, nobody else may use
@@ -38,9 +39,9 @@ class ParamGatherer {
     const uint8_t* slice_bytes = nullptr;
   };
 
-  ParamGatherer() = default;
-  // Waits for the gathers in flight.
-  ~ParamGatherer() = default;
+  // Gathers run on `thread` (which outlives the gatherer), in the order
+  // queued there with other work on the collective.
+  explicit ParamGatherer(ThreadPool* thread) : thread_(thread) {}
   ParamGatherer(const ParamGatherer&) = delete;
   ParamGatherer& operator=(const ParamGatherer&) = delete;
 
@@ -64,8 +65,7 @@ class ParamGatherer {
   std::shared_ptr<Result> last_;  // the newest gather started
   absl::Mutex mu_;
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
-  // Declared last: destroyed (finishing its queue) before the members above.
-  ThreadPool thread_{1};
+  ThreadPool* const thread_;
 };
 
 }  // namespace strata

@@ -62,6 +62,25 @@ std::vector<Piece> ShardTransport::PiecesOf(FlatRange range, uint64_t max_params
   return pieces;
 }
 
+absl::Status ShardTransport::CommitStep(int64_t step, uint64_t generation, uint32_t attempt,
+                                        const PushScalars& push, absl::Duration timeout) const {
+  v1::CommitStepRequest request;
+  request.set_job_id(job_id_);
+  request.set_step(step);
+  request.set_generation(generation);
+  request.set_attempt(attempt);
+  request.set_coef(push.coef);
+  if (push.lr.has_value()) request.set_lr(*push.lr);
+  *request.mutable_loss_scale_after() = push.loss_scale_after;
+  for (const auto& [address, server] : servers_) {
+    v1::CommitStepResponse response;
+    absl::Status s = CallUnary(server.stub.get(), &v1::ShardServer::Stub::CommitStep, request,
+                               &response, timeout);
+    if (!s.ok()) return WithShardAddress(s, address);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<MasterState> ShardTransport::ReadMasterState(absl::Duration timeout) const {
   MasterState state;
   const uint64_t n = layout_->num_params();

@@ -55,6 +55,7 @@ class StepExchange;
 struct StepTransfer {
   int64_t step = 0;
   uint64_t generation = 0;
+  uint32_t attempt = 0;  // the step's try within the generation
   const std::vector<Piece>* pieces = nullptr;
   // Pushes `grads` (flat index 0 on) with these scalars; null: pulls only.
   const PushScalars* push = nullptr;
@@ -107,6 +108,12 @@ class ShardTransport {
   // (the others are then cancelled), with the first error naming its
   // server. ABORTED when the generation is cancelled.
   absl::Status PushPull(const StepTransfer& transfer);
+
+  // Commits `push`'s scalars for `step` of pushes in (`generation`,
+  // `attempt`) to every server of the job, one call each: the first error,
+  // naming its server.
+  absl::Status CommitStep(int64_t step, uint64_t generation, uint32_t attempt,
+                          const PushScalars& push, absl::Duration timeout) const;
 
   // Ends the step exchange of `generation` in progress with ABORTED; calls
   // of `generation` fail at once from now on (a worker of it was lost).

@@ -1,11 +1,12 @@
 // ClientImpl (client_impl.h): the step -- reduce-scatter, gradient
-// statistics, push and pull of the worker's slice, all-gather -- and the
-// on-demand gathers.
+// statistics, push and pull of the worker's slice, all-gather; streamed or
+// not -- and the on-demand gathers.
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/buckets.h"
 #include "client/client_impl.h"
 #include "core/log.h"
 #include "core/status_macros.h"
@@ -24,6 +25,7 @@ absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
   StepTransfer transfer;
   transfer.step = step;
   transfer.generation = generation_.number();
+  transfer.attempt = Attempt();
   transfer.pieces = &slice_pieces_;
   transfer.push = push;
   transfer.grads = grads_.data();
@@ -37,11 +39,74 @@ absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
   return transport_.PushPull(transfer);
 }
 
-absl::Status ClientImpl::PushPullEverywhere(int64_t step, const PushScalars& push) {
+uint32_t ClientImpl::Attempt() {
+  if (attempt_step_ != step_ || attempt_generation_ != generation_.number()) {
+    attempt_ = 0;
+    attempt_step_ = step_;
+    attempt_generation_ = generation_.number();
+  }
+  return attempt_;
+}
+
+absl::Status ClientImpl::StreamGradients(FlatRange range, absl::Span<const float> grads,
+                                         float multiplier) {
+  if (collective_ == nullptr) return absl::FailedPreconditionError("gradients after Leave()");
+  if (stream_ == nullptr) {
+    if (!stream_failure_.ok()) return stream_failure_;
+    absl::Status checked = DrainGathers();
+    if (checked.ok()) checked = FollowGeneration();
+    if (!checked.ok()) {
+      if (IsRetryable(checked)) stream_failure_ = checked;
+      return checked;
+    }
+    PushStream::Round round;
+    round.job_id = options_.job_id;
+    round.step = step_ + 1;
+    round.generation = generation_.number();
+    round.attempt = Attempt();
+    round.dtype = options_.dtype;
+    round.deadline = absl::Now() + options_.step_timeout;
+    push_stream_ = std::make_unique<PushStream>(std::move(round));
+    GradientStream::Context context;
+    context.collective = collective_.get();
+    context.layout = &layout_;
+    context.transport = &transport_;
+    context.dtype = options_.dtype;
+    context.rank = rank_;
+    context.world_size = world_size_;
+    context.buckets = buckets_;
+    context.grads = grads_.data();
+    context.thread = &collective_thread_;
+    context.pushes = push_stream_.get();
+    stream_ = std::make_unique<GradientStream>(std::move(context));
+    // The generation was checked: Step() does not check it again.
+    SkipNextGenerationCheck();
+    ++micro_batches_;
+  }
+  return stream_->Add(range, grads, multiplier);
+}
+
+void ClientImpl::DropStream() {
+  if (push_stream_ != nullptr) push_stream_->Cancel();
+  stream_.reset();  // waits for its buckets' work
+  push_stream_.reset();
+  stream_failure_ = absl::OkStatus();
+}
+
+absl::Status ClientImpl::CommitAndPull(int64_t step, const PushScalars& push) {
+  absl::Status s =
+      transport_.CommitStep(step, generation_.number(), Attempt(), push, options_.step_timeout);
+  if (s.ok()) s = PushPull(step, /*push=*/nullptr);
+  // Pulled: every chunk applied the step, so the pushes are answered.
+  if (s.ok()) s = push_stream_->Wait();
+  return s;
+}
+
+absl::Status ClientImpl::PushPullEverywhere(int64_t step, const PushScalars& push, bool streamed) {
   const absl::Time deadline = absl::Now() + options_.step_timeout;
   absl::Duration backoff = absl::Milliseconds(50);
-  while (true) {
-    absl::Status s = PushPull(step, &push);
+  for (bool first = true;; first = false) {
+    absl::Status s = streamed && first ? CommitAndPull(step, push) : PushPull(step, &push);
     // NOT_FOUND: the job is not on that server (now): its chunks are moving.
     bool retryable = absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsNotFound(s);
     // {failed and retryable here, failed for good here}: every worker acts on the sums.
@@ -66,9 +131,16 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   result.generation = generation_.number();
   result.world_size = static_cast<int>(world_size_);
   absl::Time started = absl::Now();
-  RETURN_IF_ERROR(collective_->ReduceScatterSum(dtype, grads_.data(), padded_num_params_));
-  FlatRange slice = layout_.WorkerSlice(rank_, world_size_);
-  GradStats stats = ComputeGradStats(dtype, grads_.data() + slice.begin * esize_, slice.size());
+  const bool streamed = stream_ != nullptr;
+  std::vector<GradStats> per_bucket;
+  if (streamed) {
+    ASSIGN_OR_RETURN(per_bucket, stream_->Finish());
+  } else {
+    RETURN_IF_ERROR(collective_->ReduceScatterSum(dtype, grads_.data(), padded_num_params_));
+    per_bucket =
+        SliceGradStats(buckets_, layout_.WorkerSlice(rank_, world_size_), dtype, grads_.data());
+  }
+  const GradStats stats = SumGradStats(per_bucket);
   double global[2] = {stats.sum_squares, stats.all_finite ? 0.0 : 1.0};
   RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(global)));
   result.collective_seconds = absl::ToDoubleSeconds(absl::Now() - started);
@@ -77,6 +149,10 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   divisor *= scaler_.scale();
   micro_batches_ = 0;
   if (global[1] > 0) {  // some worker saw Inf or NaN: skip, lower the scale
+    // The servers drop what was pushed when the next try's pushes come.
+    Attempt();
+    ++attempt_;
+    DropStream();
     std::fill(grads_.begin(), grads_.end(), 0);
     scaler_.Update(/*overflow=*/true);
     result.step = step_;
@@ -97,8 +173,9 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   push.loss_scale_after.set_scale(after.scale());
   push.loss_scale_after.set_good_steps(after.good_steps());
   started = absl::Now();
-  RETURN_IF_ERROR(PushPullEverywhere(step_ + 1, push));
+  RETURN_IF_ERROR(PushPullEverywhere(step_ + 1, push, streamed));
   result.push_pull_seconds = absl::ToDoubleSeconds(absl::Now() - started);
+  DropStream();
   std::fill(grads_.begin(), grads_.end(), 0);
   if (!on_demand()) {
     started = absl::Now();
@@ -113,6 +190,7 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
 
 absl::Status ClientImpl::DrainGathers() {
   absl::Status s = gatherer_.Drain();
+  if (s.ok()) s = stream_failure_;
   if (IsRetryable(s)) broken_ = true;
   return s;
 }
@@ -148,11 +226,14 @@ absl::StatusOr<StepResult> ClientImpl::Step() {
   if (micro_batches_ == 0) {
     return absl::FailedPreconditionError("Step() with no accumulated gradients");
   }
-  RETURN_IF_ERROR(DrainGathers());
-  RETURN_IF_ERROR(FollowGeneration());
-  absl::StatusOr<StepResult> result = RunStep(static_cast<double>(world_size_) * micro_batches_);
+  absl::StatusOr<StepResult> result = [&]() -> absl::StatusOr<StepResult> {
+    RETURN_IF_ERROR(DrainGathers());
+    RETURN_IF_ERROR(FollowGeneration());
+    return RunStep(static_cast<double>(world_size_) * micro_batches_);
+  }();
   if (!result.ok()) {
-    broken_ = IsRetryable(result.status());
+    broken_ = broken_ || IsRetryable(result.status());
+    DropStream();
     std::fill(grads_.begin(), grads_.end(), 0);
     micro_batches_ = 0;
   }
@@ -186,6 +267,7 @@ absl::StatusOr<StepResult> ClientImpl::Step(const GradientFn& compute) {
     const uint64_t end = first + batch * (rank_ + 1) / world_size_;
     const uint64_t micro = options_.micro_batch_samples > 0 ? options_.micro_batch_samples
                                                             : std::max<uint64_t>(end - begin, 1);
+    DropStream();
     std::fill(grads_.begin(), grads_.end(), 0);
     micro_batches_ = 0;
     absl::Status computed;

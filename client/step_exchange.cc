@@ -141,6 +141,7 @@ void StepExchange::Send(Stream& stream, Call& call) {
       request.set_job_id(job_id_);
       request.set_step(transfer_.step);
       request.set_generation(transfer_.generation);
+      request.set_attempt(transfer_.attempt);
       request.set_flat_begin(piece.begin);
       request.set_num_params(piece.n);
       request.set_dtype(DTypeToProto(dtype_));

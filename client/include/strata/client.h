@@ -110,6 +110,10 @@ struct ClientOptions {
   // chunk is applied, so a window much smaller than a step also paces the
   // pushes by the applies.
   uint64_t max_step_bytes_in_flight = uint64_t{128} << 20;
+  // The streamed step's buckets (GradientsReady()): contiguous ranges of the
+  // flat space of this many parameters, each reduce-scattered and pushed as
+  // soon as it and the buckets after it are complete.
+  uint64_t bucket_num_params = uint64_t{1} << 20;
   // Initial FP32 weights over the flat space (FlatLayout::num_params()); used
   // by rank 0 when the job is new. Empty: zeros.
   std::vector<float> initial_params;
@@ -241,6 +245,24 @@ class Client {
   // The same for a gradient already multiplied by loss_scale() (the
   // backward pass of the scaled loss): rounded to the job's dtype as is.
   virtual absl::Status AccumulateScaledGradients(absl::Span<const float> scaled_grads) = 0;
+  // The streamed step: adds the last micro-batch's gradient of `range`
+  // (range.size() FP32 values, unscaled like AccumulateGradients') while
+  // backward goes on (earlier micro-batches go through AccumulateGradients).
+  // Buckets of the flat space (bucket_num_params) go in reverse order, each
+  // once it and the buckets after it are complete: reduce-scattered over the
+  // workers and this worker's part pushed to the shard servers, on the
+  // client's collective thread, while the caller computes. The next Step()
+  // finishes the step (buckets not complete go then): one all-reduce of the
+  // norm, one small commit per server, pulls. The same master weights, bit
+  // for bit, as AccumulateGradients() of the whole gradient. Every worker
+  // calls it and StartGather() in the same order. INVALID_ARGUMENT for a
+  // range outside the flat space, a span of another size or a range that
+  // overlaps one given for this step; a lost worker's retryable error as
+  // StartGather's (the next Step() re-forms).
+  virtual absl::Status GradientsReady(FlatRange range, absl::Span<const float> grads) = 0;
+  // The same for a gradient already multiplied by loss_scale().
+  virtual absl::Status ScaledGradientsReady(FlatRange range,
+                                            absl::Span<const float> scaled_grads) = 0;
   // One optimizer step over the accumulated micro-batches (their mean), then
   // clears the accumulator. FAILED_PRECONDITION with nothing accumulated.
   // A lost worker ends the step with a retryable error (UNAVAILABLE,

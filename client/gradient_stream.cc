@@ -1,0 +1,122 @@
+#include "client/gradient_stream.h"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "kernels/elementwise.h"
+#include "rpc/grpc_util.h"
+
+namespace strata {
+namespace {
+
+// The tensor parameters of `range` (its padding excluded).
+uint64_t TensorParamsIn(const FlatLayout& layout, FlatRange range) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < layout.tensors().size(); ++i) {
+    n += Intersect(layout.tensor_range(i), range).size();
+  }
+  return n;
+}
+
+}  // namespace
+
+GradientStream::GradientStream(Context context)
+    : context_(std::move(context)),
+      slice_(context_.layout->WorkerSlice(context_.rank, context_.world_size)),
+      next_(context_.buckets.size()),
+      stats_(context_.buckets.size()) {
+  missing_.resize(context_.buckets.size());
+  for (size_t i = 0; i < missing_.size(); ++i) {
+    missing_[i] = TensorParamsIn(*context_.layout, context_.buckets.bucket(i));
+  }
+}
+
+GradientStream::~GradientStream() { WaitIdle(); }
+
+void GradientStream::WaitIdle() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* pending) { return *pending == 0; }, &pending_));
+}
+
+absl::Status GradientStream::Add(FlatRange range, absl::Span<const float> grads, float multiplier) {
+  if (finished_) return absl::InvalidArgumentError("gradients added after the step's end");
+  if (range.begin > range.end || range.end > context_.layout->num_params()) {
+    return absl::InvalidArgumentError(absl::StrCat("gradients of [", range.begin, ", ", range.end,
+                                                   "): the flat space is [0, ",
+                                                   context_.layout->num_params(), ")"));
+  }
+  if (grads.size() != range.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradients of ", range.size(), " parameters given as ", grads.size(), " floats"));
+  }
+  if (range.empty()) return absl::OkStatus();
+  auto next = added_.lower_bound(range.begin);
+  if ((next != added_.end() && next->first < range.end) ||
+      (next != added_.begin() && std::prev(next)->second > range.begin)) {
+    return absl::InvalidArgumentError(absl::StrCat("gradients of [", range.begin, ", ", range.end,
+                                                   ") overlap a range given for this step"));
+  }
+  added_.emplace(range.begin, range.end);
+  AccumulateScaled(context_.dtype, grads.data(), multiplier,
+                   context_.grads + range.begin * DTypeSize(context_.dtype), range.size());
+  const Buckets& buckets = context_.buckets;
+  for (size_t i = buckets.BucketOf(range.begin); i <= buckets.BucketOf(range.end - 1); ++i) {
+    missing_[i] -= TensorParamsIn(*context_.layout, Intersect(buckets.bucket(i), range));
+  }
+  SendReady(/*all=*/false);
+  return absl::OkStatus();
+}
+
+void GradientStream::SendReady(bool all) {
+  while (next_ > 0 && (all || missing_[next_ - 1] == 0)) {
+    const size_t bucket = --next_;
+    {
+      absl::MutexLock lock(&mu_);
+      ++pending_;
+    }
+    context_.thread->Schedule([this, bucket] {
+      absl::Status s = Reduce(bucket);
+      absl::MutexLock lock(&mu_);
+      if (error_.ok()) error_ = s;
+      --pending_;
+    });
+  }
+}
+
+absl::Status GradientStream::Reduce(size_t bucket) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!error_.ok()) return absl::OkStatus();  // the step failed already
+  }
+  const FlatRange range = context_.buckets.bucket(bucket);
+  const size_t esize = DTypeSize(context_.dtype);
+  std::vector<size_t> counts(context_.world_size);
+  for (uint32_t r = 0; r < context_.world_size; ++r) {
+    counts[r] = Intersect(range, context_.layout->WorkerSlice(r, context_.world_size)).size();
+  }
+  RETURN_IF_ERROR(context_.collective->ReduceScatterSumV(
+      context_.dtype, context_.grads + range.begin * esize, counts));
+  const FlatRange mine = Intersect(range, slice_);
+  if (mine.empty()) return absl::OkStatus();
+  stats_[bucket] =
+      ComputeGradStats(context_.dtype, context_.grads + mine.begin * esize, mine.size());
+  for (const Piece& piece : context_.transport->PiecesOf(mine, kMaxPayloadBytes / esize)) {
+    context_.pushes->Send(piece, context_.grads + piece.begin * esize);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<GradStats>> GradientStream::Finish() {
+  finished_ = true;
+  SendReady(/*all=*/true);
+  WaitIdle();
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(error_);
+  return stats_;
+}
+
+}  // namespace strata
