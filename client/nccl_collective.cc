@@ -5,6 +5,7 @@
 #include <nccl.h>
 
 #include <cstring>
+#include <utility>
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
@@ -79,11 +80,7 @@ class NcclCollective : public Collective {
                                  absl::Span<const size_t> counts) override {
     return Run([&]() -> absl::Status {
       const size_t esize = DTypeSize(dtype);
-      size_t total = 0, mine = 0;
-      for (int r = 0; r < size_; ++r) {
-        if (r == rank_) mine = total;
-        total += counts[r] * esize;
-      }
+      const auto [total, mine] = SegmentBytes(counts, esize);
       if (total == 0) return absl::OkStatus();
       ASSIGN_OR_RETURN(char* dev, DeviceBuffer(total));
       RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dev, data, total, cudaMemcpyHostToDevice, stream_),
@@ -133,11 +130,7 @@ class NcclCollective : public Collective {
                           absl::Span<const size_t> counts) override {
     return Run([&]() -> absl::Status {
       const size_t esize = DTypeSize(dtype);
-      size_t total = 0, mine = 0;
-      for (int r = 0; r < size_; ++r) {
-        if (r == rank_) mine = total;
-        total += counts[r] * esize;
-      }
+      const auto [total, mine] = SegmentBytes(counts, esize);
       ASSIGN_OR_RETURN(char* dev, DeviceBuffer(total));
       RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dev + mine, input, counts[rank_] * esize,
                                                  cudaMemcpyHostToDevice, stream_),
@@ -184,6 +177,17 @@ class NcclCollective : public Collective {
   }
 
  private:
+  // The bytes of segments of counts[r] elements of `esize` bytes in all, and
+  // where rank_'s starts.
+  std::pair<size_t, size_t> SegmentBytes(absl::Span<const size_t> counts, size_t esize) const {
+    size_t total = 0, mine = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) mine = total;
+      total += counts[r] * esize;
+    }
+    return {total, mine};
+  }
+
   // Has `enqueue` queue an operation on stream_ unless the communicator was
   // aborted (Abort() waits for it), then waits for the stream outside the
   // lock, so that an abort can end the wait.
