@@ -85,6 +85,10 @@ def parse_args(argv):
     parser.add_argument("--params", choices=["replicated", "on_demand"], default="replicated",
                         help="on_demand: each worker keeps 1/W of the model and gathers each "
                              "layer around its use (ZeRO-3 style)")
+    parser.add_argument("--stream", action="store_true",
+                        help="stream the step: gradients leave during backward")
+    parser.add_argument("--bucket-params", type=int, default=1 << 20,
+                        help="parameters per bucket of the streamed step")
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--out", default="", help="rank 0 writes a JSON summary here")
     parser.add_argument("--save-weights", default="",
@@ -101,7 +105,8 @@ def main(argv=None):
     model = make_model()
     opt = strata.torch.ShardedOptimizer(model, lr=args.lr, weight_decay=args.weight_decay,
                                         dtype=DTYPES[args.dtype],
-                                        chunk_params=args.chunk_params, params=args.params)
+                                        chunk_params=args.chunk_params, params=args.params,
+                                        stream=args.stream, bucket_params=args.bucket_params)
     schedule = make_schedule(opt, args.schedule, args.steps)
     if args.batch % opt.world_size != 0:
         raise SystemExit("--batch %d is not a multiple of the %d workers"
@@ -135,7 +140,8 @@ def main(argv=None):
             with open(args.out, "w") as f:
                 json.dump(dict(dtype=args.dtype, steps=args.steps, workers=opt.world_size,
                                losses=losses, held_out_accuracy=held_out, seconds=seconds,
-                               param_memory=memory), f)
+                               param_memory=memory,
+                               streamed_micro_batches=opt.streamed_micro_batches), f)
         if args.save_weights:
             torch.save({name: state[0] for name, state in opt.master_state().items()},
                        args.save_weights)

@@ -80,7 +80,7 @@ std::unique_ptr<Client> Connect(const std::string& coordinator, const std::strin
                                 py::object initial_params, const std::string& restore_from,
                                 double timeout_s, const std::string& tls_ca,
                                 const std::string& tls_cert, const std::string& tls_key,
-                                const std::string& token_file) {
+                                const std::string& token_file, uint64_t bucket_params) {
   ClientOptions options;
   options.coordinator_address = coordinator;
   options.tls_ca_file = tls_ca;
@@ -92,6 +92,7 @@ std::unique_ptr<Client> Connect(const std::string& coordinator, const std::strin
   options.tensors = ToSpecs(tensors);
   options.world_size = world_size;
   options.chunk_num_params = chunk_params;
+  options.bucket_num_params = bucket_params;
   options.adam = AdamConfig{lr, betas.first, betas.second, eps, weight_decay, adamw};
   options.dtype = ParseDType(dtype);
   if (params == "on_demand") {
@@ -212,6 +213,28 @@ PYBIND11_MODULE(_strata, m) {
           "Adds one micro-batch's float32 gradient (flat) to the accumulator; scaled: it is "
           "already multiplied by the loss scale")
       .def(
+          "gradients_ready",
+          [](Client& c, uint64_t begin, FloatArray grads, bool scaled) {
+            py::buffer_info info = grads.request();
+            if (info.ndim != 1) {
+              throw StatusError(absl::InvalidArgumentError("gradients_ready's array is not flat"));
+            }
+            const uint64_t n = static_cast<uint64_t>(info.size);
+            if (begin > c.layout().num_params() || n > c.layout().num_params() - begin) {
+              throw StatusError(absl::InvalidArgumentError(
+                  absl::StrCat("gradients_ready of [", begin, ", +", n, "): the flat space has ",
+                               c.layout().num_params(), " parameters")));
+            }
+            auto span = absl::MakeConstSpan(static_cast<const float*>(info.ptr), n);
+            FlatRange range{begin, begin + n};
+            py::gil_scoped_release release;
+            ThrowIfError(scaled ? c.ScaledGradientsReady(range, span)
+                                : c.GradientsReady(range, span));
+          },
+          py::arg("begin"), py::arg("grads").noconvert(), py::arg("scaled") = false,
+          "The streamed step: the last micro-batch's float32 gradient of the flat range from "
+          "`begin` (Client::GradientsReady); scaled: already multiplied by the loss scale")
+      .def(
           "step",
           [](Client& c) {
             absl::StatusOr<StepResult> result;
@@ -280,6 +303,6 @@ PYBIND11_MODULE(_strata, m) {
         py::arg("dtype"), py::arg("params"), py::arg("loss_scale"), py::arg("max_grad_norm"),
         py::arg("initial_params"), py::arg("restore_from"), py::arg("timeout_s"),
         py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
-        py::arg("token_file") = "",
+        py::arg("token_file") = "", py::arg("bucket_params") = uint64_t{1} << 20,
         "Creates or joins a job and returns its Client (strata::Client::Connect)");
 }

@@ -25,7 +25,9 @@ holding the user's token or the job's worker token).
 Not thread-safe: one thread drives an optimizer (as with any torch one).
 """
 
+import functools
 import os
+import weakref
 
 import numpy as np
 import torch
@@ -50,6 +52,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
     style); params="on_demand" keeps 1/world_size of it and gathers each
     module's parameters around its forward and backward (ZeRO-3 style;
     every worker of the job must use the same; see strata.on_demand).
+
+    stream=True streams the step: in the last micro-batch's backward each
+    parameter's gradient goes to the client as soon as backward produced it
+    (a gradient hook), and buckets of `bucket_params` are reduce-scattered
+    and pushed while backward goes on; step() then only commits and pulls.
+    The same weights, bit for bit. Run one backward per micro-batch (call
+    step() after each), as the gradient of a parameter goes once per step.
     """
 
     def __init__(self, model, coordinator=None, job=None, lr=1e-3, betas=(0.9, 0.999),
@@ -57,7 +66,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                  max_grad_norm=0.0, accumulation_steps=1, adamw=True, world_size=None,
                  worker_id=None, chunk_params=1 << 22, restore_from="", timeout_s=60.0,
                  params="replicated", tls_ca=None, tls_cert=None, tls_key=None,
-                 token_file=None):
+                 token_file=None, stream=False, bucket_params=1 << 20):
         if dtype not in _DTYPE_NAMES:
             raise ValueError("dtype must be torch.float16, torch.bfloat16 or torch.float32, "
                              "not %s" % (dtype,))
@@ -113,9 +122,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 p.grad = grad_view
         # Set by a hook when backward reaches a parameter: gradients wait.
         self._grads_pending = [False]
-        pending = self._grads_pending
-        for p in self._params:
-            p.register_hook(lambda grad: pending.__setitem__(0, True))
+        self._stream = stream
+        self._backward_scaled = False  # in backward(): the loss is scaled
+        self._streamed = False  # this micro-batch's gradients went to the client
+        self.streamed_micro_batches = 0  # micro-batches handed over during backward
+        weak_self = weakref.ref(self)  # the model's hooks do not keep the optimizer
+        for index, p in enumerate(self._params):
+            p.register_hook(functools.partial(_on_gradient, weak_self, index))
         self._client = _strata.connect(
             coordinator=coordinator, job=job, worker_id=worker_id, tensors=tensors,
             world_size=world_size, chunk_params=chunk_params, lr=lr, betas=tuple(betas), eps=eps,
@@ -123,7 +136,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             loss_scale=loss_scale, max_grad_norm=max_grad_norm,
             initial_params=None if restore_from else self._flat, restore_from=restore_from,
             timeout_s=timeout_s, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
-            token_file=token_file)
+            token_file=token_file, bucket_params=bucket_params)
         self._on_demand = None
         if params == "on_demand":
             self._flat = self._views = None  # the model's copy goes; gathers bring it back
@@ -189,7 +202,11 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """loss.backward() with the loss multiplied by the loss scale (which
         keeps FP16 gradients of an FP16 model from underflowing); the
         gradients are taken into this step's accumulator."""
-        (loss * self._client.loss_scale).backward()
+        self._backward_scaled = True
+        try:
+            (loss * self._client.loss_scale).backward()
+        finally:
+            self._backward_scaled = False
         self._accumulate(scaled=True)
 
     @torch.no_grad()
@@ -269,6 +286,17 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if not self._grads_pending[0]:
             return
         self._grads_pending[0] = False
+        if self._streamed:  # the hooks handed the gradients over already
+            self._streamed = False
+            self._micro_batches += 1
+            self.streamed_micro_batches += 1
+            if self._in_place:
+                self._grad_flat.fill(0)
+                self._attach_grads()
+            else:
+                for p in self._params:
+                    p.grad = None
+            return
         for p, view in zip(self._params, self._grad_views):
             if p.grad is None:
                 view.zero_()
@@ -281,6 +309,18 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if self._in_place:  # backward adds into the buffer: clear it for the next
             self._grad_flat.fill(0)
             self._attach_grads()
+
+    def _stream_gradient(self, index, grad):
+        """In the last micro-batch's backward: hands parameter `index`'s
+        gradient to the client (which pushes its buckets as they complete)."""
+        if not self._stream or self._micro_batches + 1 < self._accumulation_steps:
+            return
+        g = grad.detach()
+        if g.dtype != torch.float32 or g.device.type != "cpu":
+            g = g.to(device="cpu", dtype=torch.float32)
+        self._client.gradients_ready(self._offsets[index], g.contiguous().view(-1).numpy(),
+                                     scaled=self._backward_scaled)
+        self._streamed = True
 
     def _attach_grads(self):
         for p, view in zip(self._params, self._grad_views):
@@ -295,3 +335,11 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if not self._in_place:
             for p, view in zip(self._params, self._views):
                 p.copy_(view)
+
+
+def _on_gradient(weak_optimizer, index, grad):
+    """A parameter's gradient hook: backward reached it."""
+    optimizer = weak_optimizer()
+    if optimizer is not None:
+        optimizer._grads_pending[0] = True
+        optimizer._stream_gradient(index, grad)
