@@ -2,22 +2,30 @@
 
 Trains the same model (an MLP of --layers Linear(--width, --width) layers,
 50 M parameters by default) with the same global batch on --workers worker
-processes three ways, one after the other:
+processes four ways, one after the other:
 
+  compute the forward and backward alone (no optimizer, no communication):
+          the bound every step is measured against
   strata  strata.torch.ShardedOptimizer, a local cluster of --servers shard
           servers (strata.launch), --dtype gradients and parameters,
-          --params replicated or on_demand (then also its parameter memory)
-  ddp     torch.nn.parallel.DistributedDataParallel + torch.optim.AdamW (Gloo)
+          --params replicated or on_demand (then also its parameter memory),
+          --stream on (gradients leave during backward) or off
+  ddp     torch.nn.parallel.DistributedDataParallel + torch.optim.AdamW (Gloo;
+          with the FP16 compression hook when strata runs BF16 or FP16: the
+          same bytes on the wire; torch 1.13's BF16 hook needs NCCL)
   zero    torch.distributed.optim.ZeroRedundancyOptimizer(AdamW) (Gloo)
 
-Every worker process uses --threads torch threads. With --jemalloc the torch
+Every worker process uses --threads torch threads; strata.launch's shard
+servers use their default executor threads. With --jemalloc the torch
 runs are repeated with Debian's libjemalloc2 preloaded (it makes torch's CPU
 optimizer much faster here) and the faster of each pair is compared. Prints
-one line per run and, last, one JSON object: model_params, strata_step_s,
-ddp_step_s, zero_step_s, strata_optimizer_s, zero_optimizer_s, ddp_optimizer_s,
-the ratios, and where strata's step goes (forward/backward, gradient copy,
-collectives, push/pull with the servers' apply, parameter copy-back). A step
-is the median over --steps steps after --warmup.
+one line per run and, last, one JSON object: model_params, forward_backward_s,
+strata_step_s, ddp_step_s, zero_step_s, overhead_over_compute (strata's step
+over the forward+backward alone, minus 1), strata_optimizer_s,
+zero_optimizer_s, ddp_optimizer_s, the ratios, each system's CPU seconds per
+step of a worker (rank 0), and where strata's step goes (forward/backward,
+gradient copy, collectives, push/pull with the servers' apply, parameter
+copy-back). A step is the median over --steps steps after --warmup.
 """
 
 import argparse
@@ -46,14 +54,17 @@ def parse_args(argv):
                         help="strata's gradient and parameter dtype")
     parser.add_argument("--params", choices=["replicated", "on_demand"], default="replicated",
                         help="strata's parameters: whole model per worker, or gathered per layer")
+    parser.add_argument("--stream", choices=["on", "off"], default="on",
+                        help="strata's streamed step: gradients leave during backward")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--systems", default="strata,ddp,zero")
+    parser.add_argument("--systems", default="compute,strata,ddp,zero")
     parser.add_argument("--jemalloc", action="store_true",
                         help="also run ddp and zero with libjemalloc2 preloaded")
     parser.add_argument("--json", action="store_true", help="(the JSON line is always printed)")
     # Internal: one worker of one system.
-    parser.add_argument("--worker", choices=["strata", "ddp", "zero"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["compute", "strata", "ddp", "zero"],
+                        help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -78,12 +89,23 @@ def run_worker(args):
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(args.batch, args.width, generator=generator)
     y = torch.randn(args.batch, args.width, generator=generator)
-    times = {"step": [], "optimizer": [], "forward_backward": []}
-    if args.worker == "strata":
+    times = {"step": [], "optimizer": [], "forward_backward": [], "cpu": []}
+    if args.worker == "compute":
+        rank, train = int(os.environ["RANK"]), model
+
+        class NoOptimizer:
+            def zero_grad(self):
+                model.zero_grad(set_to_none=True)
+
+            def step(self):
+                pass
+        opt = NoOptimizer()
+    elif args.worker == "strata":
         import strata.torch
         dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
         opt = strata.torch.ShardedOptimizer(model, dtype=dtypes[args.dtype], lr=1e-4,
-                                            timeout_s=600, params=args.params)
+                                            timeout_s=600, params=args.params,
+                                            stream=args.stream == "on")
         rank, train = opt.rank, model
         for key in ("collective", "push_pull"):
             times[key] = []
@@ -93,6 +115,11 @@ def run_worker(args):
                                 world_size=args.workers)
         rank = dist.get_rank()
         train = torch.nn.parallel.DistributedDataParallel(model)
+        if args.worker == "ddp" and args.dtype != "fp32":
+            # 16-bit gradients on the wire as strata's: FP16 also for BF16
+            # (torch 1.13's BF16 hook needs NCCL).
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            train.register_comm_hook(state=None, hook=default_hooks.fp16_compress_hook)
         if args.worker == "ddp":
             opt = torch.optim.AdamW(train.parameters(), lr=1e-4)
         else:
@@ -102,6 +129,7 @@ def run_worker(args):
     mine = slice(rank * share, (rank + 1) * share)
     for i in range(args.warmup + args.steps):
         started = time.perf_counter()
+        cpu_started = time.process_time()
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(train(x[mine]), y[mine])
         loss.backward()
@@ -112,10 +140,11 @@ def run_worker(args):
             times["step"].append(done - started)
             times["forward_backward"].append(backward_done - started)
             times["optimizer"].append(done - backward_done)
+            times["cpu"].append(time.process_time() - cpu_started)
             if args.worker == "strata":
                 times["collective"].append(opt.last_result["collective_seconds"])
                 times["push_pull"].append(opt.last_result["push_pull_seconds"])
-    if args.worker != "strata":
+    if args.worker in ("ddp", "zero"):
         torch.distributed.destroy_process_group()
     if rank == 0:
         result = {key: statistics.median(values) for key, values in times.items()}
@@ -135,7 +164,8 @@ def worker_argv(args, system, out):
     return ["--worker", system, "--out", out, "--width", str(args.width),
             "--layers", str(args.layers), "--batch", str(args.batch),
             "--workers", str(args.workers), "--threads", str(args.threads),
-            "--dtype", args.dtype, "--params", args.params, "--steps", str(args.steps),
+            "--dtype", args.dtype, "--params", args.params, "--stream", args.stream,
+            "--steps", str(args.steps),
             "--warmup", str(args.warmup)]
 
 
@@ -183,7 +213,7 @@ def main(argv=None):
         print("%-6s step %.3f s  optimizer %.3f s  forward+backward %.3f s" % (
             system, results[system]["step"], results[system]["optimizer"],
             results[system]["forward_backward"]), flush=True)
-        if args.jemalloc and system != "strata":
+        if args.jemalloc and system in ("ddp", "zero"):
             name = system + "_jemalloc"
             results[name] = run_system(args, system, jemalloc=True)
             print("%-6s step %.3f s  optimizer %.3f s  (jemalloc)" % (
@@ -192,15 +222,28 @@ def main(argv=None):
     summary = dict(model_params=args.layers * (args.width * args.width + args.width),
                    workers=args.workers, servers=args.servers, threads=args.threads,
                    batch=args.batch, strata_dtype=args.dtype, strata_params=args.params)
+    summary["strata_stream"] = args.stream
     for system, r in results.items():
+        if system == "compute":
+            summary["forward_backward_s"] = r["forward_backward"]
+            summary["compute_cpu_s"] = r["cpu"]
+            continue
         summary[system + "_step_s"] = r["step"]
         summary[system + "_optimizer_s"] = r["optimizer"]
+        summary[system + "_cpu_s"] = r["cpu"]
+    if "compute" in results and "strata" in results:
+        summary["overhead_over_compute"] = (results["strata"]["step"] /
+                                            results["compute"]["forward_backward"] - 1)
     for peer in ("ddp", "zero"):
         best = min((k for k in (peer, peer + "_jemalloc") if k in results),
                    key=lambda k: results[k]["step"], default=None)
         if best and "strata" in results:
             summary["strata_over_%s_step" % peer] = results["strata"]["step"] / results[best]["step"]
             summary["%s_compared" % peer] = best
+    peer_steps = [results[k]["step"] for k in ("ddp", "ddp_jemalloc", "zero", "zero_jemalloc")
+                  if k in results]
+    if peer_steps and "strata" in results:
+        summary["strata_over_best_peer_step"] = results["strata"]["step"] / min(peer_steps)
     if "strata" in results:
         s = results["strata"]
         summary["strata_breakdown_s"] = dict(
