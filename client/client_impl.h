@@ -254,6 +254,7 @@ class ClientImpl : public Client {
   std::unique_ptr<PushStream> push_stream_;
   std::unique_ptr<GradientStream> stream_;
   absl::Status stream_failure_;
+  bool computing_step_ = false;  // Step(GradientFn) is calling its GradientFn
   ParamGatherer gatherer_;
   // Declared last: destroyed first, finishing the gathers and the buckets'
   // work that read collective_, params_ and grads_.

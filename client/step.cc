@@ -53,11 +53,16 @@ absl::Status ClientImpl::StreamGradients(FlatRange range, absl::Span<const float
   if (collective_ == nullptr) return absl::FailedPreconditionError("gradients after Leave()");
   if (stream_ == nullptr) {
     if (!stream_failure_.ok()) return stream_failure_;
-    absl::Status checked = DrainGathers();
-    if (checked.ok()) checked = FollowGeneration();
-    if (!checked.ok()) {
-      if (IsRetryable(checked)) stream_failure_ = checked;
-      return checked;
+    // Step(GradientFn) checked the generation before it computed the step's
+    // micro-batches (whose samples depend on it); Step() checks it here.
+    if (!computing_step_) {
+      absl::Status checked = DrainGathers();
+      if (checked.ok()) checked = FollowGeneration();
+      if (!checked.ok()) {
+        if (IsRetryable(checked)) stream_failure_ = checked;
+        return checked;
+      }
+      SkipNextGenerationCheck();  // Step() does not check it again
     }
     PushStream::Round round;
     round.job_id = options_.job_id;
@@ -79,8 +84,6 @@ absl::Status ClientImpl::StreamGradients(FlatRange range, absl::Span<const float
     context.thread = &collective_thread_;
     context.pushes = push_stream_.get();
     stream_ = std::make_unique<GradientStream>(std::move(context));
-    // The generation was checked: Step() does not check it again.
-    SkipNextGenerationCheck();
     ++micro_batches_;
   }
   return stream_->Add(range, grads, multiplier);
@@ -271,9 +274,11 @@ absl::StatusOr<StepResult> ClientImpl::Step(const GradientFn& compute) {
     std::fill(grads_.begin(), grads_.end(), 0);
     micro_batches_ = 0;
     absl::Status computed;
+    computing_step_ = true;
     for (uint64_t b = begin; b < end && computed.ok(); b += micro) {
       computed = compute(MicroBatch{target, b, std::min(end, b + micro)}, *this);
     }
+    computing_step_ = false;
     // A failed gather (a lost worker) is why compute failed, if it did: the
     // step is recomputed in the next generation. Compute's own errors end it.
     absl::Status gathered = DrainGathers();

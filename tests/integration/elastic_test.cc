@@ -337,6 +337,22 @@ TEST_F(LongLeaseElasticTest, ACrashedWorkerIsDroppedAtOnce) {
   ExpectExactlyOnce(job, {"a", "b"}, 20);
 }
 
+// The same with streamed steps: b dies once pushes of step 10 are staged,
+// mid-stream (its gradients leave during its micro-batches' last one).
+TEST_F(LongLeaseElasticTest, AWorkerKilledMidStreamLosesNothing) {
+  const std::string job = "crash-streamed";
+  pid_t a = StartWorker(job, "a", 20, {"--stream"});
+  pid_t b = StartWorker(job, "b", 20, {"--stream", "--die_in_step=10"});
+  EXPECT_TRUE(KilledBySigkill(Wait(b))) << WorkerLog("b");
+  EXPECT_TRUE(ExitedCleanly(Wait(a))) << WorkerLog("a");
+  std::vector<nlohmann::json> lines = Lines("a");
+  ASSERT_EQ(lines.size(), 20u) << WorkerLog("a");
+  int64_t fatal = 10;
+  if (lines.at(fatal - 1)["world_size"] == 2) ++fatal;
+  ASSERT_EQ(lines.at(fatal - 1)["world_size"], 1);
+  ExpectExactlyOnce(job, {"a", "b"}, 20);
+}
+
 TEST_F(ElasticTest, EveryWorkerKilledAfterAStepThenNewOnesLoseNothing) {
   const std::string job = "elastic-restart";
   pid_t a = StartWorker(job, "a", 16, {"--die_after_step=8"});

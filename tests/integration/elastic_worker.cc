@@ -38,6 +38,9 @@ ABSL_FLAG(int64_t, collective_timeout_ms, 20000, "how long a collective waits fo
 ABSL_FLAG(uint64_t, checkpoint_every_steps, 0, "the job's periodic checkpoints (0: none)");
 ABSL_FLAG(std::string, checkpoint_dir, "", "where the job's checkpoints go");
 ABSL_FLAG(int64_t, step_pause_ms, 0, "sleep this long after each step (a slower job)");
+ABSL_FLAG(bool, stream, false,
+          "stream the step: the last micro-batch's gradient goes tensor by tensor "
+          "(GradientsReady), in buckets of 512 parameters");
 
 namespace strata {
 namespace {
@@ -59,6 +62,7 @@ ClientOptions Options() {
   o.initial_params = testing::LinearInitialParams();
   o.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  o.bucket_num_params = 512;
   return o;
 }
 
@@ -110,11 +114,22 @@ int Run() {
   std::ofstream log(absl::GetFlag(FLAGS_log), std::ios::app);
   const int64_t die_in = absl::GetFlag(FLAGS_die_in_step);
   std::vector<float> w(client.layout().num_params());
+  const uint64_t batch_size = absl::GetFlag(FLAGS_samples_per_step);
   GradientFn compute = [&](const MicroBatch& batch, Client& c) -> absl::Status {
     if (absl::Status s = c.CopyParams(absl::MakeSpan(w)); !s.ok()) return s;
-    absl::Status added =
-        c.AccumulateGradients(testing::SumGradient(w, batch.sample_begin, batch.sample_end));
-    return added;
+    std::vector<float> g = testing::SumGradient(w, batch.sample_begin, batch.sample_end);
+    // This worker's share of the step ends where Step(GradientFn) ends it.
+    const uint64_t share_end = static_cast<uint64_t>(batch.step - 1) * batch_size +
+                               batch_size * (c.rank() + 1) / c.world_size();
+    if (!absl::GetFlag(FLAGS_stream) || batch.sample_end != share_end) {
+      return c.AccumulateGradients(g);
+    }
+    for (size_t t = c.layout().tensors().size(); t-- > 0;) {
+      FlatRange r = c.layout().tensor_range(t);
+      absl::Status s = c.GradientsReady(r, absl::MakeConstSpan(g).subspan(r.begin, r.size()));
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
   };
   while (client.step() < absl::GetFlag(FLAGS_steps)) {
     absl::StatusOr<StepResult> result = client.Step(compute);
