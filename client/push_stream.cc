@@ -1,5 +1,6 @@
 #include "client/push_stream.h"
 
+#include "client/step_wire.h"
 #include "rpc/grpc_status.h"
 #include "rpc/job_spec.h"
 
@@ -15,7 +16,7 @@ void PushStream::Send(const Piece& piece, const uint8_t* grads) {
   Call& call = calls_.emplace_back();
   ++pending_;
   call.context.set_deadline(absl::ToChronoTime(round_.deadline));
-  v1::PushRequest& request = call.request;
+  v1::PushRequest request;
   request.set_job_id(round_.job_id);
   request.set_step(round_.step);
   request.set_generation(round_.generation);
@@ -24,14 +25,14 @@ void PushStream::Send(const Piece& piece, const uint8_t* grads) {
   request.set_flat_begin(piece.begin);
   request.set_num_params(piece.n);
   request.set_dtype(DTypeToProto(round_.dtype));
-  request.set_grads(grads, piece.n * DTypeSize(round_.dtype));
-  piece.stub->async()->Push(&call.context, &request, &call.response,
-                            [this, address = piece.address](grpc::Status status) {
-                              absl::Status s = WithShardAddress(FromGrpcStatus(status), address);
-                              absl::MutexLock lock(&mu_);
-                              if (error_.ok()) error_ = s;
-                              --pending_;
-                            });
+  call.request = PushRequestBuffer(request, grads, piece.n * DTypeSize(round_.dtype));
+  piece.generic->UnaryCall(&call.context, kPushMethod, grpc::StubOptions(), &call.request,
+                           &call.response, [this, address = piece.address](grpc::Status status) {
+                             absl::Status s = WithShardAddress(FromGrpcStatus(status), address);
+                             absl::MutexLock lock(&mu_);
+                             if (error_.ok()) error_ = s;
+                             --pending_;
+                           });
 }
 
 absl::Status PushStream::Wait() {

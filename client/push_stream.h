@@ -42,7 +42,9 @@ class PushStream {
   PushStream(const PushStream&) = delete;
   PushStream& operator=(const PushStream&) = delete;
 
-  // Pushes piece.n gradients at `grads` (copied) for `piece`.
+  // Pushes piece.n gradients at `grads` for `piece`; they are sent from
+  // there (client/step_wire.h) and must stay unchanged until the push ends
+  // (the destructor waits for that).
   void Send(const Piece& piece, const uint8_t* grads) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits for every push sent to end: the first error, naming its server.
   absl::Status Wait() ABSL_LOCKS_EXCLUDED(mu_);
@@ -52,8 +54,8 @@ class PushStream {
  private:
   struct Call {
     grpc::ClientContext context;
-    v1::PushRequest request;
-    v1::PushResponse response;
+    grpc::ByteBuffer request;
+    grpc::ByteBuffer response;
   };
 
   const Round round_;

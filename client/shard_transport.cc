@@ -43,6 +43,7 @@ absl::Status ShardTransport::SetPlacement(v1::JobInfo job) {
     if (server.channel == nullptr) {
       server.channel = MakeChannel(c.server_address(), credentials_);
       server.stub = v1::ShardServer::NewStub(server.channel);
+      server.generic = std::make_unique<grpc::GenericStub>(server.channel);
     }
   }
   return absl::OkStatus();
@@ -56,7 +57,8 @@ std::vector<Piece> ShardTransport::PiecesOf(FlatRange range, uint64_t max_params
     uint64_t end = std::min(chunk_end, begin + max_params);
     const std::string& address = job_.chunks(static_cast<int>(begin / chunk)).server_address();
     const Server& server = servers_.at(address);
-    pieces.push_back(Piece{begin, end - begin, server.channel.get(), server.stub.get(), address});
+    pieces.push_back(Piece{begin, end - begin, server.channel.get(), server.stub.get(),
+                           server.generic.get(), address});
     begin = end;
   }
   return pieces;

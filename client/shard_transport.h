@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
 #include "strata/client.h"
@@ -39,6 +40,7 @@ struct Piece {
   uint64_t n;
   grpc::Channel* channel;       // to the chunk's server
   v1::ShardServer::Stub* stub;  // over `channel`
+  grpc::GenericStub* generic;   // over `channel`: the step's calls (client/step_wire.h)
   std::string address;
 };
 
@@ -132,6 +134,7 @@ class ShardTransport {
   struct Server {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<v1::ShardServer::Stub> stub;
+    std::unique_ptr<grpc::GenericStub> generic;
   };
   std::map<std::string, Server> servers_;  // by address
 

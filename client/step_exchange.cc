@@ -1,13 +1,13 @@
 #include "client/step_exchange.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include <grpcpp/channel.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/step_wire.h"
 #include "rpc/grpc_status.h"
 #include "rpc/job_spec.h"
 
@@ -148,16 +148,19 @@ void StepExchange::Send(Stream& stream, Call& call) {
       request.set_coef(push.coef);
       *request.mutable_loss_scale_after() = push.loss_scale_after;
       if (push.lr.has_value()) request.set_lr(*push.lr);
-      request.set_grads(transfer_.grads + piece.begin * esize_, Bytes(call));
     }
-    piece.stub->async()->Push(call.context.get(), &request, &call.push_response, std::move(done));
+    call.request = PushRequestBuffer(request, transfer_.grads + piece.begin * esize_, Bytes(call));
+    piece.generic->UnaryCall(call.context.get(), kPushMethod, grpc::StubOptions(), &call.request,
+                             &call.response, std::move(done));
   } else {
     v1::PullRequest& request = call.pull_request;
     request.set_job_id(job_id_);
     request.set_step(transfer_.step);
     request.set_flat_begin(piece.begin);
     request.set_num_params(piece.n);
-    piece.stub->async()->Pull(call.context.get(), &request, &call.pull_response, std::move(done));
+    call.request = MessageBuffer(request);
+    piece.generic->UnaryCall(call.context.get(), kPullMethod, grpc::StubOptions(), &call.request,
+                             &call.response, std::move(done));
   }
 }
 
@@ -180,17 +183,21 @@ void StepExchange::End(Stream& stream, Call& call, const absl::Status& s) {
   StartMore();
 }
 
-absl::Status StepExchange::TakePull(const Call& call, absl::Status s) const {
+absl::Status StepExchange::TakePull(Call& call, absl::Status s) const {
   if (!s.ok()) return s;
-  const std::string& got = call.pull_response.params();
   const Piece& piece = (*transfer_.pieces)[call.piece];
-  if (got.size() != Bytes(call) || call.pull_response.step() != transfer_.step) {
-    return absl::InternalError(absl::StrCat("pull of [", piece.begin, ", +", piece.n, ") returned ",
-                                            got.size(), " bytes of step ",
-                                            call.pull_response.step()));
+  int64_t step;
+  absl::Status read = ReadPullResponse(
+      &call.response, &step, transfer_.params + (piece.begin - transfer_.params_base) * esize_,
+      Bytes(call));
+  if (read.ok() && step != transfer_.step) {
+    read = absl::InternalError(absl::StrCat("a pull returned step ", step));
   }
-  std::memcpy(transfer_.params + (piece.begin - transfer_.params_base) * esize_, got.data(),
-              got.size());
+  if (!read.ok()) {
+    return absl::Status(read.code(),
+                        absl::StrCat("pull of [", piece.begin, ", +", piece.n, ") of step ",
+                                     transfer_.step, ": ", read.message()));
+  }
   return absl::OkStatus();
 }
 

@@ -60,10 +60,10 @@ class StepExchange {
     size_t piece = 0;
     int attempts = 0;  // sends so far
     std::unique_ptr<grpc::ClientContext> context;
-    v1::PushRequest push_request;
-    v1::PushResponse push_response;
+    v1::PushRequest push_request;  // the fields but the gradients
     v1::PullRequest pull_request;
-    v1::PullResponse pull_response;
+    grpc::ByteBuffer request;  // client/step_wire.h
+    grpc::ByteBuffer response;
   };
   struct Stream {
     bool pushes = false;
@@ -84,7 +84,7 @@ class StepExchange {
   // Makes each channel of sent_ that is not connected try to connect now.
   void HurryReconnects() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The pull's outcome: its bytes copied into the transfer's parameters.
-  absl::Status TakePull(const Call& call, absl::Status s) const;
+  absl::Status TakePull(Call& call, absl::Status s) const;
   uint64_t Bytes(const Call& call) const;
 
   const std::string& job_id_;

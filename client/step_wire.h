@@ -1,0 +1,45 @@
+// The step's tensor bytes on the wire without protobuf copies. A push goes
+// out as its PushRequest's other fields, serialized, followed by the
+// gradients' bytes referenced where they lie (gRPC writes them to the socket
+// from there); a pull's PullResponse is read with its parameters copied once,
+// from gRPC's receive buffers straight to where they belong. The wire format
+// is the protobuf one: the servers see ordinary messages.
+//
+// Thread-safety: functions of their arguments only.
+#ifndef STRATA_CLIENT_STEP_WIRE_H_
+#define STRATA_CLIENT_STEP_WIRE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/byte_buffer.h>
+
+#include "absl/status/status.h"
+#include "strata/v1/shard.pb.h"
+
+namespace strata {
+
+// The full method names the generic calls use.
+inline constexpr char kPushMethod[] = "/strata.v1.ShardServer/Push";
+inline constexpr char kPullMethod[] = "/strata.v1.ShardServer/Pull";
+
+// `fields` (whose grads must be empty) then `grads` as its grads field; the
+// `bytes` at `grads` must stay unchanged until the call that sends the
+// buffer ends.
+grpc::ByteBuffer PushRequestBuffer(const v1::PushRequest& fields, const uint8_t* grads,
+                                   size_t bytes);
+
+// A small message (a pull request) as a buffer.
+grpc::ByteBuffer MessageBuffer(const google::protobuf::Message& message);
+
+// Parses a PullResponse from `buffer`: its step into `*step` and its params
+// into `out`, which takes exactly `expected_bytes` (INTERNAL otherwise, or for
+// a message that does not parse).
+absl::Status ReadPullResponse(grpc::ByteBuffer* buffer, int64_t* step, uint8_t* out,
+                              size_t expected_bytes);
+
+}  // namespace strata
+
+#endif  // STRATA_CLIENT_STEP_WIRE_H_

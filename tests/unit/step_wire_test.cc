@@ -1,0 +1,99 @@
+// client/step_wire.h against protobuf's own serializer and parser: a push
+// built from its fields and referenced gradients parses as the same
+// PushRequest; a pull response is read into place with its step; wrong
+// sizes and garbage are refused.
+#include "client/step_wire.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include "gtest/gtest.h"
+
+namespace strata {
+namespace {
+
+std::string Bytes(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string out;
+  for (const grpc::Slice& s : slices)
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 random(seed);
+  std::vector<uint8_t> bytes(n);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(random());
+  return bytes;
+}
+
+TEST(StepWireTest, APushBufferParsesAsThePushRequest) {
+  v1::PushRequest fields;
+  fields.set_job_id("job");
+  fields.set_step(7);
+  fields.set_flat_begin(1 << 20);
+  fields.set_num_params(300000);
+  fields.set_dtype(v1::DTYPE_BF16);
+  fields.set_generation(3);
+  fields.set_attempt(2);
+  fields.set_scalars_follow(true);
+  const std::vector<uint8_t> grads = RandomBytes(600000, 1);
+  grpc::ByteBuffer buffer = PushRequestBuffer(fields, grads.data(), grads.size());
+  v1::PushRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Bytes(buffer)));
+  v1::PushRequest want = fields;
+  want.set_grads(grads.data(), grads.size());
+  EXPECT_EQ(parsed.SerializeAsString(), want.SerializeAsString());
+  // The gradients are sent from where they lie, not copied.
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(buffer.Dump(&slices).ok());
+  ASSERT_EQ(slices.size(), 2u);
+  EXPECT_EQ(slices[1].begin(), grads.data());
+}
+
+TEST(StepWireTest, APullResponseIsReadIntoPlace) {
+  v1::PullResponse response;
+  response.set_step(12);
+  response.set_dtype(v1::DTYPE_FP16);
+  const std::vector<uint8_t> params = RandomBytes(1 << 20, 2);
+  response.set_params(params.data(), params.size());
+  grpc::Slice slice(response.SerializeAsString());
+  grpc::ByteBuffer buffer(&slice, 1);
+  std::vector<uint8_t> out(params.size());
+  int64_t step = -1;
+  ASSERT_TRUE(ReadPullResponse(&buffer, &step, out.data(), out.size()).ok());
+  EXPECT_EQ(step, 12);
+  EXPECT_EQ(out, params);
+}
+
+TEST(StepWireTest, WrongSizesAndGarbageAreRefused) {
+  v1::PullResponse response;
+  response.set_step(1);
+  response.set_params(std::string(100, 'x'));
+  grpc::Slice slice(response.SerializeAsString());
+  std::vector<uint8_t> out(101, 0);
+  int64_t step;
+  grpc::ByteBuffer shorter(&slice, 1);
+  absl::Status s = ReadPullResponse(&shorter, &step, out.data(), 101);
+  EXPECT_TRUE(absl::IsInternal(s)) << s;
+  EXPECT_EQ(out, std::vector<uint8_t>(101, 0));  // nothing written
+  // A response cut in its parameters.
+  std::string cut = response.SerializeAsString();
+  cut.resize(cut.size() - 10);
+  grpc::Slice cut_slice(cut);
+  grpc::ByteBuffer truncated(&cut_slice, 1);
+  EXPECT_TRUE(absl::IsInternal(ReadPullResponse(&truncated, &step, out.data(), 100)));
+  // No parameters at all.
+  v1::PullResponse empty;
+  empty.set_step(1);
+  grpc::Slice empty_slice(empty.SerializeAsString());
+  grpc::ByteBuffer none(&empty_slice, 1);
+  EXPECT_TRUE(absl::IsInternal(ReadPullResponse(&none, &step, out.data(), 100)));
+}
+
+}  // namespace
+}  // namespace strata
