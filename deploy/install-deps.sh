@@ -11,7 +11,7 @@ packages=(
   librocksdb-dev liburing-dev libabsl-dev libgloo-dev libxxhash-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev prometheus-cpp-dev
   clang-format iperf3 fio procps openssl
-  pybind11-dev python3-dev libjemalloc2
+  pybind11-dev python3-dev python3-venv python3-pip python3-setuptools libjemalloc2
   clang-14 libclang-rt-14-dev
 )
 # Installed without recommends: docker-compose would otherwise pull in a whole
