@@ -1,7 +1,10 @@
 #include "tools/bench/step_bench.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -10,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/shard_transport.h"
 #include "core/status_macros.h"
 #include "kernels/adam.h"
 #include "strata/client.h"
@@ -62,11 +66,66 @@ double MeasureApplySeconds(uint64_t num_params, DType dtype, int threads) {
   return absl::ToDoubleSeconds(absl::Now() - started);
 }
 
-// What rank 0 saw of the timed steps of one cluster.
+// What rank 0 saw of the timed steps of one cluster, and the RPC layer's
+// time for a step's transfers alone.
 struct StepRun {
   std::vector<double> step_seconds;
   std::vector<StepResult> results;
+  double rpc_seconds = 0;
 };
+
+// The RPC layer alone, on the cluster at `coordinator` after `options`'s job
+// applied `step`: as many threads as workers each push and pull their slice
+// of that step again, as a step's transfers go. The servers answer the
+// pushes as retries (no apply) and the pulls from the copy they hold.
+absl::StatusOr<double> MeasureRpcSeconds(const std::string& coordinator,
+                                         const ClientOptions& options, const TlsFiles& tls,
+                                         int64_t step) {
+  ASSIGN_OR_RETURN(FlatLayout layout,
+                   FlatLayout::Create(options.tensors, options.chunk_num_params));
+  ASSIGN_OR_RETURN(ChannelCredentials credentials, MakeChannelCredentials(tls, ""));
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator, credentials));
+  v1::GetJobRequest get;
+  get.set_job_id(options.job_id);
+  v1::JobInfo job;
+  RETURN_IF_ERROR(
+      CallUnary(stub.get(), &v1::Coordinator::Stub::GetJob, get, &job, absl::Seconds(30)));
+  const uint32_t workers = options.world_size;
+  const size_t esize = DTypeSize(options.dtype);
+  std::vector<uint8_t> grads(layout.PaddedNumParams(workers) * esize, 0);
+  std::vector<uint8_t> params(grads.size());
+  std::vector<std::unique_ptr<ShardTransport>> transports;
+  std::vector<std::vector<Piece>> pieces;
+  for (uint32_t w = 0; w < workers; ++w) {
+    transports.push_back(
+        std::make_unique<ShardTransport>(options.job_id, &layout, options.dtype, tls));
+    RETURN_IF_ERROR(transports.back()->SetPlacement(job));
+    pieces.push_back(
+        transports.back()->PiecesOf(layout.WorkerSlice(w, workers), kMaxPayloadBytes / esize));
+  }
+  PushScalars scalars{1.0f, {}, std::nullopt};
+  std::vector<absl::Status> errors(workers);
+  absl::Time started = absl::Now();
+  std::vector<std::thread> threads;
+  for (uint32_t w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      StepTransfer transfer;
+      transfer.step = step;
+      transfer.generation = std::numeric_limits<uint32_t>::max();  // not older than the job's
+      transfer.pieces = &pieces[w];
+      transfer.push = &scalars;
+      transfer.grads = grads.data();
+      transfer.params = params.data();
+      transfer.window_bytes = uint64_t{128} << 20;
+      transfer.timeout = absl::Seconds(120);
+      errors[w] = transports[w]->PushPull(transfer);
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
+  for (const absl::Status& e : errors) RETURN_IF_ERROR(e);
+  return seconds;
+}
 
 // Runs o.steps timed steps (after one warm-up) of a job of o.num_params on a
 // fresh loopback cluster of o.servers servers with `tls` (none: plaintext).
@@ -128,6 +187,8 @@ absl::StatusOr<StepRun> RunSteps(const StepBenchOptions& o, const TlsFiles& tls,
   for (const absl::Status& e : errors) {
     if (!e.ok()) return e;
   }
+  ASSIGN_OR_RETURN(run.rpc_seconds, MeasureRpcSeconds((*cluster)->coordinator_address(), options,
+                                                      tls, run.results.back().step));
   return run;
 }
 
@@ -136,8 +197,11 @@ absl::StatusOr<StepRun> RunSteps(const StepBenchOptions& o, const TlsFiles& tls,
 absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
   const uint64_t n = o.num_params;
   const DType dtype = o.dtype;
+  // The link's best of a run before and one after the steps (loopback
+  // bandwidth on a shared machine varies from second to second).
   double iperf3 = MeasureIperf3();
   ASSIGN_OR_RETURN(const StepRun plaintext, RunSteps(o, TlsFiles{}, "plaintext"));
+  iperf3 = std::max(iperf3, MeasureIperf3());
   std::optional<StepRun> tls;
   if (!o.tls_dir.empty()) {
     testing::TestCertificates certificates(o.tls_dir);
@@ -153,20 +217,25 @@ absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
   double wire_bytes = 2.0 * n * DTypeSize(dtype);  // every parameter up once and down once
   double apply_s = MeasureApplySeconds(n, dtype, o.servers * o.executor_threads);
   const double step_s = Median(plaintext.step_seconds);
-  json out = {{"bench", "step"},
-              {"params", n},
-              {"workers", o.workers},
-              {"servers", o.servers},
-              {"dtype", DTypeName(dtype)},
-              {"steps", o.steps},
-              {"step_s", step_s},
-              {"collective_s", Median(collective)},
-              {"push_pull_s", push_pull_s},
-              {"apply_s", apply_s},
-              {"wire_GBps", wire_bytes / push_pull_s / 1e9},
-              {"iperf3_GBps", iperf3 < 0 ? json(nullptr) : json(iperf3)},
-              {"wire_fraction_of_iperf3",
-               iperf3 <= 0 ? json(nullptr) : json(wire_bytes / push_pull_s / 1e9 / iperf3)}};
+  json out = {
+      {"bench", "step"},
+      {"params", n},
+      {"workers", o.workers},
+      {"servers", o.servers},
+      {"dtype", DTypeName(dtype)},
+      {"steps", o.steps},
+      {"step_s", step_s},
+      {"collective_s", Median(collective)},
+      {"push_pull_s", push_pull_s},
+      {"apply_s", apply_s},
+      {"wire_GBps", wire_bytes / push_pull_s / 1e9},
+      {"rpc_s", plaintext.rpc_seconds},
+      {"rpc_GBps", wire_bytes / plaintext.rpc_seconds / 1e9},
+      {"rpc_fraction_of_iperf3",
+       iperf3 <= 0 ? json(nullptr) : json(wire_bytes / plaintext.rpc_seconds / 1e9 / iperf3)},
+      {"iperf3_GBps", iperf3 < 0 ? json(nullptr) : json(iperf3)},
+      {"wire_fraction_of_iperf3",
+       iperf3 <= 0 ? json(nullptr) : json(wire_bytes / push_pull_s / 1e9 / iperf3)}};
   if (tls.has_value()) {
     // The same steps over TLS (every channel, in the same run): the
     // plaintext step is the bound.
