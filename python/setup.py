@@ -2,17 +2,21 @@
 ./python` (pyproject.toml has the metadata). STRATA_BUILD_DIR names an
 existing build tree of the project to build in (e.g. build/, which `make
 build` made: then only what changed is built); by default a fresh one in
-pip's build directory (ccache helps where installed)."""
+pip's build directory (ccache helps where installed). setuptools' own build
+and egg-info directories go to the temporary directory, not into the source
+tree."""
 
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRATCH_DIR = os.path.join(tempfile.gettempdir(), "strata-pip-%d" % os.getuid())
 
 
 class CMakeBuild(build_ext):
@@ -35,4 +39,7 @@ class CMakeBuild(build_ext):
         shutil.copyfile(os.path.join(package_dir, built[0]), target)
 
 
-setup(ext_modules=[Extension("strata._strata", sources=[])], cmdclass={"build_ext": CMakeBuild})
+os.makedirs(SCRATCH_DIR, exist_ok=True)
+setup(ext_modules=[Extension("strata._strata", sources=[])], cmdclass={"build_ext": CMakeBuild},
+      options={"build": {"build_base": os.path.join(SCRATCH_DIR, "build")},
+               "egg_info": {"egg_base": SCRATCH_DIR}})
