@@ -38,7 +38,9 @@ v1::JobSpec SpecFromOptions(const ClientOptions& o) {
     v1::TensorSpec* out = spec.add_tensors();
     out->set_name(t.name);
     for (int64_t d : t.shape) out->add_shape(d);
+    out->set_group(t.group);
   }
+  for (const ParamGroup& g : o.groups) spec.add_groups()->set_weight_decay(g.weight_decay);
   spec.set_world_size(o.world_size);
   spec.set_samples_per_step(o.samples_per_step);
   spec.set_chunk_num_params(o.chunk_num_params);

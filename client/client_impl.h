@@ -6,6 +6,7 @@
 #ifndef STRATA_CLIENT_CLIENT_IMPL_H_
 #define STRATA_CLIENT_CLIENT_IMPL_H_
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -72,6 +73,21 @@ class ClientImpl : public Client {
           absl::StrCat("learning rate ", lr, " must be finite and >= 0"));
     }
     lr_ = lr;
+    return absl::OkStatus();
+  }
+  absl::Status SetGroupLearningRates(absl::Span<const float> lrs) override {
+    const size_t groups = std::max<size_t>(options_.groups.size(), 1);
+    if (lrs.size() != groups) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(lrs.size(), " learning rates for ", groups, " parameter group(s)"));
+    }
+    for (float lr : lrs) {
+      if (!(std::isfinite(lr) && lr >= 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("learning rate ", lr, " must be finite and >= 0"));
+      }
+    }
+    group_lrs_.assign(lrs.begin(), lrs.end());
     return absl::OkStatus();
   }
   ReformStats last_reform() const override { return reform_stats_; }
@@ -225,8 +241,9 @@ class ClientImpl : public Client {
   std::unique_ptr<Collective> collective_;
   uint64_t collective_generation_ = 0;  // the generation collective_ serves
   LossScaler scaler_;
-  std::optional<float> lr_;    // SetLearningRate()'s; unset: the job's
-  bool scaler_known_ = false;  // it has run steps in some generation
+  std::optional<float> lr_;       // SetLearningRate()'s; unset: the job's
+  std::vector<float> group_lrs_;  // SetGroupLearningRates()'s; empty: lr_ for all
+  bool scaler_known_ = false;     // it has run steps in some generation
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
   std::unique_ptr<WorkerMembership> membership_;
   v1::Generation generation_;

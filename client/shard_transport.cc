@@ -73,6 +73,7 @@ absl::Status ShardTransport::CommitStep(int64_t step, uint64_t generation, uint3
   request.set_attempt(attempt);
   request.set_coef(push.coef);
   if (push.lr.has_value()) request.set_lr(*push.lr);
+  request.mutable_group_lrs()->Add(push.group_lrs.begin(), push.group_lrs.end());
   *request.mutable_loss_scale_after() = push.loss_scale_after;
   for (const auto& [address, server] : servers_) {
     v1::CommitStepResponse response;

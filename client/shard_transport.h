@@ -48,7 +48,8 @@ struct Piece {
 struct PushScalars {
   float coef;  // the gradients' multiplier
   v1::LossScaleState loss_scale_after;
-  std::optional<float> lr;  // unset: the job's
+  std::optional<float> lr;       // unset: the job's
+  std::vector<float> group_lrs;  // per parameter group, in place of lr; empty: lr for all
 };
 
 class StepExchange;

@@ -170,6 +170,7 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   PushScalars push;
   push.coef = static_cast<float>(result.clip_factor / divisor);
   push.lr = lr_;
+  push.group_lrs = group_lrs_;
   // The scaler after this step, kept with it by the chunks for checkpoints.
   LossScaler after = scaler_;
   after.Update(/*overflow=*/false);

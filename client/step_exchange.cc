@@ -148,6 +148,7 @@ void StepExchange::Send(Stream& stream, Call& call) {
       request.set_coef(push.coef);
       *request.mutable_loss_scale_after() = push.loss_scale_after;
       if (push.lr.has_value()) request.set_lr(*push.lr);
+      request.mutable_group_lrs()->Add(push.group_lrs.begin(), push.group_lrs.end());
     }
     call.request = PushRequestBuffer(request, transfer_.grads + piece.begin * esize_, Bytes(call));
     piece.generic->UnaryCall(call.context.get(), kPushMethod, grpc::StubOptions(), &call.request,

@@ -52,6 +52,15 @@ def batch_indices(step, batch, num_samples):
     return torch.arange(start, start + batch) % num_samples
 
 
+def make_param_groups(model, lr, weight_decay):
+    """The usual recipe: weights decay, biases do not (and learn at half the
+    rate, to exercise a second learning rate)."""
+    weights = [p for name, p in model.named_parameters() if name.endswith("weight")]
+    biases = [p for name, p in model.named_parameters() if name.endswith("bias")]
+    return [dict(params=weights, weight_decay=weight_decay),
+            dict(params=biases, weight_decay=0.0, lr=lr / 2)]
+
+
 def make_schedule(optimizer, kind, steps):
     """None, or a torch LambdaLR: "warmup-cosine" rises linearly from 0 over
     the first tenth of the steps, then decays along a cosine to 0."""
@@ -85,6 +94,9 @@ def parse_args(argv):
     parser.add_argument("--params", choices=["replicated", "on_demand"], default="replicated",
                         help="on_demand: each worker keeps 1/W of the model and gathers each "
                              "layer around its use (ZeRO-3 style)")
+    parser.add_argument("--param-groups", action="store_true",
+                        help="two parameter groups: weights with decay, biases without "
+                             "and at half the learning rate")
     parser.add_argument("--stream", action="store_true",
                         help="stream the step: gradients leave during backward")
     parser.add_argument("--bucket-params", type=int, default=1 << 20,
@@ -106,7 +118,10 @@ def main(argv=None):
     opt = strata.torch.ShardedOptimizer(model, lr=args.lr, weight_decay=args.weight_decay,
                                         dtype=DTYPES[args.dtype],
                                         chunk_params=args.chunk_params, params=args.params,
-                                        stream=args.stream, bucket_params=args.bucket_params)
+                                        stream=args.stream, bucket_params=args.bucket_params,
+                                        param_groups=(make_param_groups(
+                                            model, args.lr, args.weight_decay)
+                                            if args.param_groups else None))
     schedule = make_schedule(opt, args.schedule, args.steps)
     if args.batch % opt.world_size != 0:
         raise SystemExit("--batch %d is not a multiple of the %d workers"

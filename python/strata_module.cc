@@ -71,16 +71,15 @@ void CheckSize(const py::buffer_info& info, uint64_t n, const char* what) {
   }
 }
 
-std::unique_ptr<Client> Connect(const std::string& coordinator, const std::string& job,
-                                const std::string& worker_id, const TensorList& tensors,
-                                uint32_t world_size, uint64_t chunk_params, float lr,
-                                std::pair<float, float> betas, float eps, float weight_decay,
-                                bool adamw, const std::string& dtype, const std::string& params,
-                                py::object loss_scale, double max_grad_norm,
-                                py::object initial_params, const std::string& restore_from,
-                                double timeout_s, const std::string& tls_ca,
-                                const std::string& tls_cert, const std::string& tls_key,
-                                const std::string& token_file, uint64_t bucket_params) {
+std::unique_ptr<Client> Connect(
+    const std::string& coordinator, const std::string& job, const std::string& worker_id,
+    const TensorList& tensors, uint32_t world_size, uint64_t chunk_params, float lr,
+    std::pair<float, float> betas, float eps, float weight_decay, bool adamw,
+    const std::string& dtype, const std::string& params, py::object loss_scale,
+    double max_grad_norm, py::object initial_params, const std::string& restore_from,
+    double timeout_s, const std::string& tls_ca, const std::string& tls_cert,
+    const std::string& tls_key, const std::string& token_file, uint64_t bucket_params,
+    const std::vector<uint32_t>& tensor_groups, const std::vector<float>& group_weight_decays) {
   ClientOptions options;
   options.coordinator_address = coordinator;
   options.tls_ca_file = tls_ca;
@@ -90,6 +89,15 @@ std::unique_ptr<Client> Connect(const std::string& coordinator, const std::strin
   options.job_id = job;
   options.worker_id = worker_id;
   options.tensors = ToSpecs(tensors);
+  if (!tensor_groups.empty()) {
+    if (tensor_groups.size() != options.tensors.size()) {
+      throw StatusError(absl::InvalidArgumentError(
+          absl::StrCat("tensor_groups has ", tensor_groups.size(), " entries for ",
+                       options.tensors.size(), " tensors")));
+    }
+    for (size_t i = 0; i < tensor_groups.size(); ++i) options.tensors[i].group = tensor_groups[i];
+  }
+  for (float decay : group_weight_decays) options.groups.push_back(ParamGroup{decay});
   options.world_size = world_size;
   options.chunk_num_params = chunk_params;
   options.bucket_num_params = bucket_params;
@@ -249,6 +257,12 @@ PYBIND11_MODULE(_strata, m) {
           "set_learning_rate", [](Client& c, float lr) { ThrowIfError(c.SetLearningRate(lr)); },
           py::arg("lr"))
       .def(
+          "set_group_learning_rates",
+          [](Client& c, const std::vector<float>& lrs) {
+            ThrowIfError(c.SetGroupLearningRates(lrs));
+          },
+          py::arg("lrs"), "The learning rate of each parameter group for the next steps")
+      .def(
           "restore_loss_scale",
           [](Client& c, float scale, int good_steps) {
             ThrowIfError(c.RestoreLossScale(scale, good_steps));
@@ -304,5 +318,7 @@ PYBIND11_MODULE(_strata, m) {
         py::arg("initial_params"), py::arg("restore_from"), py::arg("timeout_s"),
         py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
         py::arg("token_file") = "", py::arg("bucket_params") = uint64_t{1} << 20,
+        py::arg("tensor_groups") = std::vector<uint32_t>(),
+        py::arg("group_weight_decays") = std::vector<float>(),
         "Creates or joins a job and returns its Client (strata::Client::Connect)");
 }

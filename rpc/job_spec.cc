@@ -1,5 +1,6 @@
 #include "rpc/job_spec.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/ascii.h"
@@ -12,6 +13,7 @@ namespace {
 
 constexpr uint32_t kMaxWorldSize = 4096;
 constexpr int kMaxTensors = 1 << 20;
+constexpr int kMaxParamGroups = 1 << 10;
 constexpr size_t kMaxTensorNameBytes = 1024;
 constexpr size_t kMaxPathBytes = 4096;
 
@@ -84,7 +86,7 @@ v1::LossScaleState LossScaleToProto(const LossScaleState& state) {
 std::vector<TensorSpec> TensorsFromProto(const v1::JobSpec& spec) {
   std::vector<TensorSpec> tensors;
   for (const v1::TensorSpec& t : spec.tensors()) {
-    tensors.push_back(TensorSpec{t.name(), {t.shape().begin(), t.shape().end()}});
+    tensors.push_back(TensorSpec{t.name(), {t.shape().begin(), t.shape().end()}, t.group()});
   }
   return tensors;
 }
@@ -106,10 +108,27 @@ absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensors: ", spec.tensors_size(), " exceed the maximum of ", kMaxTensors));
   }
+  if (spec.groups_size() > kMaxParamGroups) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("groups: ", spec.groups_size(), " exceed the maximum of ", kMaxParamGroups));
+  }
+  for (int g = 0; g < spec.groups_size(); ++g) {
+    const float decay = spec.groups(g).weight_decay();
+    if (!std::isfinite(decay) || decay < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("groups[", g, "].weight_decay ", decay, " must be finite and >= 0"));
+    }
+  }
+  const uint32_t num_groups = std::max(spec.groups_size(), 1);
   for (const v1::TensorSpec& t : spec.tensors()) {
     if (t.name().size() > kMaxTensorNameBytes) {
       return absl::InvalidArgumentError(absl::StrCat("tensor name ", Quoted(t.name()), " exceeds ",
                                                      kMaxTensorNameBytes, " bytes"));
+    }
+    if (t.group() >= num_groups) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", Quoted(t.name()), "'s group ",
+                                                     t.group(), " is not one of the job's ",
+                                                     num_groups, " group(s)"));
     }
   }
   if (spec.checkpoint_dir().size() > kMaxPathBytes) {

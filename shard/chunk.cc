@@ -15,12 +15,13 @@ namespace strata {
 
 Chunk::Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype, AdamConfig adam,
              std::unique_ptr<ChunkState> state, Tier* host, Extent copy_extent,
-             MetadataStore* metadata, int64_t applied_step)
+             MetadataStore* metadata, int64_t applied_step, ChunkGroups groups)
     : job_id_(std::move(job_id)),
       chunk_id_(chunk_id),
       range_(range),
       dtype_(dtype),
       adam_(adam),
+      groups_(std::move(groups)),
       host_(host),
       copy_extent_(copy_extent),
       copies_(host->Map(copy_extent)),
@@ -133,10 +134,16 @@ absl::StatusOr<bool> Chunk::EnterRound(int64_t step, PushRound round,
 }
 
 absl::Status Chunk::CommitLocked(int64_t step, const StepScalars& scalars) {
+  if (!scalars.group_lrs.empty() && scalars.group_lrs.size() != groups_.num_groups()) {
+    return absl::InvalidArgumentError(absl::StrCat("group_lrs has ", scalars.group_lrs.size(),
+                                                   " learning rates; job ", job_id_, " has ",
+                                                   groups_.num_groups(), " parameter group(s)"));
+  }
   StepScalars effective = scalars;
   effective.lr = scalars.lr.value_or(adam_.lr);
   if (committed_.has_value() &&
-      (committed_->coef != effective.coef || committed_->lr != effective.lr)) {
+      (committed_->coef != effective.coef || committed_->lr != effective.lr ||
+       committed_->group_lrs != effective.group_lrs)) {
     return absl::InvalidArgumentError(
         absl::StrCat("coef ", effective.coef, " and lr ", *effective.lr, " differ from the coef ",
                      committed_->coef, " and lr ", *committed_->lr, " of step ", step,
@@ -207,27 +214,25 @@ absl::StatusOr<bool> Chunk::Commit(int64_t step, PushRound round, const StepScal
 
 void Chunk::Apply() {
   int64_t step;
-  float coef;
-  AdamConfig adam = adam_;
-  std::optional<LossScaleState> loss_scale;
+  StepScalars scalars;
   std::map<uint64_t, StagedPush> pushes;
   {
     absl::MutexLock lock(&mu_);
     step = applied_step_ + 1;
-    coef = committed_->coef;
-    adam.lr = *committed_->lr;
-    loss_scale = committed_->loss_scale_after;
+    scalars = *committed_;
     pushes.swap(staged_);
   }
+  const std::optional<LossScaleState> loss_scale = scalars.loss_scale_after;
   std::vector<Waiter> ready;
   {
     absl::MutexLock state_lock(&state_mu_);
-    const AdamConstants constants = MakeAdamConstants(adam, step, coef);
+    const std::vector<ConstantsSpan> spans = SpanConstants(
+        groups_, range_.size(), adam_, *scalars.lr, scalars.group_lrs, step, scalars.coef);
     // The copy of `step` takes the place of step - 2's, which no pull can
     // ask for while applying_.
     absl::Status updated = state_->updates_in_tier()
-                               ? UpdateInTier(step, constants, pushes, copy(step))
-                               : UpdateInMemory(step, constants, pushes, copy(step));
+                               ? UpdateInTier(step, spans, pushes, copy(step))
+                               : UpdateInMemory(step, spans, pushes, copy(step));
     if (!updated.ok()) {
       FailApply(std::move(pushes), updated);
       return;
@@ -256,22 +261,29 @@ void Chunk::Apply() {
   for (Waiter& w : ready) std::move(w.done)(absl::OkStatus(), step, CopyView(step, w.begin, w.n));
 }
 
-absl::Status Chunk::UpdateInMemory(int64_t step, const AdamConstants& constants,
+absl::Status Chunk::UpdateInMemory(int64_t step, const std::vector<ConstantsSpan>& spans,
                                    const std::map<uint64_t, StagedPush>& pushes,
                                    std::byte* copy_out) {
   ASSIGN_OR_RETURN(StateView view, state_->Load());
   const StateView in = LiveView(view);
   if (CheckpointNeedsState(step - 1)) KeepCheckpointState(step - 1, in);
   const StateView out = UpdateTarget(view);
-  // One pass per push, straight from its bytes: the update is elementwise,
-  // so this gives the bits of one pass over the chunk.
+  // One pass per push and group span, straight from the push's bytes: the
+  // update is elementwise, so this gives the bits of one pass over the chunk.
   const size_t esize = DTypeSize(dtype_);
   for (const auto& [begin, push] : pushes) {
-    uint64_t offset = begin - range_.begin;
-    AdamUpdate(constants, dtype_, push.grads.data(),
-               AdamInputs{in.p + offset, in.m + offset, in.v + offset},
-               AdamOutputs{out.p + offset, out.m + offset, out.v + offset}, dtype_,
-               copy_out + offset * esize, push.end - begin);
+    const uint64_t push_offset = begin - range_.begin, push_end = push.end - range_.begin;
+    for (const ConstantsSpan& span : spans) {
+      const uint64_t offset = std::max(push_offset, span.offset);
+      const uint64_t end = std::min(push_end, span.offset + span.n);
+      if (offset >= end) continue;
+      AdamUpdate(
+          span.constants, dtype_,
+          reinterpret_cast<const std::byte*>(push.grads.data()) + (offset - push_offset) * esize,
+          AdamInputs{in.p + offset, in.m + offset, in.v + offset},
+          AdamOutputs{out.p + offset, out.m + offset, out.v + offset}, dtype_,
+          copy_out + offset * esize, end - offset);
+    }
   }
   RETURN_IF_ERROR(CommitAndRelease(view, step));
   live_in_shadow_ = !shadow_.empty() && out.p == shadow_.data();
@@ -279,7 +291,7 @@ absl::Status Chunk::UpdateInMemory(int64_t step, const AdamConstants& constants,
   return absl::OkStatus();
 }
 
-absl::Status Chunk::UpdateInTier(int64_t step, const AdamConstants& constants,
+absl::Status Chunk::UpdateInTier(int64_t step, const std::vector<ConstantsSpan>& spans,
                                  const std::map<uint64_t, StagedPush>& pushes,
                                  std::byte* copy_out) {
   if (CheckpointNeedsState(step - 1)) {
@@ -295,7 +307,7 @@ absl::Status Chunk::UpdateInTier(int64_t step, const AdamConstants& constants,
   for (const auto& [begin, push] : pushes) {
     grads.push_back(GradRange{begin - range_.begin, push.end - begin, push.grads.data()});
   }
-  return state_->Update(constants, grads, copy_out);
+  return state_->Update(spans, grads, copy_out);
 }
 
 void Chunk::FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status) {

@@ -44,6 +44,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kernels/adam.h"
+#include "shard/chunk_groups.h"
 #include "shard/chunk_state.h"
 #include "shard/saved_chunk.h"
 #include "storage/metadata_store.h"
@@ -60,6 +61,9 @@ struct StepScalars {
   std::optional<float> lr;  // the step's learning rate; unset: the job's
   // The workers' loss scaler after the step, kept for checkpoints.
   std::optional<LossScaleState> loss_scale_after;
+  // The step's learning rate of each parameter group, in place of lr; empty:
+  // lr for all.
+  std::vector<float> group_lrs;
 };
 
 // Which workers push a step, and their try of it: a newer generation's
@@ -92,9 +96,10 @@ class Chunk {
   // `host` (zeros, or the copy of the state's p at `applied_step`); the chunk
   // frees it and owns `state`. A durable state's record goes to `metadata` (nullable)
   // after every change, before the change is acknowledged.
+  // `groups`: how the job's parameter groups cut the chunk (default: none).
   Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype, AdamConfig adam,
         std::unique_ptr<ChunkState> state, Tier* host, Extent copy_extent,
-        MetadataStore* metadata = nullptr, int64_t applied_step = 0);
+        MetadataStore* metadata = nullptr, int64_t applied_step = 0, ChunkGroups groups = {});
 
   // The metadata key of a chunk's record, and the prefix of a job's.
   static std::string RecordKey(const std::string& job_id, uint32_t chunk_id);
@@ -248,10 +253,10 @@ class Chunk {
   // Apply()'s update of the state to `step`, writing the copy of `step` to
   // `copy_out`: loaded into memory and committed, or in the state's tier.
   // The tier's error leaves the state as it was.
-  absl::Status UpdateInMemory(int64_t step, const AdamConstants& constants,
+  absl::Status UpdateInMemory(int64_t step, const std::vector<ConstantsSpan>& spans,
                               const std::map<uint64_t, StagedPush>& pushes, std::byte* copy_out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
-  absl::Status UpdateInTier(int64_t step, const AdamConstants& constants,
+  absl::Status UpdateInTier(int64_t step, const std::vector<ConstantsSpan>& spans,
                             const std::map<uint64_t, StagedPush>& pushes, std::byte* copy_out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // Whether a checkpoint of `step` is armed and its state not yet kept.
@@ -304,6 +309,7 @@ class Chunk {
   const FlatRange range_;
   const DType dtype_;
   const AdamConfig adam_;
+  const ChunkGroups groups_;
   Tier* const host_;
   const Extent copy_extent_;
   std::byte* const copies_;

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/status_macros.h"
 #include "rpc/job_spec.h"
 #include "shard/gpu_chunk_state.h"
 #include "shard/shard_service.h"
@@ -48,6 +49,7 @@ absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
                                        std::shared_ptr<StagingPool> staging, Job* job) {
   const std::string& job_id = request.spec().job_id();
   const AdamConfig adam = AdamFromProto(request.spec().adam());
+  ASSIGN_OR_RETURN(FlatLayout layout, ValidateJobSpec(request.spec()));
   // Copies first: every chunk's copy is in host memory whatever its tier.
   std::vector<Extent> copies;
   std::shared_ptr<StagingPool> gpu_staging;  // made for the first GPU chunk
@@ -71,9 +73,10 @@ absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
       status = state.status();
       break;
     }
+    const FlatRange range{c.flat_begin(), c.flat_begin() + c.num_params()};
     job->chunks_by_begin[c.flat_begin()] = std::make_shared<Chunk>(
-        job_id, c.chunk_id(), FlatRange{c.flat_begin(), c.flat_begin() + c.num_params()}, dtype,
-        adam, *std::move(state), host_, copies[i], metadata_);
+        job_id, c.chunk_id(), range, dtype, adam, *std::move(state), host_, copies[i], metadata_,
+        /*applied_step=*/0, ChunkGroupsOf(request.spec(), layout, range));
   }
   if (!status.ok()) {
     // Chunks made so far free their copies; the rest are freed here.

@@ -25,6 +25,7 @@
 #include "absl/types/span.h"
 #include "core/chunk_bytes.h"
 #include "kernels/adam.h"
+#include "shard/chunk_groups.h"
 #include "storage/nvme_tier.h"
 #include "storage/tier.h"
 #include "strata/internal/records.pb.h"
@@ -88,11 +89,12 @@ class ChunkState {
   // Whether the tier computes the update where the state lives (GPU):
   // Update() then takes the place of Load(), a CPU update and Commit().
   virtual bool updates_in_tier() const { return false; }
-  // Applies AdamW with `c` from `grads` (together covering the chunk, in the
-  // job's dtype, which such a state is made with) and writes the new p in
-  // that dtype to `copy` (host memory).
-  virtual absl::Status Update(const AdamConstants& /*c*/, absl::Span<const GradRange> /*grads*/,
-                              std::byte* /*copy*/) {
+  // Applies AdamW with each span's constants (the spans cover the chunk)
+  // from `grads` (together covering the chunk, in the job's dtype, which such
+  // a state is made with) and writes the new p in that dtype to `copy` (host
+  // memory).
+  virtual absl::Status Update(absl::Span<const ConstantsSpan> /*spans*/,
+                              absl::Span<const GradRange> /*grads*/, std::byte* /*copy*/) {
     return absl::UnimplementedError("this chunk state is updated through Load() and Commit()");
   }
 };

@@ -50,12 +50,12 @@ class GpuChunkState : public ChunkState {
 
   bool updates_in_tier() const override { return true; }
 
-  absl::Status Update(const AdamConstants& c, absl::Span<const GradRange> grads,
+  absl::Status Update(absl::Span<const ConstantsSpan> spans, absl::Span<const GradRange> grads,
                       std::byte* copy) override {
     RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
     cudaStream_t stream = cudaStreamPerThread;
     std::byte* staging = staging_->Acquire();
-    absl::Status enqueued = Enqueue(c, grads, copy, staging, stream);
+    absl::Status enqueued = Enqueue(spans, grads, copy, staging, stream);
     // The staging buffer is free once the stream has read it.
     absl::Status done = CudaStatus(cudaStreamSynchronize(stream), "AdamW");
     staging_->Release(staging);
@@ -65,8 +65,8 @@ class GpuChunkState : public ChunkState {
  private:
   // Queues Update()'s work on `stream`: the gradients through `staging` to
   // the scratch, the kernel, the copy back to `copy`.
-  absl::Status Enqueue(const AdamConstants& c, absl::Span<const GradRange> grads, std::byte* copy,
-                       std::byte* staging, cudaStream_t stream) {
+  absl::Status Enqueue(absl::Span<const ConstantsSpan> spans, absl::Span<const GradRange> grads,
+                       std::byte* copy, std::byte* staging, cudaStream_t stream) {
     const size_t esize = DTypeSize(dtype_);
     for (const GradRange& g : grads) {
       const uint64_t offset = g.offset * esize;
@@ -77,8 +77,11 @@ class GpuChunkState : public ChunkState {
     }
     float* m = p_ + num_params_;
     float* v = m + num_params_;
-    RETURN_IF_ERROR(
-        CudaAdamUpdate(c, dtype_, scratch_, p_, m, v, dtype_, scratch_, num_params_, stream));
+    for (const ConstantsSpan& s : spans) {  // elementwise: the bits of one pass
+      std::byte* g = scratch_ + s.offset * esize;
+      RETURN_IF_ERROR(CudaAdamUpdate(s.constants, dtype_, g, p_ + s.offset, m + s.offset,
+                                     v + s.offset, dtype_, g, s.n, stream));
+    }
     return CudaStatus(
         cudaMemcpyAsync(copy, scratch_, num_params_ * esize, cudaMemcpyDeviceToHost, stream),
         "copy of parameters");

@@ -33,6 +33,7 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
   job->record = request;
   job->dtype = dtype;
   const AdamConfig adam = AdamFromProto(request.spec().adam());
+  ASSIGN_OR_RETURN(FlatLayout layout, ValidateJobSpec(request.spec()));
   int64_t step = -1;
   std::vector<std::string> saved_files, copy_files;  // removed once recovered
   for (const auto& [key, value] : records) {
@@ -61,9 +62,10 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
     }
     ASSIGN_OR_RETURN(Extent copy, host_->Allocate(ChunkCopyBytes(n, dtype)));
     uint64_t begin = record.chunk().flat_begin();
-    auto chunk = std::make_shared<Chunk>(job_id, record.chunk().chunk_id(),
-                                         FlatRange{begin, begin + n}, dtype, adam, std::move(state),
-                                         host_, copy, metadata_, record.applied_step());
+    const FlatRange range{begin, begin + n};
+    auto chunk = std::make_shared<Chunk>(
+        job_id, record.chunk().chunk_id(), range, dtype, adam, std::move(state), host_, copy,
+        metadata_, record.applied_step(), ChunkGroupsOf(request.spec(), layout, range));
     RETURN_IF_ERROR(chunk->RebuildCopy());
     if (!record.previous_copy_file().empty()) {
       // Without it the chunk serves on; only a torn step could not be recomputed.

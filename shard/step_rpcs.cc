@@ -26,17 +26,30 @@ void ShardService::ScheduleApply(std::shared_ptr<Chunk> chunk) {
 
 namespace {
 
-// The scalars of a push or commit, checked.
-absl::StatusOr<StepScalars> ValidScalars(float coef, std::optional<float> lr,
-                                         const v1::LossScaleState* loss_scale_after) {
-  if (!std::isfinite(coef)) {
-    return absl::InvalidArgumentError(absl::StrCat("coef ", coef, " is not finite"));
+// The scalars of a push or commit request, checked.
+template <typename Request>
+absl::StatusOr<StepScalars> ValidScalars(const Request& request) {
+  if (!std::isfinite(request.coef())) {
+    return absl::InvalidArgumentError(absl::StrCat("coef ", request.coef(), " is not finite"));
   }
-  if (lr.has_value() && !(std::isfinite(*lr) && *lr >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("lr ", *lr, " must be finite and >= 0"));
+  if (request.has_lr() && !(std::isfinite(request.lr()) && request.lr() >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lr ", request.lr(), " must be finite and >= 0"));
   }
-  StepScalars scalars{coef, lr, std::nullopt};
-  if (loss_scale_after != nullptr) scalars.loss_scale_after = LossScaleFromProto(*loss_scale_after);
+  for (int g = 0; g < request.group_lrs_size(); ++g) {
+    const float lr = request.group_lrs(g);
+    if (!(std::isfinite(lr) && lr >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group_lrs[", g, "] ", lr, " must be finite and >= 0"));
+    }
+  }
+  StepScalars scalars;
+  scalars.coef = request.coef();
+  if (request.has_lr()) scalars.lr = request.lr();
+  if (request.has_loss_scale_after()) {
+    scalars.loss_scale_after = LossScaleFromProto(request.loss_scale_after());
+  }
+  scalars.group_lrs.assign(request.group_lrs().begin(), request.group_lrs().end());
   return scalars;
 }
 
@@ -50,10 +63,7 @@ absl::Status ValidStep(int64_t step) {
 absl::StatusOr<std::shared_ptr<Chunk>> ShardService::ValidatePush(const v1::PushRequest& request) {
   RETURN_IF_ERROR(ValidStep(request.step()));
   if (!request.scalars_follow()) {
-    RETURN_IF_ERROR(
-        ValidScalars(request.coef(),
-                     request.has_lr() ? std::optional<float>(request.lr()) : std::nullopt, nullptr)
-            .status());
+    RETURN_IF_ERROR(ValidScalars(request).status());
   }
   ASSIGN_OR_RETURN(DType grad_dtype, DTypeFromProto(request.dtype()));
   DType job_dtype;
@@ -90,9 +100,7 @@ grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   std::optional<StepScalars> scalars;
   if (!request->scalars_follow()) {
-    scalars = *ValidScalars(
-        request->coef(), request->has_lr() ? std::optional<float>(request->lr()) : std::nullopt,
-        request->has_loss_scale_after() ? &request->loss_scale_after() : nullptr);
+    scalars = *ValidScalars(*request);
   }
   absl::StatusOr<bool> complete = (*chunk)->Stage(
       request->step(), PushRound{request->generation(), request->attempt()}, request->flat_begin(),
@@ -111,11 +119,7 @@ grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
 
 absl::Status ShardService::DoCommitStep(const v1::CommitStepRequest& request) {
   RETURN_IF_ERROR(ValidStep(request.step()));
-  ASSIGN_OR_RETURN(
-      StepScalars scalars,
-      ValidScalars(request.coef(),
-                   request.has_lr() ? std::optional<float>(request.lr()) : std::nullopt,
-                   request.has_loss_scale_after() ? &request.loss_scale_after() : nullptr));
+  ASSIGN_OR_RETURN(StepScalars scalars, ValidScalars(request));
   uint64_t min_generation;
   ASSIGN_OR_RETURN(std::vector<std::shared_ptr<Chunk>> chunks,
                    ChunksOf(request.job_id(), &min_generation));

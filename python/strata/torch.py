@@ -40,12 +40,15 @@ _DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "f
 
 class ShardedOptimizer(torch.optim.Optimizer):
     """AdamW (or Adam with `adamw=False`) over `model`'s trainable parameters,
-    one parameter group, whose state lives on strata's shard servers.
+    whose state lives on strata's shard servers.
 
-    Learning-rate changes through `param_groups[0]["lr"]` (and so any
+    One parameter group by default; `param_groups` takes torch's (a list of
+    dicts with "params" and optionally "lr" and "weight_decay", e.g. no decay
+    on biases and norms), which must hold every trainable parameter once.
+    Learning-rate changes through `param_groups[i]["lr"]` (and so any
     torch.optim.lr_scheduler) reach the servers at the next step; betas, eps
-    and weight decay are the job's and cannot change (step() raises
-    ValueError). Rank 0's model weights initialise a new job; joining an
+    and each group's weight decay are the job's and cannot change (step()
+    raises ValueError). Rank 0's model weights initialise a new job; joining an
     existing job (or `restore_from`, a checkpoint directory) takes its weights.
 
     params="replicated" keeps the whole model in every worker (ZeRO-2
@@ -66,7 +69,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                  max_grad_norm=0.0, accumulation_steps=1, adamw=True, world_size=None,
                  worker_id=None, chunk_params=1 << 22, restore_from="", timeout_s=60.0,
                  params="replicated", tls_ca=None, tls_cert=None, tls_key=None,
-                 token_file=None, stream=False, bucket_params=1 << 20):
+                 token_file=None, stream=False, bucket_params=1 << 20, param_groups=None):
         if dtype not in _DTYPE_NAMES:
             raise ValueError("dtype must be torch.float16, torch.bfloat16 or torch.float32, "
                              "not %s" % (dtype,))
@@ -88,9 +91,16 @@ class ShardedOptimizer(torch.optim.Optimizer):
         named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
         if not named:
             raise ValueError("the model has no trainable parameters")
-        super().__init__([p for _, p in named],
-                         dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
-        self._hyper = dict(betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        groups, tensor_groups = _groups_of(named, param_groups)
+        super().__init__(groups, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay))
+        for group in self.param_groups:
+            if tuple(group["betas"]) != tuple(betas) or group["eps"] != eps:
+                raise ValueError("betas and eps are the job's: every group must have the "
+                                 "optimizer's (%s, %s)" % (tuple(betas), eps))
+        self._grouped = param_groups is not None
+        self._hyper = [dict(betas=tuple(betas), eps=eps, weight_decay=group["weight_decay"])
+                       for group in self.param_groups]
         self._accumulation_steps = accumulation_steps
         self._micro_batches = 0
         self.last_result = None
@@ -136,7 +146,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
             loss_scale=loss_scale, max_grad_norm=max_grad_norm,
             initial_params=None if restore_from else self._flat, restore_from=restore_from,
             timeout_s=timeout_s, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
-            token_file=token_file, bucket_params=bucket_params)
+            token_file=token_file, bucket_params=bucket_params,
+            tensor_groups=tensor_groups if self._grouped else [],
+            group_weight_decays=([float(group["weight_decay"]) for group in self.param_groups]
+                                 if self._grouped else []))
         self._on_demand = None
         if params == "on_demand":
             self._flat = self._views = None  # the model's copy goes; gathers bring it back
@@ -223,13 +236,16 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._accumulate(scaled=False)
         if self._micro_batches < self._accumulation_steps:
             return loss
-        group = self.param_groups[0]
-        for key, value in self._hyper.items():
-            got = tuple(group[key]) if key == "betas" else group[key]
-            if got != value:
-                raise ValueError("%s is %s for this job; only lr can change (got %s)"
-                                 % (key, value, got))
-        self._client.set_learning_rate(float(group["lr"]))
+        for group, hyper in zip(self.param_groups, self._hyper):
+            for key, value in hyper.items():
+                got = tuple(group[key]) if key == "betas" else group[key]
+                if got != value:
+                    raise ValueError("%s is %s for this job; only lr can change (got %s)"
+                                     % (key, value, got))
+        if self._grouped:
+            self._client.set_group_learning_rates([float(g["lr"]) for g in self.param_groups])
+        else:
+            self._client.set_learning_rate(float(self.param_groups[0]["lr"]))
         self._micro_batches = 0
         if self._on_demand is not None:  # the step changes every parameter
             self._on_demand.release_all()
@@ -335,6 +351,31 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if not self._in_place:
             for p, view in zip(self._params, self._views):
                 p.copy_(view)
+
+
+def _groups_of(named, param_groups):
+    """(groups for torch.optim.Optimizer, each named parameter's group
+    index); one group of every parameter when `param_groups` is None."""
+    if param_groups is None:
+        return [p for _, p in named], None
+    groups, index = [], {}
+    for group in param_groups:
+        group = dict(group)
+        params = group["params"]
+        group["params"] = [params] if isinstance(params, torch.Tensor) else list(params)
+        for p in group["params"]:
+            if id(p) in index:
+                raise ValueError("a parameter is in two of param_groups")
+            index[id(p)] = len(groups)
+        groups.append(group)
+    trainable = {id(p) for _, p in named}
+    if set(index) - trainable:
+        raise ValueError("param_groups hold a tensor that is not a trainable parameter of the "
+                         "model")
+    missing = [name for name, p in named if id(p) not in index]
+    if missing:
+        raise ValueError("param_groups leave out %s" % ", ".join(missing[:5]))
+    return groups, [index[id(p)] for _, p in named]
 
 
 def _on_gradient(weak_optimizer, index, grad):

@@ -41,12 +41,14 @@ def launch(workers, *example_args):
                    check=True, timeout=600)
 
 
-def torch_reference(steps, batch, lr, weight_decay, schedule):
+def torch_reference(steps, batch, lr, weight_decay, schedule, param_groups=False):
     """The same training, one process, whole batches, torch.optim.AdamW."""
     torch.set_num_threads(1)
     x_train, y_train, _, _ = digits.load_data()
     model = digits.make_model()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    params = (digits.make_param_groups(model, lr, weight_decay) if param_groups
+              else model.parameters())
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     scheduler = digits.make_schedule(opt, schedule, steps)
     for step in range(1, steps + 1):
         batch_idx = digits.batch_indices(step, batch, len(x_train))
@@ -67,13 +69,14 @@ def max_relative_error(got, want):
 
 
 class EquivalenceTest(unittest.TestCase):
-    def train_and_compare(self, schedule):
+    def train_and_compare(self, schedule, param_groups=False):
         with tempfile.TemporaryDirectory() as tmp:
             weights = os.path.join(tmp, "weights.pt")
             launch(2, "--dtype", "fp32", "--steps", "50", "--batch", "128", "--lr", "2e-3",
-                   "--weight-decay", "0.01", "--schedule", schedule, "--save-weights", weights)
+                   "--weight-decay", "0.01", "--schedule", schedule, "--save-weights", weights,
+                   *(["--param-groups"] if param_groups else []))
             got = torch.load(weights)
-        want = torch_reference(50, 128, 2e-3, 0.01, schedule)
+        want = torch_reference(50, 128, 2e-3, 0.01, schedule, param_groups)
         self.assertEqual(sorted(got), sorted(want))
         error = max_relative_error(got, want)
         print("%s: max relative error %.3g" % (schedule, error))
@@ -88,6 +91,14 @@ class EquivalenceTest(unittest.TestCase):
         # The schedule matters: constant-lr AdamW ends far from it.
         constant = torch_reference(50, 128, 2e-3, 0.01, "none")
         self.assertGreater(max_relative_error(scheduled, constant), 1e-2)
+
+    def test_parameter_groups_equal_torch_adamw_with_the_same_groups(self):
+        """Weights with decay, biases without and at half the rate, under a
+        schedule that scales both groups' rates."""
+        grouped = self.train_and_compare("warmup-cosine", param_groups=True)
+        # The groups matter: one group ends far from them.
+        ungrouped = torch_reference(50, 128, 2e-3, 0.01, "warmup-cosine")
+        self.assertGreater(max_relative_error(grouped, ungrouped), 1e-3)
 
 
 class LowPrecisionTest(unittest.TestCase):
@@ -312,6 +323,16 @@ class OptimizerApiTest(unittest.TestCase):
                            chunk_params=4096)
         with self.assertRaisesRegex(strata.StrataError, "INVALID_ARGUMENT"):
             self.optimizer(model, "bad-chunk", chunk_params=1000)
+        weights = [p for name, p in model.named_parameters() if name.endswith("weight")]
+        biases = [p for name, p in model.named_parameters() if name.endswith("bias")]
+        with self.assertRaisesRegex(ValueError, "leave out 0.bias"):
+            self.optimizer(model, "groups-missing", param_groups=[dict(params=weights)])
+        with self.assertRaisesRegex(ValueError, "two of param_groups"):
+            self.optimizer(model, "groups-twice",
+                           param_groups=[dict(params=weights + biases), dict(params=biases)])
+        with self.assertRaisesRegex(ValueError, "betas and eps"):
+            self.optimizer(model, "groups-betas", param_groups=[
+                dict(params=weights), dict(params=biases, betas=(0.5, 0.9))])
 
 
 class LauncherTest(unittest.TestCase):

@@ -86,6 +86,10 @@ struct ClientOptions {
   uint64_t micro_batch_samples = 0;
   uint64_t chunk_num_params = uint64_t{4} << 20;
   AdamConfig adam;
+  // Parameter groups (torch's param_groups), which TensorSpec::group indexes:
+  // each its own weight decay (in place of adam.weight_decay) and, with
+  // SetGroupLearningRates(), its own learning rate. Empty: one group.
+  std::vector<ParamGroup> groups;
   DType dtype = DType::kFp16;
   ParamResidency params = ParamResidency::kReplicated;
   LossScaleOptions loss_scale;
@@ -219,6 +223,10 @@ class Client {
   // before a step: the servers refuse a step whose pushes disagree.
   // INVALID_ARGUMENT unless finite and >= 0.
   virtual absl::Status SetLearningRate(float lr) = 0;
+  // The learning rate of each parameter group (ClientOptions::groups) for
+  // the next steps, in place of SetLearningRate()'s. INVALID_ARGUMENT for
+  // another number of rates than groups, or one that is not finite and >= 0.
+  virtual absl::Status SetGroupLearningRates(absl::Span<const float> lrs) = 0;
 
   // The current low-precision parameters as FP32, flat (layout().num_params()).
   // FAILED_PRECONDITION with on-demand parameters (use StartGather()).

@@ -31,6 +31,12 @@ inline const char* DTypeName(DType dtype) {
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
+  uint32_t group = 0;  // its parameter group (ClientOptions::groups)
+};
+
+// A parameter group's own hyper-parameters (torch's param_groups).
+struct ParamGroup {
+  float weight_decay = 0.0f;
 };
 
 // AdamW when `adamw` (decoupled weight decay), else Adam with L2 in the gradient.
