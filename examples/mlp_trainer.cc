@@ -34,6 +34,9 @@ ABSL_FLAG(double, weight_decay, 0.0, "AdamW weight decay");
 ABSL_FLAG(double, max_grad_norm, 1.0, "clip the global gradient norm (0: off)");
 ABSL_FLAG(std::string, dtype, "fp16", "fp16 or bf16");
 ABSL_FLAG(uint64_t, chunk_params, 4096, "chunk size in parameters (multiple of 64)");
+ABSL_FLAG(bool, stream, true,
+          "hand the last micro-batch's gradients over tensor by tensor, last layer first "
+          "(Client::GradientsReady, the streamed step); false: AccumulateGradients");
 ABSL_FLAG(std::string, tls_ca, "",
           "the CA certificate (PEM) of a cluster that uses TLS; empty: plaintext");
 ABSL_FLAG(std::string, tls_cert, "", "this trainer's certificate (PEM), where the cluster asks");
@@ -210,7 +213,21 @@ int main(int argc, char** argv) {
           for (int i = 0; i < d.in; ++i) gw1[i * d.hidden + j] += x[i] * dh[j];
         }
       }
-      if (!c.AccumulateGradients(grads).ok()) return 1;
+      absl::Status handed = absl::OkStatus();
+      if (absl::GetFlag(FLAGS_stream) && micro + 1 == accumulation) {
+        // This trainer's per-sample backward completes every tensor at once;
+        // one that runs layer by layer would hand each over as it completes.
+        for (size_t t = layout->tensors().size(); t-- > 0 && handed.ok();) {
+          const strata::FlatRange r = layout->tensor_range(t);
+          handed = c.GradientsReady(r, absl::MakeConstSpan(grads).subspan(r.begin, r.size()));
+        }
+      } else {
+        handed = c.AccumulateGradients(grads);
+      }
+      if (!handed.ok()) {
+        std::fprintf(stderr, "mlp_trainer: gradients: %s\n", handed.ToString().c_str());
+        return 1;
+      }
     }
     double loss = loss_sum / per_worker / accumulation;
     if (!c.AllReduceSum(absl::MakeSpan(&loss, 1)).ok()) return 1;
