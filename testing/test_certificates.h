@@ -19,9 +19,10 @@ class TestCertificates {
  public:
   explicit TestCertificates(std::string dir) : dir_(std::move(dir)) {}
 
-  // Makes every file; the openssl output on failure.
+  // Makes every file (and the directory, if missing); the openssl output on
+  // failure.
   absl::Status Make() {
-    std::string script = absl::StrCat("set -e; cd '", dir_, "'; ");
+    std::string script = absl::StrCat("set -e; mkdir -p '", dir_, "'; cd '", dir_, "'; ");
     absl::StrAppend(&script, Ca("ca"), Ca("other-ca"));
     for (const char* name : {"coordinator", "server", "client"}) {
       absl::StrAppend(&script, Leaf(name, "ca"));
