@@ -38,6 +38,28 @@ constexpr uint64_t kSamplesPerStep = 24;
 constexpr absl::Duration kLease = absl::Seconds(1);
 constexpr absl::Duration kRunTimeout = absl::Seconds(240);
 
+// How a worker ended (a waitpid status; -1: still running), for failures.
+std::string Ending(int status) {
+  if (status == -1) return "still running";
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
+                        ")");
+  }
+  return absl::StrCat("exited with status ", WEXITSTATUS(status));
+}
+::testing::AssertionResult KilledBySigkill(int status) {
+  if (status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << Ending(status);
+}
+::testing::AssertionResult ExitedCleanly(int status) {
+  if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << Ending(status);
+}
+
 class ElasticTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -141,6 +163,32 @@ class ElasticTest : public ::testing::Test {
   // Checks the committed steps the workers logged: each of 1..`last` with the
   // same samples wherever logged, together the first last * kSamplesPerStep
   // samples once each; then the master weights against the replay.
+  // Workers a and b train `job` for 20 steps with `flags`; b is killed
+  // once pushes of step 10 reached a server. Expects a to complete that step
+  // (or 11, if the kill came late) alone and every step exactly once;
+  // returns how long after its step before a completed it (ms; -1 after a
+  // failure).
+  int64_t KillOneInStep10(const std::string& job, const std::vector<std::string>& flags) {
+    std::vector<std::string> b_flags = flags;
+    b_flags.push_back("--die_in_step=10");
+    pid_t a = StartWorker(job, "a", 20, flags);
+    pid_t b = StartWorker(job, "b", 20, b_flags);
+    EXPECT_TRUE(KilledBySigkill(Wait(b))) << WorkerLog("b");
+    EXPECT_TRUE(ExitedCleanly(Wait(a))) << WorkerLog("a");
+    std::vector<nlohmann::json> lines = Lines("a");
+    EXPECT_EQ(lines.size(), 20u) << WorkerLog("a");
+    if (lines.size() != 20u) return -1;
+    int64_t fatal = 10;
+    if (lines.at(fatal - 1)["world_size"] == 2) ++fatal;
+    EXPECT_EQ(lines.at(fatal - 1)["world_size"], 1);
+    const int64_t pause_ms = lines.at(fatal - 1)["unix_ms"].get<int64_t>() -
+                             lines.at(fatal - 2)["unix_ms"].get<int64_t>();
+    std::printf("worker b died in step %lld; a completed it %lld ms after its step before\n",
+                static_cast<long long>(fatal), static_cast<long long>(pause_ms));
+    ExpectExactlyOnce(job, {"a", "b"}, 20);
+    return pause_ms;
+  }
+
   void ExpectExactlyOnce(const std::string& job, const std::vector<std::string>& workers,
                          int64_t last) {
     std::map<int64_t, std::pair<uint64_t, uint64_t>> committed;
@@ -184,28 +232,6 @@ class ElasticTest : public ::testing::Test {
   std::string coordinator_;
   testing::Processes processes_;
 };
-
-// How a worker ended (a waitpid status; -1: still running), for failures.
-std::string Ending(int status) {
-  if (status == -1) return "still running";
-  if (WIFSIGNALED(status)) {
-    return absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
-                        ")");
-  }
-  return absl::StrCat("exited with status ", WEXITSTATUS(status));
-}
-::testing::AssertionResult KilledBySigkill(int status) {
-  if (status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure() << Ending(status);
-}
-::testing::AssertionResult ExitedCleanly(int status) {
-  if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure() << Ending(status);
-}
 
 TEST_F(ElasticTest, JoinLeaveAndKillWhileTheSurvivorsTrainOn) {
   const std::string job = "elastic";
@@ -318,39 +344,14 @@ class LongLeaseElasticTest : public ElasticTest {
 };
 
 TEST_F(LongLeaseElasticTest, ACrashedWorkerIsDroppedAtOnce) {
-  const std::string job = "crash";
-  pid_t a = StartWorker(job, "a", 20);
-  pid_t b = StartWorker(job, "b", 20, {"--die_in_step=10"});
-  EXPECT_TRUE(KilledBySigkill(Wait(b))) << WorkerLog("b");
-  EXPECT_TRUE(ExitedCleanly(Wait(a))) << WorkerLog("a");
-  std::vector<nlohmann::json> lines = Lines("a");
-  ASSERT_EQ(lines.size(), 20u) << WorkerLog("a");
-  // b died in step 10 (or 11, if the kill came late): a completed it alone.
-  int64_t fatal = 10;
-  if (lines.at(fatal - 1)["world_size"] == 2) ++fatal;
-  ASSERT_EQ(lines.at(fatal - 1)["world_size"], 1);
-  const int64_t pause_ms =
-      lines.at(fatal - 1)["unix_ms"].get<int64_t>() - lines.at(fatal - 2)["unix_ms"].get<int64_t>();
-  std::printf("worker b died in step %lld; a completed it %lld ms after its step before\n",
-              static_cast<long long>(fatal), static_cast<long long>(pause_ms));
+  const int64_t pause_ms = KillOneInStep10("crash", {});
   EXPECT_LT(pause_ms, 10000) << "a waited for b's lease (60 s)";
-  ExpectExactlyOnce(job, {"a", "b"}, 20);
 }
 
 // The same with streamed steps: b dies once pushes of step 10 are staged,
 // mid-stream (its gradients leave during its micro-batches' last one).
 TEST_F(LongLeaseElasticTest, AWorkerKilledMidStreamLosesNothing) {
-  const std::string job = "crash-streamed";
-  pid_t a = StartWorker(job, "a", 20, {"--stream"});
-  pid_t b = StartWorker(job, "b", 20, {"--stream", "--die_in_step=10"});
-  EXPECT_TRUE(KilledBySigkill(Wait(b))) << WorkerLog("b");
-  EXPECT_TRUE(ExitedCleanly(Wait(a))) << WorkerLog("a");
-  std::vector<nlohmann::json> lines = Lines("a");
-  ASSERT_EQ(lines.size(), 20u) << WorkerLog("a");
-  int64_t fatal = 10;
-  if (lines.at(fatal - 1)["world_size"] == 2) ++fatal;
-  ASSERT_EQ(lines.at(fatal - 1)["world_size"], 1);
-  ExpectExactlyOnce(job, {"a", "b"}, 20);
+  KillOneInStep10("crash-streamed", {"--stream"});
 }
 
 TEST_F(ElasticTest, EveryWorkerKilledAfterAStepThenNewOnesLoseNothing) {

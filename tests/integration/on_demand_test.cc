@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "testing/cluster_test.h"
 #include "testing/job_runner.h"
 #include "testing/local_cluster.h"
 
@@ -95,15 +96,7 @@ TrainingRun Train(const ClientOptions& options) {
   return run;
 }
 
-class OnDemandTest : public ::testing::TestWithParam<DType> {
- protected:
-  void SetUp() override {
-    auto cluster = LocalCluster::Start({2, uint64_t{64} << 20, 1});
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
-  }
-  std::unique_ptr<LocalCluster> cluster_;
-};
+using OnDemandTest = testing::LocalClusterTest<DType>;
 
 TEST_P(OnDemandTest, TrainsBitwiseLikeReplicatedParameters) {
   const DType dtype = GetParam();

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "testing/cluster_test.h"
 #include "testing/job_runner.h"
 #include "testing/local_cluster.h"
 
@@ -122,15 +123,7 @@ void ExpectSameTraining(const TrainingRun& streamed, const TrainingRun& plain,
   EXPECT_EQ(streamed.master.exp_avg_sq, plain.master.exp_avg_sq) << name;
 }
 
-class StreamedStepTest : public ::testing::TestWithParam<DType> {
- protected:
-  void SetUp() override {
-    auto cluster = LocalCluster::Start({2, uint64_t{64} << 20, 1});
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
-  }
-  std::unique_ptr<LocalCluster> cluster_;
-};
+using StreamedStepTest = testing::LocalClusterTest<DType>;
 
 TEST_P(StreamedStepTest, GivesTheMasterStateOfTheUnstreamedStepBitForBit) {
   const DType dtype = GetParam();
