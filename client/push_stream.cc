@@ -1,8 +1,8 @@
 #include "client/push_stream.h"
 
-#include "client/step_wire.h"
 #include "rpc/grpc_status.h"
 #include "rpc/job_spec.h"
+#include "rpc/step_wire.h"
 
 namespace strata {
 

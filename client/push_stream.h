@@ -43,7 +43,7 @@ class PushStream {
   PushStream& operator=(const PushStream&) = delete;
 
   // Pushes piece.n gradients at `grads` for `piece`; they are sent from
-  // there (client/step_wire.h) and must stay unchanged until the push ends
+  // there (rpc/step_wire.h) and must stay unchanged until the push ends
   // (the destructor waits for that).
   void Send(const Piece& piece, const uint8_t* grads) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits for every push sent to end: the first error, naming its server.

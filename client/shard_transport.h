@@ -40,7 +40,7 @@ struct Piece {
   uint64_t n;
   grpc::Channel* channel;       // to the chunk's server
   v1::ShardServer::Stub* stub;  // over `channel`
-  grpc::GenericStub* generic;   // over `channel`: the step's calls (client/step_wire.h)
+  grpc::GenericStub* generic;   // over `channel`: the step's calls (rpc/step_wire.h)
   std::string address;
 };
 

@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/step_wire.h"
 #include "rpc/grpc_status.h"
 #include "rpc/job_spec.h"
+#include "rpc/step_wire.h"
 
 namespace strata {
 namespace {

@@ -62,7 +62,7 @@ class StepExchange {
     std::unique_ptr<grpc::ClientContext> context;
     v1::PushRequest push_request;  // the fields but the gradients
     v1::PullRequest pull_request;
-    grpc::ByteBuffer request;  // client/step_wire.h
+    grpc::ByteBuffer request;  // rpc/step_wire.h
     grpc::ByteBuffer response;
   };
   struct Stream {

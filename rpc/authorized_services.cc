@@ -130,11 +130,11 @@ grpc::ServerUnaryReactor* AuthorizedCoordinator::KvGet(grpc::CallbackServerConte
   return STRATA_GATED(CoordinatorBase, KvGet, JobOfRendezvousKey(request->key()));
 }
 
-AuthorizedShardServer::AuthorizedShardServer(v1::ShardServer::CallbackService* service,
-                                             const Authenticator* auth)
+AuthorizedShardServer::AuthorizedShardServer(ShardServerService* service, const Authenticator* auth)
     : service_(service), gate_(v1::ShardServer::service_full_name(), auth, nullptr) {}
 
 using ShardBase = v1::ShardServer::CallbackService;
+using RawPullBase = ShardServerService;
 
 grpc::ServerUnaryReactor* AuthorizedShardServer::AllocateChunks(
     grpc::CallbackServerContext* ctx, const v1::AllocateChunksRequest* request,
@@ -167,9 +167,14 @@ grpc::ServerUnaryReactor* AuthorizedShardServer::CommitStep(grpc::CallbackServer
   return STRATA_GATED(ShardBase, CommitStep, request->job_id());
 }
 grpc::ServerUnaryReactor* AuthorizedShardServer::Pull(grpc::CallbackServerContext* ctx,
-                                                      const v1::PullRequest* request,
-                                                      v1::PullResponse* response) {
-  return STRATA_GATED(ShardBase, Pull, request->job_id());
+                                                      const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
+  // The job named in the raw request; one that does not parse is refused
+  // by the service, once admitted.
+  v1::PullRequest parsed;
+  grpc::ByteBuffer copy(*request);  // Deserialize consumes its buffer
+  grpc::SerializationTraits<v1::PullRequest>::Deserialize(&copy, &parsed).IgnoreError();
+  return STRATA_GATED(RawPullBase, Pull, parsed.job_id());
 }
 grpc::ServerUnaryReactor* AuthorizedShardServer::ReadState(grpc::CallbackServerContext* ctx,
                                                            const v1::ReadStateRequest* request,

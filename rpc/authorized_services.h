@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "rpc/authenticator.h"
+#include "rpc/shard_server_service.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
 
@@ -102,9 +103,9 @@ class AuthorizedCoordinator final : public v1::Coordinator::CallbackService {
   const AuthGate gate_;
 };
 
-class AuthorizedShardServer final : public v1::ShardServer::CallbackService {
+class AuthorizedShardServer final : public ShardServerService {
  public:
-  AuthorizedShardServer(v1::ShardServer::CallbackService* service, const Authenticator* auth);
+  AuthorizedShardServer(ShardServerService* service, const Authenticator* auth);
 
   grpc::ServerUnaryReactor* AllocateChunks(grpc::CallbackServerContext* ctx,
                                            const v1::AllocateChunksRequest* request,
@@ -123,8 +124,8 @@ class AuthorizedShardServer final : public v1::ShardServer::CallbackService {
   grpc::ServerUnaryReactor* CommitStep(grpc::CallbackServerContext* ctx,
                                        const v1::CommitStepRequest* request,
                                        v1::CommitStepResponse* response) override;
-  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const v1::PullRequest* request,
-                                 v1::PullResponse* response) override;
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ReadState(grpc::CallbackServerContext* ctx,
                                       const v1::ReadStateRequest* request,
                                       v1::ReadStateResponse* response) override;
@@ -139,7 +140,7 @@ class AuthorizedShardServer final : public v1::ShardServer::CallbackService {
                                        v1::LoadChunksResponse* response) override;
 
  private:
-  v1::ShardServer::CallbackService* const service_;
+  ShardServerService* const service_;
   const AuthGate gate_;
 };
 

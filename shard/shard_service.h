@@ -24,6 +24,7 @@
 #include "core/thread_pool.h"
 #include "rpc/authenticator.h"
 #include "rpc/metrics.h"
+#include "rpc/shard_server_service.h"
 #include "shard/chunk.h"
 #include "shard/state_arena.h"
 #include "storage/metadata_store.h"
@@ -33,7 +34,7 @@
 
 namespace strata {
 
-class ShardService final : public v1::ShardServer::CallbackService, public WorkerTokens {
+class ShardService final : public ShardServerService, public WorkerTokens {
  public:
   // The longest a SaveChunks may wait for its step (its wait_ms): an hour,
   // far above the coordinator's waits.
@@ -85,8 +86,9 @@ class ShardService final : public v1::ShardServer::CallbackService, public Worke
   grpc::ServerUnaryReactor* CommitStep(grpc::CallbackServerContext* ctx,
                                        const v1::CommitStepRequest* request,
                                        v1::CommitStepResponse* response) override;
-  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const v1::PullRequest* request,
-                                 v1::PullResponse* response) override;
+  // A PullRequest in, a PullResponse out, as raw buffers (ShardServerService).
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ReadState(grpc::CallbackServerContext* ctx,
                                       const v1::ReadStateRequest* request,
                                       v1::ReadStateResponse* response) override;

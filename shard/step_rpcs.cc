@@ -1,5 +1,6 @@
 // ShardService (shard_service.h): the step's RPCs -- Push, CommitStep and
-// Pull -- and the scheduling of a chunk's apply once its step is ready.
+// Pull (raw: its answer holds the pulled bytes once, rpc/step_wire.h) -- and
+// the scheduling of a chunk's apply once its step is ready.
 
 #include <grpcpp/alarm.h>
 
@@ -11,6 +12,7 @@
 #include "core/status_macros.h"
 #include "rpc/grpc_status.h"
 #include "rpc/job_spec.h"
+#include "rpc/step_wire.h"
 #include "shard/shard_service.h"
 
 namespace strata {
@@ -212,21 +214,24 @@ class PullReactor final : public grpc::ServerUnaryReactor {
 }  // namespace
 
 grpc::ServerUnaryReactor* ShardService::Pull(grpc::CallbackServerContext* ctx,
-                                             const v1::PullRequest* request,
-                                             v1::PullResponse* response) {
+                                             const grpc::ByteBuffer* raw_request,
+                                             grpc::ByteBuffer* response) {
+  v1::PullRequest request;
+  grpc::ByteBuffer raw(*raw_request);  // Deserialize consumes its buffer
+  if (!grpc::SerializationTraits<v1::PullRequest>::Deserialize(&raw, &request).ok()) {
+    return FinishUnary(ctx, absl::InvalidArgumentError("the pull request does not parse"));
+  }
   DType dtype;
   absl::StatusOr<std::shared_ptr<Chunk>> chunk =
-      FindChunk(request->job_id(), request->flat_begin(), request->num_params(), &dtype);
+      FindChunk(request.job_id(), request.flat_begin(), request.num_params(), &dtype);
   if (!chunk.ok()) return FinishUnary(ctx, chunk.status());
   auto* reactor = new PullReactor(*chunk);
   const uint64_t ticket = (*chunk)->Pull(
-      request->step(), request->flat_begin(), request->num_params(),
+      request.step(), request.flat_begin(), request.num_params(),
       [this, reactor, response, dtype](absl::Status s, int64_t step, absl::string_view bytes) {
         if (s.ok() && pulled_bytes_ != nullptr) pulled_bytes_->Increment(bytes.size());
         if (s.ok()) {
-          response->set_step(step);
-          response->set_dtype(DTypeToProto(dtype));
-          response->set_params(bytes.data(), bytes.size());
+          *response = PullResponseBuffer(step, DTypeToProto(dtype), bytes.data(), bytes.size());
         }
         reactor->Finish(ToGrpcStatus(s));
       });

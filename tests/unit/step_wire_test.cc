@@ -1,8 +1,9 @@
-// client/step_wire.h against protobuf's own serializer and parser: a push
+// rpc/step_wire.h against protobuf's own serializer and parser: a push
 // built from its fields and referenced gradients parses as the same
-// PushRequest; a pull response is read into place with its step; wrong
-// sizes and garbage are refused.
-#include "client/step_wire.h"
+// PushRequest, a server's pull response as the same PullResponse; a pull
+// response is read into place with its step; wrong sizes and garbage are
+// refused.
+#include "rpc/step_wire.h"
 
 #include <random>
 #include <string>
@@ -53,6 +54,22 @@ TEST(StepWireTest, APushBufferParsesAsThePushRequest) {
   ASSERT_TRUE(buffer.Dump(&slices).ok());
   ASSERT_EQ(slices.size(), 2u);
   EXPECT_EQ(slices[1].begin(), grads.data());
+}
+
+TEST(StepWireTest, AServersPullResponseParsesAsThePullResponse) {
+  const std::vector<uint8_t> params = RandomBytes(300000, 3);
+  grpc::ByteBuffer buffer = PullResponseBuffer(9, v1::DTYPE_BF16, params.data(), params.size());
+  v1::PullResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Bytes(buffer)));
+  EXPECT_EQ(parsed.step(), 9);
+  EXPECT_EQ(parsed.dtype(), v1::DTYPE_BF16);
+  EXPECT_EQ(parsed.params(), std::string(params.begin(), params.end()));
+  // And the client reads it back into place.
+  std::vector<uint8_t> out(params.size());
+  int64_t step;
+  ASSERT_TRUE(ReadPullResponse(&buffer, &step, out.data(), out.size()).ok());
+  EXPECT_EQ(step, 9);
+  EXPECT_EQ(out, params);
 }
 
 TEST(StepWireTest, APullResponseIsReadIntoPlace) {

@@ -1,13 +1,13 @@
 // The step's tensor bytes on the wire without protobuf copies. A push goes
 // out as its PushRequest's other fields, serialized, followed by the
 // gradients' bytes referenced where they lie (gRPC writes them to the socket
-// from there); a pull's PullResponse is read with its parameters copied once,
-// from gRPC's receive buffers straight to where they belong. The wire format
-// is the protobuf one: the servers see ordinary messages.
+// from there); a server's PullResponse holds its parameters copied once; a
+// client reads them with one copy, from gRPC's receive buffers straight to
+// where they belong. The wire format is the protobuf one.
 //
 // Thread-safety: functions of their arguments only.
-#ifndef STRATA_CLIENT_STEP_WIRE_H_
-#define STRATA_CLIENT_STEP_WIRE_H_
+#ifndef STRATA_RPC_STEP_WIRE_H_
+#define STRATA_RPC_STEP_WIRE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +34,10 @@ grpc::ByteBuffer PushRequestBuffer(const v1::PushRequest& fields, const uint8_t*
 // A small message (a pull request) as a buffer.
 grpc::ByteBuffer MessageBuffer(const google::protobuf::Message& message);
 
+// A PullResponse of `step` with `params` (copied once, into the buffer).
+grpc::ByteBuffer PullResponseBuffer(int64_t step, v1::DType dtype, const void* params,
+                                    size_t bytes);
+
 // Parses a PullResponse from `buffer`: its step into `*step` and its params
 // into `out`, which takes exactly `expected_bytes` (INTERNAL otherwise, or for
 // a message that does not parse).
@@ -42,4 +46,4 @@ absl::Status ReadPullResponse(grpc::ByteBuffer* buffer, int64_t* step, uint8_t* 
 
 }  // namespace strata
 
-#endif  // STRATA_CLIENT_STEP_WIRE_H_
+#endif  // STRATA_RPC_STEP_WIRE_H_

@@ -1,4 +1,4 @@
-#include "client/step_wire.h"
+#include "rpc/step_wire.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -36,6 +36,23 @@ grpc::ByteBuffer PushRequestBuffer(const v1::PushRequest& fields, const uint8_t*
   }
   grpc::Slice slices[2] = {grpc::Slice(head), grpc::Slice(grads, bytes, grpc::Slice::STATIC_SLICE)};
   return grpc::ByteBuffer(slices, bytes > 0 ? 2 : 1);
+}
+
+grpc::ByteBuffer PullResponseBuffer(int64_t step, v1::DType dtype, const void* params,
+                                    size_t bytes) {
+  v1::PullResponse fields;
+  fields.set_step(step);
+  fields.set_dtype(dtype);
+  std::string head = fields.SerializeAsString();
+  {
+    StringOutputStream stream(&head);
+    CodedOutputStream out(&stream);
+    out.WriteTag(
+        WireFormatLite::MakeTag(kPullParamsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    out.WriteVarint64(bytes);
+  }
+  grpc::Slice slices[2] = {grpc::Slice(head), grpc::Slice(params, bytes)};
+  return grpc::ByteBuffer(slices, 2);
 }
 
 grpc::ByteBuffer MessageBuffer(const google::protobuf::Message& message) {
