@@ -22,19 +22,25 @@ constexpr int kPushGradsField = v1::PushRequest::kGradsFieldNumber;
 constexpr int kPullStepField = v1::PullResponse::kStepFieldNumber;
 constexpr int kPullParamsField = v1::PullResponse::kParamsFieldNumber;
 
-}  // namespace
-
-grpc::ByteBuffer PushRequestBuffer(const v1::PushRequest& fields, const uint8_t* grads,
-                                   size_t bytes) {
+// `fields` serialized, then the key and length of bytes field `field` of
+// `bytes` bytes: the field's bytes come next on the wire.
+grpc::Slice HeadOfBytesField(const google::protobuf::MessageLite& fields, int field, size_t bytes) {
   std::string head = fields.SerializeAsString();
   {
     StringOutputStream stream(&head);
     CodedOutputStream out(&stream);
-    out.WriteTag(
-        WireFormatLite::MakeTag(kPushGradsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    out.WriteTag(WireFormatLite::MakeTag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
     out.WriteVarint64(bytes);
   }
-  grpc::Slice slices[2] = {grpc::Slice(head), grpc::Slice(grads, bytes, grpc::Slice::STATIC_SLICE)};
+  return grpc::Slice(head);
+}
+
+}  // namespace
+
+grpc::ByteBuffer PushRequestBuffer(const v1::PushRequest& fields, const uint8_t* grads,
+                                   size_t bytes) {
+  grpc::Slice slices[2] = {HeadOfBytesField(fields, kPushGradsField, bytes),
+                           grpc::Slice(grads, bytes, grpc::Slice::STATIC_SLICE)};
   return grpc::ByteBuffer(slices, bytes > 0 ? 2 : 1);
 }
 
@@ -43,15 +49,8 @@ grpc::ByteBuffer PullResponseBuffer(int64_t step, v1::DType dtype, const void* p
   v1::PullResponse fields;
   fields.set_step(step);
   fields.set_dtype(dtype);
-  std::string head = fields.SerializeAsString();
-  {
-    StringOutputStream stream(&head);
-    CodedOutputStream out(&stream);
-    out.WriteTag(
-        WireFormatLite::MakeTag(kPullParamsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
-    out.WriteVarint64(bytes);
-  }
-  grpc::Slice slices[2] = {grpc::Slice(head), grpc::Slice(params, bytes)};
+  grpc::Slice slices[2] = {HeadOfBytesField(fields, kPullParamsField, bytes),
+                           grpc::Slice(params, bytes)};
   return grpc::ByteBuffer(slices, 2);
 }
 
