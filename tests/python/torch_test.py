@@ -239,6 +239,53 @@ class OptimizerApiTest(unittest.TestCase):
         return strata.torch.ShardedOptimizer(model, coordinator=self.cluster.coordinator, job=job,
                                              world_size=1, **kwargs)
 
+    def test_an_fp32_step_copies_no_tensor_in_python(self):
+        """An FP32 CPU model's parameters and gradients stay in the client's
+        flat buffers across steps; streamed, each gradient reaches the client
+        from where backward left it (the same data pointer)."""
+        for stream in (False, True):
+            model = digits.make_model(hidden=16)
+            opt = self.optimizer(model, "no-copy-%s" % stream, dtype=torch.float32,
+                                 stream=stream, bucket_params=256)
+
+            class Recording:  # the client, recording where streamed gradients lie
+                def __init__(self, client):
+                    self.client, self.pointers = client, []
+
+                def gradients_ready(self, begin, grads, scaled):
+                    self.pointers.append(grads.ctypes.data)
+                    return self.client.gradients_ready(begin, grads, scaled=scaled)
+
+                def __getattr__(self, name):
+                    return getattr(self.client, name)
+
+            recording = Recording(opt._client)
+            opt._client = recording
+            seen = []  # where backward left each gradient (hooks run in order)
+            for p in model.parameters():
+                p.register_hook(lambda grad: seen.append(grad.data_ptr()))
+
+            def inside(tensor, array):
+                return array.ctypes.data <= tensor.data_ptr() < array.ctypes.data + array.nbytes
+
+            before = [p.data_ptr() for p in model.parameters()]
+            x, y, _, _ = digits.load_data()
+            for _ in range(3):
+                opt.zero_grad()
+                opt.backward(torch.nn.functional.cross_entropy(model(x[:32]), y[:32]))
+                opt.step()
+            self.assertEqual(opt.step_count, 3)
+            self.assertEqual([p.data_ptr() for p in model.parameters()], before)
+            for p in model.parameters():
+                self.assertTrue(inside(p, opt._flat))
+                self.assertTrue(inside(p.grad, opt._grad_flat))
+            if stream:
+                self.assertEqual(opt.streamed_micro_batches, 3)
+                self.assertEqual(len(recording.pointers), 3 * len(before))
+                self.assertEqual(recording.pointers, seen)
+            else:
+                self.assertEqual(recording.pointers, [])
+
     def test_state_dict_round_trip_and_mismatches(self):
         model = digits.make_model(hidden=16)
         opt = self.optimizer(model, "state-dict", dtype=torch.float16, lr=1e-3)
