@@ -15,9 +15,8 @@ namespace {
 // The tensor parameters of `range` (its padding excluded).
 uint64_t TensorParamsIn(const FlatLayout& layout, FlatRange range) {
   uint64_t n = 0;
-  for (size_t i = 0; i < layout.tensors().size(); ++i) {
-    n += Intersect(layout.tensor_range(i), range).size();
-  }
+  const auto [first, last] = layout.TensorIndicesIn(range);
+  for (size_t i = first; i < last; ++i) n += Intersect(layout.tensor_range(i), range).size();
   return n;
 }
 

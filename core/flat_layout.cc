@@ -76,12 +76,18 @@ FlatRange FlatLayout::chunk_range(uint32_t chunk_id) const {
 
 std::vector<std::string> FlatLayout::TensorsIn(FlatRange range) const {
   std::vector<std::string> names;
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    if (tensor_ranges_[i].begin < range.end && range.begin < tensor_ranges_[i].end) {
-      names.push_back(tensors_[i].name);
-    }
-  }
+  const auto [first, last] = TensorIndicesIn(range);
+  for (size_t i = first; i < last; ++i) names.push_back(tensors_[i].name);
   return names;
+}
+
+std::pair<size_t, size_t> FlatLayout::TensorIndicesIn(FlatRange range) const {
+  auto first = std::partition_point(tensor_ranges_.begin(), tensor_ranges_.end(),
+                                    [&](const FlatRange& t) { return t.end <= range.begin; });
+  auto last = std::partition_point(first, tensor_ranges_.end(),
+                                   [&](const FlatRange& t) { return t.begin < range.end; });
+  return {static_cast<size_t>(first - tensor_ranges_.begin()),
+          static_cast<size_t>(last - tensor_ranges_.begin())};
 }
 
 uint64_t FlatLayout::PaddedNumParams(uint32_t world_size) const {

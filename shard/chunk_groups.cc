@@ -9,26 +9,27 @@ ChunkGroups ChunkGroupsOf(const v1::JobSpec& spec, const FlatLayout& layout, Fla
   if (spec.groups_size() == 0) return groups;
   for (const v1::ParamGroup& g : spec.groups()) groups.weight_decay.push_back(g.weight_decay());
   // Each tensor's span runs from the end of the one before (its padding
-  // included) to its own end.
+  // included) to its own end; padding at the chunk's end goes with the
+  // tensor after it, or the chunk's last when none follows.
   uint64_t covered = chunk.begin;
-  for (size_t i = 0; i < layout.tensors().size() && covered < chunk.end; ++i) {
-    const FlatRange t = layout.tensor_range(i);
-    if (t.end <= covered) continue;
-    const uint64_t end = std::min(t.end, chunk.end);
-    const uint32_t group = spec.tensors(static_cast<int>(i)).group();
+  auto extend = [&](uint64_t end, uint32_t group) {
     if (!groups.spans.empty() && groups.spans.back().group == group) {
       groups.spans.back().n += end - covered;
     } else {
       groups.spans.push_back({covered - chunk.begin, end - covered, group});
     }
     covered = end;
+  };
+  const auto [first, last] = layout.TensorIndicesIn(chunk);
+  for (size_t i = first; i < last; ++i) {
+    extend(std::min(layout.tensor_range(i).end, chunk.end),
+           spec.tensors(static_cast<int>(i)).group());
   }
-  if (covered < chunk.end) {  // padding after the last tensor
-    if (groups.spans.empty()) {
-      groups.spans.push_back({covered - chunk.begin, chunk.end - covered, 0});
-    } else {
-      groups.spans.back().n += chunk.end - covered;
-    }
+  if (covered < chunk.end) {
+    const bool next = last < layout.tensors().size();
+    extend(chunk.end, next                   ? spec.tensors(static_cast<int>(last)).group()
+                      : groups.spans.empty() ? 0
+                                             : groups.spans.back().group);
   }
   return groups;
 }

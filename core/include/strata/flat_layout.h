@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -45,6 +46,9 @@ class FlatLayout {
   FlatRange chunk_range(uint32_t chunk_id) const;
   // Names of the tensors that overlap `range`.
   std::vector<std::string> TensorsIn(FlatRange range) const;
+  // Indices [first, last) of the tensors that overlap `range` (tensors lie in
+  // flat order), found in O(log tensors).
+  std::pair<size_t, size_t> TensorIndicesIn(FlatRange range) const;
   // Slice `rank` of `world_size` equal slices of a buffer of
   // PaddedNumParams(world_size) elements, clipped to the flat space.
   FlatRange WorkerSlice(uint32_t rank, uint32_t world_size) const;
