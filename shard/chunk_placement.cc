@@ -8,7 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/status_macros.h"
 #include "rpc/job_spec.h"
 #include "shard/gpu_chunk_state.h"
 #include "shard/shard_service.h"
@@ -45,11 +44,11 @@ absl::StatusOr<std::unique_ptr<ChunkState>> ShardService::MakeMemoryState(
   return HostChunkState::Create(host_, num_params);
 }
 
-absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request, DType dtype,
+absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
+                                       const FlatLayout& layout, DType dtype,
                                        std::shared_ptr<StagingPool> staging, Job* job) {
   const std::string& job_id = request.spec().job_id();
   const AdamConfig adam = AdamFromProto(request.spec().adam());
-  ASSIGN_OR_RETURN(FlatLayout layout, ValidateJobSpec(request.spec()));
   // Copies first: every chunk's copy is in host memory whatever its tier.
   std::vector<Extent> copies;
   std::shared_ptr<StagingPool> gpu_staging;  // made for the first GPU chunk

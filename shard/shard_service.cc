@@ -165,11 +165,11 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   if (gpu_ != nullptr) memory_free_bytes += gpu_->budget_bytes() - gpu_->used_bytes();
   absl::Status placed =
       all_bytes <= memory_free_bytes
-          ? PlaceChunks(request, dtype, nullptr, job.get())
+          ? PlaceChunks(request, layout, dtype, nullptr, job.get())
           : absl::ResourceExhaustedError("the chunks' states do not fit in memory");
   if (!placed.ok() && nvme_ != nullptr) {
     absl::StatusOr<std::unique_ptr<StagingPool>> staging = MakeStagingPool(request.spec());
-    placed = staging.ok() ? PlaceChunks(request, dtype, *std::move(staging), job.get())
+    placed = staging.ok() ? PlaceChunks(request, layout, dtype, *std::move(staging), job.get())
                           : staging.status();
   }
   for (auto& [begin, chunk] : job->chunks_by_begin) {

@@ -133,10 +133,11 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   absl::StatusOr<std::unique_ptr<ChunkState>> MakeMemoryState(
       const v1::JobSpec& spec, uint64_t num_params, DType dtype,
       std::shared_ptr<StagingPool>* gpu_staging);
-  // Makes every chunk of `request` in `job`: copies in host memory, states in
-  // memory, then (with `staging`) on NVMe. On error `job` has no chunks.
-  absl::Status PlaceChunks(const v1::AllocateChunksRequest& request, DType dtype,
-                           std::shared_ptr<StagingPool> staging, Job* job);
+  // Makes every chunk of `request` (its job laid out as `layout`) in `job`:
+  // copies in host memory, states in memory, then (with `staging`) on NVMe.
+  // On error `job` has no chunks.
+  absl::Status PlaceChunks(const v1::AllocateChunksRequest& request, const FlatLayout& layout,
+                           DType dtype, std::shared_ptr<StagingPool> staging, Job* job);
   absl::Status DoWriteParams(const v1::WriteParamsRequest& request);
   absl::Status DoWriteState(const v1::WriteStateRequest& request);
   // The chunk a push goes to, after checking everything but the step rules.
