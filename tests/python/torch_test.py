@@ -239,6 +239,15 @@ class OptimizerApiTest(unittest.TestCase):
         return strata.torch.ShardedOptimizer(model, coordinator=self.cluster.coordinator, job=job,
                                              world_size=1, **kwargs)
 
+    @staticmethod
+    def train(opt, model, steps):
+        """`steps` steps of `model` on the first 32 digits."""
+        x, y, _, _ = digits.load_data()
+        for _ in range(steps):
+            opt.zero_grad()
+            opt.backward(torch.nn.functional.cross_entropy(model(x[:32]), y[:32]))
+            opt.step()
+
     def test_an_fp32_step_copies_no_tensor_in_python(self):
         """An FP32 CPU model's parameters and gradients stay in the client's
         flat buffers across steps; streamed, each gradient reaches the client
@@ -269,11 +278,7 @@ class OptimizerApiTest(unittest.TestCase):
                 return array.ctypes.data <= tensor.data_ptr() < array.ctypes.data + array.nbytes
 
             before = [p.data_ptr() for p in model.parameters()]
-            x, y, _, _ = digits.load_data()
-            for _ in range(3):
-                opt.zero_grad()
-                opt.backward(torch.nn.functional.cross_entropy(model(x[:32]), y[:32]))
-                opt.step()
+            self.train(opt, model, 3)
             self.assertEqual(opt.step_count, 3)
             self.assertEqual([p.data_ptr() for p in model.parameters()], before)
             for p in model.parameters():
@@ -289,11 +294,7 @@ class OptimizerApiTest(unittest.TestCase):
     def test_state_dict_round_trip_and_mismatches(self):
         model = digits.make_model(hidden=16)
         opt = self.optimizer(model, "state-dict", dtype=torch.float16, lr=1e-3)
-        x, y, _, _ = digits.load_data()
-        for _ in range(3):
-            opt.zero_grad()
-            opt.backward(torch.nn.functional.cross_entropy(model(x[:32]), y[:32]))
-            opt.step()
+        self.train(opt, model, 3)
         self.assertEqual(opt.step_count, 3)
         self.assertFalse(opt.last_result["skipped"])
         # One formation, at the start; nothing undone.
@@ -315,6 +316,7 @@ class OptimizerApiTest(unittest.TestCase):
             opt.load_state_dict(stale)
         # Only lr may change.
         opt.param_groups[0]["betas"] = (0.8, 0.999)
+        x, y, _, _ = digits.load_data()
         opt.zero_grad()
         opt.backward(torch.nn.functional.cross_entropy(model(x[:32]), y[:32]))
         with self.assertRaisesRegex(ValueError, "betas"):
