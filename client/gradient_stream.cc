@@ -93,12 +93,9 @@ absl::Status GradientStream::Reduce(size_t bucket) {
   }
   const FlatRange range = context_.buckets.bucket(bucket);
   const size_t esize = DTypeSize(context_.dtype);
-  std::vector<size_t> counts(context_.world_size);
-  for (uint32_t r = 0; r < context_.world_size; ++r) {
-    counts[r] = Intersect(range, context_.layout->WorkerSlice(r, context_.world_size)).size();
-  }
   RETURN_IF_ERROR(context_.collective->ReduceScatterSumV(
-      context_.dtype, context_.grads + range.begin * esize, counts));
+      context_.dtype, context_.grads + range.begin * esize,
+      context_.layout->SliceParts(range, context_.world_size)));
   const FlatRange mine = Intersect(range, slice_);
   if (mine.empty()) return absl::OkStatus();
   stats_[bucket] =

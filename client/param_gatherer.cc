@@ -59,12 +59,7 @@ absl::Status ParamGatherer::Gather(const Source& source, FlatRange range, absl::
   const size_t esize = DTypeSize(source.dtype);
   // Slices are contiguous in rank order, so the ranks' pieces of `range`,
   // concatenated in rank order, are the range.
-  std::vector<size_t> counts(source.world_size);
-  for (uint32_t r = 0; r < source.world_size; ++r) {
-    FlatRange slice = source.layout->WorkerSlice(r, source.world_size);
-    uint64_t begin = std::max(slice.begin, range.begin), end = std::min(slice.end, range.end);
-    counts[r] = end > begin ? end - begin : 0;
-  }
+  const std::vector<size_t> counts = source.layout->SliceParts(range, source.world_size);
   const uint8_t* input = source.slice_bytes;
   if (counts[source.rank] > 0) {
     input += (std::max(source.slice.begin, range.begin) - source.slice.begin) * esize;

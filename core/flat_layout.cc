@@ -90,6 +90,17 @@ std::pair<size_t, size_t> FlatLayout::TensorIndicesIn(FlatRange range) const {
           static_cast<size_t>(last - tensor_ranges_.begin())};
 }
 
+std::vector<size_t> FlatLayout::SliceParts(FlatRange range, uint32_t world_size) const {
+  std::vector<size_t> parts(world_size);
+  for (uint32_t r = 0; r < world_size; ++r) {
+    const FlatRange slice = WorkerSlice(r, world_size);
+    const uint64_t begin = std::max(slice.begin, range.begin);
+    const uint64_t end = std::min(slice.end, range.end);
+    parts[r] = end > begin ? end - begin : 0;
+  }
+  return parts;
+}
+
 uint64_t FlatLayout::PaddedNumParams(uint32_t world_size) const {
   return RoundUp(num_params_, uint64_t{world_size} * kTensorAlignmentParams);
 }

@@ -52,6 +52,9 @@ class FlatLayout {
   // Slice `rank` of `world_size` equal slices of a buffer of
   // PaddedNumParams(world_size) elements, clipped to the flat space.
   FlatRange WorkerSlice(uint32_t rank, uint32_t world_size) const;
+  // How many parameters of `range` lie in each of the `world_size` workers'
+  // slices, in rank order (the counts of a collective over the range).
+  std::vector<size_t> SliceParts(FlatRange range, uint32_t world_size) const;
   // Buffer size that cuts into `world_size` equal slices, each a multiple of 64.
   uint64_t PaddedNumParams(uint32_t world_size) const;
 
