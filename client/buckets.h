@@ -22,6 +22,7 @@ class Buckets {
   Buckets(uint64_t padded_num_params, uint64_t bucket_num_params)
       : padded_num_params_(padded_num_params), bucket_num_params_(bucket_num_params) {}
 
+  uint64_t padded_num_params() const { return padded_num_params_; }
   size_t size() const {
     return static_cast<size_t>((padded_num_params_ + bucket_num_params_ - 1) / bucket_num_params_);
   }
@@ -42,15 +43,16 @@ inline FlatRange Intersect(FlatRange a, FlatRange b) {
   return r.empty() ? FlatRange{} : r;
 }
 
-// The statistics of `grads` (flat index 0 on, in `dtype`) over `slice`, taken
-// per bucket.
+// The statistics of `slice_grads` (in `dtype`, flat index slice.begin at
+// [0]), taken per bucket.
 inline std::vector<GradStats> SliceGradStats(const Buckets& buckets, FlatRange slice, DType dtype,
-                                             const uint8_t* grads) {
+                                             const uint8_t* slice_grads) {
   std::vector<GradStats> stats(buckets.size());
   for (size_t i = 0; i < buckets.size(); ++i) {
     FlatRange part = Intersect(buckets.bucket(i), slice);
     if (part.empty()) continue;
-    stats[i] = ComputeGradStats(dtype, grads + part.begin * DTypeSize(dtype), part.size());
+    stats[i] = ComputeGradStats(dtype, slice_grads + (part.begin - slice.begin) * DTypeSize(dtype),
+                                part.size());
   }
   return stats;
 }

@@ -64,6 +64,7 @@ ClientImpl::ClientImpl(ClientOptions options, FlatLayout layout, ChannelCredenti
       scaler_(options_.loss_scale),
       coordinator_(
           v1::Coordinator::NewStub(MakeChannel(options_.coordinator_address, credentials_))),
+      grads_(options_.params == ParamResidency::kOnDemand),
       gatherer_(&collective_thread_) {}
 
 absl::Status ClientImpl::CreateJob() {

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "client/buckets.h"
 #include "client/collective.h"
+#include "client/gradient_memory.h"
 #include "client/gradient_stream.h"
 #include "client/param_gatherer.h"
 #include "client/push_stream.h"
@@ -107,6 +108,7 @@ class ClientImpl : public Client {
   }
 
   uint64_t resident_param_bytes() const override { return params_.size(); }
+  uint64_t peak_grad_bytes() const override { return grads_.peak_bytes(); }
   std::unique_ptr<PendingGather> StartGather(FlatRange range, absl::Span<float> out) override;
 
   absl::Status AccumulateGradients(absl::Span<const float> grads) override {
@@ -155,7 +157,7 @@ class ClientImpl : public Client {
       return absl::InvalidArgumentError(absl::StrCat(
           "gradients have ", grads.size(), " elements; the model has ", layout_.num_params()));
     }
-    AccumulateScaled(options_.dtype, grads.data(), multiplier, grads_.data(), grads.size());
+    AccumulateScaled(options_.dtype, grads.data(), multiplier, grads_.Whole(), grads.size());
     ++micro_batches_;
     return absl::OkStatus();
   }
@@ -257,7 +259,7 @@ class ClientImpl : public Client {
   // The parameters from flat index params_base_ on: all (replicated) or the slice (on demand).
   std::vector<uint8_t> params_;
   uint64_t params_base_ = 0;
-  std::vector<uint8_t> grads_;
+  GradientMemory grads_;
   int64_t step_ = 0;
   int micro_batches_ = 0;
   bool broken_ = false;  // the last step failed: re-form before the next

@@ -1,6 +1,7 @@
 #include "client/gradient_stream.h"
 
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 #include <utility>
 
@@ -60,13 +61,23 @@ absl::Status GradientStream::Add(FlatRange range, absl::Span<const float> grads,
                                                    ") overlap a range given for this step"));
   }
   added_.emplace(range.begin, range.end);
-  AccumulateScaled(context_.dtype, grads.data(), multiplier,
-                   context_.grads + range.begin * DTypeSize(context_.dtype), range.size());
+  // Bucket by bucket from the range's end (backward's order), each sent as
+  // soon as it is complete.
   const Buckets& buckets = context_.buckets;
-  for (size_t i = buckets.BucketOf(range.begin); i <= buckets.BucketOf(range.end - 1); ++i) {
-    missing_[i] -= TensorParamsIn(*context_.layout, Intersect(buckets.bucket(i), range));
+  const size_t esize = DTypeSize(context_.dtype);
+  for (size_t i = buckets.BucketOf(range.end - 1) + 1; i-- > buckets.BucketOf(range.begin);) {
+    if (context_.grads->sharded()) {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](int* pending) { return *pending <= kMaxBucketsQueued; }, &pending_));
+    }
+    const FlatRange bucket = buckets.bucket(i);
+    const FlatRange part = Intersect(bucket, range);
+    AccumulateScaled(context_.dtype, grads.data() + (part.begin - range.begin), multiplier,
+                     context_.grads->Bucket(i) + (part.begin - bucket.begin) * esize, part.size());
+    missing_[i] -= TensorParamsIn(*context_.layout, part);
+    SendReady(/*all=*/false);
   }
-  SendReady(/*all=*/false);
   return absl::OkStatus();
 }
 
@@ -93,15 +104,22 @@ absl::Status GradientStream::Reduce(size_t bucket) {
   }
   const FlatRange range = context_.buckets.bucket(bucket);
   const size_t esize = DTypeSize(context_.dtype);
+  GradientMemory& memory = *context_.grads;
+  uint8_t* grads = memory.Bucket(bucket);
   RETURN_IF_ERROR(context_.collective->ReduceScatterSumV(
-      context_.dtype, context_.grads + range.begin * esize,
-      context_.layout->SliceParts(range, context_.world_size)));
+      context_.dtype, grads, context_.layout->SliceParts(range, context_.world_size)));
   const FlatRange mine = Intersect(range, slice_);
-  if (mine.empty()) return absl::OkStatus();
-  stats_[bucket] =
-      ComputeGradStats(context_.dtype, context_.grads + mine.begin * esize, mine.size());
+  if (mine.empty()) {
+    memory.ReleaseBucket(bucket);
+    return absl::OkStatus();
+  }
+  uint8_t* slice_grads = memory.Slice() + (mine.begin - slice_.begin) * esize;
+  const uint8_t* reduced = grads + (mine.begin - range.begin) * esize;
+  if (slice_grads != reduced) std::memcpy(slice_grads, reduced, mine.size() * esize);
+  memory.ReleaseBucket(bucket);
+  stats_[bucket] = ComputeGradStats(context_.dtype, slice_grads, mine.size());
   for (const Piece& piece : context_.transport->PiecesOf(mine, kMaxPayloadBytes / esize)) {
-    context_.pushes->Send(piece, context_.grads + piece.begin * esize);
+    context_.pushes->Send(piece, memory.Slice() + (piece.begin - slice_.begin) * esize);
   }
   return absl::OkStatus();
 }

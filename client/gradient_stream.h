@@ -5,7 +5,12 @@
 // the ranges come in. A bucket's work runs on the client's collective
 // thread while the caller computes on: reduce-scatter over the workers
 // (Collective::ReduceScatterSumV, segments cut by the workers' slices),
-// statistics of this worker's part, and its pushes (PushStream).
+// statistics of this worker's part, and its pushes (PushStream). Sharded
+// gradient memory (on-demand parameters) gives each bucket its buffer back
+// once reduce-scattered, and Add() waits while more than
+// kMaxBucketsQueued buckets are sent and not done: with ranges that come
+// in backward's (reverse flat) order a worker then holds its slice and at
+// most kMaxBucketsQueued + 2 buckets, however long a range.
 //
 // Thread-safety: Add() and Finish() from the thread that drives the client.
 // The buckets' work runs on `thread` in the order sent, among the other
@@ -23,6 +28,7 @@
 #include "absl/types/span.h"
 #include "client/buckets.h"
 #include "client/collective.h"
+#include "client/gradient_memory.h"
 #include "client/push_stream.h"
 #include "client/shard_transport.h"
 #include "core/thread_pool.h"
@@ -33,6 +39,8 @@ namespace strata {
 
 class GradientStream {
  public:
+  static constexpr int kMaxBucketsQueued = 2;
+
   struct Context {
     Collective* collective = nullptr;
     const FlatLayout* layout = nullptr;
@@ -41,7 +49,7 @@ class GradientStream {
     uint32_t rank = 0;
     uint32_t world_size = 1;
     Buckets buckets{0, 1};
-    uint8_t* grads = nullptr;  // the padded flat gradient, accumulated
+    GradientMemory* grads = nullptr;  // the step's, micro-batches accumulated
     ThreadPool* thread = nullptr;
     PushStream* pushes = nullptr;
   };

@@ -116,8 +116,8 @@ absl::Status ClientImpl::ReformOnce(uint64_t* than, absl::Time started, absl::Ti
   const FlatRange slice = layout_.WorkerSlice(rank_, world_size_);
   params_base_ = on_demand() ? slice.begin : 0;
   params_.resize((on_demand() ? slice.size() : padded_num_params_) * esize_, 0);
-  grads_.resize(padded_num_params_ * esize_, 0);
   buckets_ = Buckets(padded_num_params_, options_.bucket_num_params);
+  grads_.Reset(buckets_, slice, esize_);
   slice_pieces_.clear();
   for (size_t i = buckets_.BucketOf(slice.begin); !slice.empty() && i < buckets_.size(); ++i) {
     FlatRange part = Intersect(buckets_.bucket(i), slice);

@@ -60,9 +60,11 @@ struct StepTransfer {
   uint64_t generation = 0;
   uint32_t attempt = 0;  // the step's try within the generation
   const std::vector<Piece>* pieces = nullptr;
-  // Pushes `grads` (flat index 0 on) with these scalars; null: pulls only.
+  // Pushes `grads` (flat index `grads_base` at grads[0]) with these
+  // scalars; null: pulls only.
   const PushScalars* push = nullptr;
   const uint8_t* grads = nullptr;
+  uint64_t grads_base = 0;
   // Pulled parameters land here, flat index `params_base` at params[0].
   uint8_t* params = nullptr;
   uint64_t params_base = 0;

@@ -3,6 +3,7 @@
 // not -- and the on-demand gathers.
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -28,7 +29,8 @@ absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
   transfer.attempt = Attempt();
   transfer.pieces = &slice_pieces_;
   transfer.push = push;
-  transfer.grads = grads_.data();
+  transfer.grads = grads_.Slice();
+  transfer.grads_base = layout_.WorkerSlice(rank_, world_size_).begin;
   transfer.params = params_.data();
   transfer.params_base = params_base_;
   // At least two chunks and a piece, so that a chunk that waits for another
@@ -80,7 +82,7 @@ absl::Status ClientImpl::StreamGradients(FlatRange range, absl::Span<const float
     context.rank = rank_;
     context.world_size = world_size_;
     context.buckets = buckets_;
-    context.grads = grads_.data();
+    context.grads = &grads_;
     context.thread = &collective_thread_;
     context.pushes = push_stream_.get();
     stream_ = std::make_unique<GradientStream>(std::move(context));
@@ -139,9 +141,13 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   if (streamed) {
     ASSIGN_OR_RETURN(per_bucket, stream_->Finish());
   } else {
-    RETURN_IF_ERROR(collective_->ReduceScatterSum(dtype, grads_.data(), padded_num_params_));
-    per_bucket =
-        SliceGradStats(buckets_, layout_.WorkerSlice(rank_, world_size_), dtype, grads_.data());
+    RETURN_IF_ERROR(collective_->ReduceScatterSum(dtype, grads_.Whole(), padded_num_params_));
+    const FlatRange slice = layout_.WorkerSlice(rank_, world_size_);
+    uint8_t* slice_grads = grads_.Slice();
+    if (grads_.sharded()) {
+      std::memcpy(slice_grads, grads_.Whole() + slice.begin * esize_, slice.size() * esize_);
+    }
+    per_bucket = SliceGradStats(buckets_, slice, dtype, slice_grads);
   }
   const GradStats stats = SumGradStats(per_bucket);
   double global[2] = {stats.sum_squares, stats.all_finite ? 0.0 : 1.0};
@@ -156,7 +162,7 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
     Attempt();
     ++attempt_;
     DropStream();
-    std::fill(grads_.begin(), grads_.end(), 0);
+    grads_.Clear();
     scaler_.Update(/*overflow=*/true);
     result.step = step_;
     result.skipped = true;
@@ -180,7 +186,7 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   RETURN_IF_ERROR(PushPullEverywhere(step_ + 1, push, streamed));
   result.push_pull_seconds = absl::ToDoubleSeconds(absl::Now() - started);
   DropStream();
-  std::fill(grads_.begin(), grads_.end(), 0);
+  grads_.Clear();
   if (!on_demand()) {
     started = absl::Now();
     RETURN_IF_ERROR(collective_->AllGather(dtype, params_.data(), padded_num_params_));
@@ -238,7 +244,7 @@ absl::StatusOr<StepResult> ClientImpl::Step() {
   if (!result.ok()) {
     broken_ = broken_ || IsRetryable(result.status());
     DropStream();
-    std::fill(grads_.begin(), grads_.end(), 0);
+    grads_.Clear();
     micro_batches_ = 0;
   }
   return result;
@@ -272,7 +278,7 @@ absl::StatusOr<StepResult> ClientImpl::Step(const GradientFn& compute) {
     const uint64_t micro = options_.micro_batch_samples > 0 ? options_.micro_batch_samples
                                                             : std::max<uint64_t>(end - begin, 1);
     DropStream();
-    std::fill(grads_.begin(), grads_.end(), 0);
+    grads_.Clear();
     micro_batches_ = 0;
     absl::Status computed;
     computing_step_ = true;

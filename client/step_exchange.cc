@@ -150,7 +150,8 @@ void StepExchange::Send(Stream& stream, Call& call) {
       if (push.lr.has_value()) request.set_lr(*push.lr);
       request.mutable_group_lrs()->Add(push.group_lrs.begin(), push.group_lrs.end());
     }
-    call.request = PushRequestBuffer(request, transfer_.grads + piece.begin * esize_, Bytes(call));
+    call.request = PushRequestBuffer(
+        request, transfer_.grads + (piece.begin - transfer_.grads_base) * esize_, Bytes(call));
     piece.generic->UnaryCall(call.context.get(), kPushMethod, grpc::StubOptions(), &call.request,
                              &call.response, std::move(done));
   } else {

@@ -3,8 +3,11 @@
 // before "using" it -- prefetching the next one -- train to the same master
 // state, bit for bit, as workers that hold the whole model; the gathered
 // values are those the replicated workers hold; bad gathers are refused.
+// Streamed on demand, the gradients are sharded too: a worker holds its
+// slice and a few buckets, not the model's gradient.
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -42,8 +45,14 @@ ClientOptions JobOptions(const std::string& coordinator, const std::string& job,
 struct TrainingRun {
   std::vector<std::vector<float>> seen;  // rank 0's, per step
   std::vector<uint64_t> resident_param_bytes;
+  std::vector<uint64_t> peak_grad_bytes;
   MasterState master;
 };
+
+// Gradients streamed as backward gives them: ranges of this many
+// parameters, from the end of the flat space to its start.
+constexpr uint64_t kStreamedRangeParams = 150;
+constexpr uint64_t kBucketParams = 64;
 
 // The whole flat space, tensor by tensor: on demand, gathers with the next
 // tensor's gather in flight while this one is "used" (copied out).
@@ -75,18 +84,28 @@ std::vector<float> GradientAt(const std::vector<float>& params, int rank, int64_
   return g;
 }
 
-TrainingRun Train(const ClientOptions& options) {
+// Trains kSteps steps, the gradients accumulated whole or streamed.
+TrainingRun Train(const ClientOptions& options, bool stream = false) {
   TrainingRun run;
   run.resident_param_bytes.resize(options.world_size);
+  run.peak_grad_bytes.resize(options.world_size);
   testing::RunClients(options, [&](Client& c) {
     for (int s = 1; s <= kSteps; ++s) {
       std::vector<float> params = SeeParams(c);
       if (c.rank() == 0) run.seen.push_back(params);
-      ASSERT_TRUE(c.AccumulateGradients(GradientAt(params, c.rank(), s)).ok());
+      const std::vector<float> grads = GradientAt(params, c.rank(), s);
+      if (!stream) ASSERT_TRUE(c.AccumulateGradients(grads).ok());
+      for (uint64_t end = grads.size(); stream && end > 0;) {
+        const FlatRange r{end - std::min(end, kStreamedRangeParams), end};
+        ASSERT_TRUE(
+            c.GradientsReady(r, absl::MakeConstSpan(grads).subspan(r.begin, r.size())).ok());
+        end = r.begin;
+      }
       auto step = c.Step();
       ASSERT_TRUE(step.ok()) << step.status();
     }
     run.resident_param_bytes[c.rank()] = c.resident_param_bytes();
+    run.peak_grad_bytes[c.rank()] = c.peak_grad_bytes();
     if (c.rank() == 0) {
       auto master = c.ReadMasterState();
       ASSERT_TRUE(master.ok()) << master.status();
@@ -123,6 +142,44 @@ TEST_P(OnDemandTest, TrainsBitwiseLikeReplicatedParameters) {
                 layout.WorkerSlice(r, workers).size() * DTypeSize(dtype))
           << name << " rank " << r;
       EXPECT_GE(replicated.resident_param_bytes[r], layout.num_params() * DTypeSize(dtype));
+    }
+  }
+}
+
+TEST_P(OnDemandTest, StreamedGradientsAreShardedToo) {
+  const DType dtype = GetParam();
+  const size_t esize = DTypeSize(dtype);
+  for (uint32_t workers : {2u, 3u}) {
+    const std::string name = absl::StrCat(DTypeName(dtype), "-", workers);
+    ClientOptions options = JobOptions(cluster_->coordinator_address(), "replicated-sg-" + name,
+                                       dtype, ParamResidency::kReplicated, workers);
+    options.bucket_num_params = kBucketParams;
+    TrainingRun replicated = Train(options);
+    options.job_id = "on-demand-sg-" + name;
+    options.params = ParamResidency::kOnDemand;
+    TrainingRun streamed = Train(options, /*stream=*/true);
+    options.job_id = "on-demand-whole-" + name;
+    TrainingRun accumulated = Train(options);
+    ASSERT_FALSE(HasFailure());
+    EXPECT_EQ(streamed.master.step, kSteps);
+    EXPECT_EQ(streamed.master.params, replicated.master.params) << name;
+    EXPECT_EQ(streamed.master.exp_avg, replicated.master.exp_avg) << name;
+    EXPECT_EQ(streamed.master.exp_avg_sq, replicated.master.exp_avg_sq) << name;
+    FlatLayout layout = *FlatLayout::Create(SmallModel(), 256);
+    const uint64_t model_bytes = layout.PaddedNumParams(workers) * esize;
+    // Client::peak_grad_bytes: the slice and at most 4 buckets.
+    const uint64_t buckets_bytes = 4 * kBucketParams * esize;
+    for (uint32_t r = 0; r < workers; ++r) {
+      const uint64_t slice_bytes = layout.WorkerSlice(r, workers).size() * esize;
+      std::cout << name << " rank " << r << ": peak gradient bytes " << streamed.peak_grad_bytes[r]
+                << " streamed on demand (slice " << slice_bytes << ", buckets of "
+                << kBucketParams * esize << "), " << replicated.peak_grad_bytes[r]
+                << " replicated\n";
+      EXPECT_LE(streamed.peak_grad_bytes[r], slice_bytes + buckets_bytes) << name << " rank " << r;
+      EXPECT_LT(streamed.peak_grad_bytes[r], model_bytes) << name << " rank " << r;
+      EXPECT_EQ(replicated.peak_grad_bytes[r], model_bytes) << name << " rank " << r;
+      // Micro-batches accumulated whole need the whole gradient, for a while.
+      EXPECT_EQ(accumulated.peak_grad_bytes[r], slice_bytes + model_bytes) << name << " rank " << r;
     }
   }
 }

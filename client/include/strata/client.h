@@ -16,7 +16,8 @@
 // Buffers: the client owns the flat low-precision parameters (replicated:
 // every worker holds the whole model after each step; on demand: only its
 // slice, and the trainer gathers the ranges it is about to use) and the
-// flat gradient accumulator, both in the job's dtype and laid out by
+// flat gradient accumulator (on demand: its slice and the buckets of a
+// streamed step in flight), both in the job's dtype and laid out by
 // FlatLayout.
 //
 // Not thread-safe: one thread drives a Client (on-demand gathers run on the
@@ -234,6 +235,13 @@ class Client {
   // Bytes of low-precision parameters the client holds between steps: the
   // whole model (replicated) or this worker's slice (on demand).
   virtual uint64_t resident_param_bytes() const = 0;
+  // The most bytes of gradients the client held at once since Connect():
+  // replicated, the model's (one buffer that every step reuses). On demand
+  // the gradients are sharded too: a streamed step holds this worker's
+  // slice and the buckets in flight (at most 4 when GradientsReady() gets
+  // the ranges in backward's reverse flat order), and the whole model's
+  // only while micro-batches are accumulated with AccumulateGradients().
+  virtual uint64_t peak_grad_bytes() const = 0;
   // Starts gathering `range` of the current parameters as FP32 into `out`
   // (range.size() floats, valid until Wait() returns). On demand, a
   // collective over the workers' slices that every worker of the generation
@@ -262,7 +270,9 @@ class Client {
   // client's collective thread, while the caller computes. The next Step()
   // finishes the step (buckets not complete go then): one all-reduce of the
   // norm, one small commit per server, pulls. The same master weights, bit
-  // for bit, as AccumulateGradients() of the whole gradient. Every worker
+  // for bit, as AccumulateGradients() of the whole gradient. On demand it
+  // waits while more than two buckets wait for the collective thread, so
+  // that the gradients stay sharded (peak_grad_bytes()). Every worker
   // calls it and StartGather() in the same order. INVALID_ARGUMENT for a
   // range outside the flat space, a span of another size or a range that
   // overlaps one given for this step; a lost worker's retryable error as
