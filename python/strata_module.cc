@@ -184,6 +184,7 @@ PYBIND11_MODULE(_strata, m) {
       .def_property_readonly("loss_scale_good_steps", &Client::loss_scale_good_steps)
       .def_property_readonly("num_params", [](const Client& c) { return c.layout().num_params(); })
       .def_property_readonly("resident_param_bytes", &Client::resident_param_bytes)
+      .def_property_readonly("peak_grad_bytes", &Client::peak_grad_bytes)
       .def_property_readonly(
           "last_reform", [](const Client& c) { return ReformStatsToDict(c.last_reform()); },
           "How the group last formed (at connect or a membership change): count, generation, "

@@ -58,10 +58,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     stream=True streams the step: in the last micro-batch's backward each
     parameter's gradient goes to the client as soon as backward produced it
-    (a gradient hook), and buckets of `bucket_params` are reduce-scattered
-    and pushed while backward goes on; step() then only commits and pulls.
-    The same weights, bit for bit. Run one backward per micro-batch (call
-    step() after each), as the gradient of a parameter goes once per step.
+    and those after it in the model's order (a gradient hook), and buckets
+    of `bucket_params` are reduce-scattered and pushed while backward goes
+    on; step() then only commits and pulls. The same weights, bit for bit.
+    Run one backward per micro-batch (call step() after each), as the
+    gradient of a parameter goes once per step. Streamed on demand, the
+    gradients are sharded too: autograd's go once handed over, and the
+    client keeps its slice and a few buckets (param_memory()).
     """
 
     def __init__(self, model, coordinator=None, job=None, lr=1e-3, betas=(0.9, 0.999),
@@ -106,18 +109,19 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self.last_result = None
 
         tensors = [(name, list(p.shape)) for name, p in named]
-        self._shapes = dict(tensors)
+        self._shapes = {name: p.shape for name, p in named}
         self._job_dtype_bytes = 4 if dtype == torch.float32 else 2
         offsets, num_params = _strata.flat_layout(tensors, chunk_params)
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
         self._offsets = offsets
+        self._num_params = num_params
         self._flat = np.zeros(num_params, dtype=np.float32)
-        self._grad_flat = np.zeros(num_params, dtype=np.float32)
-        flat_t, grad_t = torch.from_numpy(self._flat), torch.from_numpy(self._grad_flat)
+        flat_t = torch.from_numpy(self._flat)
         self._views = [flat_t[o:o + p.numel()].view(p.shape) for o, p in zip(offsets, self._params)]
-        self._grad_views = [grad_t[o:o + p.numel()].view(p.shape)
-                            for o, p in zip(offsets, self._params)]
+        # The FP32 flat gradient that micro-batches go through when not
+        # streamed; made at first use.
+        self._grad_flat = self._grad_views = None
         with torch.no_grad():
             for view, p in zip(self._views, self._params):
                 view.copy_(p.detach().float())
@@ -127,6 +131,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._in_place = params == "replicated" and all(
             p.dtype == torch.float32 and p.device.type == "cpu" for p in self._params)
         if self._in_place:
+            self._make_grad_flat()
             for p, view, grad_view in zip(self._params, self._views, self._grad_views):
                 p.data = view
                 p.grad = grad_view
@@ -135,10 +140,21 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._stream = stream
         self._backward_scaled = False  # in backward(): the loss is scaled
         self._streamed = False  # this micro-batch's gradients went to the client
+        self._held = {}  # streamed gradients by parameter index, awaiting their turn
+        self._next_handover = len(self._params) - 1
         self.streamed_micro_batches = 0  # micro-batches handed over during backward
         weak_self = weakref.ref(self)  # the model's hooks do not keep the optimizer
         for index, p in enumerate(self._params):
             p.register_hook(functools.partial(_on_gradient, weak_self, index))
+        # Streamed, a gradient autograd accumulated goes once handed over
+        # (post hooks of the accumulators, which this list keeps alive).
+        self._accumulators = []
+        if stream and not self._in_place:
+            with torch.enable_grad():
+                for p in self._params:
+                    accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+                    accumulator.register_hook(functools.partial(_on_accumulated, weak_self, p))
+                    self._accumulators.append(accumulator)
         self._client = _strata.connect(
             coordinator=coordinator, job=job, worker_id=worker_id, tensors=tensors,
             world_size=world_size, chunk_params=chunk_params, lr=lr, betas=tuple(betas), eps=eps,
@@ -188,9 +204,15 @@ class ShardedOptimizer(torch.optim.Optimizer):
         demand), `model` (the whole model in the job's dtype) and, on
         demand, `peak_gathered` (the most gathered parameter storage alive
         at once), `largest_group`, `gathers` and `prefetched` (gathers
-        already in flight when their module needed them)."""
+        already in flight when their module needed them). Gradients beside
+        them: `peak_grad`, the most the client held at once (the model's,
+        or on demand its slice and the streamed buckets in flight: sharded),
+        and `grad_staging`, the FP32 flat gradient of unstreamed
+        micro-batches (0 when every micro-batch streamed)."""
         memory = dict(resident=self._client.resident_param_bytes,
-                      model=self._client.num_params * self._job_dtype_bytes)
+                      model=self._client.num_params * self._job_dtype_bytes,
+                      peak_grad=self._client.peak_grad_bytes,
+                      grad_staging=0 if self._grad_flat is None else self._grad_flat.nbytes)
         if self._on_demand is not None:
             memory.update(peak_gathered=self._on_demand.peak_bytes,
                           largest_group=self._on_demand.largest_group_bytes,
@@ -303,6 +325,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             return
         self._grads_pending[0] = False
         if self._streamed:  # the hooks handed the gradients over already
+            self._flush_streamed()
             self._streamed = False
             self._micro_batches += 1
             self.streamed_micro_batches += 1
@@ -313,6 +336,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 for p in self._params:
                     p.grad = None
             return
+        self._make_grad_flat()
         for p, view in zip(self._params, self._grad_views):
             if p.grad is None:
                 view.zero_()
@@ -326,17 +350,44 @@ class ShardedOptimizer(torch.optim.Optimizer):
             self._grad_flat.fill(0)
             self._attach_grads()
 
+    def _streaming(self):
+        """This backward is the last micro-batch's of a streamed step."""
+        return self._stream and self._micro_batches + 1 >= self._accumulation_steps
+
     def _stream_gradient(self, index, grad):
         """In the last micro-batch's backward: hands parameter `index`'s
-        gradient to the client (which pushes its buckets as they complete)."""
-        if not self._stream or self._micro_batches + 1 < self._accumulation_steps:
+        gradient to the client (which pushes its buckets as they complete),
+        in reverse parameter order: one that backward gives early (a
+        layer's weight before its bias) waits for those after it, so that
+        the client's buckets complete, and go, one after another."""
+        if not self._streaming():
             return
-        g = grad.detach()
+        self._streamed = True
+        self._held[index] = grad.detach()
+        while self._next_handover in self._held:
+            self._hand_over(self._next_handover)
+            self._next_handover -= 1
+
+    def _flush_streamed(self):
+        """At step(): hands over the gradients still held (those after them
+        got none: they stay zero)."""
+        for index in sorted(self._held, reverse=True):
+            self._hand_over(index)
+        self._next_handover = len(self._params) - 1
+
+    def _hand_over(self, index):
+        g = self._held.pop(index)
         if g.dtype != torch.float32 or g.device.type != "cpu":
             g = g.to(device="cpu", dtype=torch.float32)
         self._client.gradients_ready(self._offsets[index], g.contiguous().view(-1).numpy(),
                                      scaled=self._backward_scaled)
-        self._streamed = True
+
+    def _make_grad_flat(self):
+        if self._grad_flat is None:
+            self._grad_flat = np.zeros(self._num_params, dtype=np.float32)
+            flat = torch.from_numpy(self._grad_flat)
+            self._grad_views = [flat[o:o + self._shapes[name].numel()].view(self._shapes[name])
+                                for o, name in zip(self._offsets, self._names)]
 
     def _attach_grads(self):
         for p, view in zip(self._params, self._grad_views):
@@ -376,6 +427,14 @@ def _groups_of(named, param_groups):
     if missing:
         raise ValueError("param_groups leave out %s" % ", ".join(missing[:5]))
     return groups, [index[id(p)] for _, p in named]
+
+
+def _on_accumulated(weak_optimizer, p, *unused):
+    """A post hook of `p`'s gradient accumulator: a streamed gradient goes
+    once handed over, so that gradients do not pile up during backward."""
+    optimizer = weak_optimizer()
+    if optimizer is not None and optimizer._streaming():
+        p.grad = None
 
 
 def _on_gradient(weak_optimizer, index, grad):

@@ -197,7 +197,8 @@ class OnDemandTest(unittest.TestCase):
 class StreamedTest(unittest.TestCase):
     """stream=True (gradients handed over by hooks during backward, buckets
     pushed as they complete) trains, bit for bit, like the unstreamed step:
-    replicated FP32 and BF16, and on demand."""
+    replicated FP32 and BF16, and on demand, where the gradients are
+    sharded too."""
 
     def train(self, tmp, name, *args):
         out = os.path.join(tmp, name + ".json")
@@ -212,13 +213,20 @@ class StreamedTest(unittest.TestCase):
             with tempfile.TemporaryDirectory() as tmp:
                 plain, want = self.train(tmp, "plain", "--dtype", dtype)
                 streamed, got = self.train(tmp, "streamed", "--dtype", dtype, "--params", params,
-                                         "--stream", "--bucket-params", "4096")
+                                         "--stream", "--bucket-params", "1024")
             self.assertEqual(sorted(got), sorted(want))
             for name in want:
                 self.assertTrue(torch.equal(got[name], want[name]), (dtype, params, name))
             self.assertEqual(streamed["losses"], plain["losses"], (dtype, params))
             self.assertEqual(streamed["streamed_micro_batches"], 20)
             self.assertEqual(plain["streamed_micro_batches"], 0)
+            memory = streamed["param_memory"]
+            print("%s %s streamed: %s" % (dtype, params, memory))
+            self.assertGreaterEqual(plain["param_memory"]["peak_grad"], memory["model"])
+            if params == "on_demand":  # the slice and at most 4 buckets
+                self.assertEqual(memory["grad_staging"], 0)
+                self.assertLessEqual(memory["peak_grad"], memory["resident"] + 4 * 1024 * 2)
+                self.assertLess(memory["peak_grad"], memory["model"])
             self.assertFalse(torch.equal(want["0.weight"], digits.make_model().state_dict()[
                 "0.weight"]))  # it trained
 
