@@ -307,8 +307,10 @@ TEST_F(ElasticTest, JoinLeaveAndKillWhileTheSurvivorsTrainOn) {
 TEST_F(ElasticTest, AStoppedWorkerIsDroppedAndJoinsAgainWhenContinued) {
   const std::string job = "hang";
   const absl::Duration collective_timeout = absl::Seconds(3);
+  // Paced, so that a does not finish its 30 steps alone before b is back.
   const std::vector<std::string> flags = {
-      absl::StrCat("--collective_timeout_ms=", absl::ToInt64Milliseconds(collective_timeout))};
+      absl::StrCat("--collective_timeout_ms=", absl::ToInt64Milliseconds(collective_timeout)),
+      "--step_pause_ms=50"};
   pid_t a = StartWorker(job, "a", 40, flags);
   pid_t b = StartWorker(job, "b", 40, flags);
   ASSERT_TRUE(WaitForStep("b", 10)) << WorkerLog("b");
