@@ -23,6 +23,7 @@
 #include "client/gradient_memory.h"
 #include "client/gradient_stream.h"
 #include "client/param_gatherer.h"
+#include "client/param_stream.h"
 #include "client/push_stream.h"
 #include "client/shard_transport.h"
 #include "client/worker_membership.h"
@@ -103,6 +104,7 @@ class ClientImpl : public Client {
       return absl::InvalidArgumentError(
           absl::StrCat("CopyParams needs ", layout_.num_params(), " floats, got ", out.size()));
     }
+    if (param_stream_ != nullptr) RETURN_IF_ERROR(param_stream_->WaitAll());
     CastToFloat(options_.dtype, params_.data(), out.data(), out.size());
     return absl::OkStatus();
   }
@@ -142,9 +144,13 @@ class ClientImpl : public Client {
 
  private:
   bool on_demand() const { return options_.params == ParamResidency::kOnDemand; }
-  // Waits for the gathers started; their first error, which also marks the
-  // group broken when retryable (a lost worker).
+  // Waits for the gathers started and the last step's all-gather; their
+  // first error, which also marks the group broken when retryable (a lost
+  // worker).
   absl::Status DrainGathers();
+  // Waits for the last step's all-gather (ParamStream), if any, and ends it:
+  // its error.
+  absl::Status FinishParamStream();
   absl::Status CreateJob();
   // Adds `grads` * `multiplier` to the accumulator as one micro-batch.
   absl::Status Accumulate(absl::Span<const float> grads, float multiplier) {
@@ -274,6 +280,9 @@ class ClientImpl : public Client {
   std::unique_ptr<GradientStream> stream_;
   absl::Status stream_failure_;
   bool computing_step_ = false;  // Step(GradientFn) is calling its GradientFn
+  // The last step's all-gather (replicated), until the next use of the
+  // collective.
+  std::unique_ptr<ParamStream> param_stream_;
   ParamGatherer gatherer_;
   // Declared last: destroyed first, finishing the gathers and the buckets'
   // work that read collective_, params_ and grads_.

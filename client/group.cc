@@ -62,7 +62,9 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedStepsOnceKnown(ab
 }
 
 absl::Status ClientImpl::Reform(uint64_t than) {
-  DropStream();  // its buffers and group are about to change
+  // Their buffers and group are about to change; the parameters are pulled again.
+  DropStream();
+  FinishParamStream().IgnoreError();
   const absl::Time started = absl::Now();
   const absl::Time deadline = started + options_.rendezvous_timeout;
   while (true) {
@@ -203,6 +205,8 @@ absl::Status ClientImpl::FollowPlacement(absl::Time deadline) {
 }
 
 absl::Status ClientImpl::FollowGeneration() {
+  // An all-gather that failed leaves parameters to pull again.
+  if (!FinishParamStream().ok()) broken_ = true;
   if (broken_) RETURN_IF_ERROR(Recover(absl::UnavailableError("the last step failed")));
   if (generation_checked_) {
     generation_checked_ = false;

@@ -187,10 +187,17 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   result.push_pull_seconds = absl::ToDoubleSeconds(absl::Now() - started);
   DropStream();
   grads_.Clear();
-  if (!on_demand()) {
-    started = absl::Now();
-    RETURN_IF_ERROR(collective_->AllGather(dtype, params_.data(), padded_num_params_));
-    result.collective_seconds += absl::ToDoubleSeconds(absl::Now() - started);
+  if (!on_demand()) {  // the all-gather goes on while the trainer starts the next step
+    ParamStream::Context context;
+    context.collective = collective_.get();
+    context.layout = &layout_;
+    context.dtype = dtype;
+    context.rank = rank_;
+    context.world_size = world_size_;
+    context.buckets = buckets_;
+    context.params = params_.data();
+    context.thread = &collective_thread_;
+    param_stream_ = std::make_unique<ParamStream>(std::move(context));
   }
   scaler_.Update(/*overflow=*/false);
   result.step = ++step_;
@@ -198,8 +205,17 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   return result;
 }
 
+absl::Status ClientImpl::FinishParamStream() {
+  if (param_stream_ == nullptr) return absl::OkStatus();
+  absl::Status s = param_stream_->WaitAll();
+  param_stream_.reset();
+  return s;
+}
+
 absl::Status ClientImpl::DrainGathers() {
-  absl::Status s = gatherer_.Drain();
+  absl::Status s = FinishParamStream();
+  absl::Status gathered = gatherer_.Drain();
+  if (s.ok()) s = gathered;
   if (s.ok()) s = stream_failure_;
   if (IsRetryable(s)) broken_ = true;
   return s;
@@ -217,7 +233,12 @@ std::unique_ptr<PendingGather> ClientImpl::StartGather(FlatRange range, absl::Sp
   } else if (collective_ == nullptr) {
     refused = absl::FailedPreconditionError("gather after Leave()");
   } else if (!on_demand()) {
-    CastToFloat(options_.dtype, params_.data() + range.begin * esize_, out.data(), out.size());
+    refused = param_stream_ == nullptr ? absl::OkStatus() : param_stream_->WaitFor(range);
+    if (refused.ok()) {
+      CastToFloat(options_.dtype, params_.data() + range.begin * esize_, out.data(), out.size());
+    } else if (IsRetryable(refused)) {
+      broken_ = true;
+    }
   } else {
     ParamGatherer::Source source;
     source.collective = collective_.get();

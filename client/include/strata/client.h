@@ -158,8 +158,9 @@ struct StepResult {
   double grad_norm = 0.0;  // of the averaged, unscaled gradient; Inf on overflow
   double clip_factor = 1.0;
   float loss_scale = 1.0f;  // the scale the step's gradients carried
-  // Wall time of this step's collectives (reduce-scatter, norm all-reduce,
-  // all-gather) and of its push and pull RPCs.
+  // Wall time of this step's collectives (reduce-scatter, norm all-reduce;
+  // on demand nothing else: replicated, the all-gather runs after Step()
+  // returns) and of its push and pull RPCs.
   double collective_seconds = 0.0;
   double push_pull_seconds = 0.0;
   // The generation that completed the step and its world size.
@@ -229,8 +230,10 @@ class Client {
   // another number of rates than groups, or one that is not finite and >= 0.
   virtual absl::Status SetGroupLearningRates(absl::Span<const float> lrs) = 0;
 
-  // The current low-precision parameters as FP32, flat (layout().num_params()).
-  // FAILED_PRECONDITION with on-demand parameters (use StartGather()).
+  // The current low-precision parameters as FP32, flat (layout().num_params()),
+  // once the last step's all-gather is done. FAILED_PRECONDITION with
+  // on-demand parameters (use StartGather()); a lost worker's retryable
+  // error as StartGather's.
   virtual absl::Status CopyParams(absl::Span<float> out) const = 0;
   // Bytes of low-precision parameters the client holds between steps: the
   // whole model (replicated) or this worker's slice (on demand).
@@ -248,7 +251,11 @@ class Client {
   // starts with the same ranges in the same order; it runs on the client's
   // gather thread, in the order started, while the caller computes. The next
   // Step(), AllReduceSum() or Leave() first waits for the gathers started.
-  // Replicated: a local copy, done on return. INVALID_ARGUMENT for a range
+  // Replicated: a local copy, done on return, once the last step's
+  // all-gather -- which runs bucket by bucket in flat order on the client's
+  // thread after Step() returns -- has reached the range's end, so the
+  // next forward waits only for the layers it is about to run.
+  // INVALID_ARGUMENT for a range
   // outside the flat space or an `out` of another size; UNAVAILABLE when a
   // worker is lost (the next Step() re-forms the group).
   virtual std::unique_ptr<PendingGather> StartGather(FlatRange range, absl::Span<float> out) = 0;
