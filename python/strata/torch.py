@@ -62,9 +62,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
     of `bucket_params` are reduce-scattered and pushed while backward goes
     on; step() then only commits and pulls. The same weights, bit for bit.
     Run one backward per micro-batch (call step() after each), as the
-    gradient of a parameter goes once per step. Streamed on demand, the
-    gradients are sharded too: autograd's go once handed over, and the
-    client keeps its slice and a few buckets (param_memory()).
+    gradient of a parameter goes once per step. A streamed backward leaves
+    p.grad None: autograd's gradient goes once handed over. Streamed on
+    demand, the gradients are sharded too: the client keeps its slice and a
+    few buckets (param_memory()).
     """
 
     def __init__(self, model, coordinator=None, job=None, lr=1e-3, betas=(0.9, 0.999),
@@ -130,14 +131,14 @@ class ShardedOptimizer(torch.optim.Optimizer):
         # copied in and out.
         self._in_place = params == "replicated" and all(
             p.dtype == torch.float32 and p.device.type == "cpu" for p in self._params)
+        self._stream = stream
         if self._in_place:
             self._make_grad_flat()
-            for p, view, grad_view in zip(self._params, self._views, self._grad_views):
+            for p, view in zip(self._params, self._views):
                 p.data = view
-                p.grad = grad_view
+            self._prepare_grads()
         # Set by a hook when backward reaches a parameter: gradients wait.
         self._grads_pending = [False]
-        self._stream = stream
         self._backward_scaled = False  # in backward(): the loss is scaled
         self._streamed = False  # this micro-batch's gradients went to the client
         self._held = {}  # streamed gradients by parameter index, awaiting their turn
@@ -149,7 +150,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         # Streamed, a gradient autograd accumulated goes once handed over
         # (post hooks of the accumulators, which this list keeps alive).
         self._accumulators = []
-        if stream and not self._in_place:
+        if stream:
             with torch.enable_grad():
                 for p in self._params:
                     accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
@@ -224,7 +225,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if self._in_place:
             if self._grads_pending[0]:  # else _accumulate() left the buffer zero
                 self._grad_flat.fill(0)
-            self._attach_grads()
+            self._prepare_grads()
         else:
             for p in self._params:
                 if set_to_none:
@@ -273,6 +274,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             self._on_demand.release_all()
         self.last_result = self._client.step()
         self._pull_into_model()
+        self._prepare_grads()
         return loss
 
     def state_dict(self):
@@ -329,9 +331,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
             self._streamed = False
             self._micro_batches += 1
             self.streamed_micro_batches += 1
-            if self._in_place:
-                self._grad_flat.fill(0)
-                self._attach_grads()
+            if self._in_place:  # autograd's went once handed over: the buffer is zero
+                self._prepare_grads()
             else:
                 for p in self._params:
                     p.grad = None
@@ -348,7 +349,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._micro_batches += 1
         if self._in_place:  # backward adds into the buffer: clear it for the next
             self._grad_flat.fill(0)
-            self._attach_grads()
+            self._prepare_grads()
 
     def _streaming(self):
         """This backward is the last micro-batch's of a streamed step."""
@@ -389,9 +390,17 @@ class ShardedOptimizer(torch.optim.Optimizer):
             self._grad_views = [flat[o:o + self._shapes[name].numel()].view(self._shapes[name])
                                 for o, name in zip(self._offsets, self._names)]
 
-    def _attach_grads(self):
+    def _prepare_grads(self):
+        """In place, autograd accumulates the next backward's gradients into
+        the flat buffer's views -- unless that backward streams: its
+        gradients go to the hooks, and p.grad stays None."""
+        if not self._in_place:
+            return
+        streaming = self._streaming()
         for p, view in zip(self._params, self._grad_views):
-            if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+            if streaming:
+                p.grad = None
+            elif p.grad is None or p.grad.data_ptr() != view.data_ptr():
                 p.grad = view
 
     @torch.no_grad()
