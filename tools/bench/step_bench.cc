@@ -1,5 +1,7 @@
 #include "tools/bench/step_bench.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +22,7 @@
 #include "testing/local_cluster.h"
 #include "testing/test_certificates.h"
 #include "tools/bench/bench_util.h"
+#include "tools/bench/crypto_probe.h"
 
 namespace strata {
 namespace {
@@ -72,7 +75,18 @@ struct StepRun {
   std::vector<double> step_seconds;
   std::vector<StepResult> results;
   double rpc_seconds = 0;
+  // CPU time of the whole process (workers and in-process cluster) per
+  // timed step.
+  double cpu_seconds_per_step = 0;
 };
+
+// User and system CPU time of this process so far.
+double ProcessCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
 
 // The RPC layer alone, on the cluster at `coordinator` after `options`'s job
 // applied `step`: as many threads as workers each push and pull their slice
@@ -163,7 +177,9 @@ absl::StatusOr<StepRun> RunSteps(const StepBenchOptions& o, const TlsFiles& tls,
         return;
       }
       std::vector<float> grads(n, 1e-3f);
+      double cpu_started = 0;
       for (int s = 0; s <= o.steps; ++s) {
+        if (s == 1 && w == 0) cpu_started = ProcessCpuSeconds();
         errors[w] = (*client)->AccumulateGradients(grads);
         if (!errors[w].ok()) return;
         absl::Time started = absl::Now();
@@ -174,6 +190,7 @@ absl::StatusOr<StepRun> RunSteps(const StepBenchOptions& o, const TlsFiles& tls,
         }
         if (s == 0 || w != 0) continue;  // warm-up; rank 0 reports
         run.step_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - started));
+        if (s == o.steps) run.cpu_seconds_per_step = (ProcessCpuSeconds() - cpu_started) / s;
         run.results.push_back(*result);
         if (!o.quiet) {
           std::fprintf(stderr, "%s step %d: %.3f s (collective %.3f s, push+pull %.3f s)\n",
@@ -236,11 +253,26 @@ absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
       {"iperf3_GBps", iperf3 < 0 ? json(nullptr) : json(iperf3)},
       {"wire_fraction_of_iperf3",
        iperf3 <= 0 ? json(nullptr) : json(wire_bytes / push_pull_s / 1e9 / iperf3)}};
+  out["cpu_s_per_step"] = plaintext.cpu_seconds_per_step;
   if (tls.has_value()) {
-    // The same steps over TLS (every channel, in the same run): the
-    // plaintext step is the bound.
-    out["tls_step_s"] = Median(tls->step_seconds);
-    out["tls_step_over_plaintext"] = Median(tls->step_seconds) / step_s;
+    // The same steps over TLS (every channel, in the same run). Its floor:
+    // the plaintext step's CPU work plus the cryptography of every byte
+    // pushed and pulled (sealed once, opened once), spread over every core
+    // -- or the plaintext step, if longer.
+    const double tls_step_s = Median(tls->step_seconds);
+    const double aes_GBps = MeasureAesGcmGBps(1.0);
+    const double crypto_cpu_s = 2 * wire_bytes / (aes_GBps * 1e9);
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const double floor_s =
+        std::max(step_s, (plaintext.cpu_seconds_per_step + crypto_cpu_s) / cores);
+    out["tls_step_s"] = tls_step_s;
+    out["tls_step_over_plaintext"] = tls_step_s / step_s;
+    out["aes_gcm_GBps_per_core"] = aes_GBps;
+    out["tls_crypto_cpu_s"] = crypto_cpu_s;
+    out["tls_added_cpu_s"] = tls->cpu_seconds_per_step - plaintext.cpu_seconds_per_step;
+    out["tls_step_floor_s"] = floor_s;
+    out["tls_step_floor_over_plaintext"] = floor_s / step_s;
+    out["tls_step_fraction_of_floor"] = floor_s / tls_step_s;
   }
   return out;
 }
