@@ -49,6 +49,9 @@ v1::JobSpec SpecFromOptions(const ClientOptions& o) {
   spec.set_checkpoint_every_steps(o.checkpoint_every_steps);
   spec.set_checkpoint_dir(o.checkpoint_dir);
   spec.set_checkpoint_keep_last(o.checkpoint_keep_last);
+  // One copy is the default, written as none (the specs of jobs made before
+  // replicas existed compare equal).
+  if (o.replicas > 1) spec.set_replicas(o.replicas);
   return spec;
 }
 

@@ -12,10 +12,6 @@ PushStream::~PushStream() {
 }
 
 void PushStream::Send(const Piece& piece, const uint8_t* grads) {
-  absl::MutexLock lock(&mu_);
-  Call& call = calls_.emplace_back();
-  ++pending_;
-  call.context.set_deadline(absl::ToChronoTime(round_.deadline));
   v1::PushRequest request;
   request.set_job_id(round_.job_id);
   request.set_step(round_.step);
@@ -25,14 +21,21 @@ void PushStream::Send(const Piece& piece, const uint8_t* grads) {
   request.set_flat_begin(piece.begin);
   request.set_num_params(piece.n);
   request.set_dtype(DTypeToProto(round_.dtype));
-  call.request = PushRequestBuffer(request, grads, piece.n * DTypeSize(round_.dtype));
-  piece.generic->UnaryCall(&call.context, kPushMethod, grpc::StubOptions(), &call.request,
-                           &call.response, [this, address = piece.address](grpc::Status status) {
-                             absl::Status s = WithShardAddress(FromGrpcStatus(status), address);
-                             absl::MutexLock lock(&mu_);
-                             if (error_.ok()) error_ = s;
-                             --pending_;
-                           });
+  absl::MutexLock lock(&mu_);
+  for (const ServerStubs& server : piece.copies) {
+    Call& call = calls_.emplace_back();
+    ++pending_;
+    call.context.set_deadline(absl::ToChronoTime(round_.deadline));
+    call.request = PushRequestBuffer(request, grads, piece.n * DTypeSize(round_.dtype));
+    server.generic->UnaryCall(&call.context, kPushMethod, grpc::StubOptions(), &call.request,
+                              &call.response,
+                              [this, address = server.address](grpc::Status status) {
+                                absl::Status s = WithShardAddress(FromGrpcStatus(status), address);
+                                absl::MutexLock lock(&mu_);
+                                if (error_.ok()) error_ = s;
+                                --pending_;
+                              });
+  }
 }
 
 absl::Status PushStream::Wait() {

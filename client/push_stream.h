@@ -42,7 +42,8 @@ class PushStream {
   PushStream(const PushStream&) = delete;
   PushStream& operator=(const PushStream&) = delete;
 
-  // Pushes piece.n gradients at `grads` for `piece`; they are sent from
+  // Pushes piece.n gradients at `grads` for `piece` to every copy of its
+  // chunk; they are sent from
   // there (rpc/step_wire.h) and must stay unchanged until the push ends
   // (the destructor waits for that).
   void Send(const Piece& piece, const uint8_t* grads) ABSL_LOCKS_EXCLUDED(mu_);

@@ -38,13 +38,17 @@ absl::Status ShardTransport::SetPlacement(v1::JobInfo job) {
     servers_.clear();  // their channels presented another token
   }
   job_ = std::move(job);
-  for (const auto& c : job_.chunks()) {
-    Server& server = servers_[c.server_address()];
+  auto add = [this](const std::string& address) {
+    Server& server = servers_[address];
     if (server.channel == nullptr) {
-      server.channel = MakeChannel(c.server_address(), credentials_);
+      server.channel = MakeChannel(address, credentials_);
       server.stub = v1::ShardServer::NewStub(server.channel);
       server.generic = std::make_unique<grpc::GenericStub>(server.channel);
     }
+  };
+  for (const auto& c : job_.chunks()) {
+    add(c.server_address());
+    for (const std::string& address : c.replica_addresses()) add(address);
   }
   return absl::OkStatus();
 }
@@ -55,10 +59,15 @@ std::vector<Piece> ShardTransport::PiecesOf(FlatRange range, uint64_t max_params
   for (uint64_t begin = range.begin; begin < range.end;) {
     uint64_t chunk_end = std::min(range.end, (begin / chunk + 1) * chunk);
     uint64_t end = std::min(chunk_end, begin + max_params);
-    const std::string& address = job_.chunks(static_cast<int>(begin / chunk)).server_address();
-    const Server& server = servers_.at(address);
-    pieces.push_back(Piece{begin, end - begin, server.channel.get(), server.stub.get(),
-                           server.generic.get(), address});
+    const v1::ChunkAssignment& assignment = job_.chunks(static_cast<int>(begin / chunk));
+    Piece& piece = pieces.emplace_back(Piece{begin, end - begin, {}});
+    auto add = [&](const std::string& address) {
+      const Server& server = servers_.at(address);
+      piece.copies.push_back(
+          {server.channel.get(), server.stub.get(), server.generic.get(), address});
+    };
+    add(assignment.server_address());
+    for (const std::string& address : assignment.replica_addresses()) add(address);
     begin = end;
   }
   return pieces;
@@ -99,14 +108,15 @@ absl::StatusOr<MasterState> ShardTransport::ReadMasterState(absl::Duration timeo
       request.set_flat_begin(piece.begin);
       request.set_num_params(piece.n);
       v1::ReadStateResponse response;
-      absl::Status s =
-          CallUnary(piece.stub, &v1::ShardServer::Stub::ReadState, request, &response, timeout);
-      if (!s.ok()) return WithShardAddress(s, piece.address);
+      absl::Status s = CallUnary(piece.primary().stub, &v1::ShardServer::Stub::ReadState, request,
+                                 &response, timeout);
+      if (!s.ok()) return WithShardAddress(s, piece.primary().address);
       if (static_cast<uint64_t>(response.params_size()) != piece.n ||
           response.exp_avg_size() != response.params_size() ||
           response.exp_avg_sq_size() != response.params_size()) {
         return WithShardAddress(
-            absl::InternalError("ReadState returned the wrong number of values"), piece.address);
+            absl::InternalError("ReadState returned the wrong number of values"),
+            piece.primary().address);
       }
       std::copy(response.params().begin(), response.params().end(), &state.params[piece.begin]);
       std::copy(response.exp_avg().begin(), response.exp_avg().end(), &state.exp_avg[piece.begin]);

@@ -34,14 +34,22 @@
 
 namespace strata {
 
-// A range of the flat space that lies within one chunk, and its server.
-struct Piece {
-  uint64_t begin;
-  uint64_t n;
-  grpc::Channel* channel;       // to the chunk's server
+// A shard server as a worker calls it.
+struct ServerStubs {
+  grpc::Channel* channel;
   v1::ShardServer::Stub* stub;  // over `channel`
   grpc::GenericStub* generic;   // over `channel`: the step's calls (rpc/step_wire.h)
   std::string address;
+};
+
+// A range of the flat space that lies within one chunk, and the servers of
+// the chunk's copies: the primary (pulls and reads) first, then the
+// replicas. Pushes and writes go to every copy.
+struct Piece {
+  uint64_t begin;
+  uint64_t n;
+  std::vector<ServerStubs> copies;
+  const ServerStubs& primary() const { return copies.front(); }
 };
 
 // What every push of a step carries besides its gradients.
@@ -93,9 +101,9 @@ class ShardTransport {
   std::vector<Piece> PiecesOf(FlatRange range, uint64_t max_params) const;
 
   // Sends one request per piece of the whole flat space (at most
-  // kMaxPayloadBytes of `bytes_per_param` each) with `method`, after
-  // `fill(piece, &request)` adds the piece's values. The first error, naming
-  // the server.
+  // kMaxPayloadBytes of `bytes_per_param` each) to every copy of its chunk
+  // with `method`, after `fill(piece, &request)` adds the piece's values.
+  // The first error, naming the server.
   template <typename Request, typename Response, typename Fill>
   absl::Status SendPieces(uint64_t bytes_per_param,
                           grpc::Status (v1::ShardServer::Stub::*method)(grpc::ClientContext*,
@@ -161,9 +169,11 @@ absl::Status ShardTransport::SendPieces(
     request.set_job_id(job_id_);
     request.set_flat_begin(piece.begin);
     fill(piece, &request);
-    Response response;
-    absl::Status s = CallUnary(piece.stub, method, request, &response, timeout);
-    if (!s.ok()) return WithShardAddress(s, piece.address);
+    for (const ServerStubs& server : piece.copies) {
+      Response response;
+      absl::Status s = CallUnary(server.stub, method, request, &response, timeout);
+      if (!s.ok()) return WithShardAddress(s, server.address);
+    }
   }
   return absl::OkStatus();
 }

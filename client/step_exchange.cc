@@ -47,11 +47,15 @@ StepExchange::StepExchange(const std::string& job_id, DType dtype, const StepTra
   const size_t num_pieces = transfer.pieces->size();
   absl::MutexLock lock(&mu_);
   pushes_.pushes = true;
-  pushes_.calls.resize(transfer.push == nullptr ? 0 : num_pieces);
-  pulls_.calls.resize(num_pieces);
-  for (Stream* stream : {&pushes_, &pulls_}) {
-    for (size_t i = 0; i < stream->calls.size(); ++i) stream->calls[i].piece = i;
+  for (size_t i = 0; i < num_pieces && transfer.push != nullptr; ++i) {
+    for (size_t copy = 0; copy < (*transfer.pieces)[i].copies.size(); ++copy) {
+      Call& call = pushes_.calls.emplace_back();
+      call.piece = i;
+      call.copy = copy;
+    }
   }
+  pulls_.calls.resize(num_pieces);
+  for (size_t i = 0; i < num_pieces; ++i) pulls_.calls[i].piece = i;
 }
 
 uint64_t StepExchange::Bytes(const Call& call) const {
@@ -128,8 +132,9 @@ void StepExchange::StartMore() {
 
 void StepExchange::Send(Stream& stream, Call& call) {
   const Piece& piece = (*transfer_.pieces)[call.piece];
+  const ServerStubs& server = piece.copies[call.copy];
   ++call.attempts;
-  ++sent_[piece.channel];
+  ++sent_[server.channel];
   call.context = std::make_unique<grpc::ClientContext>();
   call.context->set_deadline(absl::ToChronoTime(deadline_));
   call.context->set_wait_for_ready(true);  // a restarting server is waited for
@@ -152,8 +157,8 @@ void StepExchange::Send(Stream& stream, Call& call) {
     }
     call.request = PushRequestBuffer(
         request, transfer_.grads + (piece.begin - transfer_.grads_base) * esize_, Bytes(call));
-    piece.generic->UnaryCall(call.context.get(), kPushMethod, grpc::StubOptions(), &call.request,
-                             &call.response, std::move(done));
+    server.generic->UnaryCall(call.context.get(), kPushMethod, grpc::StubOptions(), &call.request,
+                              &call.response, std::move(done));
   } else {
     v1::PullRequest& request = call.pull_request;
     request.set_job_id(job_id_);
@@ -161,21 +166,24 @@ void StepExchange::Send(Stream& stream, Call& call) {
     request.set_flat_begin(piece.begin);
     request.set_num_params(piece.n);
     call.request = MessageBuffer(request);
-    piece.generic->UnaryCall(call.context.get(), kPullMethod, grpc::StubOptions(), &call.request,
-                             &call.response, std::move(done));
+    server.generic->UnaryCall(call.context.get(), kPullMethod, grpc::StubOptions(), &call.request,
+                              &call.response, std::move(done));
   }
 }
 
 void StepExchange::OnDone(Stream& stream, Call& call, absl::Status s) {
   const Piece& piece = (*transfer_.pieces)[call.piece];
+  const ServerStubs& server = piece.copies[call.copy];
   if (!stream.pushes) s = TakePull(call, std::move(s));
   absl::MutexLock lock(&mu_);
-  if (auto it = sent_.find(piece.channel); --it->second == 0) sent_.erase(it);
+  if (auto it = sent_.find(server.channel); --it->second == 0) sent_.erase(it);
   if (error_.ok() && ServerRestarting(s) && absl::Now() + ResendDelay(call.attempts) < deadline_) {
+    // Any copy serves a pull; every copy must see a push.
+    if (!stream.pushes) call.copy = (call.copy + 1) % piece.copies.size();
     resend_.emplace_back(&stream, &call);
     return;
   }
-  End(stream, call, WithShardAddress(s, piece.address));
+  End(stream, call, WithShardAddress(s, server.address));
 }
 
 void StepExchange::End(Stream& stream, Call& call, const absl::Status& s) {

@@ -1,13 +1,15 @@
 // StepExchange: one worker's pushes and pulls of one step
-// (ShardTransport::PushPull). Each piece is pushed and pulled by a call of
-// its own; each stream starts its calls in flat order within its window of
-// bytes in flight, so that a shard server holds a bounded part of the step
-// (a push stays open until its chunk is applied, a pull until it is sent).
+// (ShardTransport::PushPull). Each piece is pushed to every copy of its
+// chunk and pulled from one, each by a call of its own; each stream starts
+// its calls in flat order within its window of bytes in flight, so that a
+// shard server holds a bounded part of the step (a push stays open until
+// its chunk is applied, a pull until it is sent).
 //
 // A call that a restarting server refuses (UNAVAILABLE: shutting down, not
 // listening yet; or CANCELLED by the server as it stopped) is sent again to
 // the same address after a backoff (20 ms, doubling to 1 s) until the
-// exchange's deadline, while the other calls go on. Every call waits for its
+// exchange's deadline, while the other calls go on (a pull goes to the
+// chunk's next copy, if it has another). Every call waits for its
 // channel to connect, and a channel with calls waiting tries to connect
 // every 20 ms (not on gRPC's growing reconnect backoff), so that they go out
 // within 20 ms of their server listening again. A restarted server
@@ -58,6 +60,7 @@ class StepExchange {
  private:
   struct Call {
     size_t piece = 0;
+    size_t copy = 0;   // of the piece's chunk: the server called
     int attempts = 0;  // sends so far
     std::unique_ptr<grpc::ClientContext> context;
     v1::PushRequest push_request;  // the fields but the gradients

@@ -120,8 +120,9 @@ absl::StatusOr<v1::CheckpointInfo> Checkpointer::SaveAt(const v1::JobInfo& job,
   const absl::Time started = absl::Now();
   const std::string& job_id = job.spec().job_id();
   ASSIGN_OR_RETURN(std::string partial, BeginCheckpoint(dir, job_id, step));
+  // Each chunk is saved by its primary copy.
   auto results = FanOutAndWait<v1::SaveChunksResponse>(
-      ServersOf(job), wait + kWriteTimeout,
+      PrimaryServersOf(job), wait + kWriteTimeout,
       [&](const std::string& address, grpc::ClientContext* context, v1::SaveChunksResponse* out,
           std::function<void(grpc::Status)> done) {
         if (!Track(context, job_id)) context->TryCancel();
@@ -130,6 +131,9 @@ absl::StatusOr<v1::CheckpointInfo> Checkpointer::SaveAt(const v1::JobInfo& job,
         request->set_step(step);
         request->set_dir(partial);
         request->set_wait_ms(absl::ToInt64Milliseconds(wait));
+        if (job.spec().replicas() > 1) {
+          for (uint32_t id : PrimariesOn(job, address)) request->add_chunk_ids(id);
+        }
         stub_for_(address)->async()->SaveChunks(
             context, request.get(), out,
             [this, context, request, done = std::move(done)](grpc::Status s) {

@@ -334,24 +334,28 @@ grpc::ServerUnaryReactor* CoordinatorService::GetPlacement(grpc::CallbackServerC
           }
         }
         for (const auto& a : job->chunks()) {
-          v1::PlacementRow* row = response->add_rows();
-          row->set_job_id(job->spec().job_id());
-          row->set_chunk_id(a.chunk().chunk_id());
-          row->set_flat_begin(a.chunk().flat_begin());
-          row->set_num_params(a.chunk().num_params());
-          for (const std::string& name : layout.TensorsIn(
-                   {a.chunk().flat_begin(), a.chunk().flat_begin() + a.chunk().num_params()})) {
-            row->add_tensors(name);
-          }
-          row->set_server_address(a.server_address());
-          auto it = reported.find({a.server_address(), a.chunk().chunk_id()});
-          if (it == reported.end()) {
-            row->set_tier("missing");
-            row->set_applied_step(-1);
-          } else {
-            row->set_tier(it->second->tier());
-            row->set_num_bytes(it->second->num_bytes());
-            row->set_applied_step(it->second->applied_step());
+          const std::vector<std::string> copies = CopiesOf(a);
+          for (uint32_t copy = 0; copy < copies.size(); ++copy) {
+            v1::PlacementRow* row = response->add_rows();
+            row->set_job_id(job->spec().job_id());
+            row->set_chunk_id(a.chunk().chunk_id());
+            row->set_flat_begin(a.chunk().flat_begin());
+            row->set_num_params(a.chunk().num_params());
+            for (const std::string& name : layout.TensorsIn(
+                     {a.chunk().flat_begin(), a.chunk().flat_begin() + a.chunk().num_params()})) {
+              row->add_tensors(name);
+            }
+            row->set_server_address(copies[copy]);
+            row->set_copy(copy);
+            auto it = reported.find({copies[copy], a.chunk().chunk_id()});
+            if (it == reported.end()) {
+              row->set_tier("missing");
+              row->set_applied_step(-1);
+            } else {
+              row->set_tier(it->second->tier());
+              row->set_num_bytes(it->second->num_bytes());
+              row->set_applied_step(it->second->applied_step());
+            }
           }
         }
         reactor->Finish(grpc::Status::OK);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/job_info.h"
 #include "core/chunk_bytes.h"
 #include "rpc/job_spec.h"
 
@@ -33,32 +34,53 @@ absl::Status PlaceChunks(const std::vector<v1::ServerRecord>& live,
   for (const v1::JobInfo* other : placed) {
     if (other->spec().job_id() == spec.job_id()) continue;
     for (const auto& c : other->chunks()) {
-      auto it = free.find(c.server_address());
-      if (it == free.end()) continue;
-      it->second -= std::min(it->second, ChunkBytesOf(c.chunk(), other->spec().dtype()));
+      const uint64_t bytes = ChunkBytesOf(c.chunk(), other->spec().dtype());
+      for (const std::string& address : CopiesOf(c)) {
+        auto it = free.find(address);
+        if (it != free.end()) it->second -= std::min(it->second, bytes);
+      }
     }
   }
   auto share = [&](const auto& server) {
     return static_cast<double>(server.second) / std::max<uint64_t>(capacity[server.first], 1);
   };
+  const uint32_t copies = std::max<uint32_t>(spec.replicas(), 1);
+  if (copies > free.size()) {
+    return absl::FailedPreconditionError(absl::StrCat("job '", spec.job_id(), "' wants ", copies,
+                                                      " copies of each chunk on distinct "
+                                                      "shard servers; ",
+                                                      free.size(),
+                                                      " live server(s) are registered"));
+  }
   uint64_t job_bytes = 0;
   for (v1::ChunkAssignment& a : *job->mutable_chunks()) {
+    a.clear_server_address();
+    a.clear_replica_addresses();
     const uint64_t bytes = ChunkBytesOf(a.chunk(), spec.dtype());
-    job_bytes += bytes;
-    auto best = free.end();
-    for (auto it = free.begin(); it != free.end(); ++it) {
-      if (it->second >= bytes && (best == free.end() || share(*it) > share(*best))) best = it;
+    for (uint32_t copy = 0; copy < copies; ++copy) {
+      job_bytes += bytes;
+      auto best = free.end();
+      for (auto it = free.begin(); it != free.end(); ++it) {
+        if (it->second >= bytes && !HoldsCopy(a, it->first) &&
+            (best == free.end() || share(*it) > share(*best))) {
+          best = it;
+        }
+      }
+      if (best == free.end()) {
+        uint64_t total_free = 0;
+        for (const auto& [address, bytes_free] : free) total_free += bytes_free;
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "job '", spec.job_id(), "' does not fit: it needs ", job->flat_num_params(),
+            " params, at least ", job_bytes, " bytes so far of chunks of ", bytes, " bytes; the ",
+            free.size(), " live shard server(s) have ", total_free, " bytes free in all"));
+      }
+      best->second -= bytes;
+      if (copy == 0) {
+        a.set_server_address(best->first);
+      } else {
+        a.add_replica_addresses(best->first);
+      }
     }
-    if (best == free.end()) {
-      uint64_t total_free = 0;
-      for (const auto& [address, bytes_free] : free) total_free += bytes_free;
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "job '", spec.job_id(), "' does not fit: it needs ", job->flat_num_params(),
-          " params, at least ", job_bytes, " bytes so far of chunks of ", bytes, " bytes; the ",
-          free.size(), " live shard server(s) have ", total_free, " bytes free in all"));
-    }
-    best->second -= bytes;
-    a.set_server_address(best->first);
   }
   return absl::OkStatus();
 }

@@ -17,13 +17,15 @@ namespace strata {
 // NVMe budget (a chunk on NVMe keeps two slots). An estimate; the server decides.
 uint64_t ServerCapacityBytes(const v1::ServerRecord& server);
 
-// Sets the server_address of every chunk of `job`, in chunk order: of the
-// servers in `live` that the chunk fits on (capacity less the chunks of
-// `placed` on it and of the job's chunks placed before), the one with the
-// largest fraction of its capacity free takes it, so that servers of about one
-// size take turns whatever their budgets' last bytes; ties go to the smallest
-// address. A job in `placed` with `job`'s id is not counted (a move places
-// the job anew). FAILED_PRECONDITION when `live` is empty; RESOURCE_EXHAUSTED
+// Sets the servers of every chunk of `job` (server_address, then
+// JobSpec.replicas - 1 replica_addresses), in chunk order, copy by copy: of
+// the servers in `live` that the copy fits on (capacity less the chunks of
+// `placed` on it and of the job's copies placed before) and that hold no
+// other copy of the chunk, the one with the largest fraction of its
+// capacity free takes it, so that servers of about one size take turns
+// whatever their budgets' last bytes; ties go to the smallest address. A job
+// in `placed` with `job`'s id is not counted (a move places the job anew).
+// FAILED_PRECONDITION when `live` has fewer servers than copies; RESOURCE_EXHAUSTED
 // naming the job, its size and the free bytes when a chunk fits nowhere
 // (`job` then partly assigned: the caller discards it).
 absl::Status PlaceChunks(const std::vector<v1::ServerRecord>& live,

@@ -71,15 +71,18 @@ void CheckSize(const py::buffer_info& info, uint64_t n, const char* what) {
   }
 }
 
-std::unique_ptr<Client> Connect(
-    const std::string& coordinator, const std::string& job, const std::string& worker_id,
-    const TensorList& tensors, uint32_t world_size, uint64_t chunk_params, float lr,
-    std::pair<float, float> betas, float eps, float weight_decay, bool adamw,
-    const std::string& dtype, const std::string& params, py::object loss_scale,
-    double max_grad_norm, py::object initial_params, const std::string& restore_from,
-    double timeout_s, const std::string& tls_ca, const std::string& tls_cert,
-    const std::string& tls_key, const std::string& token_file, uint64_t bucket_params,
-    const std::vector<uint32_t>& tensor_groups, const std::vector<float>& group_weight_decays) {
+std::unique_ptr<Client> Connect(const std::string& coordinator, const std::string& job,
+                                const std::string& worker_id, const TensorList& tensors,
+                                uint32_t world_size, uint64_t chunk_params, float lr,
+                                std::pair<float, float> betas, float eps, float weight_decay,
+                                bool adamw, const std::string& dtype, const std::string& params,
+                                py::object loss_scale, double max_grad_norm,
+                                py::object initial_params, const std::string& restore_from,
+                                double timeout_s, const std::string& tls_ca,
+                                const std::string& tls_cert, const std::string& tls_key,
+                                const std::string& token_file, uint64_t bucket_params,
+                                const std::vector<uint32_t>& tensor_groups,
+                                const std::vector<float>& group_weight_decays, uint32_t replicas) {
   ClientOptions options;
   options.coordinator_address = coordinator;
   options.tls_ca_file = tls_ca;
@@ -101,6 +104,7 @@ std::unique_ptr<Client> Connect(
   options.world_size = world_size;
   options.chunk_num_params = chunk_params;
   options.bucket_num_params = bucket_params;
+  options.replicas = replicas;
   options.adam = AdamConfig{lr, betas.first, betas.second, eps, weight_decay, adamw};
   options.dtype = ParseDType(dtype);
   if (params == "on_demand") {
@@ -320,6 +324,6 @@ PYBIND11_MODULE(_strata, m) {
         py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
         py::arg("token_file") = "", py::arg("bucket_params") = uint64_t{1} << 20,
         py::arg("tensor_groups") = std::vector<uint32_t>(),
-        py::arg("group_weight_decays") = std::vector<float>(),
+        py::arg("group_weight_decays") = std::vector<float>(), py::arg("replicas") = 1,
         "Creates or joins a job and returns its Client (strata::Client::Connect)");
 }

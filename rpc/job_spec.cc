@@ -12,6 +12,7 @@ namespace strata {
 namespace {
 
 constexpr uint32_t kMaxWorldSize = 4096;
+constexpr uint32_t kMaxReplicas = 3;
 constexpr int kMaxTensors = 1 << 20;
 constexpr int kMaxParamGroups = 1 << 10;
 constexpr size_t kMaxTensorNameBytes = 1024;
@@ -95,6 +96,10 @@ absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec) {
   if (!IsValidId(spec.job_id())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "job id ", Quoted(spec.job_id()), " must be 1 to 128 of [A-Za-z0-9._-], not . or .."));
+  }
+  if (spec.replicas() > kMaxReplicas) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicas ", spec.replicas(), " must be in [1, ", kMaxReplicas, "]"));
   }
   if (spec.world_size() < 1 || spec.world_size() > kMaxWorldSize) {
     return absl::InvalidArgumentError(

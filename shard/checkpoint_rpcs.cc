@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
 #include "core/chunk_bytes.h"
@@ -96,6 +97,20 @@ absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ArmChunks(
   }
   ASSIGN_OR_RETURN(const std::string dir, CheckpointDir(request.dir()));
   ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
+  if (!request.chunk_ids().empty()) {
+    absl::flat_hash_map<uint32_t, std::shared_ptr<Chunk>> by_id;
+    for (auto& chunk : chunks) by_id.emplace(chunk->chunk_id(), std::move(chunk));
+    chunks.clear();
+    for (uint32_t id : request.chunk_ids()) {
+      auto it = by_id.find(id);
+      if (it == by_id.end() || it->second == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("chunk_ids: chunk ", id, " of job ", Quoted(request.job_id()),
+                         it == by_id.end() ? " is not on this shard server" : " is named twice"));
+      }
+      chunks.push_back(std::exchange(it->second, nullptr));
+    }
+  }
   for (size_t i = 0; i < chunks.size(); ++i) {
     absl::Status armed =
         chunks[i]->ArmCheckpoint(request.step(), checkpoint_arena_,

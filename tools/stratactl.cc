@@ -156,7 +156,8 @@ class Ctl {
       for (const auto& summary : jobs.jobs()) job_ids.push_back(summary.job().spec().job_id());
     }
     json out = json::array();
-    Table table({"JOB", "CHUNK", "FLAT_RANGE", "TENSORS", "SERVER", "TIER", "BYTES", "STEP"});
+    Table table(
+        {"JOB", "CHUNK", "COPY", "FLAT_RANGE", "TENSORS", "SERVER", "TIER", "BYTES", "STEP"});
     // Per (server, tier): bytes, chunks and budget, for the summary.
     struct TierUse {
       uint64_t bytes = 0;
@@ -185,6 +186,8 @@ class Ctl {
         std::vector<std::string> tensors(r.tensors().begin(), r.tensors().end());
         out.push_back({{"job", r.job_id()},
                        {"chunk", r.chunk_id()},
+                       {"copy", r.copy()},
+                       {"serves_pulls", r.copy() == 0},
                        {"flat_begin", r.flat_begin()},
                        {"num_params", r.num_params()},
                        {"tensors", tensors},
@@ -192,9 +195,10 @@ class Ctl {
                        {"tier", r.tier()},
                        {"bytes", r.num_bytes()},
                        {"applied_step", r.applied_step()}});
-        table.Add({r.job_id(), absl::StrCat(r.chunk_id()), range, absl::StrJoin(tensors, ","),
-                   r.server_address(), r.tier(), absl::StrCat(r.num_bytes()),
-                   absl::StrCat(r.applied_step())});
+        table.Add({r.job_id(), absl::StrCat(r.chunk_id()),
+                   r.copy() == 0 ? "primary" : absl::StrCat("replica ", r.copy()), range,
+                   absl::StrJoin(tensors, ","), r.server_address(), r.tier(),
+                   absl::StrCat(r.num_bytes()), absl::StrCat(r.applied_step())});
         TierUse& use = summary[{r.server_address(), r.tier()}];
         use.bytes += r.num_bytes();
         ++use.chunks;

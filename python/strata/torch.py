@@ -51,6 +51,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
     raises ValueError). Rank 0's model weights initialise a new job; joining an
     existing job (or `restore_from`, a checkpoint directory) takes its weights.
 
+    replicas=2 (or 3) keeps that many copies of each chunk on distinct shard
+    servers (a job setting): a server lost for good then costs no step.
+
     params="replicated" keeps the whole model in every worker (ZeRO-2
     style); params="on_demand" keeps 1/world_size of it and gathers each
     module's parameters around its forward and backward (ZeRO-3 style;
@@ -73,7 +76,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
                  max_grad_norm=0.0, accumulation_steps=1, adamw=True, world_size=None,
                  worker_id=None, chunk_params=1 << 22, restore_from="", timeout_s=60.0,
                  params="replicated", tls_ca=None, tls_cert=None, tls_key=None,
-                 token_file=None, stream=False, bucket_params=1 << 20, param_groups=None):
+                 token_file=None, stream=False, bucket_params=1 << 20, param_groups=None,
+                 replicas=1):
         if dtype not in _DTYPE_NAMES:
             raise ValueError("dtype must be torch.float16, torch.bfloat16 or torch.float32, "
                              "not %s" % (dtype,))
@@ -164,7 +168,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             initial_params=None if restore_from else self._flat, restore_from=restore_from,
             timeout_s=timeout_s, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
             token_file=token_file, bucket_params=bucket_params,
-            tensor_groups=tensor_groups if self._grouped else [],
+            tensor_groups=tensor_groups if self._grouped else [], replicas=replicas,
             group_weight_decays=([float(group["weight_decay"]) for group in self.param_groups]
                                  if self._grouped else []))
         self._on_demand = None

@@ -326,6 +326,20 @@ TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {
     EXPECT_THAT(s.message(), HasSubstr("is not inside the --checkpoint_root")) << outside;
   }
   EXPECT_EQ(save_chunks("bad-input", -1, dir).code(), absl::StatusCode::kInvalidArgument);
+  // Chunks that the server does not hold, or named twice: refused, none armed.
+  for (const std::vector<uint32_t>& ids :
+       {std::vector<uint32_t>{1u << 30}, std::vector<uint32_t>{0, 0}}) {
+    v1::SaveChunksRequest request;
+    request.set_job_id("bad-input");
+    request.set_step(1000);
+    request.set_dir(cluster_->data_dir());
+    request.mutable_chunk_ids()->Add(ids.begin(), ids.end());
+    grpc::ClientContext context;
+    v1::SaveChunksResponse response;
+    s = FromGrpcStatus(shard_->SaveChunks(&context, request, &response));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), HasSubstr("chunk_ids: chunk "));
+  }
   // A step the job is past: ABORTED, and nothing stays armed (TearDown steps on).
   s = save_chunks("bad-input", 1, dir);
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
@@ -467,6 +481,29 @@ TEST_F(BadInputTest, WrappingSizesAndHugeCountsAreRefused) {
   s = create(std::vector<std::vector<int64_t>>(20, {int64_t{1} << 40}), uint64_t{64} << 20);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("more than 17592186044416 parameters"));
+  // More copies per chunk than allowed, and more than the two live servers.
+  for (uint32_t replicas : {4u, 1000000u}) {
+    v1::CreateJobRequest request;
+    *request.mutable_spec() = job_.spec();
+    request.mutable_spec()->set_job_id("many-copies");
+    request.mutable_spec()->set_replicas(replicas);
+    grpc::ClientContext context;
+    v1::JobInfo created;
+    s = FromGrpcStatus(coordinator_->CreateJob(&context, request, &created));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), HasSubstr("replicas"));
+  }
+  {
+    v1::CreateJobRequest request;
+    *request.mutable_spec() = job_.spec();
+    request.mutable_spec()->set_job_id("three-copies");
+    request.mutable_spec()->set_replicas(3);
+    grpc::ClientContext context;
+    v1::JobInfo created;
+    s = FromGrpcStatus(coordinator_->CreateJob(&context, request, &created));
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(s.message(), HasSubstr("2 live server(s)"));
+  }
   // A megabyte job id is named in 64 bytes, not echoed.
   v1::GetJobRequest get;
   get.set_job_id(std::string(1 << 20, 'j'));

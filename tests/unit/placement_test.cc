@@ -1,6 +1,7 @@
 // PlaceChunks (coordinator/placement.h), the pure placement function: chunks
 // go to the live server with the largest share of its capacity free, other
-// jobs' chunks count, and a job that fits nowhere is refused by name.
+// jobs' chunks count, a chunk's copies go to distinct servers, and a job
+// that fits nowhere is refused by name.
 #include "coordinator/placement.h"
 
 #include <map>
@@ -101,6 +102,40 @@ TEST(PlacementTest, AChunkTooBigForEveryServerIsRefusedByName) {
 TEST(PlacementTest, NoLiveServerIsAFailedPrecondition) {
   v1::JobInfo job = Job("j", 1, kChunkParams);
   EXPECT_EQ(PlaceChunks({}, {}, &job).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(PlacementTest, ReplicasGoToDistinctServersAndCountAgainstTheirBudgets) {
+  v1::JobInfo job = Job("j", 6, kChunkParams);
+  job.mutable_spec()->set_replicas(2);
+  ASSERT_TRUE(PlaceChunks({Server("a", 4 * kChunkBytes), Server("b", 4 * kChunkBytes),
+                           Server("c", 4 * kChunkBytes)},
+                          {}, &job)
+                  .ok());
+  std::map<std::string, int> copies;
+  for (const auto& c : job.chunks()) {
+    ASSERT_EQ(c.replica_addresses_size(), 1) << "chunk " << c.chunk().chunk_id();
+    EXPECT_NE(c.server_address(), c.replica_addresses(0)) << "chunk " << c.chunk().chunk_id();
+    ++copies[c.server_address()];
+    ++copies[c.replica_addresses(0)];
+  }
+  // 12 copies over three servers of one size: four each, their budgets full.
+  EXPECT_EQ(copies, (std::map<std::string, int>{{"a", 4}, {"b", 4}, {"c", 4}}));
+  // Another job's replicas take their bytes: nothing is left for one more chunk.
+  v1::JobInfo more = Job("more", 1, kChunkParams);
+  absl::Status s = PlaceChunks(
+      {Server("a", 4 * kChunkBytes), Server("b", 4 * kChunkBytes), Server("c", 4 * kChunkBytes)},
+      {&job}, &more);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+}
+
+TEST(PlacementTest, MoreReplicasThanLiveServersIsAFailedPrecondition) {
+  v1::JobInfo job = Job("j", 1, kChunkParams);
+  job.mutable_spec()->set_replicas(3);
+  absl::Status s =
+      PlaceChunks({Server("a", 4 * kChunkBytes), Server("b", 4 * kChunkBytes)}, {}, &job);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("3 copies of each chunk"));
+  EXPECT_THAT(s.message(), HasSubstr("2 live server(s)"));
 }
 
 }  // namespace

@@ -86,6 +86,12 @@ struct ClientOptions {
   // Samples per call of the GradientFn; 0: this worker's whole share at once.
   uint64_t micro_batch_samples = 0;
   uint64_t chunk_num_params = uint64_t{4} << 20;
+  // Copies of each chunk on distinct shard servers (a job setting, 1 to 3):
+  // with 2 or more, a shard server lost for good costs no step -- its
+  // chunks go on from their other copies -- and each push goes to every
+  // copy. Connect() fails with FAILED_PRECONDITION when fewer servers are
+  // live.
+  uint32_t replicas = 1;
   AdamConfig adam;
   // Parameter groups (torch's param_groups), which TensorSpec::group indexes:
   // each its own weight decay (in place of adam.weight_decay) and, with
