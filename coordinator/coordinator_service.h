@@ -148,7 +148,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   absl::StatusOr<v1::JobInfo> FindJob(const std::string& job_id) const;
 
   // Job moves (coordinator/job_mover.cc). ServerMonitor callbacks (its
-  // thread): a lost server's jobs move. A server back (or registering)
+  // thread): a lost server's jobs go on from the other copies of its
+  // chunks, or move when a chunk had none. A server back (or registering)
   // lists its jobs, except jobs being created or moved: it drops those that
   // have no chunk placed on it (moved off, deleted, or deleted and created
   // again while it was away), and the jobs placed on it whose chunks it
@@ -161,6 +162,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // Moves `job_id` onto the live servers from its newest checkpoint, after
   // `why` (for the log); blocks.
   absl::Status MoveJob(const std::string& job_id, const std::string& why);
+  // Takes the copies on lost servers out of `job_id`'s placement, when
+  // every chunk keeps a live copy (its first becomes the primary), and has
+  // the workers re-form on it: no step is lost. FAILED_PRECONDITION naming
+  // a chunk left without a live copy (the job must move instead).
+  absl::Status DropLostCopies(const std::string& job_id, const std::string& why);
   // The highest step a chunk of `job_id` on `addresses` applied (0 when
   // none answers): how far the job got, which the workers' reports
   // (membership's committed step) may lag.

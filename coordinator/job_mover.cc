@@ -1,5 +1,7 @@
-// CoordinatorService's job moves (coordinator_service.h): a job leaves a lost
-// shard server for the live ones, restored from its newest checkpoint; a
+// CoordinatorService's job moves (coordinator_service.h): a job loses the
+// copies of its chunks on a lost shard server and goes on from the others,
+// or, where a chunk had no other, leaves the lost server for the live ones,
+// restored from its newest checkpoint; a
 // server that comes back drops the jobs that are no longer placed on it, and
 // a job whose chunks it came back without resumes from its checkpoint.
 #include <algorithm>
@@ -47,7 +49,47 @@ void CoordinatorService::OnServerLost(const std::string& address) {
     }
   }
   const std::string why = absl::StrCat("shard server ", address, " is lost");
-  for (const std::string& id : affected) NoteMoveFailure(id, why, MoveJob(id, why));
+  for (const std::string& id : affected) {
+    absl::Status dropped = DropLostCopies(id, why);
+    if (absl::IsFailedPrecondition(dropped)) NoteMoveFailure(id, why, MoveJob(id, why));
+  }
+}
+
+absl::Status CoordinatorService::DropLostCopies(const std::string& job_id, const std::string& why) {
+  v1::JobInfo kept;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return UnknownJob(job_id);
+    kept = it->second;
+    for (v1::ChunkAssignment& a : *kept.mutable_chunks()) {
+      std::vector<std::string> live;
+      for (std::string& address : CopiesOf(a)) {
+        if (!monitor_->IsLost(address)) live.push_back(std::move(address));
+      }
+      if (live.empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("chunk ", a.chunk().chunk_id(), " has no copy on a live server"));
+      }
+      a.set_server_address(live.front());
+      a.mutable_replica_addresses()->Assign(live.begin() + 1, live.end());
+    }
+    kept.set_placement_version(kept.placement_version() + 1);
+    RETURN_IF_ERROR(WriteJob(kept));
+    it->second = kept;
+  }
+  // The workers stop the step they run and re-form on the copies left; the
+  // step is completed (or found applied) there.
+  v1::JobSummary summary;
+  membership_->Summarize(job_id, &summary);
+  RETURN_IF_ERROR(
+      membership_->ChunksMoved(job_id, kept.placement_version(), summary.committed_step())
+          .status());
+  LogEventCat("coordinator", "job ", job_id, " (", why,
+              "): goes on from the other copies of its "
+              "chunks on ",
+              ServersOf(kept).size(), " live shard server(s); no step lost");
+  return absl::OkStatus();
 }
 
 void CoordinatorService::RecoverEmptiedJobs() {

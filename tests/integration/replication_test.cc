@@ -1,0 +1,166 @@
+// Replicated chunks (JobSpec.replicas) over real processes on loopback: a
+// shard server lost for good (SIGKILL, never restarted) during a step costs
+// a replicated job no step -- the coordinator takes the lost copies out of
+// the placement, the workers re-form on the copies left and complete the
+// step there -- and the weights equal an uninterrupted run, bit for bit.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "strata/client.h"
+#include "testing/job_runner.h"
+#include "testing/placement.h"
+#include "testing/processes.h"
+#include "testing/scratch_dir.h"
+
+namespace strata {
+namespace {
+
+constexpr int64_t kSteps = 20;
+constexpr int64_t kKillDuringStep = 13;
+constexpr int kServerTimeoutMs = 1000;
+
+// 2 workers that split 8 samples per step (Step(GradientFn)), FP32, with
+// `replicas` copies of each chunk.
+ClientOptions Job(const std::string& coordinator, const std::string& job_id, uint32_t replicas) {
+  ClientOptions o = testing::SmallFp32Job(coordinator, job_id);
+  o.samples_per_step = 8;
+  o.replicas = replicas;
+  o.initial_params =
+      testing::InitialParams(FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params());
+  return o;
+}
+
+constexpr auto Compute = testing::ParamDependentGradient;
+
+struct TrainingRun {
+  std::vector<std::vector<int64_t>> steps{2};  // completed, per rank
+  std::vector<ReformStats> reforms{2};         // the last re-forming, per rank
+  double paused_s = 0;                         // from the kill to the next step completed (rank 0)
+  MasterState master;
+  v1::GetPlacementResponse placement_before_kill;
+};
+
+// Trains `options`' job to kSteps; during step kKillDuringStep, unless
+// `victim` is null, SIGKILLs it.
+TrainingRun Train(const ClientOptions& options, testing::ServerProcess* victim,
+                  testing::Processes* daemons) {
+  absl::Mutex mu;
+  bool killed = false;
+  absl::Time killed_at;
+  TrainingRun run;
+  testing::RunClients(options, [&](Client& client) {
+    const int rank = client.rank();
+    auto compute = [&](const MicroBatch& batch, Client& c) {
+      {
+        absl::MutexLock lock(&mu);
+        if (victim != nullptr && batch.step == kKillDuringStep && !killed) {
+          auto placement = testing::Placement(options.coordinator_address, options.job_id);
+          EXPECT_TRUE(placement.ok()) << placement.status();
+          if (placement.ok()) run.placement_before_kill = *std::move(placement);
+          kill(victim->pid, SIGKILL);
+          waitpid(victim->pid, nullptr, 0);
+          daemons->Forget(victim->pid);
+          killed = true;
+          killed_at = absl::Now();
+        }
+      }
+      return Compute(batch, c);
+    };
+    while (client.step() < kSteps) {
+      absl::StatusOr<StepResult> result = client.Step(compute);
+      ASSERT_TRUE(result.ok()) << result.status();
+      run.steps[rank].push_back(result->step);
+      absl::MutexLock lock(&mu);
+      if (killed && run.paused_s == 0 && rank == 0) {
+        run.paused_s = absl::ToDoubleSeconds(absl::Now() - killed_at);
+      }
+    }
+    run.reforms[rank] = client.last_reform();
+    if (rank == 0) {
+      auto state = client.ReadMasterState();
+      ASSERT_TRUE(state.ok()) << state.status();
+      run.master = *std::move(state);
+    }
+  });
+  EXPECT_EQ(killed, victim != nullptr);
+  return run;
+}
+
+TEST(ReplicationTest, AServerLostForGoodCostsAReplicatedJobNoStep) {
+  const testing::ScratchDir scratch("replication");
+  testing::Processes daemons;
+  const std::string coordinator =
+      testing::StartCoordinator(STRATA_BIN_DIR, scratch.path(), &daemons,
+                                {absl::StrCat("--server_timeout_ms=", kServerTimeoutMs)});
+  ASSERT_FALSE(coordinator.empty());
+  std::vector<testing::ServerProcess> servers;
+  for (int i = 0; i < 3; ++i) {
+    servers.push_back(testing::StartServer(STRATA_BIN_DIR, scratch.path(),
+                                           absl::StrCat("server-", i), coordinator,
+                                           {"--host_budget_mib=64"}, &daemons));
+    ASSERT_FALSE(servers.back().address.empty());
+  }
+  const ClientOptions options = Job(coordinator, "replicated", /*replicas=*/2);
+  testing::ServerProcess& victim = servers[1];
+  const TrainingRun run = Train(options, &victim, &daemons);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+
+  // Before the kill every chunk had two copies on distinct servers, copy 0
+  // the primary, and the victim held some.
+  std::map<uint32_t, std::vector<std::string>> copies;
+  for (const v1::PlacementRow& row : run.placement_before_kill.rows()) {
+    auto& servers_of = copies[row.chunk_id()];
+    EXPECT_EQ(row.copy(), servers_of.size()) << "chunk " << row.chunk_id();
+    servers_of.push_back(row.server_address());
+  }
+  ASSERT_FALSE(copies.empty());
+  bool victim_held = false;
+  for (const auto& [chunk, servers_of] : copies) {
+    ASSERT_EQ(servers_of.size(), 2u) << "chunk " << chunk;
+    EXPECT_NE(servers_of[0], servers_of[1]) << "chunk " << chunk;
+    victim_held = victim_held || servers_of[0] == victim.address || servers_of[1] == victim.address;
+  }
+  EXPECT_TRUE(victim_held);
+
+  std::vector<int64_t> want;
+  for (int64_t s = 1; s <= kSteps; ++s) want.push_back(s);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(run.steps[rank], want) << "rank " << rank << ": every step once";
+    EXPECT_EQ(run.reforms[rank].steps_lost, 0) << "rank " << rank;
+  }
+  std::printf(
+      "server lost during step %lld: no step lost, job paused %.2f s (server timeout %d ms)\n",
+      static_cast<long long>(kKillDuringStep), run.paused_s, kServerTimeoutMs);
+
+  // The copies left are on the live servers, at the last step.
+  auto placement = testing::Placement(coordinator, "replicated");
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  std::set<uint32_t> chunks, primaries;
+  for (const v1::PlacementRow& row : placement->rows()) {
+    EXPECT_NE(row.server_address(), victim.address) << "chunk " << row.chunk_id();
+    EXPECT_EQ(row.applied_step(), kSteps) << "chunk " << row.chunk_id();
+    chunks.insert(row.chunk_id());
+    if (row.copy() == 0) EXPECT_TRUE(primaries.insert(row.chunk_id()).second);
+  }
+  EXPECT_EQ(primaries, chunks) << "one primary per chunk";
+
+  // An uninterrupted run of one copy, on the servers left: the same bits.
+  const TrainingRun uninterrupted = Train(Job(coordinator, "uninterrupted", 1), nullptr, &daemons);
+  EXPECT_EQ(run.master.step, kSteps);
+  EXPECT_EQ(uninterrupted.master.step, kSteps);
+  EXPECT_TRUE(run.master.params == uninterrupted.master.params);
+  EXPECT_TRUE(run.master.exp_avg == uninterrupted.master.exp_avg);
+  EXPECT_TRUE(run.master.exp_avg_sq == uninterrupted.master.exp_avg_sq);
+}
+
+}  // namespace
+}  // namespace strata
