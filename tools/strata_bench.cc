@@ -8,6 +8,7 @@
 #include "shard/shard_server.h"
 #include "tools/bench/checkpoint_bench.h"
 #include "tools/bench/elastic_bench.h"
+#include "tools/bench/failover_bench.h"
 #include "tools/bench/gpu_step_bench.h"
 #include "tools/bench/kernel_bench.h"
 #include "tools/bench/load_bench.h"
@@ -37,7 +38,8 @@ ABSL_FLAG(uint64_t, checkpoint_memory_limit_mib,
           "checkpoint: the most host memory per shard server for the states checkpoints keep "
           "aside (the server's --checkpoint_memory_limit_mib)");
 ABSL_FLAG(std::string, dtype, "fp16", "step: fp16 or bf16");
-ABSL_FLAG(int, steps, 5, "step: timed steps (after one warm-up step)");
+ABSL_FLAG(int, steps, 5, "step, failover: timed steps (after one warm-up step)");
+ABSL_FLAG(int64_t, server_timeout_ms, 1000, "failover: the coordinator's --server_timeout_ms");
 ABSL_FLAG(std::string, tls_dir, "",
           "step: also time the steps with TLS on every channel (a test CA and certificates "
           "made in this directory with openssl), reporting tls_step_over_plaintext");
@@ -92,7 +94,12 @@ constexpr char kUsage[] =
     "  strata-bench elastic [--params N (default 4 Mi)] [--lease_ms MS]\n"
     "      worker processes train an elastic job; one joins, one leaves, one is\n"
     "      killed, one is stopped: the pauses each change causes, against the targets\n"
-    "      (strata-bench elastic-worker is those workers; not run by hand)";
+    "      (strata-bench elastic-worker is those workers; not run by hand)\n"
+    "  strata-bench failover [--params N (default 16 Mi)] [--steps S] [--server_timeout_ms MS]\n"
+    "      a coordinator and 3 shard server processes; 2 workers train a job of one\n"
+    "      copy per chunk, then one of two copies (the second copy's price, target\n"
+    "      <= 1.25), and one server is SIGKILLed: steps lost (target 0) and the\n"
+    "      pause, against the server timeout (the detection) plus 1 s";
 
 uint64_t NumParams() {
   uint64_t n = absl::GetFlag(FLAGS_params);
@@ -117,6 +124,13 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
     if (absl::GetFlag(FLAGS_params) != 0) o.num_params = absl::GetFlag(FLAGS_params);
     o.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
     return strata::BenchElastic(o);
+  }
+  if (command == "failover") {
+    strata::FailoverBenchOptions o;
+    if (absl::GetFlag(FLAGS_params) != 0) o.num_params = absl::GetFlag(FLAGS_params);
+    if (absl::GetFlag(FLAGS_steps) > 0) o.steps = absl::GetFlag(FLAGS_steps);
+    o.server_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_server_timeout_ms));
+    return strata::BenchFailover(o);
   }
   if (command == "load") {
     strata::LoadBenchOptions o;

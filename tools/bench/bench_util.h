@@ -1,6 +1,7 @@
 // Helpers shared by the strata-bench commands: aligned buffers, running a
 // function over the chunks of N elements on a thread pool (as the shard
-// server's step executor does), and medians. Not thread-safe.
+// server's step executor does), medians, and where the daemons' binaries
+// are. Not thread-safe.
 #ifndef STRATA_TOOLS_BENCH_BENCH_UTIL_H_
 #define STRATA_TOOLS_BENCH_BENCH_UTIL_H_
 
@@ -9,8 +10,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/synchronization/blocking_counter.h"
@@ -53,6 +56,11 @@ inline double TimeChunks(ThreadPool& pool, size_t n,
   }
   done.Wait();
   return absl::ToDoubleSeconds(absl::Now() - started);
+}
+
+// The directory of this binary, where the daemons' binaries are too.
+inline std::string BinDir() {
+  return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
 }
 
 inline double Median(std::vector<double> v) {

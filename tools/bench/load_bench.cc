@@ -56,10 +56,6 @@ struct Daemon {
   }
 };
 
-std::string BinDir() {
-  return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
-}
-
 absl::Status Start(Daemon* daemon, std::vector<std::string> args, const std::string& dir,
                    const std::string& name) {
   const std::string ready = absl::StrCat(dir, "/", name, ".addr");

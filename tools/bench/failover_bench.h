@@ -1,0 +1,29 @@
+// strata-bench failover: what replicated chunks cost and what they save. A
+// coordinator and three shard servers run as processes on loopback; two
+// worker threads train a job of one copy per chunk, then one of two copies
+// (Step(GradientFn), the same gradients), and the median steps give the
+// price of the second copy (step_s_replicas_2 over step_s_replicas_1;
+// target <= 1.25). Then one server is SIGKILLed mid-training and never
+// restarted: steps_lost (target 0) and pause_s, from the kill to the next
+// completed step, against its bound -- the coordinator's server timeout
+// (the detection) plus 1 s.
+#ifndef STRATA_TOOLS_BENCH_FAILOVER_BENCH_H_
+#define STRATA_TOOLS_BENCH_FAILOVER_BENCH_H_
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+
+namespace strata {
+
+struct FailoverBenchOptions {
+  uint64_t num_params = uint64_t{16} << 20;
+  int steps = 8;  // timed steps of each job
+  absl::Duration server_timeout = absl::Seconds(1);
+};
+
+absl::StatusOr<nlohmann::json> BenchFailover(const FailoverBenchOptions& options);
+
+}  // namespace strata
+
+#endif  // STRATA_TOOLS_BENCH_FAILOVER_BENCH_H_
