@@ -162,11 +162,13 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // Moves `job_id` onto the live servers from its newest checkpoint, after
   // `why` (for the log); blocks.
   absl::Status MoveJob(const std::string& job_id, const std::string& why);
-  // Takes the copies on lost servers out of `job_id`'s placement, when
-  // every chunk keeps a live copy (its first becomes the primary), and has
-  // the workers re-form on it: no step is lost. FAILED_PRECONDITION naming
-  // a chunk left without a live copy (the job must move instead).
-  absl::Status DropLostCopies(const std::string& job_id, const std::string& why);
+  // Takes the copies on lost servers and on `gone` out of `job_id`'s
+  // placement, when every chunk keeps another copy (its first becomes the
+  // primary), and has the workers re-form on it: no step is lost.
+  // FAILED_PRECONDITION naming a chunk left without a copy (the job must
+  // move instead).
+  absl::Status DropCopies(const std::string& job_id, const std::set<std::string>& gone,
+                          const std::string& why);
   // The highest step a chunk of `job_id` on `addresses` applied (0 when
   // none answers): how far the job got, which the workers' reports
   // (membership's committed step) may lag.
@@ -195,8 +197,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   ThreadPool checkpoint_requests_{2};
   // Why each job could not move yet (monitor thread only): logged when it changes.
   std::map<std::string, std::string> move_failures_;
-  // Jobs a server lost the chunks of, to resume from their checkpoints.
-  absl::flat_hash_set<std::string> emptied_ ABSL_GUARDED_BY(mu_);
+  // Jobs a server lost the chunks of, and those servers: their copies go,
+  // or the jobs resume from their checkpoints.
+  absl::flat_hash_map<std::string, std::set<std::string>> emptied_ ABSL_GUARDED_BY(mu_);
   // Last: stopped (joined) first.
   std::unique_ptr<ServerMonitor> monitor_;
 };

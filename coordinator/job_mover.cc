@@ -50,12 +50,14 @@ void CoordinatorService::OnServerLost(const std::string& address) {
   }
   const std::string why = absl::StrCat("shard server ", address, " is lost");
   for (const std::string& id : affected) {
-    absl::Status dropped = DropLostCopies(id, why);
+    absl::Status dropped = DropCopies(id, {}, why);
     if (absl::IsFailedPrecondition(dropped)) NoteMoveFailure(id, why, MoveJob(id, why));
   }
 }
 
-absl::Status CoordinatorService::DropLostCopies(const std::string& job_id, const std::string& why) {
+absl::Status CoordinatorService::DropCopies(const std::string& job_id,
+                                            const std::set<std::string>& gone,
+                                            const std::string& why) {
   v1::JobInfo kept;
   {
     absl::MutexLock lock(&mu_);
@@ -65,11 +67,12 @@ absl::Status CoordinatorService::DropLostCopies(const std::string& job_id, const
     for (v1::ChunkAssignment& a : *kept.mutable_chunks()) {
       std::vector<std::string> live;
       for (std::string& address : CopiesOf(a)) {
-        if (!monitor_->IsLost(address)) live.push_back(std::move(address));
+        if (!monitor_->IsLost(address) && gone.count(address) == 0)
+          live.push_back(std::move(address));
       }
       if (live.empty()) {
         return absl::FailedPreconditionError(
-            absl::StrCat("chunk ", a.chunk().chunk_id(), " has no copy on a live server"));
+            absl::StrCat("chunk ", a.chunk().chunk_id(), " has no other copy"));
       }
       a.set_server_address(live.front());
       a.mutable_replica_addresses()->Assign(live.begin() + 1, live.end());
@@ -93,15 +96,18 @@ absl::Status CoordinatorService::DropLostCopies(const std::string& job_id, const
 }
 
 void CoordinatorService::RecoverEmptiedJobs() {
-  std::vector<std::string> emptied;
+  std::vector<std::pair<std::string, std::set<std::string>>> emptied;
   {
     absl::MutexLock lock(&mu_);
     emptied.assign(emptied_.begin(), emptied_.end());
   }
-  for (const std::string& id : emptied) {
+  for (const auto& [id, servers] : emptied) {
     const std::string why = "a shard server restarted without its chunks";
-    absl::Status moved = MoveJob(id, why);
-    NoteMoveFailure(id, why, moved);
+    absl::Status moved = DropCopies(id, servers, why);
+    if (absl::IsFailedPrecondition(moved)) {
+      moved = MoveJob(id, why);
+      NoteMoveFailure(id, why, moved);
+    }
     // A deleted job has nothing left to recover.
     if (moved.ok() || absl::IsNotFound(moved)) {
       absl::MutexLock lock(&mu_);
@@ -260,11 +266,12 @@ void CoordinatorService::CheckJobsOn(const std::string& address) {
       const int placed = static_cast<int>(ChunksOn(job, listed.address).size());
       const auto it = held.find(id);
       const int kept = it == held.end() ? 0 : it->second;
-      if (placed > 0 && kept < placed && emptied_.insert(id).second) {
+      if (placed > 0 && kept < placed && emptied_[id].insert(listed.address).second) {
         LogEventCat("coordinator", "job ", id, ": shard server ", listed.address, " holds ", kept,
                     " of its ", placed,
                     " chunk(s) placed there (it restarted without them); "
-                    "the job resumes from its newest checkpoint");
+                    "the job goes on from their other copies, or resumes from its newest "
+                    "checkpoint");
       }
     }
     for (const auto& [id, why] : stale) {

@@ -2,10 +2,14 @@
 // shard server lost for good (SIGKILL, never restarted) during a step costs
 // a replicated job no step -- the coordinator takes the lost copies out of
 // the placement, the workers re-form on the copies left and complete the
-// step there -- and the weights equal an uninterrupted run, bit for bit.
+// step there -- and the weights equal an uninterrupted run, bit for bit;
+// so does a server that restarts at once without its chunks.
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -14,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "strata/client.h"
 #include "testing/job_runner.h"
@@ -23,6 +28,8 @@
 
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
 
 constexpr int64_t kSteps = 20;
 constexpr int64_t kKillDuringStep = 13;
@@ -50,9 +57,10 @@ struct TrainingRun {
 };
 
 // Trains `options`' job to kSteps; during step kKillDuringStep, unless
-// `victim` is null, SIGKILLs it.
-TrainingRun Train(const ClientOptions& options, testing::ServerProcess* victim,
-                  testing::Processes* daemons) {
+// `victim` is null, SIGKILLs it, then runs `after_kill`.
+TrainingRun Train(
+    const ClientOptions& options, testing::ServerProcess* victim, testing::Processes* daemons,
+    const std::function<void()>& after_kill = [] {}) {
   absl::Mutex mu;
   bool killed = false;
   absl::Time killed_at;
@@ -71,6 +79,7 @@ TrainingRun Train(const ClientOptions& options, testing::ServerProcess* victim,
           daemons->Forget(victim->pid);
           killed = true;
           killed_at = absl::Now();
+          after_kill();
         }
       }
       return Compute(batch, c);
@@ -95,23 +104,61 @@ TrainingRun Train(const ClientOptions& options, testing::ServerProcess* victim,
   return run;
 }
 
-TEST(ReplicationTest, AServerLostForGoodCostsAReplicatedJobNoStep) {
-  const testing::ScratchDir scratch("replication");
-  testing::Processes daemons;
-  const std::string coordinator =
-      testing::StartCoordinator(STRATA_BIN_DIR, scratch.path(), &daemons,
-                                {absl::StrCat("--server_timeout_ms=", kServerTimeoutMs)});
-  ASSERT_FALSE(coordinator.empty());
-  std::vector<testing::ServerProcess> servers;
-  for (int i = 0; i < 3; ++i) {
-    servers.push_back(testing::StartServer(STRATA_BIN_DIR, scratch.path(),
-                                           absl::StrCat("server-", i), coordinator,
-                                           {"--host_budget_mib=64"}, &daemons));
-    ASSERT_FALSE(servers.back().address.empty());
+// A coordinator that takes a server for lost after `server_timeout_ms`, and
+// three servers with 64 MiB of host memory, all in a scratch directory.
+class ReplicationTest : public ::testing::Test {
+ protected:
+  void StartCluster(int server_timeout_ms) {
+    coordinator_ =
+        testing::StartCoordinator(STRATA_BIN_DIR, scratch_.path(), &daemons_,
+                                  {absl::StrCat("--server_timeout_ms=", server_timeout_ms)});
+    ASSERT_FALSE(coordinator_.empty());
+    for (int i = 0; i < 3; ++i) {
+      servers_.push_back(StartServer(i, {}));
+      ASSERT_FALSE(servers_.back().address.empty());
+    }
   }
-  const ClientOptions options = Job(coordinator, "replicated", /*replicas=*/2);
-  testing::ServerProcess& victim = servers[1];
-  const TrainingRun run = Train(options, &victim, &daemons);
+  testing::ServerProcess StartServer(int i, const std::vector<std::string>& flags) {
+    std::vector<std::string> all = {"--host_budget_mib=64"};
+    all.insert(all.end(), flags.begin(), flags.end());
+    return testing::StartServer(STRATA_BIN_DIR, scratch_.path(), absl::StrCat("server-", i),
+                                coordinator_, all, &daemons_);
+  }
+
+  // Every step once, none lost, and the master state of an uninterrupted
+  // run of one copy on the servers left.
+  void ExpectNothingLost(const TrainingRun& run) {
+    std::vector<int64_t> want;
+    for (int64_t s = 1; s <= kSteps; ++s) want.push_back(s);
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ(run.steps[rank], want) << "rank " << rank << ": every step once";
+      EXPECT_EQ(run.reforms[rank].steps_lost, 0) << "rank " << rank;
+    }
+    const TrainingRun uninterrupted =
+        Train(Job(coordinator_, "uninterrupted", 1), nullptr, nullptr);
+    EXPECT_EQ(run.master.step, kSteps);
+    EXPECT_EQ(uninterrupted.master.step, kSteps);
+    EXPECT_TRUE(run.master.params == uninterrupted.master.params);
+    EXPECT_TRUE(run.master.exp_avg == uninterrupted.master.exp_avg);
+    EXPECT_TRUE(run.master.exp_avg_sq == uninterrupted.master.exp_avg_sq);
+  }
+
+  std::string CoordinatorLog() const {
+    std::ifstream in(scratch_.path() + "/coordinator.log");
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+
+  const testing::ScratchDir scratch_{"replication"};
+  testing::Processes daemons_;
+  std::string coordinator_;
+  std::vector<testing::ServerProcess> servers_;
+};
+
+TEST_F(ReplicationTest, AServerLostForGoodCostsAReplicatedJobNoStep) {
+  StartCluster(kServerTimeoutMs);
+  testing::ServerProcess& victim = servers_[1];
+  const TrainingRun run =
+      Train(Job(coordinator_, "replicated", /*replicas=*/2), &victim, &daemons_);
   ASSERT_FALSE(::testing::Test::HasFailure());
 
   // Before the kill every chunk had two copies on distinct servers, copy 0
@@ -130,19 +177,12 @@ TEST(ReplicationTest, AServerLostForGoodCostsAReplicatedJobNoStep) {
     victim_held = victim_held || servers_of[0] == victim.address || servers_of[1] == victim.address;
   }
   EXPECT_TRUE(victim_held);
-
-  std::vector<int64_t> want;
-  for (int64_t s = 1; s <= kSteps; ++s) want.push_back(s);
-  for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_EQ(run.steps[rank], want) << "rank " << rank << ": every step once";
-    EXPECT_EQ(run.reforms[rank].steps_lost, 0) << "rank " << rank;
-  }
   std::printf(
       "server lost during step %lld: no step lost, job paused %.2f s (server timeout %d ms)\n",
       static_cast<long long>(kKillDuringStep), run.paused_s, kServerTimeoutMs);
 
   // The copies left are on the live servers, at the last step.
-  auto placement = testing::Placement(coordinator, "replicated");
+  auto placement = testing::Placement(coordinator_, "replicated");
   ASSERT_TRUE(placement.ok()) << placement.status();
   std::set<uint32_t> chunks, primaries;
   for (const v1::PlacementRow& row : placement->rows()) {
@@ -153,13 +193,34 @@ TEST(ReplicationTest, AServerLostForGoodCostsAReplicatedJobNoStep) {
   }
   EXPECT_EQ(primaries, chunks) << "one primary per chunk";
 
-  // An uninterrupted run of one copy, on the servers left: the same bits.
-  const TrainingRun uninterrupted = Train(Job(coordinator, "uninterrupted", 1), nullptr, &daemons);
-  EXPECT_EQ(run.master.step, kSteps);
-  EXPECT_EQ(uninterrupted.master.step, kSteps);
-  EXPECT_TRUE(run.master.params == uninterrupted.master.params);
-  EXPECT_TRUE(run.master.exp_avg == uninterrupted.master.exp_avg);
-  EXPECT_TRUE(run.master.exp_avg_sq == uninterrupted.master.exp_avg_sq);
+  ExpectNothingLost(run);
+}
+
+// A server that restarts at once without its chunks (well within the server
+// timeout, so never declared lost): the coordinator sees it back empty and
+// takes its copies out of the placement instead of resuming the job from a
+// checkpoint (it has none).
+TEST_F(ReplicationTest, AServerBackWithoutItsChunksCostsAReplicatedJobNoStep) {
+  StartCluster(/*server_timeout_ms=*/30000);
+  testing::ServerProcess& victim = servers_[1];
+  const std::string address = victim.address;
+  const TrainingRun run = Train(Job(coordinator_, "replicated", 2), &victim, &daemons_, [&] {
+    victim = StartServer(1, {"--listen=" + address});
+    EXPECT_EQ(victim.address, address);
+  });
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  std::printf("server restarted empty during step %lld: job paused %.2f s\n",
+              static_cast<long long>(kKillDuringStep), run.paused_s);
+  const std::string log = CoordinatorLog();
+  EXPECT_THAT(log, HasSubstr("(it restarted without them)"));
+  EXPECT_THAT(log, HasSubstr("goes on from the other copies of its chunks"));
+  auto placement = testing::Placement(coordinator_, "replicated");
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  for (const v1::PlacementRow& row : placement->rows()) {
+    EXPECT_NE(row.server_address(), address) << "chunk " << row.chunk_id();
+    EXPECT_EQ(row.applied_step(), kSteps) << "chunk " << row.chunk_id();
+  }
+  ExpectNothingLost(run);
 }
 
 }  // namespace
