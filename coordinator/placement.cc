@@ -53,6 +53,7 @@ absl::Status PlaceChunks(const std::vector<v1::ServerRecord>& live,
                                                       " live server(s) are registered"));
   }
   uint64_t job_bytes = 0;
+  std::map<std::string, uint64_t> primary_bytes;  // the job's, per server
   for (v1::ChunkAssignment& a : *job->mutable_chunks()) {
     a.clear_server_address();
     a.clear_replica_addresses();
@@ -81,6 +82,16 @@ absl::Status PlaceChunks(const std::vector<v1::ServerRecord>& live,
         a.add_replica_addresses(best->first);
       }
     }
+    // The copy on the server with the fewest of the job's primary bytes so
+    // far serves the pulls (the first chosen on a tie).
+    for (std::string& replica : *a.mutable_replica_addresses()) {
+      if (primary_bytes[replica] < primary_bytes[a.server_address()]) {
+        std::string primary = a.server_address();
+        a.set_server_address(replica);
+        replica = std::move(primary);
+      }
+    }
+    primary_bytes[a.server_address()] += bytes;
   }
   return absl::OkStatus();
 }

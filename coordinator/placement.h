@@ -23,7 +23,9 @@ uint64_t ServerCapacityBytes(const v1::ServerRecord& server);
 // `placed` on it and of the job's copies placed before) and that hold no
 // other copy of the chunk, the one with the largest fraction of its
 // capacity free takes it, so that servers of about one size take turns
-// whatever their budgets' last bytes; ties go to the smallest address. A job
+// whatever their budgets' last bytes; ties go to the smallest address. Of a
+// chunk's copies, the one on the server with the fewest of the job's
+// primary bytes so far becomes the primary (pulls spread too). A job
 // in `placed` with `job`'s id is not counted (a move places the job anew).
 // FAILED_PRECONDITION when `live` has fewer servers than copies; RESOURCE_EXHAUSTED
 // naming the job, its size and the free bytes when a chunk fits nowhere

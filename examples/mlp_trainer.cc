@@ -34,6 +34,9 @@ ABSL_FLAG(double, weight_decay, 0.0, "AdamW weight decay");
 ABSL_FLAG(double, max_grad_norm, 1.0, "clip the global gradient norm (0: off)");
 ABSL_FLAG(std::string, dtype, "fp16", "fp16 or bf16");
 ABSL_FLAG(uint64_t, chunk_params, 4096, "chunk size in parameters (multiple of 64)");
+ABSL_FLAG(uint32_t, replicas, 1,
+          "copies of each chunk on distinct shard servers (1-3): with 2, a lost server costs "
+          "no step");
 ABSL_FLAG(bool, stream, true,
           "hand the last micro-batch's gradients over tensor by tensor, last layer first "
           "(Client::GradientsReady, the streamed step); false: AccumulateGradients");
@@ -126,6 +129,7 @@ int main(int argc, char** argv) {
                      {"fc2.weight", {d.hidden, d.out}},
                      {"fc2.bias", {d.out}}};
   options.chunk_num_params = absl::GetFlag(FLAGS_chunk_params);
+  options.replicas = absl::GetFlag(FLAGS_replicas);
   options.adam.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   options.adam.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   options.dtype = dtype;

@@ -118,14 +118,25 @@ TEST(PlacementTest, ReplicasGoToDistinctServersAndCountAgainstTheirBudgets) {
     ++copies[c.server_address()];
     ++copies[c.replica_addresses(0)];
   }
-  // 12 copies over three servers of one size: four each, their budgets full.
+  // 12 copies over three servers of one size: four each, their budgets full;
+  // and two primaries each (the pulls spread over the servers).
   EXPECT_EQ(copies, (std::map<std::string, int>{{"a", 4}, {"b", 4}, {"c", 4}}));
+  EXPECT_EQ(ChunksPerServer(job), (std::map<std::string, int>{{"a", 2}, {"b", 2}, {"c", 2}}));
   // Another job's replicas take their bytes: nothing is left for one more chunk.
   v1::JobInfo more = Job("more", 1, kChunkParams);
   absl::Status s = PlaceChunks(
       {Server("a", 4 * kChunkBytes), Server("b", 4 * kChunkBytes), Server("c", 4 * kChunkBytes)},
       {&job}, &more);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+}
+
+TEST(PlacementTest, PrimariesSpreadOverServersHoldingEveryCopy) {
+  // Two servers, two copies: each holds every chunk; each serves half the pulls.
+  v1::JobInfo job = Job("j", 4, kChunkParams);
+  job.mutable_spec()->set_replicas(2);
+  ASSERT_TRUE(
+      PlaceChunks({Server("a", 8 * kChunkBytes), Server("b", 8 * kChunkBytes)}, {}, &job).ok());
+  EXPECT_EQ(ChunksPerServer(job), (std::map<std::string, int>{{"a", 2}, {"b", 2}}));
 }
 
 TEST(PlacementTest, MoreReplicasThanLiveServersIsAFailedPrecondition) {
