@@ -4,9 +4,6 @@
 // the placement, the workers re-form on the copies left and complete the
 // step there -- and the weights equal an uninterrupted run, bit for bit;
 // so does a server that restarts at once without its chunks.
-#include <signal.h>
-#include <sys/wait.h>
-
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -16,8 +13,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "strata/client.h"
@@ -25,6 +20,7 @@
 #include "testing/placement.h"
 #include "testing/processes.h"
 #include "testing/scratch_dir.h"
+#include "testing/server_kill.h"
 
 namespace strata {
 namespace {
@@ -48,60 +44,22 @@ ClientOptions Job(const std::string& coordinator, const std::string& job_id, uin
 
 constexpr auto Compute = testing::ParamDependentGradient;
 
-struct TrainingRun {
-  std::vector<std::vector<int64_t>> steps{2};  // completed, per rank
-  std::vector<ReformStats> reforms{2};         // the last re-forming, per rank
-  double paused_s = 0;                         // from the kill to the next step completed (rank 0)
-  MasterState master;
-  v1::GetPlacementResponse placement_before_kill;
-};
-
 // Trains `options`' job to kSteps; during step kKillDuringStep, unless
-// `victim` is null, SIGKILLs it, then runs `after_kill`.
-TrainingRun Train(
+// `victim` is null, SIGKILLs it, then runs `after_kill`. `placement`, if
+// set, gets the job's placement just before the kill.
+testing::KilledRun Train(
     const ClientOptions& options, testing::ServerProcess* victim, testing::Processes* daemons,
+    v1::GetPlacementResponse* placement = nullptr,
     const std::function<void()>& after_kill = [] {}) {
-  absl::Mutex mu;
-  bool killed = false;
-  absl::Time killed_at;
-  TrainingRun run;
-  testing::RunClients(options, [&](Client& client) {
-    const int rank = client.rank();
-    auto compute = [&](const MicroBatch& batch, Client& c) {
-      {
-        absl::MutexLock lock(&mu);
-        if (victim != nullptr && batch.step == kKillDuringStep && !killed) {
-          auto placement = testing::Placement(options.coordinator_address, options.job_id);
-          EXPECT_TRUE(placement.ok()) << placement.status();
-          if (placement.ok()) run.placement_before_kill = *std::move(placement);
-          kill(victim->pid, SIGKILL);
-          waitpid(victim->pid, nullptr, 0);
-          daemons->Forget(victim->pid);
-          killed = true;
-          killed_at = absl::Now();
-          after_kill();
-        }
-      }
-      return Compute(batch, c);
-    };
-    while (client.step() < kSteps) {
-      absl::StatusOr<StepResult> result = client.Step(compute);
-      ASSERT_TRUE(result.ok()) << result.status();
-      run.steps[rank].push_back(result->step);
-      absl::MutexLock lock(&mu);
-      if (killed && run.paused_s == 0 && rank == 0) {
-        run.paused_s = absl::ToDoubleSeconds(absl::Now() - killed_at);
-      }
-    }
-    run.reforms[rank] = client.last_reform();
-    if (rank == 0) {
-      auto state = client.ReadMasterState();
-      ASSERT_TRUE(state.ok()) << state.status();
-      run.master = *std::move(state);
-    }
-  });
-  EXPECT_EQ(killed, victim != nullptr);
-  return run;
+  testing::ServerKill kill{victim, daemons, kKillDuringStep};
+  kill.before = [&] {
+    if (placement == nullptr) return;
+    auto got = testing::Placement(options.coordinator_address, options.job_id);
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (got.ok()) *placement = *std::move(got);
+  };
+  kill.after = after_kill;
+  return testing::TrainThroughAKill(options, kSteps, Compute, kill);
 }
 
 // A coordinator that takes a server for lost after `server_timeout_ms`, and
@@ -127,14 +85,14 @@ class ReplicationTest : public ::testing::Test {
 
   // Every step once, none lost, and the master state of an uninterrupted
   // run of one copy on the servers left.
-  void ExpectNothingLost(const TrainingRun& run) {
+  void ExpectNothingLost(const testing::KilledRun& run) {
     std::vector<int64_t> want;
     for (int64_t s = 1; s <= kSteps; ++s) want.push_back(s);
     for (int rank = 0; rank < 2; ++rank) {
       EXPECT_EQ(run.steps[rank], want) << "rank " << rank << ": every step once";
       EXPECT_EQ(run.reforms[rank].steps_lost, 0) << "rank " << rank;
     }
-    const TrainingRun uninterrupted =
+    const testing::KilledRun uninterrupted =
         Train(Job(coordinator_, "uninterrupted", 1), nullptr, nullptr);
     EXPECT_EQ(run.master.step, kSteps);
     EXPECT_EQ(uninterrupted.master.step, kSteps);
@@ -157,14 +115,15 @@ class ReplicationTest : public ::testing::Test {
 TEST_F(ReplicationTest, AServerLostForGoodCostsAReplicatedJobNoStep) {
   StartCluster(kServerTimeoutMs);
   testing::ServerProcess& victim = servers_[1];
-  const TrainingRun run =
-      Train(Job(coordinator_, "replicated", /*replicas=*/2), &victim, &daemons_);
+  v1::GetPlacementResponse before_kill;
+  const testing::KilledRun run =
+      Train(Job(coordinator_, "replicated", /*replicas=*/2), &victim, &daemons_, &before_kill);
   ASSERT_FALSE(::testing::Test::HasFailure());
 
   // Before the kill every chunk had two copies on distinct servers, copy 0
   // the primary, and the victim held some.
   std::map<uint32_t, std::vector<std::string>> copies;
-  for (const v1::PlacementRow& row : run.placement_before_kill.rows()) {
+  for (const v1::PlacementRow& row : before_kill.rows()) {
     auto& servers_of = copies[row.chunk_id()];
     EXPECT_EQ(row.copy(), servers_of.size()) << "chunk " << row.chunk_id();
     servers_of.push_back(row.server_address());
@@ -204,10 +163,11 @@ TEST_F(ReplicationTest, AServerBackWithoutItsChunksCostsAReplicatedJobNoStep) {
   StartCluster(/*server_timeout_ms=*/30000);
   testing::ServerProcess& victim = servers_[1];
   const std::string address = victim.address;
-  const TrainingRun run = Train(Job(coordinator_, "replicated", 2), &victim, &daemons_, [&] {
-    victim = StartServer(1, {"--listen=" + address});
-    EXPECT_EQ(victim.address, address);
-  });
+  const testing::KilledRun run = Train(Job(coordinator_, "replicated", 2), &victim, &daemons_,
+                                       /*placement=*/nullptr, [&] {
+                                         victim = StartServer(1, {"--listen=" + address});
+                                         EXPECT_EQ(victim.address, address);
+                                       });
   ASSERT_FALSE(::testing::Test::HasFailure());
   std::printf("server restarted empty during step %lld: job paused %.2f s\n",
               static_cast<long long>(kKillDuringStep), run.paused_s);

@@ -7,7 +7,6 @@
 // taken out of service until it heals.
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 
 #include <cerrno>
 #include <cstring>
@@ -17,7 +16,6 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "coordinator/checkpoint_store.h"
 #include "gmock/gmock.h"
@@ -31,6 +29,7 @@
 #include "testing/placement.h"
 #include "testing/processes.h"
 #include "testing/scratch_dir.h"
+#include "testing/server_kill.h"
 
 namespace strata {
 namespace {
@@ -73,74 +72,36 @@ Cluster StartCluster(const std::string& dir, int server_timeout_ms, int num_serv
   return cluster;
 }
 
-// What a job of two workers saw when a server was SIGKILLed during step 13.
-struct KilledRun {
-  std::vector<std::vector<int64_t>> steps{2};  // completed, per rank
-  std::vector<ReformStats> reforms{2};         // the last re-forming, per rank
-  double paused_s = 0;                         // from the kill to the next step completed (rank 0)
-  MasterState master;                          // at the end
-};
-
 // Trains job "failover" (checkpoints every 5 steps into `checkpoints`) to
 // step 20 with two workers; during step 13 the victim is SIGKILLed, then
 // `after_kill()` runs.
-KilledRun TrainThroughAKill(const std::string& coordinator, const std::string& checkpoints,
-                            testing::ServerProcess* victim, testing::Processes* daemons,
-                            const std::function<void()>& after_kill) {
+testing::KilledRun TrainThroughAKill(const std::string& coordinator, const std::string& checkpoints,
+                                     testing::ServerProcess* victim, testing::Processes* daemons,
+                                     const std::function<void()>& after_kill) {
   ClientOptions o = Job(coordinator, "failover");
   o.checkpoint_every_steps = kCheckpointEvery;
   o.checkpoint_dir = checkpoints;
   const uint64_t n = FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params();
   o.initial_params = testing::InitialParams(n);
-  absl::Mutex mu;
-  bool killed = false;
-  absl::Time killed_at;
-  KilledRun run;
-  testing::RunClients(o, [&](Client& client) {
-    const int rank = client.rank();
-    auto compute = [&](const MicroBatch& batch, Client& c) {
-      // Step 11 waits for the checkpoint of step 10 (its directory appears
-      // once complete), so that the job cannot pass step 10 before it is armed.
-      for (int i = 0; batch.step == 11 && i < 600 &&
-                      !std::filesystem::exists(CheckpointPath(checkpoints, "failover", 10));
-           ++i) {
-        absl::SleepFor(absl::Milliseconds(50));
-      }
-      absl::MutexLock lock(&mu);
-      if (batch.step == kKillDuringStep && !killed) {
-        kill(victim->pid, SIGKILL);
-        waitpid(victim->pid, nullptr, 0);
-        daemons->Forget(victim->pid);
-        killed = true;
-        killed_at = absl::Now();
-        after_kill();
-      }
-      return Compute(batch, c);
-    };
-    while (client.step() < kSteps) {
-      absl::StatusOr<StepResult> result = client.Step(compute);
-      ASSERT_TRUE(result.ok()) << result.status();
-      run.steps[rank].push_back(result->step);
-      absl::MutexLock lock(&mu);
-      if (killed && run.paused_s == 0 && rank == 0) {
-        run.paused_s = absl::ToDoubleSeconds(absl::Now() - killed_at);
-      }
+  auto compute = [&](const MicroBatch& batch, Client& c) {
+    // Step 11 waits for the checkpoint of step 10 (its directory appears
+    // once complete), so that the job cannot pass step 10 before it is armed.
+    for (int i = 0; batch.step == 11 && i < 600 &&
+                    !std::filesystem::exists(CheckpointPath(checkpoints, "failover", 10));
+         ++i) {
+      absl::SleepFor(absl::Milliseconds(50));
     }
-    run.reforms[rank] = client.last_reform();
-    if (rank == 0) {
-      auto state = client.ReadMasterState();
-      ASSERT_TRUE(state.ok()) << state.status();
-      run.master = *std::move(state);
-    }
-  });
-  EXPECT_TRUE(killed);
-  return run;
+    return Compute(batch, c);
+  };
+  testing::ServerKill kill{victim, daemons, kKillDuringStep};
+  kill.after = after_kill;
+  return testing::TrainThroughAKill(o, kSteps, compute, kill);
 }
 
 // Steps 1..12, then back to the checkpoint's step 10: 11..20 again, two
 // completed steps lost; the result equals a job restored from the step-10
 // checkpoint and trained to step 20.
-void ExpectResumedFromStep10(const KilledRun& run, const std::string& coordinator,
+void ExpectResumedFromStep10(const testing::KilledRun& run, const std::string& coordinator,
                              const std::string& checkpoints) {
   std::vector<int64_t> want;
   for (int64_t s = 1; s < kKillDuringStep; ++s) want.push_back(s);
@@ -185,7 +146,8 @@ TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
   for (const testing::ServerProcess& server : cluster.servers) ASSERT_FALSE(server.address.empty());
   const std::string checkpoints = dir + "/checkpoints";
   testing::ServerProcess& victim = cluster.servers[1];
-  const KilledRun run = TrainThroughAKill(coordinator, checkpoints, &victim, &daemons, [] {});
+  const testing::KilledRun run =
+      TrainThroughAKill(coordinator, checkpoints, &victim, &daemons, [] {});
   ASSERT_FALSE(::testing::Test::HasFailure());
 
   // Every chunk now lives on a live server, at step 20.
@@ -238,11 +200,12 @@ TEST(ServerFailureTest, AServerBackWithoutItsChunksHasTheJobResumeFromItsCheckpo
   const std::string checkpoints = dir + "/checkpoints";
   testing::ServerProcess& victim = cluster.servers[1];
   const std::string address = victim.address;
-  const KilledRun run = TrainThroughAKill(coordinator, checkpoints, &victim, &daemons, [&] {
-    victim = testing::StartServer(STRATA_BIN_DIR, dir, "server-1", coordinator,
-                                  {"--host_budget_mib=64", "--listen=" + address}, &daemons);
-    EXPECT_EQ(victim.address, address);
-  });
+  const testing::KilledRun run =
+      TrainThroughAKill(coordinator, checkpoints, &victim, &daemons, [&] {
+        victim = testing::StartServer(STRATA_BIN_DIR, dir, "server-1", coordinator,
+                                      {"--host_budget_mib=64", "--listen=" + address}, &daemons);
+        EXPECT_EQ(victim.address, address);
+      });
   ASSERT_FALSE(::testing::Test::HasFailure());
   auto placement = testing::Placement(coordinator, "failover");
   ASSERT_TRUE(placement.ok()) << placement.status();
