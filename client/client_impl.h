@@ -198,6 +198,14 @@ class ClientImpl : public Client {
   // One try of Reform() from `started`: forms the group of the first
   // generation newer than `*than` (which it sets to that generation).
   absl::Status ReformOnce(uint64_t* than, absl::Time started, absl::Time deadline);
+  // Cuts the buffers for the group just formed (rank_, world_size_): the
+  // padded space, the parameters held, the buckets, the gradient memory
+  // and the slice's pieces.
+  void CutBuffers();
+  // With the group just formed: the step every chunk has applied and the
+  // loss scale, as rank 0 sees them (written first when the job is new);
+  // the scaler takes the scale.
+  absl::StatusOr<int64_t> AgreeOnStep(absl::Time deadline);
   // The generation carries a newer placement: waits (until `deadline`) for
   // the coordinator's JobInfo with it and takes it.
   absl::Status FollowPlacement(absl::Time deadline);

@@ -113,6 +113,27 @@ absl::Status ClientImpl::ReformOnce(uint64_t* than, absl::Time started, absl::Ti
   if (generation_.placement_version() != transport_.job().placement_version()) {
     RETURN_IF_ERROR(FollowPlacement(deadline));
   }
+  CutBuffers();
+  ASSIGN_OR_RETURN(const int64_t step, AgreeOnStep(deadline));
+  RETURN_IF_ERROR(collective_->Barrier());
+  const absl::Time pull_started = absl::Now();
+  RETURN_IF_ERROR(PushPull(step, /*push=*/nullptr));
+  if (!on_demand()) {
+    RETURN_IF_ERROR(collective_->AllGather(options_.dtype, params_.data(), padded_num_params_));
+  }
+  const absl::Time done = absl::Now();
+  reform_stats_.count++;
+  reform_stats_.generation = generation_.number();
+  reform_stats_.seconds = absl::ToDoubleSeconds(done - started);
+  reform_stats_.param_pull_seconds = absl::ToDoubleSeconds(done - pull_started);
+  reform_stats_.steps_lost = std::max<int64_t>(step_ - step, 0);
+  step_ = step;
+  broken_ = false;
+  membership_->Running(generation_, step_);
+  return absl::OkStatus();
+}
+
+void ClientImpl::CutBuffers() {
   // Accumulated gradients keep their flat positions in the new world's buffer.
   padded_num_params_ = layout_.PaddedNumParams(world_size_);
   const FlatRange slice = layout_.WorkerSlice(rank_, world_size_);
@@ -128,7 +149,9 @@ absl::Status ClientImpl::ReformOnce(uint64_t* than, absl::Time started, absl::Ti
       slice_pieces_.push_back(std::move(piece));
     }
   }
+}
 
+absl::StatusOr<int64_t> ClientImpl::AgreeOnStep(absl::Time deadline) {
   // Rank 0 decides the step and the loss scale; the others take its view.
   // state = {step, step is fresh, loss scale, good steps, scaler known}
   double state[5] = {0, 0, 0, 0, 0};
@@ -161,22 +184,7 @@ absl::Status ClientImpl::ReformOnce(uint64_t* than, absl::Time started, absl::Ti
   if (state[1] > 0 && rank_ == 0 && !options_.initial_params.empty()) {
     RETURN_IF_ERROR(WriteInitialParams());
   }
-  RETURN_IF_ERROR(collective_->Barrier());
-  const absl::Time pull_started = absl::Now();
-  RETURN_IF_ERROR(PushPull(step, /*push=*/nullptr));
-  if (!on_demand()) {
-    RETURN_IF_ERROR(collective_->AllGather(options_.dtype, params_.data(), padded_num_params_));
-  }
-  const absl::Time done = absl::Now();
-  reform_stats_.count++;
-  reform_stats_.generation = generation_.number();
-  reform_stats_.seconds = absl::ToDoubleSeconds(done - started);
-  reform_stats_.param_pull_seconds = absl::ToDoubleSeconds(done - pull_started);
-  reform_stats_.steps_lost = std::max<int64_t>(step_ - step, 0);
-  step_ = step;
-  broken_ = false;
-  membership_->Running(generation_, step_);
-  return absl::OkStatus();
+  return step;
 }
 
 absl::Status ClientImpl::FollowPlacement(absl::Time deadline) {

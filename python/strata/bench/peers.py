@@ -24,7 +24,9 @@ strata_step_s, ddp_step_s, zero_step_s, overhead_over_compute (strata's step
 over the forward+backward alone, minus 1), strata_optimizer_s,
 zero_optimizer_s, ddp_optimizer_s, the ratios, each system's CPU seconds per
 step of a worker (rank 0), and where strata's step goes (forward/backward,
-gradient copy, collectives, push/pull with the servers' apply, parameter
+gradient copy, collectives -- reduce-scatter and norm; a replicated job's
+all-gather runs after the client's step returns and counts in the copy-back
+that waits for it --, push/pull with the servers' apply, parameter
 copy-back). A step is the median over --steps steps after --warmup.
 """
 
