@@ -210,7 +210,7 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   client->reset();
   cluster->reset();
 
-  absl::StatusOr<double> fio_write = Fio(o.dir, "write", uint64_t{1} << 20, 32);
+  absl::StatusOr<double> fio_write = Fio(o.dir, "write", uint64_t{2} << 30, uint64_t{1} << 20, 32);
   std::filesystem::remove(std::filesystem::path(o.dir) / "strata-fio.data", ignored);
   std::filesystem::remove_all(dir, ignored);
   if (!fio_write.ok()) return fio_write.status();

@@ -6,12 +6,15 @@
 #include "nlohmann/json.hpp"
 
 namespace strata {
+namespace {
 
-absl::StatusOr<double> Fio(const std::string& dir, const std::string& rw, uint64_t io_bytes,
-                           unsigned queue_depth) {
+// fio's JSON report of one job on dir/strata-fio.data with `args` added.
+absl::StatusOr<nlohmann::json> RunFio(const std::string& dir, uint64_t file_bytes,
+                                      uint64_t io_bytes, unsigned queue_depth,
+                                      const std::string& args) {
   std::string command = absl::StrCat(
-      "fio --name=strata --directory=", dir, " --filename=strata-fio.data --size=2G",
-      " --bs=", io_bytes, " --iodepth=", queue_depth, " --ioengine=io_uring --direct=1 --rw=", rw,
+      "fio --name=strata --directory=", dir, " --filename=strata-fio.data --size=", file_bytes,
+      " --bs=", io_bytes, " --iodepth=", queue_depth, " --ioengine=io_uring --direct=1 ", args,
       " --runtime=4 --time_based --output-format=json 2>/dev/null");
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return absl::FailedPreconditionError("cannot run fio");
@@ -27,7 +30,25 @@ absl::StatusOr<double> Fio(const std::string& dir, const std::string& rw, uint64
   if (result.is_discarded() || !result.contains("jobs")) {
     return absl::InternalError("fio printed no JSON");
   }
-  return result["jobs"][0][rw]["bw_bytes"].get<double>() / 1e9;
+  return result["jobs"][0];
+}
+
+}  // namespace
+
+absl::StatusOr<double> Fio(const std::string& dir, const std::string& rw, uint64_t file_bytes,
+                           uint64_t io_bytes, unsigned queue_depth) {
+  absl::StatusOr<nlohmann::json> job = RunFio(dir, file_bytes, io_bytes, queue_depth, "--rw=" + rw);
+  if (!job.ok()) return job.status();
+  return (*job)[rw]["bw_bytes"].get<double>() / 1e9;
+}
+
+absl::StatusOr<FioMixed> FioReadWrite(const std::string& dir, uint64_t file_bytes,
+                                      uint64_t io_bytes, unsigned queue_depth) {
+  absl::StatusOr<nlohmann::json> job =
+      RunFio(dir, file_bytes, io_bytes, queue_depth, "--rw=rw --rwmixread=50 --sync=dsync");
+  if (!job.ok()) return job.status();
+  return FioMixed{(*job)["read"]["bw_bytes"].get<double>() / 1e9,
+                  (*job)["write"]["bw_bytes"].get<double>() / 1e9};
 }
 
 }  // namespace strata

@@ -1,5 +1,6 @@
-// fio, the disk's limit for the strata-bench commands that do I/O: sequential
-// direct I/O (io_uring engine) on a 2 GiB file in a directory. Stateless.
+// fio, the disk's limit for the strata-bench commands that do I/O: direct
+// I/O (io_uring engine) on a file in a directory, sequential reads or
+// writes, or both at once as the NVMe tier does them. Stateless.
 #ifndef STRATA_TOOLS_BENCH_FIO_H_
 #define STRATA_TOOLS_BENCH_FIO_H_
 
@@ -10,12 +11,23 @@
 
 namespace strata {
 
-// fio's bandwidth in GB/s for `rw` ("read" or "write") in `dir`, with
-// `io_bytes` per I/O and `queue_depth` in flight, over 4 s. A read needs the
-// file a write left (the caller removes dir/strata-fio.data when done).
+// fio's bandwidth in GB/s for `rw` ("read" or "write") in `dir`, on a file
+// of `file_bytes`, with `io_bytes` per I/O and `queue_depth` in flight, over
+// 4 s. A read needs the file a write left (the caller removes
+// dir/strata-fio.data when done).
 // FAILED_PRECONDITION when fio fails or is missing.
-absl::StatusOr<double> Fio(const std::string& dir, const std::string& rw, uint64_t io_bytes,
-                           unsigned queue_depth);
+absl::StatusOr<double> Fio(const std::string& dir, const std::string& rw, uint64_t file_bytes,
+                           uint64_t io_bytes, unsigned queue_depth);
+
+// Reads and writes at once, half each, on the file a write left: the read
+// and the write bandwidth in GB/s, writes durable when they complete
+// (O_DSYNC, as the NVMe tier's RWF_DSYNC writes).
+struct FioMixed {
+  double read_GBps = 0;
+  double write_GBps = 0;
+};
+absl::StatusOr<FioMixed> FioReadWrite(const std::string& dir, uint64_t file_bytes,
+                                      uint64_t io_bytes, unsigned queue_depth);
 
 }  // namespace strata
 

@@ -1,8 +1,11 @@
 // strata-bench nvme-step: a shard server's whole step over chunks on the
 // NVMe tier in DIR (read p, m, v; apply; write back;
 // tools/bench/server_step_rig.h), against fio on the same directory with the
-// same I/O size and queue depth, in the same run: the bound is
-// 1 / (12 / fio_read + 12 / fio_write) parameters per second. With
+// same I/O size and queue depth, in the same run, reading and writing at
+// once (half each, durable writes, on a file written first; the better of
+// a run before the steps and one after): the bound is
+// (mixed_read + mixed_write) / bytes_per_param parameters per second, with
+// the bytes a step reads and writes taken from the tier's counters. With
 // host_params M, also a step over M parameters of host-tier chunks on a pool
 // of its own (as a server's host executor), alone and while the NVMe steps
 // run: how much an NVMe tier holding other chunks slows the host-tier step
