@@ -63,11 +63,6 @@ void GradientMemory::Clear() {
   }
 }
 
-uint64_t GradientMemory::held_bytes() const {
-  absl::MutexLock lock(&mu_);
-  return held_bytes_;
-}
-
 uint64_t GradientMemory::peak_bytes() const {
   absl::MutexLock lock(&mu_);
   return peak_bytes_;

@@ -65,8 +65,7 @@ class GradientMemory {
   // Zeros for the next step; sharded, the whole and bucket buffers go.
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Bytes held now, and the most held at once since construction.
-  uint64_t held_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The most bytes held at once since construction.
   uint64_t peak_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -21,12 +21,15 @@ void PushStream::Send(const Piece& piece, const uint8_t* grads) {
   request.set_flat_begin(piece.begin);
   request.set_num_params(piece.n);
   request.set_dtype(DTypeToProto(round_.dtype));
+  // One serialization for every copy: the calls share its slices.
+  const grpc::ByteBuffer buffer =
+      PushRequestBuffer(request, grads, piece.n * DTypeSize(round_.dtype));
   absl::MutexLock lock(&mu_);
   for (const ServerStubs& server : piece.copies) {
     Call& call = calls_.emplace_back();
     ++pending_;
     call.context.set_deadline(absl::ToChronoTime(round_.deadline));
-    call.request = PushRequestBuffer(request, grads, piece.n * DTypeSize(round_.dtype));
+    call.request = buffer;
     server.generic->UnaryCall(&call.context, kPushMethod, grpc::StubOptions(), &call.request,
                               &call.response,
                               [this, address = server.address](grpc::Status status) {

@@ -89,9 +89,8 @@ absl::Status CoordinatorService::DropCopies(const std::string& job_id,
       membership_->ChunksMoved(job_id, kept.placement_version(), summary.committed_step())
           .status());
   LogEventCat("coordinator", "job ", job_id, " (", why,
-              "): goes on from the other copies of its "
-              "chunks on ",
-              ServersOf(kept).size(), " live shard server(s); no step lost");
+              "): goes on from the other copies of its chunks on ", ServersOf(kept).size(),
+              " live shard server(s); no step lost");
   return absl::OkStatus();
 }
 
