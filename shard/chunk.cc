@@ -117,6 +117,12 @@ absl::StatusOr<bool> Chunk::EnterRound(int64_t step, PushRound round,
                                            applied_step_, "; step ", step, " is ",
                                            step < applied_step_ ? "old" : "future"));
   }
+  if (round.generation < min_generation_) {
+    return absl::AbortedError(absl::StrCat("step ", step, " of generation ", round.generation,
+                                           " to chunk ", chunk_id_, " of job ", job_id_,
+                                           ": the chunk takes generation ", min_generation_,
+                                           " on; re-form first"));
+  }
   const bool has_round = !staged_.empty() || committed_.has_value();
   if (has_round && round < staged_round_) {
     return absl::AbortedError(absl::StrCat(
@@ -397,7 +403,13 @@ absl::Status Chunk::WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, con
 }
 
 absl::Status Chunk::WriteState(uint64_t begin, const float* p, const float* m, const float* v,
-                               uint64_t n, int64_t step) {
+                               uint64_t n, int64_t step, absl::string_view previous) {
+  const size_t esize = DTypeSize(dtype_);
+  if (!previous.empty() && (previous.size() != n * esize || step < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("previous_params: ", previous.size(), " bytes at step ", step,
+                     "; the copy of the step before a step >= 1 has ", n * esize));
+  }
   {
     absl::MutexLock lock(&mu_);
     if (applied_any_ || applying_ || !staged_.empty() ||
@@ -408,7 +420,12 @@ absl::Status Chunk::WriteState(uint64_t begin, const float* p, const float* m, c
                        "; its state can be written only before the first push, at one step"));
     }
     applied_step_ = step;
-    previous_copy_valid_ = false;
+    if (!previous.empty()) {
+      std::memcpy(copy(step - 1) + (begin - range_.begin) * esize, previous.data(),
+                  previous.size());
+      previous_written_ += n;
+    }
+    previous_copy_valid_ = previous_written_ == range_.size();
   }
   return WriteAndCommit(begin, n, step, p, [&](const StateView& view, uint64_t offset) {
     std::memcpy(view.p + offset, p, n * sizeof(float));
@@ -428,6 +445,30 @@ absl::StatusOr<int64_t> Chunk::ReadState(uint64_t begin, uint64_t n, float* p_ou
   std::memcpy(v_out, view.v + offset, n * sizeof(float));
   state_->Release(loaded);
   return applied_step();
+}
+
+absl::StatusOr<int64_t> Chunk::Fence(uint64_t generation, absl::Time deadline) {
+  std::map<uint64_t, StagedPush> superseded;
+  int64_t step;
+  {
+    absl::MutexLock lock(&mu_);
+    min_generation_ = std::max(min_generation_, generation);
+    const bool has_round = !staged_.empty() || committed_.has_value();
+    if (!applying_ && has_round && staged_round_.generation < generation) {
+      superseded.swap(staged_);
+      staged_params_ = 0;
+      committed_.reset();
+    }
+    step = applied_step_ + 1;
+    const absl::Condition idle(+[](bool* applying) { return !*applying; }, &applying_);
+    if (!mu_.AwaitWithDeadline(idle, deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
+                                                      " is still applying step ", step));
+    }
+    step = applied_step_;
+  }
+  EndSuperseded(std::move(superseded), step + 1, PushRound{generation, 0});
+  return step;
 }
 
 void Chunk::FailWaiters(const absl::Status& status) {

@@ -175,14 +175,25 @@ class Chunk {
   // Sets p, m, v of [begin, begin + n) and the applied step to `step`, before
   // any push: FAILED_PRECONDITION once a step was pushed or applied, or when
   // the chunk was written at another step; the tier's error otherwise.
+  // `previous` (empty, or n values of the job's dtype): the range's copy of
+  // step - 1, pullable once every range of the chunk was written with one
+  // (a replica seeded from a chunk that may have to serve a torn step's
+  // recompute); INVALID_ARGUMENT for another size or at step 0.
   absl::Status WriteState(uint64_t begin, const float* p, const float* m, const float* v,
-                          uint64_t n, int64_t step);
+                          uint64_t n, int64_t step, absl::string_view previous = {});
   // Copies p, m, v of [begin, begin + n) out (waiting out an Apply() in
   // progress); returns the applied step they hold, or the tier's error.
   absl::StatusOr<int64_t> ReadState(uint64_t begin, uint64_t n, float* p, float* m, float* v);
   // Ends every waiting pull and every staged push with `status` (shutdown,
   // job dropped); the staged step can then be pushed again.
   void FailWaiters(const absl::Status& status);
+  // From now on pushes and commits of generations before `generation` are
+  // ABORTED (the job's copies are about to change: its workers re-form);
+  // staged pushes of such a generation end ABORTED. Returns once no step
+  // is being applied, with the applied step, which nothing but a push of
+  // `generation` or later can change; DEADLINE_EXCEEDED when an apply
+  // outlasts `deadline`.
+  absl::StatusOr<int64_t> Fence(uint64_t generation, absl::Time deadline);
 
   // Keeps the state of `step` for SaveCheckpoint() to write to `path`,
   // without stopping training: a host-tier chunk's updates past `step` go to
@@ -322,6 +333,10 @@ class Chunk {
   int64_t applied_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool applying_ ABSL_GUARDED_BY(mu_) = false;
   bool applied_any_ ABSL_GUARDED_BY(mu_) = false;  // Apply() succeeded once
+  // The oldest generation whose pushes and commits the chunk takes (Fence).
+  uint64_t min_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // Params of the chunk whose copy of the step before WriteState()'s was written.
+  uint64_t previous_written_ ABSL_GUARDED_BY(mu_) = 0;
   // Whether copy(applied_step_ - 1) holds that step's parameters.
   bool previous_copy_valid_ ABSL_GUARDED_BY(mu_) = false;
   // Pushes staged for step applied_step_ + 1 in staged_round_, by begin, and

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -125,15 +126,6 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   ASSIGN_OR_RETURN(FlatLayout layout, ValidateJobSpec(request.spec()));
   ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request.spec().dtype()));
   const std::string& job_id = request.spec().job_id();
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(ServingStatus());
-  if (auto it = jobs_.find(job_id); it != jobs_.end()) {
-    if (it->second->record.SerializeAsString() == request.SerializeAsString()) {
-      return absl::OkStatus();  // a retry
-    }
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", job_id, "' already has other chunks on this shard server"));
-  }
   for (int i = 0; i < request.chunks_size(); ++i) {
     const v1::ChunkSpec& c = request.chunks(i);
     if (i > 0 && c.chunk_id() <= request.chunks(i - 1).chunk_id()) {
@@ -149,9 +141,33 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
                                                      ") is not a chunk of job '", job_id, "'"));
     }
   }
-  auto job = std::make_shared<Job>();
-  job->record = request;
-  job->dtype = dtype;
+  std::vector<std::shared_ptr<Chunk>> kept, dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(ServingStatus());
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return AddNewJob(request, layout, dtype);
+    if (it->second->record.SerializeAsString() == request.SerializeAsString()) {
+      return absl::OkStatus();  // a retry
+    }
+    RETURN_IF_ERROR(Reallocate(request, layout, dtype, it->second.get(), &dropped));
+    for (const auto& [begin, chunk] : it->second->chunks_by_begin) kept.push_back(chunk);
+  }
+  const absl::Status status = absl::AbortedError(
+      absl::StrCat("job '", job_id, "': the chunk left this shard server"));
+  for (const auto& chunk : dropped) {
+    chunk->FailWaiters(status);
+    chunk->CancelCheckpoint();
+  }
+  const absl::Time deadline = absl::Now() + kMaxFenceWait;
+  for (const auto& chunk : kept) {
+    RETURN_IF_ERROR(chunk->Fence(request.min_generation(), deadline).status());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardService::PlaceAll(const v1::AllocateChunksRequest& request,
+                                    const FlatLayout& layout, DType dtype, Job* job) {
   // The fastest tier first: every state in GPU memory while it lasts, then
   // host memory, if all fit there; else the NVMe staging buffers first, GPU
   // and host memory while they last, the rest on NVMe. (Not tried when the
@@ -165,27 +181,36 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   if (gpu_ != nullptr) memory_free_bytes += gpu_->budget_bytes() - gpu_->used_bytes();
   absl::Status placed =
       all_bytes <= memory_free_bytes
-          ? PlaceChunks(request, layout, dtype, nullptr, job.get())
+          ? PlaceChunks(request, layout, dtype, nullptr, job)
           : absl::ResourceExhaustedError("the chunks' states do not fit in memory");
   if (!placed.ok() && nvme_ != nullptr) {
     absl::StatusOr<std::unique_ptr<StagingPool>> staging = MakeStagingPool(request.spec());
-    placed = staging.ok() ? PlaceChunks(request, layout, dtype, *std::move(staging), job.get())
+    placed = staging.ok() ? PlaceChunks(request, layout, dtype, *std::move(staging), job)
                           : staging.status();
   }
   for (auto& [begin, chunk] : job->chunks_by_begin) {
     if (placed.ok()) placed = chunk->WriteRecord();
   }
-  if (!placed.ok()) {
-    std::string free;
-    for (Tier* tier : Tiers()) {
-      absl::StrAppend(&free, free.empty() ? "" : ", ", TierKindName(tier->kind()), " tier ",
-                      tier->budget_bytes() - tier->used_bytes(), " of ", tier->budget_bytes(),
-                      " bytes free");
-    }
-    return absl::ResourceExhaustedError(absl::StrCat("job '", job_id, "' (", request.chunks_size(),
-                                                     " chunks) does not fit on this shard server (",
-                                                     free, "): ", placed.message()));
+  if (placed.ok()) return placed;
+  job->chunks_by_begin.clear();
+  std::string free;
+  for (Tier* tier : Tiers()) {
+    absl::StrAppend(&free, free.empty() ? "" : ", ", TierKindName(tier->kind()), " tier ",
+                    tier->budget_bytes() - tier->used_bytes(), " of ", tier->budget_bytes(),
+                    " bytes free");
   }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("job '", request.spec().job_id(), "' (", request.chunks_size(),
+                   " chunks) does not fit on this shard server (", free, "): ", placed.message()));
+}
+
+absl::Status ShardService::AddNewJob(const v1::AllocateChunksRequest& request,
+                                     const FlatLayout& layout, DType dtype) {
+  const std::string& job_id = request.spec().job_id();
+  auto job = std::make_shared<Job>();
+  job->record = request;
+  job->dtype = dtype;
+  RETURN_IF_ERROR(PlaceAll(request, layout, dtype, job.get()));
   RETURN_IF_ERROR(metadata_->Put(absl::StrCat(kJobPrefix, job_id), request.SerializeAsString()));
   std::map<TierKind, int> per_tier;
   for (const auto& [begin, chunk] : job->chunks_by_begin) ++per_tier[chunk->tier()];
@@ -198,6 +223,57 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   LogEventCat("server", "job ", job_id, ": allocated ", request.chunks_size(), " chunks (", counts,
               ")");
   return absl::OkStatus();
+}
+
+absl::Status ShardService::Reallocate(const v1::AllocateChunksRequest& request,
+                                      const FlatLayout& layout, DType dtype, Job* job,
+                                      std::vector<std::shared_ptr<Chunk>>* dropped) {
+  const std::string& job_id = request.spec().job_id();
+  if (job->record.spec().SerializeAsString() != request.spec().SerializeAsString() ||
+      job->record.worker_token_sha256() != request.worker_token_sha256()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", job_id, "' is on this shard server with another spec or worker token"));
+  }
+  // The request's chunks this server does not hold yet, placed apart first:
+  // nothing changes when they do not fit.
+  v1::AllocateChunksRequest added = request;
+  added.clear_chunks();
+  for (const v1::ChunkSpec& c : request.chunks()) {
+    if (job->chunks_by_begin.count(c.flat_begin()) == 0) *added.add_chunks() = c;
+  }
+  Job placed;
+  RETURN_IF_ERROR(PlaceAll(added, layout, dtype, &placed));
+  v1::AllocateChunksRequest record = request;
+  record.set_min_generation(std::max(request.min_generation(), job->record.min_generation()));
+  absl::Status status =
+      metadata_->Put(absl::StrCat(kJobPrefix, job_id), record.SerializeAsString());
+  if (!status.ok()) {
+    // `placed` frees the new chunks.
+    for (const auto& [begin, chunk] : placed.chunks_by_begin) {
+      metadata_->Delete(Chunk::RecordKey(job_id, chunk->chunk_id())).IgnoreError();
+    }
+    return status;
+  }
+  std::set<uint64_t> wanted;
+  for (const v1::ChunkSpec& c : request.chunks()) wanted.insert(c.flat_begin());
+  for (auto it = job->chunks_by_begin.begin(); it != job->chunks_by_begin.end();) {
+    if (wanted.count(it->first) > 0) {
+      ++it;
+      continue;
+    }
+    status.Update(metadata_->Delete(Chunk::RecordKey(job_id, it->second->chunk_id())));
+    dropped->push_back(std::move(it->second));
+    it = job->chunks_by_begin.erase(it);
+  }
+  job->chunks_by_begin.merge(placed.chunks_by_begin);
+  job->record = std::move(record);
+  checkpoint_arena_->Unreserve(job->checkpoint_pieces);
+  ReserveCheckpointPieces(job);
+  LogEventCat("server", "job ", job_id, ": ", job->chunks_by_begin.size(), " chunks here (",
+              added.chunks_size(), " added, ", dropped->size(),
+              " dropped); pushes of generations before ", job->record.min_generation(),
+              " refused");
+  return status;
 }
 
 grpc::ServerUnaryReactor* ShardService::AllocateChunks(grpc::CallbackServerContext* ctx,
@@ -215,12 +291,17 @@ std::optional<std::string> ShardService::JobOfToken(absl::string_view digest) co
   return it->second;
 }
 
-void ShardService::AddJob(std::shared_ptr<Job> job) {
+void ShardService::ReserveCheckpointPieces(Job* job) {
+  job->checkpoint_pieces.clear();
   for (const auto& [begin, chunk] : job->chunks_by_begin) {
     if (chunk->tier() == TierKind::kNvme) continue;
     job->checkpoint_pieces.push_back(StateBytes(chunk->range().size()));
   }
   checkpoint_arena_->Reserve(job->checkpoint_pieces);
+}
+
+void ShardService::AddJob(std::shared_ptr<Job> job) {
+  ReserveCheckpointPieces(job.get());
   if (const std::string& digest = job->record.worker_token_sha256(); !digest.empty()) {
     token_jobs_[digest] = job->record.spec().job_id();
   }
@@ -292,7 +373,8 @@ absl::Status ShardService::DoWriteState(const v1::WriteStateRequest& request) {
   }
   ASSIGN_OR_RETURN(auto chunk, FindChunk(request.job_id(), request.flat_begin(), n));
   return chunk->WriteState(request.flat_begin(), request.params().data(), request.exp_avg().data(),
-                           request.exp_avg_sq().data(), n, request.step());
+                           request.exp_avg_sq().data(), n, request.step(),
+                           request.previous_params());
 }
 
 grpc::ServerUnaryReactor* ShardService::WriteState(grpc::CallbackServerContext* ctx,

@@ -39,6 +39,8 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // The longest a SaveChunks may wait for its step (its wait_ms): an hour,
   // far above the coordinator's waits.
   static constexpr int64_t kMaxSaveWaitMs = 60 * 60 * 1000;
+  // The longest AllocateChunks waits for a step being applied to end.
+  static constexpr absl::Duration kMaxFenceWait = absl::Seconds(30);
   // Chunk states go to `gpu` first (nullptr: none), then `host`, then `nvme`
   // (nullptr: none). Chunks are applied on `executor`, those whose state is on NVMe on
   // `nvme_executor` (required with `nvme`): they wait for the disk, and the
@@ -124,6 +126,21 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // Rebuilds a job of a previous run from its chunk records.
   absl::Status Recover(const v1::AllocateChunksRequest& request);
   absl::Status DoAllocate(const v1::AllocateChunksRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+  // A job this server does not have: places its chunks and records it.
+  absl::Status AddNewJob(const v1::AllocateChunksRequest& request, const FlatLayout& layout,
+                         DType dtype) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A job this server has: places the request's chunks it lacks, takes out
+  // (into `dropped`) those the request leaves out, and records the request
+  // with the larger min_generation. Nothing changes on error, unless the
+  // metadata store fails after the new record was written.
+  absl::Status Reallocate(const v1::AllocateChunksRequest& request, const FlatLayout& layout,
+                          DType dtype, Job* job, std::vector<std::shared_ptr<Chunk>>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Places every chunk of `request` in `job`, fastest tier first, and writes
+  // their records; RESOURCE_EXHAUSTED naming the free bytes of each tier
+  // when they do not fit (`job` then has no chunks).
+  absl::Status PlaceAll(const v1::AllocateChunksRequest& request, const FlatLayout& layout,
+                        DType dtype, Job* job);
   // The tiers this server has, fastest first.
   std::vector<Tier*> Tiers() const;
   // A chunk state of job `spec` in memory: GPU memory if it fits, else host
@@ -165,6 +182,8 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // NVMe-tier chunk's copy is taken when a save needs it, as the state is
   // on NVMe for want of memory). DropJob gives them back.
   void AddJob(std::shared_ptr<Job> job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reserves (again) the pieces of `job`'s chunks in memory in the checkpoint arena.
+  void ReserveCheckpointPieces(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a job is allocated or recovered: faults in, on a checkpoint
   // writer, the memory its saves' second buffers and copies will take
   // (StateArena::FaultInReserved), so that no save's training steps do.

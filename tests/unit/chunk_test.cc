@@ -329,6 +329,65 @@ TEST_F(ChunkTest, WriteStateSetsTheStateAndStepBeforeTheFirstPush) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(ChunkTest, WriteStateWithThePreviousCopyServesTheStepBeforeOnceWhole) {
+  std::vector<float> p(kN, 0.25f), m(kN, 0.01f), v(kN, 0.04f);
+  std::vector<uint16_t> before(kN, FloatToHalf(0.125f));
+  const std::string previous(reinterpret_cast<const char*>(before.data()), kN * 2);
+  // A copy of the wrong size, or of step -1, is refused.
+  EXPECT_EQ(chunk_->WriteState(kBegin, p.data(), m.data(), v.data(), 60, 7, previous).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(chunk_->WriteState(kBegin, p.data(), m.data(), v.data(), kN, 0, previous).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(chunk_
+                  ->WriteState(kBegin, p.data(), m.data(), v.data(), 60, 7,
+                               absl::string_view(previous).substr(0, 60 * 2))
+                  .ok());
+  // Part of the chunk has its copy of step 6: not pullable yet.
+  EXPECT_EQ(PullNow(6).first.code(), absl::StatusCode::kAborted);
+  ASSERT_TRUE(chunk_
+                  ->WriteState(kBegin + 60, p.data(), m.data(), v.data(), 40, 7,
+                               absl::string_view(previous).substr(60 * 2))
+                  .ok());
+  auto [status, bytes] = PullNow(6);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(bytes, previous);
+  std::vector<uint16_t> half(kN, FloatToHalf(0.25f));
+  EXPECT_EQ(PullNow(7).second, std::string(reinterpret_cast<const char*>(half.data()), kN * 2));
+}
+
+TEST_F(ChunkTest, AFenceRefusesOlderGenerationsAndWaitsForTheApplyInProgress) {
+  std::vector<float> init(kN, 1.0f);
+  ASSERT_TRUE(chunk_->WriteParams(kBegin, init.data(), kN).ok());
+  // Generation 1 staged part of step 1: the fence ends it, and refuses the rest.
+  ASSERT_TRUE(Stage(1, kBegin, 30, Grads(30, 1.0f), 1.0f, /*generation=*/1).ok());
+  absl::StatusOr<int64_t> fenced = chunk_->Fence(2, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(fenced.ok()) << fenced.status();
+  EXPECT_EQ(*fenced, 0);
+  EXPECT_EQ(pushed_[0].code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(chunk_->staged_params(), 0u);
+  EXPECT_EQ(Stage(1, kBegin + 30, 70, Grads(70, 1.0f), 1.0f, 1).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(chunk_->Commit(1, {1}, StepScalars{}).status().code(), absl::StatusCode::kAborted);
+  // Generation 2 steps; a fence while its step is being applied waits for it.
+  ASSERT_TRUE(*Stage(1, kBegin, kN, Grads(kN, 0.5f), 1.0f, 2));
+  std::thread apply([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    chunk_->Apply();
+  });
+  fenced = chunk_->Fence(3, absl::Now() + absl::Seconds(5));
+  apply.join();
+  ASSERT_TRUE(fenced.ok()) << fenced.status();
+  EXPECT_EQ(*fenced, 1);
+  EXPECT_TRUE(pushed_.back().ok());
+  EXPECT_EQ(chunk_->applied_step(), 1);
+  // An apply that never comes ends the wait at the deadline.
+  ASSERT_TRUE(*Stage(2, kBegin, kN, Grads(kN, 0.5f), 1.0f, 3));
+  EXPECT_EQ(chunk_->Fence(4, absl::Now() + absl::Milliseconds(50)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  chunk_->Apply();
+  EXPECT_EQ(chunk_->applied_step(), 2);
+}
+
 // A checkpoint armed for step 1 gets the state of step 1, and the loss
 // scaler its pushes reported, even when steps 2 and 3 are applied before it
 // is written (they went to a second buffer: training's state has the same
