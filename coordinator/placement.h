@@ -6,6 +6,8 @@
 #define STRATA_COORDINATOR_PLACEMENT_H_
 
 #include <cstdint>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,6 +34,29 @@ uint64_t ServerCapacityBytes(const v1::ServerRecord& server);
 // (`job` then partly assigned: the caller discards it).
 absl::Status PlaceChunks(const std::vector<v1::ServerRecord>& live,
                          const std::vector<const v1::JobInfo*>& placed, v1::JobInfo* job);
+
+// Takes the copies on the servers `gone` out of `job`'s chunks; a primary's
+// place goes to the chunk's first replica left. A chunk may be left with
+// no copy (server_address empty).
+void RemoveCopies(const std::set<std::string>& gone, v1::JobInfo* job);
+
+// Gives each chunk of `job` with fewer copies than JobSpec.replicas (at
+// least one) more, on the servers of `live` it fits on that hold no copy
+// of it, the one with the largest share of its capacity free first (every
+// job's copies counted, `job`'s own as it stands); a chunk without copies
+// gets its primary, others replicas. Returns how many copies it added: a
+// chunk stays short when no server can take another copy.
+int AddMissingCopies(const std::vector<v1::ServerRecord>& live,
+                     const std::vector<const v1::JobInfo*>& placed, v1::JobInfo* job);
+
+// Moves copies of `job`'s chunks, one at a time, from the live server with
+// the smallest share of its capacity free to the one with the largest that
+// holds no copy of the chunk, while the receiver stays freer than the giver
+// was (so that every move narrows the spread, as creation balances by
+// bytes). A moved primary's place goes to the chunk's first replica, or to
+// the new copy. Returns how many copies moved.
+int RebalanceCopies(const std::vector<v1::ServerRecord>& live,
+                    const std::vector<const v1::JobInfo*>& placed, v1::JobInfo* job);
 
 }  // namespace strata
 

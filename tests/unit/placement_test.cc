@@ -5,9 +5,11 @@
 #include "coordinator/placement.h"
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "coordinator/job_info.h"
 #include "core/chunk_bytes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -147,6 +149,69 @@ TEST(PlacementTest, MoreReplicasThanLiveServersIsAFailedPrecondition) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(s.message(), HasSubstr("3 copies of each chunk"));
   EXPECT_THAT(s.message(), HasSubstr("2 live server(s)"));
+}
+
+// Copies per server: each chunk's copies on distinct servers.
+std::map<std::string, int> CopiesPerServer(const v1::JobInfo& job) {
+  std::map<std::string, int> count;
+  for (const auto& c : job.chunks()) {
+    std::set<std::string> distinct;
+    for (const std::string& address : CopiesOf(c)) {
+      EXPECT_TRUE(distinct.insert(address).second) << "two copies of chunk "
+                                                    << c.chunk().chunk_id() << " on " << address;
+      ++count[address];
+    }
+  }
+  return count;
+}
+
+TEST(PlacementTest, ALostServersCopiesAreRestoredOnTheServersLeft) {
+  v1::JobInfo job = Job("j", 6, kChunkParams);
+  job.mutable_spec()->set_replicas(2);
+  const auto server = [](const std::string& a) { return Server(a, 8 * kChunkBytes); };
+  ASSERT_TRUE(PlaceChunks({server("a"), server("b"), server("c")}, {}, &job).ok());
+  RemoveCopies({"b"}, &job);
+  for (const auto& c : job.chunks()) {
+    EXPECT_FALSE(HoldsCopy(c, "b"));
+    EXPECT_FALSE(c.server_address().empty());  // a primary's place went to its replica
+  }
+  EXPECT_EQ(AddMissingCopies({server("a"), server("c")}, {&job}, &job), 4);
+  EXPECT_EQ(CopiesPerServer(job), (std::map<std::string, int>{{"a", 6}, {"c", 6}}));
+  // Nothing short: nothing added.
+  EXPECT_EQ(AddMissingCopies({server("a"), server("c")}, {}, &job), 0);
+}
+
+TEST(PlacementTest, ADrainedServersOnlyCopiesMoveAndAChunkTooShortStaysShort) {
+  v1::JobInfo job = Job("j", 4, kChunkParams);
+  ASSERT_TRUE(PlaceChunks({Server("a", 8 * kChunkBytes), Server("b", 8 * kChunkBytes)}, {}, &job)
+                  .ok());
+  RemoveCopies({"a"}, &job);
+  EXPECT_EQ(AddMissingCopies({Server("b", 8 * kChunkBytes), Server("c", 3 * kChunkBytes)}, {},
+                             &job),
+            2);
+  // a's two chunks: the empty c takes the first, then b (now the larger share free).
+  for (const auto& c : job.chunks()) EXPECT_EQ(c.replica_addresses_size(), 0);
+  EXPECT_EQ(CopiesPerServer(job), (std::map<std::string, int>{{"b", 3}, {"c", 1}}));
+  // Where nothing fits, a chunk keeps no copy and nothing is added.
+  v1::JobInfo lost = Job("lost", 1, kChunkParams);
+  lost.mutable_chunks(0)->set_server_address("gone");
+  RemoveCopies({"gone"}, &lost);
+  EXPECT_EQ(AddMissingCopies({Server("b", kChunkBytes / 2)}, {}, &lost), 0);
+  EXPECT_TRUE(lost.chunks(0).server_address().empty());
+}
+
+TEST(PlacementTest, RebalanceSpreadsCopiesOntoANewServerAndStops) {
+  v1::JobInfo job = Job("j", 6, kChunkParams);
+  job.mutable_spec()->set_replicas(2);
+  const auto server = [](const std::string& a) { return Server(a, 12 * kChunkBytes); };
+  ASSERT_TRUE(PlaceChunks({server("a"), server("b"), server("c")}, {}, &job).ok());
+  // 12 copies on 4 servers of one size: 3 each.
+  EXPECT_EQ(RebalanceCopies({server("a"), server("b"), server("c"), server("d")}, {}, &job), 3);
+  EXPECT_EQ(CopiesPerServer(job),
+            (std::map<std::string, int>{{"a", 3}, {"b", 3}, {"c", 3}, {"d", 3}}));
+  for (const auto& c : job.chunks()) EXPECT_EQ(c.replica_addresses_size(), 1);
+  // Balanced: nothing moves.
+  EXPECT_EQ(RebalanceCopies({server("a"), server("b"), server("c"), server("d")}, {}, &job), 0);
 }
 
 }  // namespace
