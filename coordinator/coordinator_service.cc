@@ -106,17 +106,23 @@ absl::Status CoordinatorService::Load() {
 absl::Status CoordinatorService::DoRegister(const v1::RegisterServerRequest& request) {
   const v1::ServerRecord& server = request.server();
   RETURN_IF_ERROR(ValidateServerRecord(server));
-  RETURN_IF_ERROR(
-      metadata_->Put(absl::StrCat(kServerPrefix, server.address()), server.SerializeAsString()));
+  v1::ServerRecord record = server;
   {
     absl::MutexLock lock(&mu_);
-    servers_[server.address()] = server;
+    // A draining server stays draining (DrainServer alone changes that).
+    auto it = servers_.find(server.address());
+    record.set_draining(it != servers_.end() && it->second.draining());
+    RETURN_IF_ERROR(WriteServer(record));
+    servers_[server.address()] = record;
   }
   monitor_->Watch(server.address());
   LogEventCat("coordinator", "shard server ", server.address(), " registered with ",
               server.gpu_budget_bytes(), " gpu, ", server.host_budget_bytes(), " host and ",
-              server.nvme_budget_bytes(), " nvme budget bytes");
+              server.nvme_budget_bytes(), " nvme budget bytes",
+              record.draining() ? " (draining: it takes no chunks)" : "");
   CheckJobsOn(server.address());
+  // Jobs short of copies may have them here.
+  movers_.Schedule([this] { RestoreReplicas(); });
   return absl::OkStatus();
 }
 
@@ -131,6 +137,10 @@ void CoordinatorService::AddJob(const v1::JobInfo& job) {
     token_jobs_[TokenDigest(job.worker_token())] = job.spec().job_id();
   }
   jobs_[job.spec().job_id()] = job;
+}
+
+absl::Status CoordinatorService::WriteServer(const v1::ServerRecord& server) {
+  return metadata_->Put(absl::StrCat(kServerPrefix, server.address()), server.SerializeAsString());
 }
 
 absl::Status CoordinatorService::WriteJob(const v1::JobInfo& job) {

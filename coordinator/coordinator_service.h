@@ -17,6 +17,7 @@
 #ifndef STRATA_COORDINATOR_COORDINATOR_SERVICE_H_
 #define STRATA_COORDINATOR_COORDINATOR_SERVICE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -115,6 +116,12 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* ctx,
                                             const v1::ListCheckpointsRequest* request,
                                             v1::ListCheckpointsResponse* response) override;
+  grpc::ServerUnaryReactor* DrainServer(grpc::CallbackServerContext* ctx,
+                                        const v1::DrainServerRequest* request,
+                                        v1::DrainServerResponse* response) override;
+  grpc::ServerUnaryReactor* RebalanceJob(grpc::CallbackServerContext* ctx,
+                                         const v1::RebalanceJobRequest* request,
+                                         v1::RebalanceJobResponse* response) override;
   grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx, const v1::KvSetRequest* request,
                                   v1::KvSetResponse* response) override;
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx, const v1::KvGetRequest* request,
@@ -143,8 +150,13 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   void FinishCreate(const v1::JobInfo& job, absl::Status status);
   // Puts `job` in jobs_, and its worker token's digest in token_jobs_.
   void AddJob(const v1::JobInfo& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes `job` to RocksDB.
+  // Writes `job` (`server`) to RocksDB.
   absl::Status WriteJob(const v1::JobInfo& job);
+  absl::Status WriteServer(const v1::ServerRecord& server);
+  // The servers new copies may go to: live and not draining.
+  std::vector<v1::ServerRecord> PlacementServers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every job, for placement.
+  std::vector<const v1::JobInfo*> PlacedJobs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::JobInfo> FindJob(const std::string& job_id) const;
 
   // Job moves (coordinator/job_mover.cc). ServerMonitor callbacks (its
@@ -169,6 +181,27 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // move instead).
   absl::Status DropCopies(const std::string& job_id, const std::set<std::string>& gone,
                           const std::string& why);
+  // Copy moves (coordinator/copy_mover.cc), one at a time, and never with
+  // DropCopies or MoveJob (moves_mu_). `plan` changes a job's copies (under
+  // mu_, from the job as recorded); an error leaves them as they are.
+  using PlanCopies = std::function<absl::Status(v1::JobInfo*)>;
+  // Gives `job_id` the copies `plan` makes without losing a step: a new
+  // generation stops its workers and has them wait for the new placement;
+  // every server of the old and new placements is fenced against older
+  // generations (AllocateChunks with the new one's number), each new copy
+  // is seeded from a live old one (CopyChunkState), the placement is
+  // recorded (the old one, as a new version, when a copy failed: the
+  // workers go on) and each server keeps only its copies. Adds what moved to
+  // `moved` (nullable). Blocks; runs on the movers.
+  absl::Status MoveCopies(const std::string& job_id, const PlanCopies& plan, const std::string& why,
+                          v1::CopiesMoved* moved);
+  // Gives every job whose chunks have fewer copies than its replicas more,
+  // where live servers have room (after a server is lost, or registers).
+  void RestoreReplicas();
+  // DrainServer and RebalanceJob, on the movers.
+  absl::Status DoDrain(const v1::DrainServerRequest& request, v1::CopiesMoved* moved);
+  absl::Status DoRebalance(const std::string& job_id, v1::CopiesMoved* moved);
+
   // The highest step a chunk of `job_id` on `addresses` applied (0 when
   // none answers): how far the job got, which the workers' reports
   // (membership's committed step) may lag.
@@ -200,6 +233,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // Jobs a server lost the chunks of, and those servers: their copies go,
   // or the jobs resume from their checkpoints.
   absl::flat_hash_map<std::string, std::set<std::string>> emptied_ ABSL_GUARDED_BY(mu_);
+  // Held by each change of a job's copies for its whole length.
+  absl::Mutex moves_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // Runs copy moves (they block), one at a time.
+  ThreadPool movers_{1};
   // Last: stopped (joined) first.
   std::unique_ptr<ServerMonitor> monitor_;
 };

@@ -24,13 +24,7 @@
 namespace strata {
 
 absl::Status CoordinatorService::AssignServers(v1::JobInfo* job) {
-  std::vector<v1::ServerRecord> live;
-  for (const auto& [address, server] : servers_) {
-    if (!monitor_->IsLost(address)) live.push_back(server);
-  }
-  std::vector<const v1::JobInfo*> placed;
-  for (const auto& [id, other] : jobs_) placed.push_back(&other);
-  return PlaceChunks(live, placed, job);
+  return PlaceChunks(PlacementServers(), PlacedJobs(), job);
 }
 
 absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, const Identity* creator,

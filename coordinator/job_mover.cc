@@ -13,32 +13,17 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "coordinator/await.h"
 #include "coordinator/checkpoint_store.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/job_info.h"
+#include "coordinator/placement.h"
 #include "core/log.h"
 #include "core/status_macros.h"
 #include "strata/internal/records.pb.h"
 
 namespace strata {
-
-namespace {
-
-// Runs `start(done)` and waits for it to call `done(status)`; the status.
-absl::Status Await(const std::function<void(std::function<void(absl::Status)>)>& start) {
-  absl::Notification finished;
-  absl::Status out;
-  start([&](absl::Status s) {
-    out = std::move(s);
-    finished.Notify();
-  });
-  finished.WaitForNotification();
-  return out;
-}
-
-}  // namespace
 
 void CoordinatorService::OnServerLost(const std::string& address) {
   std::vector<std::string> affected;
@@ -58,24 +43,23 @@ void CoordinatorService::OnServerLost(const std::string& address) {
 absl::Status CoordinatorService::DropCopies(const std::string& job_id,
                                             const std::set<std::string>& gone,
                                             const std::string& why) {
+  absl::MutexLock moves(&moves_mu_);
   v1::JobInfo kept;
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) return UnknownJob(job_id);
     kept = it->second;
-    for (v1::ChunkAssignment& a : *kept.mutable_chunks()) {
-      std::vector<std::string> live;
-      for (std::string& address : CopiesOf(a)) {
-        if (!monitor_->IsLost(address) && gone.count(address) == 0)
-          live.push_back(std::move(address));
-      }
-      if (live.empty()) {
+    std::set<std::string> dropped = gone;
+    for (const std::string& address : ServersOf(kept)) {
+      if (monitor_->IsLost(address)) dropped.insert(address);
+    }
+    RemoveCopies(dropped, &kept);
+    for (const v1::ChunkAssignment& a : kept.chunks()) {
+      if (a.server_address().empty()) {
         return absl::FailedPreconditionError(
             absl::StrCat("chunk ", a.chunk().chunk_id(), " has no other copy"));
       }
-      a.set_server_address(live.front());
-      a.mutable_replica_addresses()->Assign(live.begin() + 1, live.end());
     }
     kept.set_placement_version(kept.placement_version() + 1);
     RETURN_IF_ERROR(WriteJob(kept));
@@ -91,6 +75,7 @@ absl::Status CoordinatorService::DropCopies(const std::string& job_id,
   LogEventCat("coordinator", "job ", job_id, " (", why,
               "): goes on from the other copies of its chunks on ", ServersOf(kept).size(),
               " live shard server(s); no step lost");
+  movers_.Schedule([this] { RestoreReplicas(); });
   return absl::OkStatus();
 }
 
@@ -126,6 +111,7 @@ void CoordinatorService::NoteMoveFailure(const std::string& job_id, const std::s
 }
 
 absl::Status CoordinatorService::MoveJob(const std::string& job_id, const std::string& why) {
+  absl::MutexLock moves(&moves_mu_);
   const absl::Time started = absl::Now();
   ASSIGN_OR_RETURN(const v1::JobInfo job, FindJob(job_id));
   ASSIGN_OR_RETURN(const std::string dir, checkpointer_.DirFor(job.spec(), ""));

@@ -36,6 +36,8 @@ const std::vector<MethodPolicy>& AuthPolicyTable() {
       {kCoordinator, "GetPlacement", job},
       {kCoordinator, "SaveCheckpoint", job},
       {kCoordinator, "ListCheckpoints", job},
+      {kCoordinator, "DrainServer", {Role::kOperator}},
+      {kCoordinator, "RebalanceJob", {Role::kUser, Role::kOperator}},
       {kCoordinator, "KvSet", job},
       {kCoordinator, "KvGet", job},
       {kShard, "AllocateChunks", control},

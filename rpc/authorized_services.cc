@@ -119,6 +119,16 @@ grpc::ServerUnaryReactor* AuthorizedCoordinator::ListCheckpoints(
     v1::ListCheckpointsResponse* response) {
   return STRATA_GATED(CoordinatorBase, ListCheckpoints, request->job_id());
 }
+grpc::ServerUnaryReactor* AuthorizedCoordinator::DrainServer(grpc::CallbackServerContext* ctx,
+                                                             const v1::DrainServerRequest* request,
+                                                             v1::DrainServerResponse* response) {
+  return STRATA_GATED(CoordinatorBase, DrainServer, "");
+}
+grpc::ServerUnaryReactor* AuthorizedCoordinator::RebalanceJob(
+    grpc::CallbackServerContext* ctx, const v1::RebalanceJobRequest* request,
+    v1::RebalanceJobResponse* response) {
+  return STRATA_GATED(CoordinatorBase, RebalanceJob, request->job_id());
+}
 grpc::ServerUnaryReactor* AuthorizedCoordinator::KvSet(grpc::CallbackServerContext* ctx,
                                                        const v1::KvSetRequest* request,
                                                        v1::KvSetResponse* response) {

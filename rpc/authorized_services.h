@@ -93,6 +93,12 @@ class AuthorizedCoordinator final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* ctx,
                                             const v1::ListCheckpointsRequest* request,
                                             v1::ListCheckpointsResponse* response) override;
+  grpc::ServerUnaryReactor* DrainServer(grpc::CallbackServerContext* ctx,
+                                        const v1::DrainServerRequest* request,
+                                        v1::DrainServerResponse* response) override;
+  grpc::ServerUnaryReactor* RebalanceJob(grpc::CallbackServerContext* ctx,
+                                         const v1::RebalanceJobRequest* request,
+                                         v1::RebalanceJobResponse* response) override;
   grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx, const v1::KvSetRequest* request,
                                   v1::KvSetResponse* response) override;
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx, const v1::KvGetRequest* request,

@@ -42,6 +42,7 @@ ABSL_FLAG(std::string, token_file, "",
           "token (or a job's worker token); needs --tls_ca");
 ABSL_FLAG(bool, with_optimizer_state, false,
           "export: also write each tensor's Adam moments, as NAME.exp_avg and NAME.exp_avg_sq");
+ABSL_FLAG(bool, cancel, false, "server drain: the server takes chunks again");
 ABSL_FLAG(std::string, service, "",
           "health: the service to check, e.g. strata.v1.ShardServer (default: the whole server)");
 
@@ -76,6 +77,14 @@ constexpr char kUsage[] =
     "      the job's complete checkpoints, oldest first: step, path, bytes, files,\n"
     "      created, seconds of the save and of its writing (start a job from one with\n"
     "      ClientOptions::restore_from)\n"
+    "  stratactl [--coordinator=HOST:PORT] [--json] [--cancel] server drain ADDRESS\n"
+    "      moves every chunk copy off the shard server while its jobs train (each\n"
+    "      job pauses for one re-formed step), keeping each chunk's copies; the\n"
+    "      server then takes no new chunks and can leave (--cancel: it takes chunks\n"
+    "      again); waits until done\n"
+    "  stratactl [--coordinator=HOST:PORT] [--json] --job=ID job rebalance\n"
+    "      spreads the job's chunk copies over the live servers, balanced by bytes\n"
+    "      (e.g. onto a server that registered since), while it trains\n"
     "  stratactl [--target=HOST:PORT] [--service=NAME] [--json] health\n"
     "      the standard gRPC health check (grpc.health.v1) of a coordinator or shard\n"
     "      server; exits 0 when it is SERVING, 1 otherwise (for container health checks)\n"
@@ -375,10 +384,38 @@ class Ctl {
     request.set_job_id(absl::GetFlag(FLAGS_job));
     RETURN_IF_ERROR(AbsoluteDir(request.mutable_dir()));
     v1::CheckpointInfo info;
-    RETURN_IF_ERROR(
-        CallUnary(stub_.get(), &v1::Coordinator::Stub::SaveCheckpoint, request, &info,
-                  std::max(absl::Hours(1), absl::Seconds(absl::GetFlag(FLAGS_timeout_s)))));
+    RETURN_IF_ERROR(CallUnary(stub_.get(), &v1::Coordinator::Stub::SaveCheckpoint, request, &info,
+                              LongCallTimeout()));
     EmitCheckpoints({info});
+    return absl::OkStatus();
+  }
+
+  // `stratactl server drain ADDRESS`; with --cancel the server takes chunks again.
+  absl::Status DrainServer(const std::string& address) {
+    v1::DrainServerRequest request;
+    request.set_address(address);
+    request.set_cancel(absl::GetFlag(FLAGS_cancel));
+    v1::DrainServerResponse response;
+    RETURN_IF_ERROR(CallUnary(stub_.get(), &v1::Coordinator::Stub::DrainServer, request, &response,
+                              LongCallTimeout()));
+    if (request.cancel()) {
+      EmitMoved({{"server", address}, {"draining", false}}, response.moved(), "");
+    } else {
+      EmitMoved({{"server", address}, {"draining", true}}, response.moved(),
+                absl::StrCat("shard server ", address, " holds no chunk now"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RebalanceJob() {
+    v1::RebalanceJobRequest request;
+    request.set_job_id(absl::GetFlag(FLAGS_job));
+    if (request.job_id().empty()) return absl::InvalidArgumentError("job rebalance needs --job");
+    v1::RebalanceJobResponse response;
+    RETURN_IF_ERROR(CallUnary(stub_.get(), &v1::Coordinator::Stub::RebalanceJob, request, &response,
+                              LongCallTimeout()));
+    EmitMoved({{"job", request.job_id()}}, response.moved(),
+              absl::StrCat("job ", request.job_id(), " is balanced"));
     return absl::OkStatus();
   }
 
@@ -393,6 +430,31 @@ class Ctl {
   }
 
  private:
+  // The deadline of calls that move or save state: an hour, or --timeout_s.
+  static absl::Duration LongCallTimeout() {
+    return std::max(absl::Hours(1), absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+  }
+
+  // Prints what a drain or rebalance moved: `out` and `moved` as JSON, or
+  // a line ending with `done`.
+  static void EmitMoved(json out, const v1::CopiesMoved& moved, const std::string& done) {
+    if (absl::GetFlag(FLAGS_json)) {
+      out["jobs"] = moved.jobs();
+      out["copies"] = moved.copies();
+      out["bytes"] = moved.bytes();
+      out["seconds"] = moved.seconds();
+      std::printf("%s\n", out.dump().c_str());
+      return;
+    }
+    if (done.empty()) {
+      std::printf("%s takes chunks again\n", out["server"].get<std::string>().c_str());
+      return;
+    }
+    std::printf("%u chunk copies of %u job(s) moved (%llu bytes) in %.2f s; %s\n", moved.copies(),
+                moved.jobs(), static_cast<unsigned long long>(moved.bytes()), moved.seconds(),
+                done.c_str());
+  }
+
   // --dir made absolute (the coordinator and servers may run elsewhere).
   static absl::Status AbsoluteDir(std::string* dir) {
     if (absl::GetFlag(FLAGS_job).empty()) return absl::InvalidArgumentError("--job is required");
@@ -449,10 +511,18 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (args.size() == 2 && args[0] == "job" && args[1] == "delete") {
-    absl::Status s = strata::Ctl().DeleteJob();
+  if (args.size() == 2 && args[0] == "job" && (args[1] == "delete" || args[1] == "rebalance")) {
+    absl::Status s = args[1] == "delete" ? strata::Ctl().DeleteJob() : strata::Ctl().RebalanceJob();
     if (!s.ok()) {
-      std::fprintf(stderr, "stratactl job delete: %s\n", s.ToString().c_str());
+      std::fprintf(stderr, "stratactl job %s: %s\n", args[1].c_str(), s.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  if (args.size() == 3 && args[0] == "server" && args[1] == "drain") {
+    absl::Status s = strata::Ctl().DrainServer(args[2]);
+    if (!s.ok()) {
+      std::fprintf(stderr, "stratactl server drain: %s\n", s.ToString().c_str());
       return 1;
     }
     return 0;

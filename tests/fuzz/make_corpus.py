@@ -18,7 +18,7 @@ RPCS = ["RegisterServer", "CreateJob", "GetJob", "ListJobs", "DeleteJob", "JoinJ
         "LeaveJob", "RenewGeneration", "ListMembers", "GetPlacement", "SaveCheckpoint",
         "ListCheckpoints", "KvSet", "KvGet", "WatchGeneration", "AllocateChunks", "DropJob",
         "WriteParams", "WriteState", "Push", "Pull", "ReadState", "ListChunks", "SaveChunks",
-        "LoadChunks", "CommitStep"]
+        "LoadChunks", "CommitStep", "DrainServer", "RebalanceJob"]
 
 
 def varint(value):
@@ -111,6 +111,8 @@ def services():
         "Push": message((1, job), (2, 2), (3, 0), (4, 64), (5, 1), (6, 1.0), (7, grads)),
         "Pull": message((1, job), (2, 1), (3, 0), (4, 64)),
         "CommitStep": message((1, job), (2, 1), (3, 1), (4, 0), (5, 1.0)),
+        "DrainServer": message((1, "127.0.0.1:1")),
+        "RebalanceJob": message((1, job)),
         "ReadState": message((1, job), (2, 0), (3, 64)),
         "SaveChunks": message((1, job), (2, 1), (3, "../../etc")),
         "LoadChunks": message((1, job), (2, "/etc")),

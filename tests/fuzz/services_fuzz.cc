@@ -139,6 +139,8 @@ const std::vector<Rpc>& Rpcs() {
       STRATA_SHARD_RPC(SaveChunks),
       STRATA_SHARD_RPC(LoadChunks),
       STRATA_SHARD_RPC(CommitStep),
+      STRATA_COORDINATOR_RPC(DrainServer),
+      STRATA_COORDINATOR_RPC(RebalanceJob),
   };
 #undef STRATA_COORDINATOR_RPC
 #undef STRATA_SHARD_RPC

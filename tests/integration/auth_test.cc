@@ -73,6 +73,8 @@ const std::map<std::string, std::string>& Expected() {
       {"GetPlacement", "wup"},
       {"SaveCheckpoint", "wup"},
       {"ListCheckpoints", "wup"},
+      {"DrainServer", "p"},
+      {"RebalanceJob", "up"},
       {"KvSet", "wup"},
       {"KvGet", "wup"},
       {"AllocateChunks", "c"},
@@ -224,6 +226,16 @@ class AuthTest : public ::testing::Test {
       v1::DeleteJobRequest r;
       r.set_job_id("a");
       return CallUnary(coordinator(c).get(), &C::DeleteJob, r);
+    };
+    rpcs["DrainServer"] = [=](Caller c) {
+      v1::DrainServerRequest r;
+      r.set_address("127.0.0.1:1");  // not registered: NOT_FOUND once admitted
+      return CallUnary(coordinator(c).get(), &C::DrainServer, r);
+    };
+    rpcs["RebalanceJob"] = [=](Caller c) {
+      v1::RebalanceJobRequest r;
+      r.set_job_id("a");
+      return CallUnary(coordinator(c).get(), &C::RebalanceJob, r);
     };
     rpcs["JoinJob"] = [=](Caller c) {
       v1::JoinJobRequest r;

@@ -3,7 +3,9 @@
 // a replicated job no step -- the coordinator takes the lost copies out of
 // the placement, the workers re-form on the copies left and complete the
 // step there -- and the weights equal an uninterrupted run, bit for bit;
-// so does a server that restarts at once without its chunks.
+// so does a server that restarts at once without its chunks. Either way the
+// coordinator seeds the missing copies again while the job trains, and
+// every copy ends with the primary's bits.
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -27,7 +29,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int64_t kSteps = 20;
+constexpr int64_t kSteps = 30;
+// Rank 0 waits here until every chunk has its copies again.
+constexpr int64_t kCopiesBackBy = 25;
 constexpr int64_t kKillDuringStep = 13;
 constexpr int kServerTimeoutMs = 1000;
 
@@ -44,13 +48,34 @@ ClientOptions Job(const std::string& coordinator, const std::string& job_id, uin
 
 constexpr auto Compute = testing::ParamDependentGradient;
 
+// Compute, except that rank 0 waits before step kCopiesBackBy (up to 60 s)
+// until every chunk of the job has `copies` copies, none on `not_on`.
+GradientFn WaitForCopies(const std::string& coordinator, const std::string& job_id, size_t copies,
+                         std::string not_on) {
+  return [=](const MicroBatch& batch, Client& client) {
+    if (batch.step == kCopiesBackBy && client.rank() == 0) {
+      const absl::Time deadline = absl::Now() + absl::Seconds(60);
+      while (true) {
+        auto placement = testing::Placement(coordinator, job_id);
+        if (placement.ok() && testing::HasCopies(*placement, copies, not_on)) break;
+        if (absl::Now() > deadline) {
+          ADD_FAILURE() << "the job's chunks did not get " << copies << " copies back";
+          break;
+        }
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+    }
+    return Compute(batch, client);
+  };
+}
+
 // Trains `options`' job to kSteps; during step kKillDuringStep, unless
 // `victim` is null, SIGKILLs it, then runs `after_kill`. `placement`, if
 // set, gets the job's placement just before the kill.
 testing::KilledRun Train(
     const ClientOptions& options, testing::ServerProcess* victim, testing::Processes* daemons,
-    v1::GetPlacementResponse* placement = nullptr,
-    const std::function<void()>& after_kill = [] {}) {
+    v1::GetPlacementResponse* placement = nullptr, const std::function<void()>& after_kill = [] {},
+    const GradientFn& compute = Compute) {
   testing::ServerKill kill{victim, daemons, kKillDuringStep};
   kill.before = [&] {
     if (placement == nullptr) return;
@@ -59,7 +84,7 @@ testing::KilledRun Train(
     if (got.ok()) *placement = *std::move(got);
   };
   kill.after = after_kill;
-  return testing::TrainThroughAKill(options, kSteps, Compute, kill);
+  return testing::TrainThroughAKill(options, kSteps, compute, kill);
 }
 
 // A coordinator that takes a server for lost after `server_timeout_ms`, and
@@ -101,6 +126,36 @@ class ReplicationTest : public ::testing::Test {
     EXPECT_TRUE(run.master.exp_avg_sq == uninterrupted.master.exp_avg_sq);
   }
 
+  // Every copy of every chunk of `job_id` at the last step, with the bits
+  // of `run`'s master state (read from the primaries), and `copies` of each
+  // on distinct servers, none on `not_on`.
+  void ExpectCopiesOf(const std::string& job_id, const testing::KilledRun& run, size_t copies,
+                      const std::string& not_on) {
+    auto placement = testing::Placement(coordinator_, job_id);
+    ASSERT_TRUE(placement.ok()) << placement.status();
+    EXPECT_TRUE(testing::HasCopies(*placement, copies, not_on));
+    std::map<uint32_t, std::set<std::string>> servers_of;
+    for (const v1::PlacementRow& row : placement->rows()) {
+      EXPECT_TRUE(servers_of[row.chunk_id()].insert(row.server_address()).second)
+          << "two copies of chunk " << row.chunk_id() << " on " << row.server_address();
+      EXPECT_EQ(row.applied_step(), kSteps) << "chunk " << row.chunk_id();
+      auto state =
+          testing::ReadCopy(row.server_address(), job_id, row.flat_begin(), row.num_params());
+      ASSERT_TRUE(state.ok()) << state.status();
+      auto slice = [&](const std::vector<float>& v) {
+        return std::vector<float>(v.begin() + row.flat_begin(),
+                                  v.begin() + row.flat_begin() + row.num_params());
+      };
+      const std::vector<float> p(state->params().begin(), state->params().end());
+      const std::vector<float> m(state->exp_avg().begin(), state->exp_avg().end());
+      const std::vector<float> v(state->exp_avg_sq().begin(), state->exp_avg_sq().end());
+      EXPECT_TRUE(p == slice(run.master.params) && m == slice(run.master.exp_avg) &&
+                  v == slice(run.master.exp_avg_sq))
+          << "copy " << row.copy() << " of chunk " << row.chunk_id() << " on "
+          << row.server_address() << " differs from the master state";
+    }
+  }
+
   std::string CoordinatorLog() const {
     std::ifstream in(scratch_.path() + "/coordinator.log");
     return std::string((std::istreambuf_iterator<char>(in)), {});
@@ -116,8 +171,9 @@ TEST_F(ReplicationTest, AServerLostForGoodCostsAReplicatedJobNoStep) {
   StartCluster(kServerTimeoutMs);
   testing::ServerProcess& victim = servers_[1];
   v1::GetPlacementResponse before_kill;
-  const testing::KilledRun run =
-      Train(Job(coordinator_, "replicated", /*replicas=*/2), &victim, &daemons_, &before_kill);
+  const testing::KilledRun run = Train(
+      Job(coordinator_, "replicated", /*replicas=*/2), &victim, &daemons_, &before_kill, [] {},
+      WaitForCopies(coordinator_, "replicated", 2, victim.address));
   ASSERT_FALSE(::testing::Test::HasFailure());
 
   // Before the kill every chunk had two copies on distinct servers, copy 0
@@ -140,17 +196,18 @@ TEST_F(ReplicationTest, AServerLostForGoodCostsAReplicatedJobNoStep) {
       "server lost during step %lld: no step lost, job paused %.2f s (server timeout %d ms)\n",
       static_cast<long long>(kKillDuringStep), run.paused_s, kServerTimeoutMs);
 
-  // The copies left are on the live servers, at the last step.
+  // Two copies of each chunk again, on the two live servers, at the last
+  // step with the primaries' bits; one primary per chunk.
+  ExpectCopiesOf("replicated", run, 2, victim.address);
   auto placement = testing::Placement(coordinator_, "replicated");
   ASSERT_TRUE(placement.ok()) << placement.status();
   std::set<uint32_t> chunks, primaries;
   for (const v1::PlacementRow& row : placement->rows()) {
-    EXPECT_NE(row.server_address(), victim.address) << "chunk " << row.chunk_id();
-    EXPECT_EQ(row.applied_step(), kSteps) << "chunk " << row.chunk_id();
     chunks.insert(row.chunk_id());
     if (row.copy() == 0) EXPECT_TRUE(primaries.insert(row.chunk_id()).second);
   }
   EXPECT_EQ(primaries, chunks) << "one primary per chunk";
+  EXPECT_THAT(CoordinatorLog(), HasSubstr("restoring its replica count"));
 
   ExpectNothingLost(run);
 }
@@ -163,23 +220,21 @@ TEST_F(ReplicationTest, AServerBackWithoutItsChunksCostsAReplicatedJobNoStep) {
   StartCluster(/*server_timeout_ms=*/30000);
   testing::ServerProcess& victim = servers_[1];
   const std::string address = victim.address;
-  const testing::KilledRun run = Train(Job(coordinator_, "replicated", 2), &victim, &daemons_,
-                                       /*placement=*/nullptr, [&] {
-                                         victim = StartServer(1, {"--listen=" + address});
-                                         EXPECT_EQ(victim.address, address);
-                                       });
+  const testing::KilledRun run = Train(
+      Job(coordinator_, "replicated", 2), &victim, &daemons_, /*placement=*/nullptr,
+      [&] {
+        victim = StartServer(1, {"--listen=" + address});
+        EXPECT_EQ(victim.address, address);
+      },
+      WaitForCopies(coordinator_, "replicated", 2, ""));
   ASSERT_FALSE(::testing::Test::HasFailure());
   std::printf("server restarted empty during step %lld: job paused %.2f s\n",
               static_cast<long long>(kKillDuringStep), run.paused_s);
   const std::string log = CoordinatorLog();
   EXPECT_THAT(log, HasSubstr("(it restarted without them)"));
   EXPECT_THAT(log, HasSubstr("goes on from the other copies of its chunks"));
-  auto placement = testing::Placement(coordinator_, "replicated");
-  ASSERT_TRUE(placement.ok()) << placement.status();
-  for (const v1::PlacementRow& row : placement->rows()) {
-    EXPECT_NE(row.server_address(), address) << "chunk " << row.chunk_id();
-    EXPECT_EQ(row.applied_step(), kSteps) << "chunk " << row.chunk_id();
-  }
+  // The restarted server may take copies again: two of each chunk.
+  ExpectCopiesOf("replicated", run, 2, "");
   ExpectNothingLost(run);
 }
 

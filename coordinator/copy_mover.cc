@@ -1,0 +1,288 @@
+// CoordinatorService's copy moves (coordinator_service.h): a job's chunk
+// copies change servers while it trains -- a lost server's copies are
+// seeded again on the servers left, a draining server's move off, a
+// rebalance spreads them -- each a step boundary that no step crosses: the
+// workers re-form in a new generation and wait for the new placement while
+// the servers, fenced against the old generation, hold still and the
+// coordinator copies the new copies' state from live ones.
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "coordinator/await.h"
+#include "coordinator/chunk_copier.h"
+#include "coordinator/coordinator_service.h"
+#include "coordinator/job_info.h"
+#include "coordinator/placement.h"
+#include "core/log.h"
+#include "core/quoted.h"
+#include "core/status_macros.h"
+#include "rpc/grpc_status.h"
+#include "rpc/job_spec.h"
+
+namespace strata {
+namespace {
+
+// Every call of a copy ends within this (12 MiB of state each).
+constexpr absl::Duration kCopyCallTimeout = absl::Seconds(60);
+
+bool SamePlacement(const v1::JobInfo& a, const v1::JobInfo& b) {
+  for (int i = 0; i < a.chunks_size(); ++i) {
+    if (CopiesOf(a.chunks(i)) != CopiesOf(b.chunks(i))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<v1::ServerRecord> CoordinatorService::PlacementServers() const {
+  std::vector<v1::ServerRecord> live;
+  for (const auto& [address, server] : servers_) {
+    if (!monitor_->IsLost(address) && !server.draining()) live.push_back(server);
+  }
+  return live;
+}
+
+std::vector<const v1::JobInfo*> CoordinatorService::PlacedJobs() const {
+  std::vector<const v1::JobInfo*> placed;
+  for (const auto& [id, job] : jobs_) placed.push_back(&job);
+  return placed;
+}
+
+absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const PlanCopies& plan,
+                                            const std::string& why, v1::CopiesMoved* moved) {
+  absl::MutexLock moves(&moves_mu_);
+  const absl::Time started = absl::Now();
+  v1::JobInfo before, after;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return UnknownJob(job_id);
+    if (creating_.contains(job_id)) {
+      return absl::UnavailableError(absl::StrCat("job '", job_id, "' is being created"));
+    }
+    before = after = it->second;
+    RETURN_IF_ERROR(plan(&after));
+    if (SamePlacement(before, after)) return absl::OkStatus();
+    moving_.insert(job_id);
+  }
+  absl::Cleanup not_moving = [&] {
+    absl::MutexLock lock(&mu_);
+    moving_.erase(job_id);
+  };
+  after.set_placement_version(before.placement_version() + 1);
+  // While the copies are seeded the servers hold both placements' copies
+  // (the live ones of `before`), all fenced.
+  auto both = std::make_shared<v1::JobInfo>(after);
+  for (int i = 0; i < before.chunks_size(); ++i) {
+    for (const std::string& address : CopiesOf(before.chunks(i))) {
+      if (!HoldsCopy(both->chunks(i), address) && !monitor_->IsLost(address)) {
+        both->mutable_chunks(i)->add_replica_addresses(address);
+      }
+    }
+  }
+  v1::JobSummary summary;
+  membership_->Summarize(job_id, &summary);
+  // The workers stop the step they run and wait for the new placement.
+  ASSIGN_OR_RETURN(
+      const uint64_t generation,
+      membership_->ChunksMoved(job_id, after.placement_version(), summary.committed_step()));
+  absl::Status status = Await([&](auto done) {
+    fleet_.Allocate(both, generation,
+                    [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); });
+  });
+  const DType dtype = DTypeFromProto(before.spec().dtype()).value_or(DType::kFp32);
+  v1::CopiesMoved copied;
+  for (int i = 0; status.ok() && i < after.chunks_size(); ++i) {
+    const v1::ChunkAssignment& old = before.chunks(i);
+    std::string source;
+    for (const std::string& address : CopiesOf(old)) {
+      if (source.empty() && !monitor_->IsLost(address)) source = address;
+    }
+    for (const std::string& target : CopiesOf(after.chunks(i))) {
+      if (HoldsCopy(old, target)) continue;
+      if (source.empty()) {
+        status = absl::FailedPreconditionError(absl::StrCat(
+            "chunk ", old.chunk().chunk_id(), " has no live copy to seed ", target, " from"));
+        break;
+      }
+      absl::StatusOr<CopiedChunk> chunk =
+          CopyChunkState(fleet_.Stub(source), source, fleet_.Stub(target), target, job_id,
+                         old.chunk(), dtype, kCopyCallTimeout);
+      if (!chunk.ok()) {
+        status = chunk.status();
+        break;
+      }
+      copied.set_copies(copied.copies() + 1);
+      copied.set_bytes(copied.bytes() + chunk->bytes);
+    }
+  }
+  // The workers go on with the new placement, or on the old one (as a new
+  // version) when the copies could not be seeded.
+  v1::JobInfo placed = after;
+  if (!status.ok()) {
+    placed = before;
+    placed.set_placement_version(after.placement_version());
+  }
+  absl::Status committed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (jobs_.count(job_id) == 0) {
+      committed = UnknownJob(job_id);
+    } else {
+      committed = WriteJob(placed);
+      if (committed.ok()) jobs_[job_id] = placed;
+    }
+  }
+  // Each server keeps the copies placed on it; the others drop the job.
+  auto kept = std::make_shared<v1::JobInfo>(committed.ok() ? placed : before);
+  Await([&](auto done) {
+    fleet_.Allocate(kept, generation,
+                    [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); });
+  }).IgnoreError();
+  std::vector<std::string> emptied;
+  for (const std::string& address : ServersOf(*both)) {
+    if (!HasChunksOn(*kept, address)) emptied.push_back(address);
+  }
+  if (!emptied.empty()) {
+    Await([&](auto done) {
+      fleet_.Drop(job_id, emptied, /*wait_for_ready=*/false,
+                  [done](std::vector<std::string>) { done(absl::OkStatus()); });
+    }).IgnoreError();
+  }
+  status.Update(committed);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
+  if (!status.ok()) {
+    LogEventCat("coordinator", "job ", job_id, " (", why,
+                "): its copies stay where they were: ", status.ToString());
+    return status;
+  }
+  LogEventCat("coordinator", "job ", job_id, " (", why, "): ", copied.copies(),
+              " chunk copies seeded (", copied.bytes(), " bytes) in ", seconds,
+              " s; its workers resume from the step they reached in generation ", generation);
+  if (moved != nullptr) {
+    moved->set_jobs(moved->jobs() + 1);
+    moved->set_copies(moved->copies() + copied.copies());
+    moved->set_bytes(moved->bytes() + copied.bytes());
+  }
+  return absl::OkStatus();
+}
+
+void CoordinatorService::RestoreReplicas() {
+  std::vector<std::string> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, job] : jobs_) {
+      const int want = static_cast<int>(std::max<uint32_t>(job.spec().replicas(), 1));
+      if (std::any_of(job.chunks().begin(), job.chunks().end(),
+                      [&](const auto& c) { return 1 + c.replica_addresses_size() < want; })) {
+        ids.push_back(id);
+      }
+    }
+  }
+  for (const std::string& id : ids) {
+    absl::Status restored = MoveCopies(
+        id,
+        [this](v1::JobInfo* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          AddMissingCopies(PlacementServers(), PlacedJobs(), job);
+          return absl::OkStatus();
+        },
+        "restoring its replica count", nullptr);
+    if (!restored.ok() && !absl::IsNotFound(restored)) {
+      LogEventCat("coordinator", "job ", id, ": replicas not restored yet: ", restored.ToString());
+    }
+  }
+}
+
+absl::Status CoordinatorService::DoDrain(const v1::DrainServerRequest& request,
+                                         v1::CopiesMoved* moved) {
+  const absl::Time started = absl::Now();
+  const std::string& address = request.address();
+  std::vector<std::string> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = servers_.find(address);
+    if (it == servers_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("address: no shard server ", Quoted(address), " is registered"));
+    }
+    v1::ServerRecord record = it->second;
+    record.set_draining(!request.cancel());
+    RETURN_IF_ERROR(WriteServer(record));
+    it->second = record;
+    if (request.cancel()) {
+      LogEventCat("coordinator", "shard server ", address, " takes chunks again");
+      return absl::OkStatus();
+    }
+    for (const auto& [id, job] : jobs_) {
+      if (HasChunksOn(job, address)) ids.push_back(id);
+    }
+  }
+  LogEventCat("coordinator", "draining shard server ", address, ": ", ids.size(), " job(s)");
+  const std::string why = absl::StrCat("shard server ", address, " drains");
+  for (const std::string& id : ids) {
+    absl::Status drained = MoveCopies(
+        id,
+        [&](v1::JobInfo* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          const v1::JobInfo before = *job;
+          RemoveCopies({address}, job);
+          AddMissingCopies(PlacementServers(), PlacedJobs(), job);
+          for (int i = 0; i < job->chunks_size(); ++i) {
+            const size_t had = CopiesOf(before.chunks(i)).size();
+            if (job->chunks(i).server_address().empty() || CopiesOf(job->chunks(i)).size() < had) {
+              return absl::FailedPreconditionError(absl::StrCat(
+                  "job '", id, "': no other live shard server can take a copy of chunk ",
+                  job->chunks(i).chunk().chunk_id(), " (", job->chunks(i).chunk().num_params(),
+                  " params)"));
+            }
+          }
+          return absl::OkStatus();
+        },
+        why, moved);
+    if (!drained.ok() && !absl::IsNotFound(drained)) return drained;
+  }
+  moved->set_seconds(absl::ToDoubleSeconds(absl::Now() - started));
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::DoRebalance(const std::string& job_id, v1::CopiesMoved* moved) {
+  const absl::Time started = absl::Now();
+  RETURN_IF_ERROR(MoveCopies(
+      job_id,
+      [this](v1::JobInfo* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        RebalanceCopies(PlacementServers(), PlacedJobs(), job);
+        return absl::OkStatus();
+      },
+      "rebalance", moved));
+  moved->set_seconds(absl::ToDoubleSeconds(absl::Now() - started));
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::DrainServer(grpc::CallbackServerContext* ctx,
+                                                          const v1::DrainServerRequest* request,
+                                                          v1::DrainServerResponse* response) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  movers_.Schedule([this, reactor, request, response] {
+    reactor->Finish(ToGrpcStatus(DoDrain(*request, response->mutable_moved())));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::RebalanceJob(grpc::CallbackServerContext* ctx,
+                                                           const v1::RebalanceJobRequest* request,
+                                                           v1::RebalanceJobResponse* response) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  movers_.Schedule([this, reactor, request, response] {
+    reactor->Finish(ToGrpcStatus(DoRebalance(request->job_id(), response->mutable_moved())));
+  });
+  return reactor;
+}
+
+}  // namespace strata
