@@ -5,13 +5,17 @@
 // step there -- and the weights equal an uninterrupted run, bit for bit;
 // so does a server that restarts at once without its chunks. Either way the
 // coordinator seeds the missing copies again while the job trains, and
-// every copy ends with the primary's bits.
+// every copy ends with the primary's bits. Draining a server and
+// rebalancing onto a new one move copies the same way while the job
+// trains: no step lost, the same bits.
 #include <fstream>
 #include <functional>
 #include <iterator>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -68,6 +72,32 @@ GradientFn WaitForCopies(const std::string& coordinator, const std::string& job_
     return Compute(batch, client);
   };
 }
+
+// Runs `task` on its own thread while a job trains: rank 0 starts it
+// before step `start_at` and waits for it before step `done_by`.
+class WhileTraining {
+ public:
+  WhileTraining(int64_t start_at, int64_t done_by, std::function<void()> task)
+      : start_at_(start_at), done_by_(done_by), task_(std::move(task)) {}
+  ~WhileTraining() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // Compute, around which the task runs.
+  GradientFn compute() {
+    return [this](const MicroBatch& batch, Client& client) {
+      if (client.rank() == 0 && batch.step == start_at_ && !thread_.joinable()) {
+        thread_ = std::thread(task_);
+      }
+      if (client.rank() == 0 && batch.step == done_by_ && thread_.joinable()) thread_.join();
+      return Compute(batch, client);
+    };
+  }
+
+ private:
+  const int64_t start_at_, done_by_;
+  const std::function<void()> task_;
+  std::thread thread_;
+};
 
 // Trains `options`' job to kSteps; during step kKillDuringStep, unless
 // `victim` is null, SIGKILLs it, then runs `after_kill`. `placement`, if
@@ -235,6 +265,77 @@ TEST_F(ReplicationTest, AServerBackWithoutItsChunksCostsAReplicatedJobNoStep) {
   EXPECT_THAT(log, HasSubstr("goes on from the other copies of its chunks"));
   // The restarted server may take copies again: two of each chunk.
   ExpectCopiesOf("replicated", run, 2, "");
+  ExpectNothingLost(run);
+}
+
+// A one-copy job's chunks leave a server drained at step 10 while the job
+// trains to 30 (each primary seeded elsewhere with its previous step's
+// copy): nothing left there, no step lost, the same bits.
+TEST_F(ReplicationTest, ADrainedServersChunksMoveWhileTheJobTrains) {
+  StartCluster(kServerTimeoutMs);
+  const std::string drained = servers_[0].address;
+  v1::DrainServerResponse response;
+  WhileTraining drain(10, 20, [&] {
+    auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
+    v1::DrainServerRequest request;
+    request.set_address(drained);
+    absl::Status s = CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request,
+                               &response, absl::Seconds(120));
+    EXPECT_TRUE(s.ok()) << s;
+  });
+  const testing::KilledRun run = Train(Job(coordinator_, "drained", /*replicas=*/1), nullptr,
+                                       nullptr, nullptr, [] {}, drain.compute());
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  EXPECT_EQ(response.moved().jobs(), 1u);
+  EXPECT_GT(response.moved().copies(), 0u);
+  std::printf("drained %u chunk copies (%llu bytes) in %.3f s while training\n",
+              response.moved().copies(),
+              static_cast<unsigned long long>(response.moved().bytes()),
+              response.moved().seconds());
+  ExpectCopiesOf("drained", run, 1, drained);
+  auto held = testing::ChunksOnServer(drained, "drained");
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(*held, 0);
+  ExpectNothingLost(run);
+  // A server that is not registered cannot be drained.
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
+  v1::DrainServerRequest request;
+  request.set_address("127.0.0.1:1");
+  v1::DrainServerResponse ignored;
+  absl::Status unknown = CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request,
+                                   &ignored, absl::Seconds(30));
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound) << unknown;
+  EXPECT_THAT(unknown.message(), HasSubstr("address"));
+}
+
+// A fourth server registers at step 10 and the job is rebalanced onto it
+// while it trains: copies spread, no step lost, every copy the same bits.
+TEST_F(ReplicationTest, ARebalanceSpreadsCopiesOntoANewServerWhileTheJobTrains) {
+  StartCluster(kServerTimeoutMs);
+  std::string added;
+  v1::RebalanceJobResponse response;
+  WhileTraining rebalance(10, 20, [&] {
+    testing::ServerProcess server = StartServer(3, {});
+    added = server.address;
+    auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
+    v1::RebalanceJobRequest request;
+    request.set_job_id("rebalanced");
+    absl::Status s = CallUnary(stub.get(), &v1::Coordinator::Stub::RebalanceJob, request,
+                               &response, absl::Seconds(120));
+    EXPECT_TRUE(s.ok()) << s;
+  });
+  const testing::KilledRun run = Train(Job(coordinator_, "rebalanced", /*replicas=*/2), nullptr,
+                                       nullptr, nullptr, [] {}, rebalance.compute());
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  std::printf("rebalanced %u chunk copies (%llu bytes) in %.3f s while training\n",
+              response.moved().copies(),
+              static_cast<unsigned long long>(response.moved().bytes()),
+              response.moved().seconds());
+  EXPECT_GT(response.moved().copies(), 0u);
+  ExpectCopiesOf("rebalanced", run, 2, "");
+  auto held = testing::ChunksOnServer(added, "rebalanced");
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(*held, static_cast<int>(response.moved().copies()));
   ExpectNothingLost(run);
 }
 
