@@ -2,7 +2,8 @@
 // live copy on another, the coordinator relaying: FP32 p, m and v in pieces
 // of at most kCopyPieceParams (ReadState, WriteState), each with the
 // source's copy of the step before where it keeps one (Pull), so that the
-// new copy can serve a torn step's recompute as the source would. The
+// new copy can serve a torn step's recompute as the source would; pieces
+// are copied kCopyStreams at a time. The
 // source must hold still (fenced: AllocateChunks with a generation its
 // workers have not formed), the target's chunk must be newly allocated.
 // Blocking; thread-safe.
@@ -20,9 +21,12 @@
 
 namespace strata {
 
-// The most params one ReadState/WriteState of a copy carries (12 MiB of
-// state), below the shard server's read limit and the message limit.
-inline constexpr uint64_t kCopyPieceParams = uint64_t{1} << 20;
+// The most params one ReadState/WriteState of a copy carries (3 MiB of
+// state), and how many pieces are copied at once: small enough that reads,
+// relays and writes overlap, far below the server's read limit and the
+// message limit.
+inline constexpr uint64_t kCopyPieceParams = uint64_t{1} << 18;
+inline constexpr uint64_t kCopyStreams = 4;
 
 // What a copy moved.
 struct CopiedChunk {
@@ -33,8 +37,9 @@ struct CopiedChunk {
 
 // Copies `chunk` of job `job_id` (dtype `dtype`) from `source` to `target`;
 // every call ends within `call_timeout`. ABORTED when the source changed
-// step during the copy (it was not fenced); the first error of a call
-// otherwise, naming the server by `source_address` or `target_address`.
+// step during the copy (it was not fenced; the target refuses the pieces
+// of another step too); the first error of a call otherwise, naming the
+// server by `source_address` or `target_address`.
 absl::StatusOr<CopiedChunk> CopyChunkState(v1::ShardServer::Stub* source,
                                            const std::string& source_address,
                                            v1::ShardServer::Stub* target,

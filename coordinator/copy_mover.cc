@@ -99,6 +99,7 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
                     [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); });
   });
   const DType dtype = DTypeFromProto(before.spec().dtype()).value_or(DType::kFp32);
+  const absl::Time fenced = absl::Now();
   v1::CopiesMoved copied;
   for (int i = 0; status.ok() && i < after.chunks_size(); ++i) {
     const v1::ChunkAssignment& old = before.chunks(i);
@@ -124,6 +125,7 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
       copied.set_bytes(copied.bytes() + chunk->bytes);
     }
   }
+  copied.set_copy_seconds(absl::ToDoubleSeconds(absl::Now() - fenced));
   // The workers go on with the new placement, or on the old one (as a new
   // version) when the copies could not be seeded.
   v1::JobInfo placed = after;
@@ -165,12 +167,14 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     return status;
   }
   LogEventCat("coordinator", "job ", job_id, " (", why, "): ", copied.copies(),
-              " chunk copies seeded (", copied.bytes(), " bytes) in ", seconds,
-              " s; its workers resume from the step they reached in generation ", generation);
+              " chunk copies seeded (", copied.bytes(), " bytes) in ", seconds, " s (fences ",
+              absl::ToDoubleSeconds(fenced - started), " s, copies ", copied.copy_seconds(),
+              " s); its workers resume from the step they reached in generation ", generation);
   if (moved != nullptr) {
     moved->set_jobs(moved->jobs() + 1);
     moved->set_copies(moved->copies() + copied.copies());
     moved->set_bytes(moved->bytes() + copied.bytes());
+    moved->set_copy_seconds(moved->copy_seconds() + copied.copy_seconds());
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,9 +16,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
+#include "rpc/grpc_util.h"
 #include "strata/client.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+#include "testing/placement.h"
 #include "testing/processes.h"
 #include "tools/bench/bench_util.h"
+#include "tools/bench/iperf.h"
 
 namespace strata {
 namespace {
@@ -29,19 +34,29 @@ constexpr int kWorkers = 2;
 
 // What rank 0 saw of a job's steps.
 struct Steps {
-  std::vector<double> seconds;  // each step's, killed step's excluded
+  std::vector<double> seconds;  // each step's, the first's and the killed step's excluded
+  // Each completed step's number, start and end.
   std::vector<int64_t> completed;
+  std::vector<absl::Time> started, ended;
   double pause_s = 0;  // from the kill to the end of the next step completed
   int64_t steps_lost = 0;
 };
 
+// What happens to a job while it trains: before step `before_step` rank 0
+// SIGKILLs `victim` (if set) and starts `during` (if set) on a thread of
+// its own, joined when the job is done.
+struct Event {
+  int before_step = 0;  // 0: nothing happens
+  testing::ServerProcess* victim = nullptr;
+  testing::Processes* daemons = nullptr;
+  std::function<void()> during;
+};
+
 // Trains job `job_id` of `replicas` copies for `steps` steps with two
-// worker threads; before step `kill_before` (0: never) rank 0 SIGKILLs
-// `victim`.
+// worker threads, through `event`.
 absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& coordinator,
                             const std::string& job_id, uint32_t replicas, int steps,
-                            int kill_before, testing::ServerProcess* victim,
-                            testing::Processes* daemons) {
+                            const Event& event) {
   ClientOptions options;
   options.coordinator_address = coordinator;
   options.job_id = job_id;
@@ -55,6 +70,7 @@ absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& co
   Steps out;
   absl::Mutex mu;
   std::vector<absl::Status> errors(kWorkers);
+  std::thread during;
   std::vector<std::thread> threads;
   for (int w = 0; w < kWorkers; ++w) {
     threads.emplace_back([&, w] {
@@ -71,14 +87,16 @@ absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& co
       };
       absl::Time killed_at = absl::InfiniteFuture();
       while ((*client)->step() < steps) {
-        const bool kill_now =
-            (*client)->rank() == 0 && victim != nullptr && (*client)->step() + 1 == kill_before;
+        const bool now = (*client)->rank() == 0 && event.before_step > 0 &&
+                         (*client)->step() + 1 == event.before_step;
+        const bool kill_now = now && event.victim != nullptr;
         if (kill_now) {
-          kill(victim->pid, SIGKILL);
-          waitpid(victim->pid, nullptr, 0);
-          daemons->Forget(victim->pid);
+          kill(event.victim->pid, SIGKILL);
+          waitpid(event.victim->pid, nullptr, 0);
+          event.daemons->Forget(event.victim->pid);
           killed_at = absl::Now();
         }
+        if (now && event.during) during = std::thread(event.during);
         const absl::Time started = absl::Now();
         absl::StatusOr<StepResult> result = (*client)->Step(compute);
         if (!result.ok()) {
@@ -86,12 +104,15 @@ absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& co
           return;
         }
         if ((*client)->rank() != 0) continue;
+        const absl::Time ended = absl::Now();
         absl::MutexLock lock(&mu);
         out.completed.push_back(result->step);
+        out.started.push_back(started);
+        out.ended.push_back(ended);
         if (kill_now) {
-          out.pause_s = absl::ToDoubleSeconds(absl::Now() - killed_at);
+          out.pause_s = absl::ToDoubleSeconds(ended - killed_at);
         } else if (result->step > 1) {  // the first pays for the connections
-          out.seconds.push_back(absl::ToDoubleSeconds(absl::Now() - started));
+          out.seconds.push_back(absl::ToDoubleSeconds(ended - started));
         }
       }
       if ((*client)->rank() == 0) {
@@ -101,8 +122,43 @@ absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& co
     });
   }
   for (auto& t : threads) t.join();
+  if (during.joinable()) during.join();
   for (const absl::Status& e : errors) RETURN_IF_ERROR(e);
   return out;
+}
+
+// Whether the steps completed are 1, 2, ... each once.
+bool EachOnce(const Steps& steps) {
+  for (size_t i = 0; i < steps.completed.size(); ++i) {
+    if (steps.completed[i] != static_cast<int64_t>(i + 1)) return false;
+  }
+  return true;
+}
+
+// The longest step that ran at some time in [from, to].
+double LongestStepWithin(const Steps& steps, absl::Time from, absl::Time to) {
+  double longest = 0;
+  for (size_t i = 0; i < steps.completed.size(); ++i) {
+    if (steps.ended[i] >= from && steps.started[i] <= to) {
+      longest = std::max(longest, absl::ToDoubleSeconds(steps.ended[i] - steps.started[i]));
+    }
+  }
+  return longest;
+}
+
+// Seconds from `since` until every chunk of `job_id` has `copies` copies,
+// none on `not_on` (polled every 10 ms for up to `limit`); negative when
+// they do not.
+double SecondsUntilCopies(const std::string& coordinator, const std::string& job_id, size_t copies,
+                          const std::string& not_on, absl::Time since, absl::Duration limit) {
+  while (absl::Now() < since + limit) {
+    auto placement = testing::Placement(coordinator, job_id);
+    if (placement.ok() && testing::HasCopies(*placement, copies, not_on)) {
+      return absl::ToDoubleSeconds(absl::Now() - since);
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return -1;
 }
 
 }  // namespace
@@ -121,8 +177,10 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
       bin, dir, &daemons,
       {absl::StrCat("--server_timeout_ms=", absl::ToInt64Milliseconds(o.server_timeout))});
   if (coordinator.empty()) return absl::InternalError("the coordinator did not start");
-  // Both jobs' copies (state, copies and slack), spread over the servers.
-  const uint64_t budget_mib = o.num_params * 20 * 3 / kServers / (1 << 20) + 256;
+  // Room on each server for a whole copy of the two-copy job (each survivor
+  // holds every chunk once the lost server's copies are seeded again) and
+  // half the one-copy job (the undrained servers' share), with slack.
+  const uint64_t budget_mib = o.num_params * 20 * 2 / (1 << 20) + 256;
   std::vector<testing::ServerProcess> servers;
   for (int i = 0; i < kServers; ++i) {
     servers.push_back(testing::StartServer(bin, dir, absl::StrCat("server-", i), coordinator,
@@ -130,35 +188,78 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
                                            &daemons));
     if (servers.back().address.empty()) return absl::InternalError("a shard server did not start");
   }
-  ASSIGN_OR_RETURN(Steps one,
-                   Train(o, coordinator, "replicas-1", 1, o.steps + 1, 0, nullptr, &daemons));
-  // Two copies: o.steps timed steps, then a server killed, then as many again.
-  const int kill_before = o.steps + 2;
-  ASSIGN_OR_RETURN(Steps two, Train(o, coordinator, "replicas-2", 2, 2 * o.steps + 2, kill_before,
-                                    &servers[1], &daemons));
-  std::vector<double> before_kill(
-      two.seconds.begin(), two.seconds.begin() + std::min<size_t>(o.steps, two.seconds.size()));
-  bool each_once = true;
-  for (size_t i = 0; i < two.completed.size(); ++i) {
-    each_once = each_once && two.completed[i] == static_cast<int64_t>(i + 1);
+  // One copy: o.steps timed steps, then a server drained, then as many again.
+  const int event_before = o.steps + 2;
+  const double tcp_GBps = MeasureIperf3();
+  v1::DrainServerResponse drained;
+  absl::Status drain_status;
+  absl::Time drain_started, drain_ended;
+  Event drain{event_before, nullptr, nullptr, [&] {
+                auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+                v1::DrainServerRequest request;
+                request.set_address(servers[0].address);
+                drain_started = absl::Now();
+                drain_status = CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request,
+                                         &drained, absl::Minutes(10));
+                drain_ended = absl::Now();
+              }};
+  ASSIGN_OR_RETURN(Steps one, Train(o, coordinator, "replicas-1", 1, 2 * o.steps + 2, drain));
+  RETURN_IF_ERROR(drain_status);
+  {
+    // Server 0 takes chunks again.
+    auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+    v1::DrainServerRequest request;
+    request.set_address(servers[0].address);
+    request.set_cancel(true);
+    v1::DrainServerResponse ignored;
+    RETURN_IF_ERROR(CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request, &ignored,
+                              absl::Seconds(30)));
   }
+  // Two copies: o.steps timed steps, then a server killed, then as many
+  // again, while the copies it held are seeded on the others.
+  double reseed_s = -1;
+  Event kill{event_before, &servers[1], &daemons, [&] {
+               reseed_s = SecondsUntilCopies(coordinator, "replicas-2", 2, servers[1].address,
+                                             absl::Now(), absl::Minutes(5));
+             }};
+  ASSIGN_OR_RETURN(Steps two, Train(o, coordinator, "replicas-2", 2, 2 * o.steps + 2, kill));
+  const auto timed = [&](const Steps& steps) {
+    return std::vector<double>(
+        steps.seconds.begin(),
+        steps.seconds.begin() + std::min<size_t>(o.steps, steps.seconds.size()));
+  };
   const double timeout_s = absl::ToDoubleSeconds(o.server_timeout);
-  const double step_1 = Median(one.seconds), step_2 = Median(before_kill);
-  return json{{"bench", "failover"},
-              {"params", o.num_params},
-              {"servers", kServers},
-              {"workers", kWorkers},
-              {"dtype", "bf16"},
-              {"step_s_replicas_1", step_1},
-              {"step_s_replicas_2", step_2},
-              {"replicas_2_over_1", step_2 / step_1},
-              {"steps_lost", two.steps_lost},
-              {"every_step_once", each_once},
-              {"pause_s", two.pause_s},
-              {"server_timeout_s", timeout_s},
-              {"pause_bound_s", timeout_s + 1.0},
-              {"pause_fraction_of_bound", two.pause_s / (timeout_s + 1.0)},
-              {"reseed_s", nullptr}};
+  const double step_1 = Median(timed(one)), step_2 = Median(timed(two));
+  const double drain_s = drained.moved().seconds();
+  const double drain_GBps = drain_s > 0 ? drained.moved().bytes() / drain_s / 1e9 : 0;
+  return json{
+      {"bench", "failover"},
+      {"params", o.num_params},
+      {"servers", kServers},
+      {"workers", kWorkers},
+      {"dtype", "bf16"},
+      {"step_s_replicas_1", step_1},
+      {"step_s_replicas_2", step_2},
+      {"replicas_2_over_1", step_2 / step_1},
+      {"steps_lost", two.steps_lost},
+      {"every_step_once", EachOnce(one) && EachOnce(two)},
+      {"pause_s", two.pause_s},
+      {"server_timeout_s", timeout_s},
+      {"pause_bound_s", timeout_s + 1.0},
+      {"pause_fraction_of_bound", two.pause_s / (timeout_s + 1.0)},
+      {"reseed_s", reseed_s},
+      {"drain_s", drain_s},
+      {"drain_bytes", drained.moved().bytes()},
+      {"drain_GBps", drain_GBps},
+      {"drain_copy_s", drained.moved().copy_seconds()},
+      {"drain_copy_GBps", drained.moved().copy_seconds() > 0
+                              ? drained.moved().bytes() / drained.moved().copy_seconds() / 1e9
+                              : 0},
+      {"loopback_tcp_GBps", tcp_GBps},
+      {"drain_fraction_of_loopback_tcp", tcp_GBps > 0 ? drain_GBps / tcp_GBps : -1},
+      {"max_step_during_drain_s", LongestStepWithin(one, drain_started, drain_ended)},
+      {"max_step_during_drain_over_step",
+       LongestStepWithin(one, drain_started, drain_ended) / step_1}};
 }
 
 }  // namespace strata

@@ -23,31 +23,12 @@
 #include "testing/test_certificates.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/crypto_probe.h"
+#include "tools/bench/iperf.h"
 
 namespace strata {
 namespace {
 
 using nlohmann::json;
-
-// Single-stream loopback TCP bandwidth in GB/s from iperf3, or a negative
-// value when iperf3 is not installed or fails.
-double MeasureIperf3() {
-  int port = 20000 + static_cast<int>(std::random_device{}() % 20000);
-  std::string server = absl::StrCat("iperf3 -s -1 -p ", port, " >/dev/null 2>&1 &");
-  if (std::system(server.c_str()) != 0) return -1;
-  absl::SleepFor(absl::Milliseconds(300));
-  std::string client = absl::StrCat("iperf3 -c 127.0.0.1 -p ", port, " -t 2 -J 2>/dev/null");
-  FILE* pipe = popen(client.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  std::string output;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  if (pclose(pipe) != 0) return -1;
-  json result = json::parse(output, nullptr, /*allow_exceptions=*/false);
-  if (result.is_discarded() || !result.contains("end")) return -1;
-  return result["end"]["sum_received"]["bits_per_second"].get<double>() / 8e9;
-}
 
 // Time of the AdamW kernel over `num_params` (the servers' apply work),
 // spread over `threads` threads as the servers' executors would.
