@@ -98,9 +98,11 @@ constexpr char kUsage[] =
     "      (strata-bench elastic-worker is those workers; not run by hand)\n"
     "  strata-bench failover [--params N (default 16 Mi)] [--steps S] [--server_timeout_ms MS]\n"
     "      a coordinator and 3 shard server processes; 2 workers train a job of one\n"
-    "      copy per chunk, then one of two copies (the second copy's price, target\n"
-    "      <= 1.25), and one server is SIGKILLed: steps lost (target 0) and the\n"
-    "      pause, against the server timeout (the detection) plus 1 s";
+    "      copy per chunk while server 0 is drained (drain_s, its GB/s against\n"
+    "      iperf3's loopback TCP, the longest step meanwhile), then one of two\n"
+    "      copies (the second copy's price, target <= 1.25), and one server is\n"
+    "      SIGKILLed: steps lost (target 0), the pause against the server timeout\n"
+    "      (the detection) plus 1 s, and reseed_s until every chunk has 2 copies";
 
 uint64_t NumParams() {
   uint64_t n = absl::GetFlag(FLAGS_params);

@@ -3,10 +3,14 @@
 // worker threads train a job of one copy per chunk, then one of two copies
 // (Step(GradientFn), the same gradients), and the median steps give the
 // price of the second copy (step_s_replicas_2 over step_s_replicas_1;
-// target <= 1.25). Then one server is SIGKILLed mid-training and never
-// restarted: steps_lost (target 0) and pause_s, from the kill to the next
-// completed step, against its bound -- the coordinator's server timeout
-// (the detection) plus 1 s.
+// target <= 1.25). While the first trains, server 0 is drained: drain_s,
+// the bytes it moved per second against single-stream loopback TCP
+// (iperf3; target >= 0.5) and the longest step meanwhile. While the second
+// trains, another server is SIGKILLed and never restarted: steps_lost
+// (target 0) and pause_s, from the kill to the next completed step,
+// against its bound -- the coordinator's server timeout (the detection)
+// plus 1 s -- and reseed_s, from the kill until every chunk has two copies
+// again.
 #ifndef STRATA_TOOLS_BENCH_FAILOVER_BENCH_H_
 #define STRATA_TOOLS_BENCH_FAILOVER_BENCH_H_
 
