@@ -94,9 +94,19 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
   ASSIGN_OR_RETURN(
       const uint64_t generation,
       membership_->ChunksMoved(job_id, after.placement_version(), summary.committed_step()));
+  // The new copies start empty, also on a server that holds a stale one.
+  auto seeded = std::make_shared<ShardFleet::SeededChunks>();
+  for (int i = 0; i < after.chunks_size(); ++i) {
+    for (const std::string& target : CopiesOf(after.chunks(i))) {
+      if (!HoldsCopy(before.chunks(i), target)) {
+        (*seeded)[target].push_back(after.chunks(i).chunk().chunk_id());
+      }
+    }
+  }
   absl::Status status = Await([&](auto done) {
-    fleet_.Allocate(both, generation,
-                    [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); });
+    fleet_.Allocate(
+        both, generation, [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); },
+        seeded);
   });
   const DType dtype = DTypeFromProto(before.spec().dtype()).value_or(DType::kFp32);
   const absl::Time fenced = absl::Now();

@@ -86,7 +86,7 @@ void CoordinatorService::RecoverEmptiedJobs() {
     emptied.assign(emptied_.begin(), emptied_.end());
   }
   for (const auto& [id, servers] : emptied) {
-    const std::string why = "a shard server restarted without its chunks";
+    const std::string why = "a shard server restarted without its chunks, or lost their state";
     absl::Status moved = DropCopies(id, servers, why);
     if (absl::IsFailedPrecondition(moved)) {
       moved = MoveJob(id, why);
@@ -228,7 +228,7 @@ void CoordinatorService::CheckJobsOn(const std::string& address) {
     // Job id -> the chunks the server holds of it.
     std::map<std::string, int> held;
     for (const v1::ChunkStatus& c : listed.response.chunks()) {
-      held[c.job_id()] += c.applied_step() >= 0 ? 1 : 0;
+      held[c.job_id()] += c.applied_step() >= 0 && c.lost().empty() ? 1 : 0;
     }
     // Job id -> why the server must not keep it.
     std::map<std::string, std::string> stale;
@@ -254,7 +254,8 @@ void CoordinatorService::CheckJobsOn(const std::string& address) {
       if (placed > 0 && kept < placed && emptied_[id].insert(listed.address).second) {
         LogEventCat("coordinator", "job ", id, ": shard server ", listed.address, " holds ", kept,
                     " of its ", placed,
-                    " chunk(s) placed there (it restarted without them); "
+                    " chunk(s) placed there (it restarted without them, or lost their "
+                    "state); "
                     "the job goes on from their other copies, or resumes from its newest "
                     "checkpoint");
       }

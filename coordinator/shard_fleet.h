@@ -7,6 +7,7 @@
 #define STRATA_COORDINATOR_SHARD_FLEET_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,9 +38,12 @@ class ShardFleet {
   v1::ShardServer::Stub* Stub(const std::string& address);
 
   // Allocates the job's chunks on its servers (pushes of generations before
-  // `min_generation` refused), then `done(status, servers that allocated)`.
+  // `min_generation` refused; the chunks `seeded` names per server made
+  // anew), then `done(status, servers that allocated)`.
+  using SeededChunks = std::map<std::string, std::vector<uint32_t>>;
   void Allocate(std::shared_ptr<const v1::JobInfo> job, uint64_t min_generation,
-                std::function<void(absl::Status, std::vector<std::string>)> done);
+                std::function<void(absl::Status, std::vector<std::string>)> done,
+                std::shared_ptr<const SeededChunks> seeded = nullptr);
   // Has each of the job's servers load its chunks from the checkpoint
   // `manifest` in job->restored_from() (the files overlapping its chunks),
   // then `done(status)`.

@@ -104,6 +104,11 @@ int64_t Chunk::applied_step() const {
   return applied_step_;
 }
 
+absl::Status Chunk::lost() const {
+  absl::MutexLock lock(&mu_);
+  return lost_;
+}
+
 uint64_t Chunk::staged_params() const {
   absl::MutexLock lock(&mu_);
   return staged_params_;
@@ -111,6 +116,7 @@ uint64_t Chunk::staged_params() const {
 
 absl::StatusOr<bool> Chunk::EnterRound(int64_t step, PushRound round,
                                        std::map<uint64_t, StagedPush>* superseded) {
+  RETURN_IF_ERROR(lost_);
   if (step == applied_step_ || (applying_ && step == applied_step_ + 1)) return false;
   if (step != applied_step_ + 1) {
     return absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ",
@@ -118,10 +124,9 @@ absl::StatusOr<bool> Chunk::EnterRound(int64_t step, PushRound round,
                                            step < applied_step_ ? "old" : "future"));
   }
   if (round.generation < min_generation_) {
-    return absl::AbortedError(absl::StrCat("step ", step, " of generation ", round.generation,
-                                           " to chunk ", chunk_id_, " of job ", job_id_,
-                                           ": the chunk takes generation ", min_generation_,
-                                           " on; re-form first"));
+    return absl::AbortedError(absl::StrCat(
+        "step ", step, " of generation ", round.generation, " to chunk ", chunk_id_, " of job ",
+        job_id_, ": the chunk takes generation ", min_generation_, " on; re-form first"));
   }
   const bool has_round = !staged_.empty() || committed_.has_value();
   if (has_round && round < staged_round_) {
@@ -317,15 +322,24 @@ absl::Status Chunk::UpdateInTier(int64_t step, const std::vector<ConstantsSpan>&
 }
 
 void Chunk::FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status) {
+  absl::Status error(status.code(), absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
+                                                 ": step not applied: ", status.message()));
+  std::vector<Waiter> waiting;
   {
     absl::MutexLock lock(&mu_);
     applying_ = false;
     previous_copy_valid_ = false;  // its buffer was being overwritten
     staged_params_ = 0;
+    if (absl::IsDataLoss(status)) {
+      lost_ = absl::UnavailableError(
+          absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " lost its state (",
+                       status.message(), "); the coordinator gives its job's copies elsewhere"));
+      error = lost_;
+      waiting.swap(waiters_);
+    }
   }
-  absl::Status error(status.code(), absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
-                                                 ": step not applied: ", status.message()));
   for (auto& [begin, push] : pushes) std::move(push.done)(error);
+  for (Waiter& w : waiting) std::move(w.done)(error, w.step, {});
 }
 
 uint64_t Chunk::Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done) {
@@ -336,6 +350,10 @@ uint64_t Chunk::Pull(int64_t step, uint64_t begin, uint64_t n, PullDone done) {
     return 0;
   }
   if (step == applied_step_ + 1) {
+    if (!lost_.ok()) {
+      std::move(done)(lost_, applied_step_, {});
+      return 0;
+    }
     if (waiters_.size() >= kMaxWaitingPulls) {
       std::move(done)(absl::ResourceExhaustedError(absl::StrCat(
                           "chunk ", chunk_id_, " of job ", job_id_, " has ", waiters_.size(),
@@ -460,10 +478,11 @@ absl::StatusOr<int64_t> Chunk::Fence(uint64_t generation, absl::Time deadline) {
       committed_.reset();
     }
     step = applied_step_ + 1;
-    const absl::Condition idle(+[](bool* applying) { return !*applying; }, &applying_);
+    const absl::Condition idle(
+        +[](bool* applying) { return !*applying; }, &applying_);
     if (!mu_.AwaitWithDeadline(idle, deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
-                                                      " is still applying step ", step));
+      return absl::DeadlineExceededError(
+          absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is still applying step ", step));
     }
     step = applied_step_;
   }

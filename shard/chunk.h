@@ -129,6 +129,11 @@ class Chunk {
   // Tier bytes held: the state's and the copy's.
   uint64_t num_bytes() const { return state_->num_bytes() + copy_extent_.num_bytes; }
   int64_t applied_step() const;
+  // OK, or why the chunk's state is lost: an Apply() found it corrupted
+  // (DATA_LOSS from its tier). A lost chunk answers pushes, commits and
+  // pulls of the next step with that error (UNAVAILABLE: workers send them
+  // again until its job's copies change); only its replacement helps.
+  absl::Status lost() const;
   // Parameters pushed so far for the next step.
   uint64_t staged_params() const;
 
@@ -333,6 +338,8 @@ class Chunk {
   int64_t applied_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool applying_ ABSL_GUARDED_BY(mu_) = false;
   bool applied_any_ ABSL_GUARDED_BY(mu_) = false;  // Apply() succeeded once
+  // Set by an Apply() that found the state corrupted (lost()).
+  absl::Status lost_ ABSL_GUARDED_BY(mu_);
   // The oldest generation whose pushes and commits the chunk takes (Fence).
   uint64_t min_generation_ ABSL_GUARDED_BY(mu_) = 0;
   // Params of the chunk whose copy of the step before WriteState()'s was written.

@@ -129,6 +129,16 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
                                           server->metrics_.get(), &bound));
   server->address_ = options.advertise_address.empty() ? bound : options.advertise_address;
   RETURN_IF_ERROR(RegisterWithCoordinator(options, server->address_, server->gpu_.get()));
+  // A chunk whose state is lost: the coordinator hears of it when the server
+  // registers again (it lists the chunks then).
+  server->reporter_ = std::make_unique<ThreadPool>(1);
+  server->service_->set_on_chunk_lost([raw = server.get(), options] {
+    raw->reporter_->Schedule([raw, options] {
+      absl::Status s = RegisterWithCoordinator(options, raw->address_, raw->gpu_.get());
+      LogEventCat("server", "reported a lost chunk to the coordinator",
+                  s.ok() ? "" : absl::StrCat(": ", s.message()));
+    });
+  });
   MarkServing(server->server_.get(), v1::ShardServer::service_full_name());
   std::vector<std::string> probed = {options.data_dir};
   if (!options.nvme_dir.empty()) probed.push_back(options.nvme_dir);
@@ -169,6 +179,7 @@ void ShardServer::Shutdown() {
   server_.reset();
   executor_.reset();  // in-flight steps finish
   nvme_executor_.reset();
+  reporter_.reset();
   if (save_host_chunks_) service_->SaveMemoryChunks();
   metrics_.reset();  // before the service its scrapes read
   authorized_.reset();

@@ -120,6 +120,9 @@ class ShardServer {
   std::unique_ptr<AuthorizedShardServer> authorized_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<StorageProbe> storage_probe_;  // sets server_'s health
+  // Registers again with the coordinator, which then lists the server's
+  // chunks and finds those lost; one registration at a time.
+  std::unique_ptr<ThreadPool> reporter_;
 };
 
 }  // namespace strata

@@ -141,7 +141,7 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
                                                      ") is not a chunk of job '", job_id, "'"));
     }
   }
-  std::vector<std::shared_ptr<Chunk>> kept, dropped;
+  std::vector<std::shared_ptr<Chunk>> kept;
   {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(ServingStatus());
@@ -150,14 +150,8 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
     if (it->second->record.SerializeAsString() == request.SerializeAsString()) {
       return absl::OkStatus();  // a retry
     }
-    RETURN_IF_ERROR(Reallocate(request, layout, dtype, it->second.get(), &dropped));
+    RETURN_IF_ERROR(Reallocate(request, layout, dtype, it->second.get()));
     for (const auto& [begin, chunk] : it->second->chunks_by_begin) kept.push_back(chunk);
-  }
-  const absl::Status status = absl::AbortedError(
-      absl::StrCat("job '", job_id, "': the chunk left this shard server"));
-  for (const auto& chunk : dropped) {
-    chunk->FailWaiters(status);
-    chunk->CancelCheckpoint();
   }
   const absl::Time deadline = absl::Now() + kMaxFenceWait;
   for (const auto& chunk : kept) {
@@ -226,54 +220,62 @@ absl::Status ShardService::AddNewJob(const v1::AllocateChunksRequest& request,
 }
 
 absl::Status ShardService::Reallocate(const v1::AllocateChunksRequest& request,
-                                      const FlatLayout& layout, DType dtype, Job* job,
-                                      std::vector<std::shared_ptr<Chunk>>* dropped) {
+                                      const FlatLayout& layout, DType dtype, Job* job) {
   const std::string& job_id = request.spec().job_id();
   if (job->record.spec().SerializeAsString() != request.spec().SerializeAsString() ||
       job->record.worker_token_sha256() != request.worker_token_sha256()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job '", job_id, "' is on this shard server with another spec or worker token"));
   }
-  // The request's chunks this server does not hold yet, placed apart first:
-  // nothing changes when they do not fit.
+  // First out: the chunks the request leaves out or seeds anew (their
+  // memory makes room); their calls end ABORTED.
+  const std::set<uint32_t> seeded(request.seeded_chunk_ids().begin(),
+                                  request.seeded_chunk_ids().end());
+  std::set<uint64_t> kept;
+  for (const v1::ChunkSpec& c : request.chunks()) {
+    if (seeded.count(c.chunk_id()) == 0) kept.insert(c.flat_begin());
+  }
+  const absl::Status left =
+      absl::AbortedError(absl::StrCat("job '", job_id, "': the chunk left this shard server"));
+  absl::Status status;
+  int dropped = 0;
+  for (auto it = job->chunks_by_begin.begin(); it != job->chunks_by_begin.end();) {
+    if (kept.count(it->first) > 0) {
+      ++it;
+      continue;
+    }
+    status.Update(metadata_->Delete(Chunk::RecordKey(job_id, it->second->chunk_id())));
+    it->second->FailWaiters(left);
+    it->second->CancelCheckpoint();
+    it = job->chunks_by_begin.erase(it);
+    ++dropped;
+  }
   v1::AllocateChunksRequest added = request;
   added.clear_chunks();
   for (const v1::ChunkSpec& c : request.chunks()) {
     if (job->chunks_by_begin.count(c.flat_begin()) == 0) *added.add_chunks() = c;
   }
   Job placed;
-  RETURN_IF_ERROR(PlaceAll(added, layout, dtype, &placed));
+  const absl::Status placed_status = PlaceAll(added, layout, dtype, &placed);
+  job->chunks_by_begin.merge(placed.chunks_by_begin);
+  // The record names the chunks the job has here now.
   v1::AllocateChunksRequest record = request;
   record.set_min_generation(std::max(request.min_generation(), job->record.min_generation()));
-  absl::Status status =
-      metadata_->Put(absl::StrCat(kJobPrefix, job_id), record.SerializeAsString());
-  if (!status.ok()) {
-    // `placed` frees the new chunks.
-    for (const auto& [begin, chunk] : placed.chunks_by_begin) {
-      metadata_->Delete(Chunk::RecordKey(job_id, chunk->chunk_id())).IgnoreError();
+  if (!placed_status.ok()) {
+    record.clear_chunks();
+    record.clear_seeded_chunk_ids();
+    for (const v1::ChunkSpec& c : request.chunks()) {
+      if (job->chunks_by_begin.count(c.flat_begin()) > 0) *record.add_chunks() = c;
     }
-    return status;
   }
-  std::set<uint64_t> wanted;
-  for (const v1::ChunkSpec& c : request.chunks()) wanted.insert(c.flat_begin());
-  for (auto it = job->chunks_by_begin.begin(); it != job->chunks_by_begin.end();) {
-    if (wanted.count(it->first) > 0) {
-      ++it;
-      continue;
-    }
-    status.Update(metadata_->Delete(Chunk::RecordKey(job_id, it->second->chunk_id())));
-    dropped->push_back(std::move(it->second));
-    it = job->chunks_by_begin.erase(it);
-  }
-  job->chunks_by_begin.merge(placed.chunks_by_begin);
+  status.Update(metadata_->Put(absl::StrCat(kJobPrefix, job_id), record.SerializeAsString()));
   job->record = std::move(record);
   checkpoint_arena_->Unreserve(job->checkpoint_pieces);
   ReserveCheckpointPieces(job);
   LogEventCat("server", "job ", job_id, ": ", job->chunks_by_begin.size(), " chunks here (",
-              added.chunks_size(), " added, ", dropped->size(),
-              " dropped); pushes of generations before ", job->record.min_generation(),
-              " refused");
-  return status;
+              placed_status.ok() ? added.chunks_size() : 0, " added, ", dropped,
+              " dropped); pushes of generations before ", job->record.min_generation(), " refused");
+  return placed_status.ok() ? status : placed_status;
 }
 
 grpc::ServerUnaryReactor* ShardService::AllocateChunks(grpc::CallbackServerContext* ctx,
@@ -428,6 +430,7 @@ grpc::ServerUnaryReactor* ShardService::ListChunks(grpc::CallbackServerContext* 
       row->set_applied_step(chunk->applied_step());
       row->set_staged_params(chunk->staged_params());
       row->set_waiting_pulls(chunk->waiting_pulls());
+      if (absl::Status lost = chunk->lost(); !lost.ok()) row->set_lost(std::string(lost.message()));
     }
   }
   return FinishUnary(ctx, absl::OkStatus());

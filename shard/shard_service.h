@@ -11,6 +11,7 @@
 #ifndef STRATA_SHARD_SHARD_SERVICE_H_
 #define STRATA_SHARD_SHARD_SERVICE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -68,6 +69,10 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // The longest a pull waits for its chunk's next step (default 10 min);
   // call before serving.
   void set_max_pull_wait(absl::Duration wait) { max_pull_wait_ = wait; }
+  // Called (on a step executor thread; it must not block) after an apply
+  // finds a chunk's state lost (Chunk::lost()), so that the coordinator
+  // hears of it; call before serving.
+  void set_on_chunk_lost(std::function<void()> on_lost) { on_chunk_lost_ = std::move(on_lost); }
   // The job whose AllocateChunks carried `digest` as its worker token's.
   std::optional<std::string> JobOfToken(absl::string_view digest) const override;
 
@@ -129,13 +134,12 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // A job this server does not have: places its chunks and records it.
   absl::Status AddNewJob(const v1::AllocateChunksRequest& request, const FlatLayout& layout,
                          DType dtype) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A job this server has: places the request's chunks it lacks, takes out
-  // (into `dropped`) those the request leaves out, and records the request
-  // with the larger min_generation. Nothing changes on error, unless the
-  // metadata store fails after the new record was written.
+  // A job this server has: takes out the chunks the request leaves out or
+  // seeds anew (their calls end ABORTED), places those it lacks then, and
+  // records the chunks it has with the larger min_generation. On error (the
+  // new chunks do not fit) the job keeps the request's chunks it had.
   absl::Status Reallocate(const v1::AllocateChunksRequest& request, const FlatLayout& layout,
-                          DType dtype, Job* job, std::vector<std::shared_ptr<Chunk>>* dropped)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                          DType dtype, Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places every chunk of `request` in `job`, fastest tier first, and writes
   // their records; RESOURCE_EXHAUSTED naming the free bytes of each tier
   // when they do not fit (`job` then has no chunks).
@@ -218,6 +222,7 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   prometheus::Counter* pushed_bytes_ = nullptr;
   prometheus::Counter* pulled_bytes_ = nullptr;
   absl::Duration max_pull_wait_ = absl::Minutes(10);
+  std::function<void()> on_chunk_lost_;
   prometheus::Histogram* apply_seconds_ = nullptr;
   // Checkpoint saves, which wait for steps and write files (last: joined first).
   ThreadPool checkpoint_writers_{2};

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/log.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_status.h"
 #include "rpc/job_spec.h"
@@ -23,6 +24,10 @@ void ShardService::ScheduleApply(std::shared_ptr<Chunk> chunk) {
     chunk->Apply();
     if (apply_seconds_ != nullptr)
       apply_seconds_->Observe(absl::ToDoubleSeconds(absl::Now() - started));
+    if (absl::Status lost = chunk->lost(); !lost.ok()) {
+      LogEventCat("server", lost.message());
+      if (on_chunk_lost_) on_chunk_lost_();
+    }
   });
 }
 

@@ -8,10 +8,15 @@
 // every copy ends with the primary's bits. Draining a server and
 // rebalancing onto a new one move copies the same way while the job
 // trains: no step lost, the same bits.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -139,16 +144,20 @@ class ReplicationTest : public ::testing::Test {
   }
 
   // Every step once, none lost, and the master state of an uninterrupted
-  // run of one copy on the servers left.
-  void ExpectNothingLost(const testing::KilledRun& run) {
+  // run of one copy (of a job like `like`, Job() by default) on the servers
+  // left.
+  void ExpectNothingLost(const testing::KilledRun& run,
+                         std::optional<ClientOptions> like = std::nullopt) {
     std::vector<int64_t> want;
     for (int64_t s = 1; s <= kSteps; ++s) want.push_back(s);
     for (int rank = 0; rank < 2; ++rank) {
       EXPECT_EQ(run.steps[rank], want) << "rank " << rank << ": every step once";
       EXPECT_EQ(run.reforms[rank].steps_lost, 0) << "rank " << rank;
     }
-    const testing::KilledRun uninterrupted =
-        Train(Job(coordinator_, "uninterrupted", 1), nullptr, nullptr);
+    ClientOptions options = like.value_or(Job(coordinator_, "", 1));
+    options.job_id = "uninterrupted";
+    options.replicas = 1;
+    const testing::KilledRun uninterrupted = Train(options, nullptr, nullptr);
     EXPECT_EQ(run.master.step, kSteps);
     EXPECT_EQ(uninterrupted.master.step, kSteps);
     EXPECT_TRUE(run.master.params == uninterrupted.master.params);
@@ -261,7 +270,7 @@ TEST_F(ReplicationTest, AServerBackWithoutItsChunksCostsAReplicatedJobNoStep) {
   std::printf("server restarted empty during step %lld: job paused %.2f s\n",
               static_cast<long long>(kKillDuringStep), run.paused_s);
   const std::string log = CoordinatorLog();
-  EXPECT_THAT(log, HasSubstr("(it restarted without them)"));
+  EXPECT_THAT(log, HasSubstr("(it restarted without them, or lost their state)"));
   EXPECT_THAT(log, HasSubstr("goes on from the other copies of its chunks"));
   // The restarted server may take copies again: two of each chunk.
   ExpectCopiesOf("replicated", run, 2, "");
@@ -279,18 +288,18 @@ TEST_F(ReplicationTest, ADrainedServersChunksMoveWhileTheJobTrains) {
     auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
     v1::DrainServerRequest request;
     request.set_address(drained);
-    absl::Status s = CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request,
-                               &response, absl::Seconds(120));
+    absl::Status s = CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request, &response,
+                               absl::Seconds(120));
     EXPECT_TRUE(s.ok()) << s;
   });
-  const testing::KilledRun run = Train(Job(coordinator_, "drained", /*replicas=*/1), nullptr,
-                                       nullptr, nullptr, [] {}, drain.compute());
+  const testing::KilledRun run = Train(
+      Job(coordinator_, "drained", /*replicas=*/1), nullptr, nullptr, nullptr, [] {},
+      drain.compute());
   ASSERT_FALSE(::testing::Test::HasFailure());
   EXPECT_EQ(response.moved().jobs(), 1u);
   EXPECT_GT(response.moved().copies(), 0u);
   std::printf("drained %u chunk copies (%llu bytes) in %.3f s while training\n",
-              response.moved().copies(),
-              static_cast<unsigned long long>(response.moved().bytes()),
+              response.moved().copies(), static_cast<unsigned long long>(response.moved().bytes()),
               response.moved().seconds());
   ExpectCopiesOf("drained", run, 1, drained);
   auto held = testing::ChunksOnServer(drained, "drained");
@@ -320,16 +329,16 @@ TEST_F(ReplicationTest, ARebalanceSpreadsCopiesOntoANewServerWhileTheJobTrains) 
     auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
     v1::RebalanceJobRequest request;
     request.set_job_id("rebalanced");
-    absl::Status s = CallUnary(stub.get(), &v1::Coordinator::Stub::RebalanceJob, request,
-                               &response, absl::Seconds(120));
+    absl::Status s = CallUnary(stub.get(), &v1::Coordinator::Stub::RebalanceJob, request, &response,
+                               absl::Seconds(120));
     EXPECT_TRUE(s.ok()) << s;
   });
-  const testing::KilledRun run = Train(Job(coordinator_, "rebalanced", /*replicas=*/2), nullptr,
-                                       nullptr, nullptr, [] {}, rebalance.compute());
+  const testing::KilledRun run = Train(
+      Job(coordinator_, "rebalanced", /*replicas=*/2), nullptr, nullptr, nullptr, [] {},
+      rebalance.compute());
   ASSERT_FALSE(::testing::Test::HasFailure());
   std::printf("rebalanced %u chunk copies (%llu bytes) in %.3f s while training\n",
-              response.moved().copies(),
-              static_cast<unsigned long long>(response.moved().bytes()),
+              response.moved().copies(), static_cast<unsigned long long>(response.moved().bytes()),
               response.moved().seconds());
   EXPECT_GT(response.moved().copies(), 0u);
   ExpectCopiesOf("rebalanced", run, 2, "");
@@ -337,6 +346,87 @@ TEST_F(ReplicationTest, ARebalanceSpreadsCopiesOntoANewServerWhileTheJobTrains) 
   ASSERT_TRUE(held.ok()) << held.status();
   EXPECT_EQ(*held, static_cast<int>(response.moved().copies()));
   ExpectNothingLost(run);
+}
+
+// A job of 256 Ki bf16 params in 16 chunks of 16 Ki, two copies of each:
+// beyond 2 MiB of host memory per server, most states go to NVMe.
+ClientOptions NvmeJob(const std::string& coordinator, const std::string& job_id) {
+  ClientOptions o = Job(coordinator, job_id, /*replicas=*/2);
+  o.tensors = {{"w", {512, 512}}};
+  o.chunk_num_params = 16384;
+  o.dtype = DType::kBf16;
+  o.loss_scale.dynamic = false;
+  o.initial_params =
+      testing::InitialParams(FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params());
+  return o;
+}
+
+// Garbage over every file of `dir` (an NVMe tier's), in place.
+void Corrupt(const std::string& dir) {
+  const std::string garbage(1 << 20, '\x5a');
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    const int fd = open(entry.path().c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << entry.path();
+    for (off_t at = 0; at < static_cast<off_t>(entry.file_size()); at += garbage.size()) {
+      ASSERT_GT(pwrite(fd, garbage.data(), garbage.size(), at), 0) << entry.path();
+    }
+    fsync(fd);
+    close(fd);
+  }
+}
+
+// The NVMe tier of a server is overwritten with garbage at step 10: its
+// next applies find their chunks' states corrupted (DATA_LOSS), the server
+// reports them lost, the job goes on from the other copies with no step
+// lost, and the lost copies are seeded again; every copy ends with the
+// primaries' bits, which are the uninterrupted run's.
+TEST_F(ReplicationTest, ACopyCorruptedOnDiskIsFoundAndSeededAgain) {
+  coordinator_ = testing::StartCoordinator(STRATA_BIN_DIR, scratch_.path(), &daemons_,
+                                           {"--server_timeout_ms=1000"});
+  ASSERT_FALSE(coordinator_.empty());
+  for (int i = 0; i < 3; ++i) {
+    const std::string nvme = absl::StrCat(scratch_.path(), "/nvme-", i);
+    std::filesystem::create_directories(nvme);
+    servers_.push_back(testing::StartServer(
+        STRATA_BIN_DIR, scratch_.path(), absl::StrCat("server-", i), coordinator_,
+        {"--host_budget_mib=2", "--nvme_dir=" + nvme, "--nvme_budget_mib=64"}, &daemons_));
+    ASSERT_FALSE(servers_.back().address.empty());
+  }
+  WhileTraining corrupt(10, 25, [&] {
+    Corrupt(absl::StrCat(scratch_.path(), "/nvme-1"));
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (CoordinatorLog().find("restoring its replica count") == std::string::npos) {
+      if (absl::Now() > deadline) {
+        ADD_FAILURE() << "the corrupted copies were not seeded again";
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  });
+  const ClientOptions options = NvmeJob(coordinator_, "corrupted");
+  const testing::KilledRun run = Train(
+      options, nullptr, nullptr, nullptr, [] {}, corrupt.compute());
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  EXPECT_THAT(CoordinatorLog(), HasSubstr("lost their state"));
+  std::ifstream log(scratch_.path() + "/server-1.log");
+  EXPECT_THAT(std::string((std::istreambuf_iterator<char>(log)), {}), HasSubstr("lost its state"));
+  ExpectCopiesOf("corrupted", run, 2, "");
+  // Room for the uninterrupted run of one copy, once the workers' leases end.
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
+  v1::DeleteJobRequest request;
+  request.set_job_id("corrupted");
+  v1::DeleteJobResponse deleted;
+  absl::Status s;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(60);
+       !(s = CallUnary(stub.get(), &v1::Coordinator::Stub::DeleteJob, request, &deleted,
+                       absl::Seconds(30)))
+            .ok() &&
+       absl::IsFailedPrecondition(s) && absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ASSERT_TRUE(s.ok()) << s;
+  ExpectNothingLost(run, options);
 }
 
 }  // namespace

@@ -567,7 +567,7 @@ TEST_F(NvmeChunkTest, AFailedReadIsReportedAndChangesNothing) {
   EXPECT_EQ(Params(), before);
 }
 
-TEST_F(NvmeChunkTest, CorruptionOnDiskIsDataLossNamingChunkAndFile) {
+TEST_F(NvmeChunkTest, CorruptionOnDiskLosesTheChunkNamingChunkAndFile) {
   ASSERT_TRUE(PushAndApply(1).ok());
   // Flip a bit in every block of the tier's file.
   int fd = open(nvme_->path().c_str(), O_RDWR);
@@ -579,11 +579,19 @@ TEST_F(NvmeChunkTest, CorruptionOnDiskIsDataLossNamingChunkAndFile) {
     ASSERT_EQ(pwrite(fd, &byte, 1, at), 1);
   }
   close(fd);
+  // The chunk is lost: its push is refused as UNAVAILABLE (the workers send
+  // it again until the coordinator replaces the copy), naming the chunk and
+  // the file; so are later pushes and pulls of the next step.
   absl::Status s = PushAndApply(2);
-  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
-  EXPECT_NE(s.message().find("chunk 2 of job job"), absl::string_view::npos) << s;
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("chunk 2 of job job lost its state"), absl::string_view::npos) << s;
   EXPECT_NE(s.message().find(nvme_->path()), absl::string_view::npos) << s;
+  EXPECT_EQ(chunk_->lost().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(chunk_->applied_step(), 1);
+  EXPECT_EQ(PushAndApply(2).code(), absl::StatusCode::kUnavailable);
+  absl::Status pulled = absl::UnknownError("not answered");
+  chunk_->Pull(2, 0, kNvmeN, [&](absl::Status st, int64_t, absl::string_view) { pulled = st; });
+  EXPECT_EQ(pulled.code(), absl::StatusCode::kUnavailable) << pulled;
 }
 
 TEST_F(ChunkTest, WaitingPullsAreBoundedAndCancellable) {
