@@ -1,6 +1,7 @@
 #include "coordinator/checkpointer.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -25,9 +26,11 @@ constexpr int kMaxStepChoices = 5;
 
 }  // namespace
 
-Checkpointer::Checkpointer(StubFor stub_for, JobFor job_for, PathRoot root, std::string default_dir)
+Checkpointer::Checkpointer(StubFor stub_for, JobFor job_for, OnDivergent on_divergent,
+                           PathRoot root, std::string default_dir)
     : stub_for_(std::move(stub_for)),
       job_for_(std::move(job_for)),
+      on_divergent_(std::move(on_divergent)),
       root_(std::move(root)),
       default_dir_(std::move(default_dir)) {}
 
@@ -120,9 +123,11 @@ absl::StatusOr<v1::CheckpointInfo> Checkpointer::SaveAt(const v1::JobInfo& job,
   const absl::Time started = absl::Now();
   const std::string& job_id = job.spec().job_id();
   ASSIGN_OR_RETURN(std::string partial, BeginCheckpoint(dir, job_id, step));
-  // Each chunk is saved by its primary copy.
+  // Each chunk is saved by its primary copy; its other copies checksum
+  // their state at the step, to be compared with the primary's file.
+  const bool replicated = job.spec().replicas() > 1;
   auto results = FanOutAndWait<v1::SaveChunksResponse>(
-      PrimaryServersOf(job), wait + kWriteTimeout,
+      replicated ? ServersOf(job) : PrimaryServersOf(job), wait + kWriteTimeout,
       [&](const std::string& address, grpc::ClientContext* context, v1::SaveChunksResponse* out,
           std::function<void(grpc::Status)> done) {
         if (!Track(context, job_id)) context->TryCancel();
@@ -131,8 +136,9 @@ absl::StatusOr<v1::CheckpointInfo> Checkpointer::SaveAt(const v1::JobInfo& job,
         request->set_step(step);
         request->set_dir(partial);
         request->set_wait_ms(absl::ToInt64Milliseconds(wait));
-        if (job.spec().replicas() > 1) {
+        if (replicated) {
           for (uint32_t id : PrimariesOn(job, address)) request->add_chunk_ids(id);
+          for (uint32_t id : ReplicasOn(job, address)) request->add_checksum_chunk_ids(id);
         }
         stub_for_(address)->async()->SaveChunks(
             context, request.get(), out,
@@ -143,9 +149,23 @@ absl::StatusOr<v1::CheckpointInfo> Checkpointer::SaveAt(const v1::JobInfo& job,
       });
   internal::CheckpointManifest manifest;
   absl::Status status;
+  // The replicas' checksums: chunk id -> (server, checksum).
+  std::multimap<uint32_t, std::pair<std::string, uint64_t>> replica_checksums;
   for (auto& r : results) {
+    if (!r->status.ok() && PrimariesOn(job, r->address).empty()) {
+      // Only replicas' checksums were asked of it: the checkpoint stands.
+      LogEventCat("coordinator", "job ", job_id, ": the copies on ", r->address,
+                  " were not compared at step ", step, ": ", r->status.ToString());
+      continue;
+    }
     status.Update(r->status);
-    for (auto& f : *r->response.mutable_files()) *manifest.add_files() = std::move(f);
+    for (auto& f : *r->response.mutable_files()) {
+      if (f.file().empty()) {
+        replica_checksums.emplace(f.chunk().chunk_id(), std::make_pair(r->address, f.checksum()));
+      } else {
+        *manifest.add_files() = std::move(f);
+      }
+    }
     manifest.set_write_seconds(std::max(manifest.write_seconds(), r->response.write_seconds()));
     if (r->response.has_loss_scale()) *manifest.mutable_loss_scale() = r->response.loss_scale();
   }
@@ -164,6 +184,7 @@ absl::StatusOr<v1::CheckpointInfo> Checkpointer::SaveAt(const v1::JobInfo& job,
     AbandonCheckpoint(partial);
     return path.status();
   }
+  CompareReplicas(job, step, manifest, replica_checksums);
   v1::CheckpointInfo info = InfoOf(manifest, *path);
   LogEventCat("coordinator", "job ", job_id, ": checkpoint of step ", step, " saved to ", *path,
               " (", info.num_bytes(), " bytes in ", info.save_seconds(), " s)");
@@ -172,6 +193,25 @@ absl::StatusOr<v1::CheckpointInfo> Checkpointer::SaveAt(const v1::JobInfo& job,
     LogEventCat("coordinator", "job ", job_id, ": ", pruned.message());
   }
   return info;
+}
+
+void Checkpointer::CompareReplicas(
+    const v1::JobInfo& job, int64_t step, const internal::CheckpointManifest& manifest,
+    const std::multimap<uint32_t, std::pair<std::string, uint64_t>>& replica_checksums) {
+  std::map<uint32_t, uint64_t> primary;
+  for (const v1::CheckpointFile& f : manifest.files()) primary[f.chunk().chunk_id()] = f.checksum();
+  for (const auto& [chunk_id, replica] : replica_checksums) {
+    const auto& [address, checksum] = replica;
+    auto it = primary.find(chunk_id);
+    if (it == primary.end() || it->second == checksum) continue;
+    const absl::Status diverged = absl::DataLossError(absl::StrCat(
+        "job '", job.spec().job_id(), "': the copy of chunk ", chunk_id, " on shard server ",
+        address, " has checksum ", absl::Hex(checksum, absl::kZeroPad16), " at step ", step,
+        ", its primary's file ", absl::Hex(it->second, absl::kZeroPad16),
+        "; the copy is seeded again from the primary"));
+    LogEventCat("coordinator", diverged.ToString());
+    on_divergent_(job.spec().job_id(), chunk_id, address);
+  }
 }
 
 void Checkpointer::StartPeriodic(const v1::JobInfo& job) {

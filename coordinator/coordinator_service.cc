@@ -45,9 +45,14 @@ CoordinatorService::CoordinatorService(MetadataStore* metadata,
       membership_(std::move(membership)),
       fleet_(kServerCallTimeout, std::move(shard_credentials)),
       rendezvous_(metadata),
-      checkpointer_([this](const std::string& address) { return fleet_.Stub(address); },
-                    [this](const std::string& job_id) { return FindJob(job_id); },
-                    std::move(checkpoint_root), std::move(checkpoint_dir)) {}
+      checkpointer_(
+          [this](const std::string& address) { return fleet_.Stub(address); },
+          [this](const std::string& job_id) { return FindJob(job_id); },
+          [this](const std::string& job_id, uint32_t chunk_id, const std::string& address) {
+            movers_.Schedule(
+                [this, job_id, chunk_id, address] { ReseedCopy(job_id, chunk_id, address); });
+          },
+          std::move(checkpoint_root), std::move(checkpoint_dir)) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
     MetadataStore* metadata, absl::Duration worker_lease, std::string checkpoint_dir,

@@ -198,6 +198,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // Gives every job whose chunks have fewer copies than its replicas more,
   // where live servers have room (after a server is lost, or registers).
   void RestoreReplicas();
+  // Replaces the copy of chunk `chunk_id` of `job_id` on `address` (its
+  // state diverged from the primary's) with one seeded from the primary:
+  // elsewhere where a server has room, else on `address` again.
+  void ReseedCopy(const std::string& job_id, uint32_t chunk_id, const std::string& address);
   // DrainServer and RebalanceJob, on the movers.
   absl::Status DoDrain(const v1::DrainServerRequest& request, v1::CopiesMoved* moved);
   absl::Status DoRebalance(const std::string& job_id, v1::CopiesMoved* moved);

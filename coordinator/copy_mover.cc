@@ -215,6 +215,38 @@ void CoordinatorService::RestoreReplicas() {
   }
 }
 
+void CoordinatorService::ReseedCopy(const std::string& job_id, uint32_t chunk_id,
+                                    const std::string& address) {
+  absl::Status moved = MoveCopies(
+      job_id,
+      [&](v1::JobInfo* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        for (v1::ChunkAssignment& a : *job->mutable_chunks()) {
+          if (a.chunk().chunk_id() != chunk_id || !HoldsCopy(a, address)) continue;
+          // The primary stays the primary: its state is the one kept.
+          if (a.server_address() == address) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("the copy on ", address, " is the primary now"));
+          }
+          std::vector<std::string> kept = CopiesOf(a);
+          kept.erase(std::find(kept.begin(), kept.end(), address));
+          a.mutable_replica_addresses()->Assign(kept.begin() + 1, kept.end());
+        }
+        std::vector<v1::ServerRecord> others;
+        for (v1::ServerRecord& server : PlacementServers()) {
+          if (server.address() != address) others.push_back(std::move(server));
+        }
+        AddMissingCopies(others, PlacedJobs(), job);
+        return absl::OkStatus();
+      },
+      absl::StrCat("its copy of chunk ", chunk_id, " on ", address, " diverged"), nullptr);
+  if (!moved.ok()) {
+    LogEventCat("coordinator", "job ", job_id, ": the diverged copy of chunk ", chunk_id, " on ",
+                address, " stays for now: ", moved.ToString());
+  }
+  // Where no other server had room, the copy comes back on `address`, seeded anew.
+  RestoreReplicas();
+}
+
 absl::Status CoordinatorService::DoDrain(const v1::DrainServerRequest& request,
                                          v1::CopiesMoved* moved) {
   const absl::Time started = absl::Now();

@@ -62,6 +62,16 @@ inline std::vector<uint32_t> PrimariesOn(const v1::JobInfo& job, const std::stri
   return ids;
 }
 
+// The ids of the job's chunks with a copy other than the primary on the
+// server at `address`.
+inline std::vector<uint32_t> ReplicasOn(const v1::JobInfo& job, const std::string& address) {
+  std::vector<uint32_t> ids;
+  for (const auto& c : job.chunks()) {
+    if (c.server_address() != address && HoldsCopy(c, address)) ids.push_back(c.chunk().chunk_id());
+  }
+  return ids;
+}
+
 // The servers of the chunks' primary copies, sorted.
 inline std::vector<std::string> PrimaryServersOf(const v1::JobInfo& job) {
   std::vector<std::string> addresses;

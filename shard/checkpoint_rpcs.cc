@@ -97,24 +97,30 @@ absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ArmChunks(
   }
   ASSIGN_OR_RETURN(const std::string dir, CheckpointDir(request.dir()));
   ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
-  if (!request.chunk_ids().empty()) {
+  const bool named = !request.chunk_ids().empty() || !request.checksum_chunk_ids().empty();
+  const size_t num_saved = named ? request.chunk_ids_size() : chunks.size();
+  if (named) {
     absl::flat_hash_map<uint32_t, std::shared_ptr<Chunk>> by_id;
     for (auto& chunk : chunks) by_id.emplace(chunk->chunk_id(), std::move(chunk));
     chunks.clear();
-    for (uint32_t id : request.chunk_ids()) {
-      auto it = by_id.find(id);
-      if (it == by_id.end() || it->second == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("chunk_ids: chunk ", id, " of job ", Quoted(request.job_id()),
-                         it == by_id.end() ? " is not on this shard server" : " is named twice"));
+    for (const auto* ids : {&request.chunk_ids(), &request.checksum_chunk_ids()}) {
+      for (uint32_t id : *ids) {
+        auto it = by_id.find(id);
+        if (it == by_id.end() || it->second == nullptr) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(ids == &request.chunk_ids() ? "chunk_ids" : "checksum_chunk_ids",
+                           ": chunk ", id, " of job ", Quoted(request.job_id()),
+                           it == by_id.end() ? " is not on this shard server" : " is named twice"));
+        }
+        chunks.push_back(std::exchange(it->second, nullptr));
       }
-      chunks.push_back(std::exchange(it->second, nullptr));
     }
   }
   for (size_t i = 0; i < chunks.size(); ++i) {
-    absl::Status armed =
-        chunks[i]->ArmCheckpoint(request.step(), checkpoint_arena_,
-                                 absl::StrCat(dir, "/", CheckpointFileName(chunks[i]->chunk_id())));
+    // The saved chunks first, then those only checksummed (no file).
+    const std::string path =
+        i < num_saved ? absl::StrCat(dir, "/", CheckpointFileName(chunks[i]->chunk_id())) : "";
+    absl::Status armed = chunks[i]->ArmCheckpoint(request.step(), checkpoint_arena_, path);
     if (!armed.ok()) {
       for (size_t j = 0; j < i; ++j) chunks[j]->CancelCheckpoint();
       return armed;
@@ -136,6 +142,8 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
   }
   const absl::Time writing = absl::Now();
   ASSIGN_OR_RETURN(std::vector<SavedChunk> saved, SaveArmedChunks(chunks));
+  // ArmChunks() put the chunks only checksummed last.
+  const size_t num_saved = chunks.size() - request.checksum_chunk_ids_size();
   for (size_t i = 0; i < chunks.size(); ++i) {
     const Chunk& chunk = *chunks[i];
     if (saved[i].loss_scale.has_value()) {
@@ -145,8 +153,10 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
     file->mutable_chunk()->set_chunk_id(chunk.chunk_id());
     file->mutable_chunk()->set_flat_begin(chunk.range().begin);
     file->mutable_chunk()->set_num_params(chunk.range().size());
-    file->set_file(CheckpointFileName(chunk.chunk_id()));
-    file->set_num_bytes(StateBytes(chunk.range().size()));
+    if (i < num_saved) {
+      file->set_file(CheckpointFileName(chunk.chunk_id()));
+      file->set_num_bytes(StateBytes(chunk.range().size()));
+    }
     file->set_checksum(saved[i].checksum);
   }
   response->set_write_seconds(absl::ToDoubleSeconds(absl::Now() - writing));

@@ -207,9 +207,11 @@ class Chunk {
   // its state into `arena` memory. When the arena refuses the memory, the
   // Apply() past `step` writes the state to `path` itself before it updates
   // (training waits for the write instead of the server running out of
-  // memory). `arena` must outlive the save. ABORTED when the chunk is past
-  // `step`, FAILED_PRECONDITION when armed for another step or still writing
-  // a checkpoint.
+  // memory). An empty `path`: the state is only checksummed, as its file
+  // would be (SaveCheckpoint() returns the checksum, nothing is written).
+  // `arena` must outlive the save. ABORTED when the chunk is past `step`,
+  // FAILED_PRECONDITION when armed for another step or still writing a
+  // checkpoint.
   absl::Status ArmCheckpoint(int64_t step, StateArena* arena, std::string path)
       ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
   // Waits until the chunk reaches the armed step: DEADLINE_EXCEEDED after

@@ -63,7 +63,8 @@ void Chunk::KeepCheckpointState(int64_t step, const StateView& live) {
 }
 
 void Chunk::WriteCheckpointNow(const StateView& live) {
-  absl::StatusOr<uint64_t> checksum = SaveChunkState(checkpoint_path_, live.p, range_.size());
+  absl::StatusOr<uint64_t> checksum =
+      SaveOrChecksumChunkState(checkpoint_path_, live.p, range_.size());
   held_ = Buffer::kNone;
   if (!checksum.ok()) {
     DisarmLocked(checksum.status());
@@ -182,7 +183,7 @@ absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(std::optional<LossScaleState>* lo
     state_->Release(*loaded);
     if (state == nullptr) state = copy.data();
   }
-  absl::StatusOr<uint64_t> checksum = SaveChunkState(path, state, range_.size());
+  absl::StatusOr<uint64_t> checksum = SaveOrChecksumChunkState(path, state, range_.size());
   absl::MutexLock state_lock(&state_mu_);
   writing_held_ = false;
   held_ = Buffer::kNone;

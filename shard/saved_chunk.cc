@@ -215,6 +215,16 @@ absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* st
   return XXH3_64bits_digest(hash.get());
 }
 
+uint64_t ChecksumChunkState(const float* state, uint64_t num_params) {
+  return XXH3_64bits(state, StateBytes(num_params));
+}
+
+absl::StatusOr<uint64_t> SaveOrChecksumChunkState(const std::string& path, const float* state,
+                                                  uint64_t num_params) {
+  if (path.empty()) return ChecksumChunkState(state, num_params);
+  return SaveChunkState(path, state, num_params);
+}
+
 absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t num_params,
                             float* state) {
   const size_t bytes = StateBytes(num_params);

@@ -65,6 +65,12 @@ class ArenaState {
 // naming the file on failure.
 absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* state,
                                         uint64_t num_params);
+// The checksum SaveChunkState() would return for the same state, without
+// writing it (a replica's state compared with its primary's file).
+uint64_t ChecksumChunkState(const float* state, uint64_t num_params);
+// SaveChunkState() to `path`, or ChecksumChunkState() when `path` is empty.
+absl::StatusOr<uint64_t> SaveOrChecksumChunkState(const std::string& path, const float* state,
+                                                  uint64_t num_params);
 // Reads `path` into `state` (3n floats: p, m, v), verifying the checksum as
 // the pieces arrive: DATA_LOSS naming the file when it is missing or its size
 // or checksum is not the recorded one. Direct I/O in large pieces kept in

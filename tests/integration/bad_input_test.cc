@@ -326,19 +326,35 @@ TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {
     EXPECT_THAT(s.message(), HasSubstr("is not inside the --checkpoint_root")) << outside;
   }
   EXPECT_EQ(save_chunks("bad-input", -1, dir).code(), absl::StatusCode::kInvalidArgument);
-  // Chunks that the server does not hold, or named twice: refused, none armed.
-  for (const std::vector<uint32_t>& ids :
-       {std::vector<uint32_t>{1u << 30}, std::vector<uint32_t>{0, 0}}) {
+  // Chunks that the server does not hold, or named twice (also as many
+  // ids as it holds chunks, and across the two lists): refused, none armed.
+  std::vector<uint32_t> held;
+  for (const auto& c : job_.chunks()) {
+    if (c.server_address() == chunk0_server_) held.push_back(c.chunk().chunk_id());
+  }
+  std::vector<uint32_t> one_twice = held;
+  one_twice.back() = one_twice.front();
+  ASSERT_GE(held.size(), 2u);
+  struct Named {
+    std::vector<uint32_t> saved, checksummed;
+    const char* field;
+  };
+  for (const Named& named :
+       {Named{{1u << 30}, {}, "chunk_ids: chunk "}, Named{{0, 0}, {}, "chunk_ids: chunk "},
+        Named{one_twice, {}, "chunk_ids: chunk "},
+        Named{{}, {1u << 30}, "checksum_chunk_ids: chunk "},
+        Named{{held[0]}, {held[0]}, "checksum_chunk_ids: chunk "}}) {
     v1::SaveChunksRequest request;
     request.set_job_id("bad-input");
     request.set_step(1000);
     request.set_dir(cluster_->data_dir());
-    request.mutable_chunk_ids()->Add(ids.begin(), ids.end());
+    request.mutable_chunk_ids()->Add(named.saved.begin(), named.saved.end());
+    request.mutable_checksum_chunk_ids()->Add(named.checksummed.begin(), named.checksummed.end());
     grpc::ClientContext context;
     v1::SaveChunksResponse response;
     s = FromGrpcStatus(shard_->SaveChunks(&context, request, &response));
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_THAT(s.message(), HasSubstr("chunk_ids: chunk "));
+    EXPECT_THAT(s.message(), HasSubstr(named.field));
   }
   // A step the job is past: ABORTED, and nothing stays armed (TearDown steps on).
   s = save_chunks("bad-input", 1, dir);

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -345,6 +346,90 @@ TEST_F(ReplicationTest, ARebalanceSpreadsCopiesOntoANewServerWhileTheJobTrains) 
   auto held = testing::ChunksOnServer(added, "rebalanced");
   ASSERT_TRUE(held.ok()) << held.status();
   EXPECT_EQ(*held, static_cast<int>(response.moved().copies()));
+  ExpectNothingLost(run);
+}
+
+// Adds 1 to each float of every occurrence of `floats` in the writable
+// memory of process `pid` (a child of this one): a fault in a server's RAM.
+// Returns how many occurrences it changed.
+int CorruptMemory(pid_t pid, const std::vector<float>& floats) {
+  const std::string pattern(reinterpret_cast<const char*>(floats.data()),
+                            floats.size() * sizeof(float));
+  std::vector<float> changed = floats;
+  for (float& x : changed) x += 1.0f;
+  std::ifstream maps(absl::StrCat("/proc/", pid, "/maps"));
+  const int mem = open(absl::StrCat("/proc/", pid, "/mem").c_str(), O_RDWR | O_CLOEXEC);
+  EXPECT_GE(mem, 0) << "cannot open the memory of process " << pid;
+  if (mem < 0) return 0;
+  int found = 0;
+  for (std::string line; std::getline(maps, line);) {
+    unsigned long long begin, end;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%llx-%llx %4s", &begin, &end, perms) != 3) continue;
+    if (perms[0] != 'r' || perms[1] != 'w') continue;
+    std::string region(end - begin, '\0');
+    if (pread(mem, region.data(), region.size(), static_cast<off_t>(begin)) !=
+        static_cast<ssize_t>(region.size())) {
+      continue;
+    }
+    for (size_t at = region.find(pattern); at != std::string::npos;
+         at = region.find(pattern, at + 1)) {
+      EXPECT_EQ(pwrite(mem, changed.data(), pattern.size(), static_cast<off_t>(begin + at)),
+                static_cast<ssize_t>(pattern.size()));
+      ++found;
+    }
+  }
+  close(mem);
+  return found;
+}
+
+// A replica's p changes in its server's memory at step 8 (as a RAM fault
+// would): the checkpoint of step 10 finds its checksum differs from its
+// primary's file (DATA_LOSS, logged) and the copy is seeded again from the
+// primary; no step lost, every copy ends with the uninterrupted run's bits.
+TEST_F(ReplicationTest, ADivergedCopyIsFoundAtACheckpointAndSeededAgain) {
+  StartCluster(kServerTimeoutMs);
+  ClientOptions options = Job(coordinator_, "diverged", /*replicas=*/2);
+  options.checkpoint_every_steps = 5;
+  bool corrupted = false;
+  uint32_t chunk_id = 0;
+  std::string at;
+  const GradientFn compute = [&](const MicroBatch& batch, Client& client) {
+    if (client.rank() == 0 && batch.step == 8 && !corrupted) {
+      corrupted = true;
+      auto placement = testing::Placement(coordinator_, "diverged");
+      EXPECT_TRUE(placement.ok()) << placement.status();
+      for (const v1::PlacementRow& row : placement->rows()) {
+        if (row.copy() != 1) continue;
+        chunk_id = row.chunk_id();
+        at = row.server_address();
+        auto state = testing::ReadCopy(at, "diverged", row.flat_begin(), 16);
+        EXPECT_TRUE(state.ok()) << state.status();
+        pid_t pid = -1;
+        for (const auto& server : servers_) {
+          if (server.address == at) pid = server.pid;
+        }
+        EXPECT_GE(CorruptMemory(pid, {state->params().begin(), state->params().end()}), 1);
+        break;
+      }
+    }
+    if (client.rank() == 0 && batch.step == 25) {
+      const absl::Time deadline = absl::Now() + absl::Seconds(60);
+      while (CoordinatorLog().find("diverged): ") == std::string::npos && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+    }
+    return Compute(batch, client);
+  };
+  const testing::KilledRun run = Train(
+      options, nullptr, nullptr, nullptr, [] {}, compute);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  const std::string log = CoordinatorLog();
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("DATA_LOSS: job 'diverged': the copy of chunk ", chunk_id,
+                                          " on shard server ", at)));
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("its copy of chunk ", chunk_id, " on ", at,
+                                          " diverged): 1 chunk copies seeded")));
+  ExpectCopiesOf("diverged", run, 2, "");
   ExpectNothingLost(run);
 }
 
