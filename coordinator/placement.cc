@@ -18,14 +18,15 @@ uint64_t ChunkBytesOf(const v1::ChunkSpec& chunk, v1::DType dtype) {
 }
 
 // The bytes each live server can still take: its capacity less the chunks
-// placed on it.
+// placed on it; and each one's failure domain.
 class FreeBytes {
  public:
   // Counts every copy in `placed` except those of the job `job_id`.
-  FreeBytes(const std::vector<v1::ServerRecord>& live, const std::vector<const v1::JobInfo*>& placed,
-            const std::string& job_id) {
+  FreeBytes(const std::vector<v1::ServerRecord>& live,
+            const std::vector<const v1::JobInfo*>& placed, const std::string& job_id) {
     for (const v1::ServerRecord& server : live) {
       free_[server.address()] = capacity_[server.address()] = ServerCapacityBytes(server);
+      if (!server.zone().empty()) zone_[server.address()] = server.zone();
     }
     for (const v1::JobInfo* other : placed) {
       if (other->spec().job_id() != job_id) Take(*other);
@@ -51,23 +52,43 @@ class FreeBytes {
     return static_cast<double>(free_.at(address)) / std::max<uint64_t>(capacity_.at(address), 1);
   }
   // Of the live servers that `bytes` fit on and that hold no copy of `a`,
+  // one in a zone that holds none either where there is one, and of those
   // the one with the largest free share (the smallest address on a tie);
   // empty when none.
   std::string Best(const v1::ChunkAssignment& a, uint64_t bytes) const {
+    std::set<std::string> zones_taken;
+    for (const std::string& address : CopiesOf(a)) zones_taken.insert(Zone(address));
     std::string best;
+    bool best_in_new_zone = false;
     for (const auto& [address, bytes_free] : free_) {
-      if (bytes_free >= bytes && !HoldsCopy(a, address) &&
-          (best.empty() || Share(address) > Share(best))) {
+      if (bytes_free < bytes || HoldsCopy(a, address)) continue;
+      const bool in_new_zone = zones_taken.count(Zone(address)) == 0;
+      if (best.empty() || in_new_zone > best_in_new_zone ||
+          (in_new_zone == best_in_new_zone && Share(address) > Share(best))) {
         best = address;
+        best_in_new_zone = in_new_zone;
       }
     }
     return best;
+  }
+  // The failure domain of the server at `address`: its zone, or the server
+  // alone when it names none (or is not live).
+  std::string Zone(const std::string& address) const {
+    auto it = zone_.find(address);
+    return it == zone_.end() ? "server " + address : "zone " + it->second;
+  }
+  // How many distinct zones the servers `addresses` are in.
+  size_t ZonesOf(const std::vector<std::string>& addresses) const {
+    std::set<std::string> zones;
+    for (const std::string& address : addresses) zones.insert(Zone(address));
+    return zones.size();
   }
   const std::map<std::string, uint64_t>& free() const { return free_; }
   uint64_t capacity(const std::string& address) const { return capacity_.at(address); }
 
  private:
   std::map<std::string, uint64_t> free_, capacity_;
+  std::map<std::string, std::string> zone_;  // of the live servers that name one
 };
 
 // Makes `copies` the copies of `a`, the first its primary (none when empty).
@@ -186,21 +207,26 @@ int RebalanceCopies(const std::vector<v1::ServerRecord>& live,
     v1::ChunkAssignment* move = nullptr;
     for (v1::ChunkAssignment& a : *job->mutable_chunks()) {
       if (HoldsCopy(a, emptiest)) continue;
-      for (const std::string& address : CopiesOf(a)) {
-        if (free.free().count(address) > 0 &&
-            (fullest.empty() || free.Share(address) < free.Share(fullest))) {
-          fullest = address;
-          move = &a;
+      const std::vector<std::string> copies = CopiesOf(a);
+      for (const std::string& address : copies) {
+        if (free.free().count(address) == 0 ||
+            (!fullest.empty() && free.Share(address) >= free.Share(fullest))) {
+          continue;
         }
+        // No move puts a chunk's copies in fewer zones.
+        std::vector<std::string> after = copies;
+        *std::find(after.begin(), after.end(), address) = emptiest;
+        if (free.ZonesOf(after) < free.ZonesOf(copies)) continue;
+        fullest = address;
+        move = &a;
       }
     }
     if (move == nullptr) break;
     const uint64_t bytes = ChunkBytesOf(move->chunk(), job->spec().dtype());
     // Worth it while the receiver stays less full than the giver was.
     if (free.free().at(emptiest) < bytes) break;
-    const double receiver_share_after =
-        static_cast<double>(free.free().at(emptiest) - bytes) /
-        std::max<uint64_t>(free.capacity(emptiest), 1);
+    const double receiver_share_after = static_cast<double>(free.free().at(emptiest) - bytes) /
+                                        std::max<uint64_t>(free.capacity(emptiest), 1);
     if (receiver_share_after <= free.Share(fullest)) break;
     // A primary's place goes to the chunk's first replica, when it has one.
     std::vector<std::string> copies = CopiesOf(*move);

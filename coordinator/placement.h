@@ -2,6 +2,12 @@
 // or moved. A pure function of the live servers, the chunks other jobs
 // already placed on them and the job's chunks; the coordinator calls it under
 // its lock and writes the result. Stateless and thread-safe.
+//
+// Zones (ServerRecord.zone; a server naming none is a zone of its own): of
+// the servers a copy may go to, those in a zone that holds no copy of the
+// chunk yet come first, so a chunk's copies spread over zones where servers
+// with room allow; when none of them has room, a copy shares a zone (never
+// a server) with another.
 #ifndef STRATA_COORDINATOR_PLACEMENT_H_
 #define STRATA_COORDINATOR_PLACEMENT_H_
 
@@ -23,15 +29,15 @@ uint64_t ServerCapacityBytes(const v1::ServerRecord& server);
 // JobSpec.replicas - 1 replica_addresses), in chunk order, copy by copy: of
 // the servers in `live` that the copy fits on (capacity less the chunks of
 // `placed` on it and of the job's copies placed before) and that hold no
-// other copy of the chunk, the one with the largest fraction of its
-// capacity free takes it, so that servers of about one size take turns
-// whatever their budgets' last bytes; ties go to the smallest address. Of a
-// chunk's copies, the one on the server with the fewest of the job's
-// primary bytes so far becomes the primary (pulls spread too). A job
-// in `placed` with `job`'s id is not counted (a move places the job anew).
-// FAILED_PRECONDITION when `live` has fewer servers than copies; RESOURCE_EXHAUSTED
-// naming the job, its size and the free bytes when a chunk fits nowhere
-// (`job` then partly assigned: the caller discards it).
+// other copy of the chunk, zones first (above), the one with the largest
+// fraction of its capacity free takes it, so that servers of about one size
+// take turns whatever their budgets' last bytes; ties go to the smallest
+// address. Of a chunk's copies, the one on the server with the fewest of
+// the job's primary bytes so far becomes the primary (pulls spread too). A
+// job in `placed` with `job`'s id is not counted (a move places the job
+// anew). FAILED_PRECONDITION when `live` has fewer servers than copies;
+// RESOURCE_EXHAUSTED naming the job, its size and the free bytes when a
+// chunk fits nowhere (`job` then partly assigned: the caller discards it).
 absl::Status PlaceChunks(const std::vector<v1::ServerRecord>& live,
                          const std::vector<const v1::JobInfo*>& placed, v1::JobInfo* job);
 
@@ -42,10 +48,11 @@ void RemoveCopies(const std::set<std::string>& gone, v1::JobInfo* job);
 
 // Gives each chunk of `job` with fewer copies than JobSpec.replicas (at
 // least one) more, on the servers of `live` it fits on that hold no copy
-// of it, the one with the largest share of its capacity free first (every
-// job's copies counted, `job`'s own as it stands); a chunk without copies
-// gets its primary, others replicas. Returns how many copies it added: a
-// chunk stays short when no server can take another copy.
+// of it, zones first (above), the one with the largest share of its
+// capacity free first (every job's copies counted, `job`'s own as it
+// stands); a chunk without copies gets its primary, others replicas.
+// Returns how many copies it added: a chunk stays short when no server can
+// take another copy.
 int AddMissingCopies(const std::vector<v1::ServerRecord>& live,
                      const std::vector<const v1::JobInfo*>& placed, v1::JobInfo* job);
 
@@ -53,8 +60,9 @@ int AddMissingCopies(const std::vector<v1::ServerRecord>& live,
 // the smallest share of its capacity free to the one with the largest that
 // holds no copy of the chunk, while the receiver stays freer than the giver
 // was (so that every move narrows the spread, as creation balances by
-// bytes). A moved primary's place goes to the chunk's first replica, or to
-// the new copy. Returns how many copies moved.
+// bytes); no move puts a chunk's copies in fewer zones. A moved primary's
+// place goes to the chunk's first replica, or to the new copy. Returns how
+// many copies moved.
 int RebalanceCopies(const std::vector<v1::ServerRecord>& live,
                     const std::vector<const v1::JobInfo*>& placed, v1::JobInfo* job);
 

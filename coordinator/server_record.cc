@@ -1,5 +1,7 @@
 #include "coordinator/server_record.h"
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -56,6 +58,15 @@ absl::Status ValidateServerRecord(const v1::ServerRecord& server) {
     return absl::InvalidArgumentError(
         absl::StrCat("server.address ", Quoted(address),
                      " is not HOST:PORT (a DNS name, IPv4 or [IPv6] address; port 1-65535)"));
+  }
+  const absl::string_view zone = server.zone();
+  if (zone.size() > kMaxZoneBytes || !std::all_of(zone.begin(), zone.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
+               c == '-';
+      })) {
+    return absl::InvalidArgumentError(absl::StrCat("server.zone ", Quoted(zone), " is not at most ",
+                                                   kMaxZoneBytes,
+                                                   " bytes of letters, digits, '.', '_' and '-'"));
   }
   RETURN_IF_ERROR(CheckBudget("host_budget_bytes", server.host_budget_bytes()));
   RETURN_IF_ERROR(CheckBudget("nvme_budget_bytes", server.nvme_budget_bytes()));

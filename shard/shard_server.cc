@@ -18,6 +18,7 @@ absl::Status RegisterWithCoordinator(const ShardServerOptions& options, const st
   auto stub = v1::Coordinator::NewStub(MakeChannel(options.coordinator_address, credentials));
   v1::RegisterServerRequest request;
   request.mutable_server()->set_address(address);
+  request.mutable_server()->set_zone(options.zone);
   request.mutable_server()->set_gpu_budget_bytes(gpu == nullptr ? 0 : gpu->budget_bytes());
   request.mutable_server()->set_host_budget_bytes(options.host_budget_bytes);
   request.mutable_server()->set_nvme_budget_bytes(

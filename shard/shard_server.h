@@ -34,6 +34,9 @@ struct ShardServerOptions {
   std::string listen_address = "127.0.0.1:0";  // port 0 picks a free port
   // Address announced to the coordinator; default: the listen host and bound port.
   std::string advertise_address;
+  // The failure domain announced to the coordinator (ServerRecord.zone):
+  // a chunk's copies go to distinct zones where the fleet allows.
+  std::string zone;
   std::string coordinator_address;
   std::string data_dir;  // RocksDB metadata lives in data_dir/metadata
   // The directory every checkpoint directory of a SaveChunks or LoadChunks

@@ -10,6 +10,10 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:7701", "host:port to serve on; port 0 picks a free port");
 ABSL_FLAG(std::string, advertise, "",
           "host:port announced to the coordinator (default: the listen host and bound port)");
+ABSL_FLAG(std::string, zone, "",
+          "failure domain (rack, host, power feed; letters, digits, '.', '_', '-'): a chunk's "
+          "copies go to servers of distinct zones where the fleet allows (default: a zone of "
+          "its own)");
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "host:port of strata-coordinator");
 ABSL_FLAG(std::string, data_dir, "/var/lib/strata/server",
           "directory for this server's RocksDB metadata");
@@ -93,6 +97,7 @@ int main(int argc, char** argv) {
   strata::ShardServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.advertise_address = absl::GetFlag(FLAGS_advertise);
+  options.zone = absl::GetFlag(FLAGS_zone);
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);

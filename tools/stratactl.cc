@@ -174,6 +174,7 @@ class Ctl {
       uint64_t budget = 0;
     };
     std::map<std::pair<std::string, std::string>, TierUse> summary;
+    std::map<std::string, std::string> zone_of;  // server -> zone ("" : its own)
     for (const std::string& id : job_ids) {
       v1::GetPlacementRequest request;
       request.set_job_id(id);
@@ -181,6 +182,7 @@ class Ctl {
       absl::Status s = Call(&v1::Coordinator::Stub::GetPlacement, request, &response);
       if (!s.ok()) return s;
       for (const v1::ServerRecord& server : response.servers()) {
+        zone_of[server.address()] = server.zone();
         if (server.gpu_budget_bytes() > 0) {
           summary[{server.address(), "gpu"}].budget = server.gpu_budget_bytes();
         }
@@ -201,6 +203,7 @@ class Ctl {
                        {"num_params", r.num_params()},
                        {"tensors", tensors},
                        {"server", r.server_address()},
+                       {"zone", zone_of[r.server_address()]},
                        {"tier", r.tier()},
                        {"bytes", r.num_bytes()},
                        {"applied_step", r.applied_step()}});
@@ -219,10 +222,11 @@ class Ctl {
     }
     table.Print(stdout);
     std::printf("\n");
-    Table totals({"SERVER", "TIER", "CHUNKS", "BYTES", "BUDGET"});
+    Table totals({"SERVER", "ZONE", "TIER", "CHUNKS", "BYTES", "BUDGET"});
     for (const auto& [key, use] : summary) {
-      totals.Add({key.first, key.second, absl::StrCat(use.chunks), absl::StrCat(use.bytes),
-                  absl::StrCat(use.budget)});
+      const std::string& zone = zone_of[key.first];
+      totals.Add({key.first, zone.empty() ? "-" : zone, key.second, absl::StrCat(use.chunks),
+                  absl::StrCat(use.bytes), absl::StrCat(use.budget)});
     }
     totals.Print(stdout);
     return absl::OkStatus();

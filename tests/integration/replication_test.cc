@@ -349,6 +349,37 @@ TEST_F(ReplicationTest, ARebalanceSpreadsCopiesOntoANewServerWhileTheJobTrains) 
   ExpectNothingLost(run);
 }
 
+// Four servers in two zones (--zone): each chunk has a copy in each zone,
+// and the placement names every server's zone.
+TEST_F(ReplicationTest, CopiesSpreadOverTheServersZones) {
+  coordinator_ = testing::StartCoordinator(STRATA_BIN_DIR, scratch_.path(), &daemons_, {});
+  ASSERT_FALSE(coordinator_.empty());
+  for (int i = 0; i < 4; ++i) {
+    servers_.push_back(StartServer(i, {i < 2 ? "--zone=rack-a" : "--zone=rack-b"}));
+    ASSERT_FALSE(servers_.back().address.empty());
+  }
+  const testing::KilledRun run =
+      Train(Job(coordinator_, "zoned", /*replicas=*/2), nullptr, nullptr);
+  ASSERT_EQ(run.master.step, kSteps);
+  auto placement = testing::Placement(coordinator_, "zoned");
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  std::map<std::string, std::string> zone_of;
+  for (const v1::ServerRecord& server : placement->servers()) {
+    zone_of[server.address()] = server.zone();
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(zone_of[servers_[i].address], i < 2 ? "rack-a" : "rack-b") << "server-" << i;
+  }
+  std::map<uint32_t, std::set<std::string>> zones;
+  for (const v1::PlacementRow& row : placement->rows()) {
+    zones[row.chunk_id()].insert(zone_of.at(row.server_address()));
+  }
+  ASSERT_FALSE(zones.empty());
+  for (const auto& [chunk, in] : zones) {
+    EXPECT_EQ(in, (std::set<std::string>{"rack-a", "rack-b"})) << "chunk " << chunk;
+  }
+}
+
 // Adds 1 to each float of every occurrence of `floats` in the writable
 // memory of process `pid` (a child of this one): a fault in a server's RAM.
 // Returns how many occurrences it changed.

@@ -157,8 +157,8 @@ std::map<std::string, int> CopiesPerServer(const v1::JobInfo& job) {
   for (const auto& c : job.chunks()) {
     std::set<std::string> distinct;
     for (const std::string& address : CopiesOf(c)) {
-      EXPECT_TRUE(distinct.insert(address).second) << "two copies of chunk "
-                                                    << c.chunk().chunk_id() << " on " << address;
+      EXPECT_TRUE(distinct.insert(address).second)
+          << "two copies of chunk " << c.chunk().chunk_id() << " on " << address;
       ++count[address];
     }
   }
@@ -183,12 +183,11 @@ TEST(PlacementTest, ALostServersCopiesAreRestoredOnTheServersLeft) {
 
 TEST(PlacementTest, ADrainedServersOnlyCopiesMoveAndAChunkTooShortStaysShort) {
   v1::JobInfo job = Job("j", 4, kChunkParams);
-  ASSERT_TRUE(PlaceChunks({Server("a", 8 * kChunkBytes), Server("b", 8 * kChunkBytes)}, {}, &job)
-                  .ok());
+  ASSERT_TRUE(
+      PlaceChunks({Server("a", 8 * kChunkBytes), Server("b", 8 * kChunkBytes)}, {}, &job).ok());
   RemoveCopies({"a"}, &job);
-  EXPECT_EQ(AddMissingCopies({Server("b", 8 * kChunkBytes), Server("c", 3 * kChunkBytes)}, {},
-                             &job),
-            2);
+  EXPECT_EQ(
+      AddMissingCopies({Server("b", 8 * kChunkBytes), Server("c", 3 * kChunkBytes)}, {}, &job), 2);
   // a's two chunks: the empty c takes the first, then b (now the larger share free).
   for (const auto& c : job.chunks()) EXPECT_EQ(c.replica_addresses_size(), 0);
   EXPECT_EQ(CopiesPerServer(job), (std::map<std::string, int>{{"b", 3}, {"c", 1}}));
@@ -212,6 +211,89 @@ TEST(PlacementTest, RebalanceSpreadsCopiesOntoANewServerAndStops) {
   for (const auto& c : job.chunks()) EXPECT_EQ(c.replica_addresses_size(), 1);
   // Balanced: nothing moves.
   EXPECT_EQ(RebalanceCopies({server("a"), server("b"), server("c"), server("d")}, {}, &job), 0);
+}
+
+v1::ServerRecord ZonedServer(const std::string& address, const std::string& zone,
+                             uint64_t host_bytes) {
+  v1::ServerRecord server = Server(address, host_bytes);
+  server.set_zone(zone);
+  return server;
+}
+
+// The zones each chunk's copies are in.
+std::vector<std::set<std::string>> ZonesPerChunk(const v1::JobInfo& job,
+                                                 const std::vector<v1::ServerRecord>& servers) {
+  std::map<std::string, std::string> zone;
+  for (const auto& s : servers) zone[s.address()] = s.zone();
+  std::vector<std::set<std::string>> zones;
+  for (const auto& c : job.chunks()) {
+    zones.emplace_back();
+    for (const std::string& address : CopiesOf(c)) zones.back().insert(zone.at(address));
+  }
+  return zones;
+}
+
+TEST(PlacementTest, CopiesGoToDistinctZonesWhereTheFleetAllows) {
+  v1::JobInfo job = Job("j", 8, kChunkParams);
+  job.mutable_spec()->set_replicas(2);
+  // Without zones, a and b (the smallest addresses, one share free) would
+  // take the two copies of chunk 0.
+  const std::vector<v1::ServerRecord> servers = {
+      ZonedServer("a", "r1", 16 * kChunkBytes), ZonedServer("b", "r1", 16 * kChunkBytes),
+      ZonedServer("c", "r2", 16 * kChunkBytes), ZonedServer("d", "r2", 16 * kChunkBytes)};
+  ASSERT_TRUE(PlaceChunks(servers, {}, &job).ok());
+  for (const auto& zones : ZonesPerChunk(job, servers)) {
+    EXPECT_EQ(zones, (std::set<std::string>{"r1", "r2"}));
+  }
+  EXPECT_EQ(CopiesPerServer(job),
+            (std::map<std::string, int>{{"a", 4}, {"b", 4}, {"c", 4}, {"d", 4}}));
+}
+
+TEST(PlacementTest, CopiesShareAZoneWhenNoOtherZoneHasRoom) {
+  v1::JobInfo job = Job("j", 4, kChunkParams);
+  job.mutable_spec()->set_replicas(2);
+  // Zone r2 has room for one copy: the other chunks' copies share r1.
+  const std::vector<v1::ServerRecord> servers = {ZonedServer("a", "r1", 8 * kChunkBytes),
+                                                 ZonedServer("b", "r1", 8 * kChunkBytes),
+                                                 ZonedServer("c", "r2", kChunkBytes)};
+  ASSERT_TRUE(PlaceChunks(servers, {}, &job).ok());
+  int spread = 0;
+  for (const auto& zones : ZonesPerChunk(job, servers)) spread += zones.size() == 2 ? 1 : 0;
+  EXPECT_EQ(spread, 1);
+  for (const auto& c : job.chunks()) EXPECT_NE(c.server_address(), c.replica_addresses(0));
+}
+
+TEST(PlacementTest, ALostCopyIsRestoredInTheZoneThatLacksOne) {
+  v1::JobInfo job = Job("j", 4, kChunkParams);
+  job.mutable_spec()->set_replicas(2);
+  std::vector<v1::ServerRecord> servers = {
+      ZonedServer("a", "r1", 8 * kChunkBytes), ZonedServer("b", "r1", 64 * kChunkBytes),
+      ZonedServer("c", "r2", 8 * kChunkBytes), ZonedServer("d", "r2", 8 * kChunkBytes)};
+  ASSERT_TRUE(PlaceChunks(servers, {}, &job).ok());
+  // c is lost: its copies go to d, in c's zone, though b is the freest.
+  RemoveCopies({"c"}, &job);
+  servers.erase(servers.begin() + 2);
+  EXPECT_GT(AddMissingCopies(servers, {}, &job), 0);
+  for (const auto& zones : ZonesPerChunk(job, servers)) {
+    EXPECT_EQ(zones, (std::set<std::string>{"r1", "r2"}));
+  }
+}
+
+TEST(PlacementTest, RebalanceMovesNoCopyIntoAZoneOfTheChunk) {
+  v1::JobInfo job = Job("j", 6, kChunkParams);
+  job.mutable_spec()->set_replicas(2);
+  const uint64_t bytes = 12 * kChunkBytes;
+  std::vector<v1::ServerRecord> servers = {ZonedServer("a", "r1", bytes),
+                                           ZonedServer("b", "r2", bytes)};
+  ASSERT_TRUE(PlaceChunks(servers, {}, &job).ok());
+  // c joins r1: only a's copies may move to it (b's would leave a chunk in
+  // r1 alone), so b keeps its 6.
+  servers.push_back(ZonedServer("c", "r1", bytes));
+  EXPECT_EQ(RebalanceCopies(servers, {}, &job), 3);
+  EXPECT_EQ(CopiesPerServer(job), (std::map<std::string, int>{{"a", 3}, {"b", 6}, {"c", 3}}));
+  for (const auto& zones : ZonesPerChunk(job, servers)) {
+    EXPECT_EQ(zones, (std::set<std::string>{"r1", "r2"}));
+  }
 }
 
 }  // namespace

@@ -61,5 +61,23 @@ TEST(ServerRecordTest, HugeBudgetsAreRefusedNamingTheTier) {
   }
 }
 
+TEST(ServerRecordTest, ZonesAreShortNamesOrNone) {
+  for (const std::string& zone : {std::string(""), std::string("rack-1"), std::string("eu.west_2"),
+                                  std::string(kMaxZoneBytes, 'z')}) {
+    v1::ServerRecord server = Record("h:1");
+    server.set_zone(zone);
+    EXPECT_TRUE(ValidateServerRecord(server).ok()) << zone;
+  }
+  for (const std::string& zone : {std::string("rack 1"), std::string("rack/1"), std::string("r\n"),
+                                  std::string(kMaxZoneBytes + 1, 'z'), std::string(100000, 'z')}) {
+    v1::ServerRecord server = Record("h:1");
+    server.set_zone(zone);
+    absl::Status s = ValidateServerRecord(server);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << zone.substr(0, 80);
+    EXPECT_THAT(s.message(), HasSubstr("server.zone")) << s;
+    EXPECT_LT(s.message().size(), 300u) << "the value is echoed whole";
+  }
+}
+
 }  // namespace
 }  // namespace strata
