@@ -40,10 +40,22 @@ inline int WaitExit(pid_t pid, absl::Duration timeout) {
   return -1;
 }
 
+// Sends `signal` to the child `pid`; a pid that names no single process
+// (0 or negative: a failed start) is a test failure, never a kill of a
+// process group or of every process.
+inline void Signal(pid_t pid, int signal) {
+  if (pid <= 0) {
+    ADD_FAILURE() << "signal " << signal << " to pid " << pid << " refused";
+    return;
+  }
+  kill(pid, signal);
+}
+
 // Processes started by a test, killed when it ends.
 struct Processes {
   ~Processes() {
     for (pid_t pid : pids) {
+      if (pid <= 0) continue;
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
     }

@@ -29,6 +29,9 @@ ABSL_FLAG(int, world_size, 2, "workers the job starts with");
 ABSL_FLAG(int64_t, samples_per_step, 24, "global batch");
 ABSL_FLAG(int64_t, micro_batch_samples, 4, "samples per gradient call");
 ABSL_FLAG(int64_t, steps, 40, "train until the job has completed this step");
+ABSL_FLAG(std::string, steps_file, "",
+          "once this file exists, the step number it holds takes the place of --steps "
+          "(a test ends an open-ended run)");
 ABSL_FLAG(int64_t, leave_after_step, 0, "leave the job once this step is complete (0: never)");
 ABSL_FLAG(int64_t, die_in_step, 0,
           "SIGKILL this process once a server holds pushes of this step (0: never)");
@@ -38,6 +41,7 @@ ABSL_FLAG(int64_t, collective_timeout_ms, 20000, "how long a collective waits fo
 ABSL_FLAG(uint64_t, checkpoint_every_steps, 0, "the job's periodic checkpoints (0: none)");
 ABSL_FLAG(std::string, checkpoint_dir, "", "where the job's checkpoints go");
 ABSL_FLAG(int64_t, step_pause_ms, 0, "sleep this long after each step (a slower job)");
+ABSL_FLAG(uint32_t, replicas, 1, "copies of each chunk on distinct shard servers");
 ABSL_FLAG(bool, stream, false,
           "stream the step: the last micro-batch's gradient goes tensor by tensor "
           "(GradientsReady), in buckets of 512 parameters");
@@ -62,6 +66,7 @@ ClientOptions Options() {
   o.initial_params = testing::LinearInitialParams();
   o.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  o.replicas = absl::GetFlag(FLAGS_replicas);
   o.bucket_num_params = 512;
   return o;
 }
@@ -104,6 +109,14 @@ void KillWhenPushed(const std::string& coordinator, const std::string& job, int6
   }).detach();
 }
 
+// --steps, or the number in --steps_file once that exists.
+int64_t LastStep() {
+  const std::string path = absl::GetFlag(FLAGS_steps_file);
+  int64_t step = 0;
+  if (!path.empty() && (std::ifstream(path) >> step)) return step;
+  return absl::GetFlag(FLAGS_steps);
+}
+
 int Run() {
   auto connected = Client::Connect(Options());
   if (!connected.ok()) {
@@ -131,7 +144,7 @@ int Run() {
     }
     return absl::OkStatus();
   };
-  while (client.step() < absl::GetFlag(FLAGS_steps)) {
+  while (client.step() < LastStep()) {
     absl::StatusOr<StepResult> result = client.Step(compute);
     if (!result.ok()) {
       std::fprintf(stderr, "elastic_worker: step %lld: %s\n",
