@@ -189,12 +189,18 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // generation stops its workers and has them wait for the new placement;
   // every server of the old and new placements is fenced against older
   // generations (AllocateChunks with the new one's number), each new copy
-  // is seeded from a live old one (CopyChunkState), the placement is
+  // is seeded from a live old one (SeedCopies), the placement is
   // recorded (the old one, as a new version, when a copy failed: the
   // workers go on) and each server keeps only its copies. Adds what moved to
   // `moved` (nullable). Blocks; runs on the movers.
   absl::Status MoveCopies(const std::string& job_id, const PlanCopies& plan, const std::string& why,
                           v1::CopiesMoved* moved);
+  // Has the server of each copy of `after` that `before` lacks seed it from
+  // the chunk's first copy in `before` on a live server (SeedChunks, one
+  // call per target and source, all at once), the servers fenced; adds
+  // the copies and bytes to `copied`. The first error, naming the target.
+  absl::Status SeedCopies(const v1::JobInfo& before, const v1::JobInfo& after,
+                          v1::CopiesMoved* copied);
   // Gives every job whose chunks have fewer copies than its replicas more,
   // where live servers have room (after a server is lost, or registers).
   void RestoreReplicas();

@@ -3,13 +3,15 @@
 // seeded again on the servers left, a draining server's move off, a
 // rebalance spreads them -- each a step boundary that no step crosses: the
 // workers re-form in a new generation and wait for the new placement while
-// the servers, fenced against the old generation, hold still and the
-// coordinator copies the new copies' state from live ones.
+// the servers, fenced against the old generation, hold still and each new
+// copy's server seeds it from a live one (SeedChunks: server to server).
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -17,21 +19,46 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "coordinator/await.h"
-#include "coordinator/chunk_copier.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/job_info.h"
 #include "coordinator/placement.h"
+#include "core/chunk_bytes.h"
 #include "core/log.h"
 #include "core/quoted.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_status.h"
+#include "rpc/grpc_util.h"
 #include "rpc/job_spec.h"
 
 namespace strata {
 namespace {
 
-// Every call of a copy ends within this (12 MiB of state each).
-constexpr absl::Duration kCopyCallTimeout = absl::Seconds(60);
+// A SeedChunks call ends within a minute plus its bytes at this rate.
+constexpr double kMinSeedBytesPerSecond = 20e6;
+
+// The new copies of `after` (those of `before`'s chunks it did not hold) by
+// (target, source): each from the first copy `before` has on a live server.
+using SeedPlan = std::map<std::pair<std::string, std::string>, std::vector<v1::ChunkSpec>>;
+absl::StatusOr<SeedPlan> PlanSeeds(const v1::JobInfo& before, const v1::JobInfo& after,
+                                   const std::function<bool(const std::string&)>& is_lost) {
+  SeedPlan plan;
+  for (int i = 0; i < after.chunks_size(); ++i) {
+    const v1::ChunkAssignment& old = before.chunks(i);
+    std::string source;
+    for (const std::string& address : CopiesOf(old)) {
+      if (source.empty() && !is_lost(address)) source = address;
+    }
+    for (const std::string& target : CopiesOf(after.chunks(i))) {
+      if (HoldsCopy(old, target)) continue;
+      if (source.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "chunk ", old.chunk().chunk_id(), " has no live copy to seed ", target, " from"));
+      }
+      plan[{target, source}].push_back(old.chunk());
+    }
+  }
+  return plan;
+}
 
 bool SamePlacement(const v1::JobInfo& a, const v1::JobInfo& b) {
   for (int i = 0; i < a.chunks_size(); ++i) {
@@ -108,33 +135,9 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
         both, generation, [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); },
         seeded);
   });
-  const DType dtype = DTypeFromProto(before.spec().dtype()).value_or(DType::kFp32);
   const absl::Time fenced = absl::Now();
   v1::CopiesMoved copied;
-  for (int i = 0; status.ok() && i < after.chunks_size(); ++i) {
-    const v1::ChunkAssignment& old = before.chunks(i);
-    std::string source;
-    for (const std::string& address : CopiesOf(old)) {
-      if (source.empty() && !monitor_->IsLost(address)) source = address;
-    }
-    for (const std::string& target : CopiesOf(after.chunks(i))) {
-      if (HoldsCopy(old, target)) continue;
-      if (source.empty()) {
-        status = absl::FailedPreconditionError(absl::StrCat(
-            "chunk ", old.chunk().chunk_id(), " has no live copy to seed ", target, " from"));
-        break;
-      }
-      absl::StatusOr<CopiedChunk> chunk =
-          CopyChunkState(fleet_.Stub(source), source, fleet_.Stub(target), target, job_id,
-                         old.chunk(), dtype, kCopyCallTimeout);
-      if (!chunk.ok()) {
-        status = chunk.status();
-        break;
-      }
-      copied.set_copies(copied.copies() + 1);
-      copied.set_bytes(copied.bytes() + chunk->bytes);
-    }
-  }
+  if (status.ok()) status = SeedCopies(before, after, &copied);
   copied.set_copy_seconds(absl::ToDoubleSeconds(absl::Now() - fenced));
   // The workers go on with the new placement, or on the old one (as a new
   // version) when the copies could not be seeded.
@@ -187,6 +190,54 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     moved->set_copy_seconds(moved->copy_seconds() + copied.copy_seconds());
   }
   return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const v1::JobInfo& after,
+                                            v1::CopiesMoved* copied) {
+  ASSIGN_OR_RETURN(const SeedPlan plan,
+                   PlanSeeds(before, after, [this](const std::string& address) {
+                     return monitor_->IsLost(address);
+                   }));
+  const DType dtype = DTypeFromProto(before.spec().dtype()).value_or(DType::kFp32);
+  // One call per (target, source), all at once; each target reads its source.
+  struct Call {
+    v1::SeedChunksRequest request;
+    v1::SeedChunksResponse response;
+    absl::Duration timeout;
+    absl::Status status;
+  };
+  std::vector<Call> calls(plan.size());
+  std::vector<std::thread> threads;
+  size_t i = 0;
+  for (const auto& [servers, chunks] : plan) {
+    Call& call = calls[i++];
+    call.request.set_job_id(before.spec().job_id());
+    call.request.set_source_address(servers.second);
+    call.request.set_worker_token(before.worker_token());
+    uint64_t bytes = 0;
+    for (const v1::ChunkSpec& chunk : chunks) {
+      *call.request.add_chunks() = chunk;
+      bytes += ChunkBytes(chunk.num_params(), dtype);
+    }
+    call.timeout =
+        absl::Minutes(1) + absl::Seconds(static_cast<double>(bytes) / kMinSeedBytesPerSecond);
+    threads.emplace_back([this, &call, target = servers.first] {
+      call.status = CallUnary(fleet_.Stub(target), &v1::ShardServer::Stub::SeedChunks, call.request,
+                              &call.response, call.timeout);
+      if (!call.status.ok()) {
+        call.status = absl::Status(call.status.code(), absl::StrCat("seeding copies on ", target,
+                                                                    ": ", call.status.message()));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  absl::Status status;
+  for (const Call& call : calls) {
+    status.Update(call.status);
+    copied->set_copies(copied->copies() + call.request.chunks_size());
+    copied->set_bytes(copied->bytes() + call.response.bytes());
+  }
+  return status;
 }
 
 void CoordinatorService::RestoreReplicas() {

@@ -51,6 +51,7 @@ const std::vector<MethodPolicy>& AuthPolicyTable() {
       {kShard, "ListChunks", control},
       {kShard, "SaveChunks", control},
       {kShard, "LoadChunks", control},
+      {kShard, "SeedChunks", control},
   };
   return *table;
 }

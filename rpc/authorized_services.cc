@@ -206,6 +206,11 @@ grpc::ServerUnaryReactor* AuthorizedShardServer::LoadChunks(grpc::CallbackServer
                                                             v1::LoadChunksResponse* response) {
   return STRATA_GATED(ShardBase, LoadChunks, request->job_id());
 }
+grpc::ServerUnaryReactor* AuthorizedShardServer::SeedChunks(grpc::CallbackServerContext* ctx,
+                                                            const v1::SeedChunksRequest* request,
+                                                            v1::SeedChunksResponse* response) {
+  return STRATA_GATED(ShardBase, SeedChunks, request->job_id());
+}
 
 #undef STRATA_GATED
 

@@ -144,6 +144,9 @@ class AuthorizedShardServer final : public ShardServerService {
   grpc::ServerUnaryReactor* LoadChunks(grpc::CallbackServerContext* ctx,
                                        const v1::LoadChunksRequest* request,
                                        v1::LoadChunksResponse* response) override;
+  grpc::ServerUnaryReactor* SeedChunks(grpc::CallbackServerContext* ctx,
+                                       const v1::SeedChunksRequest* request,
+                                       v1::SeedChunksResponse* response) override;
 
  private:
   ShardServerService* const service_;

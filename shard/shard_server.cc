@@ -113,6 +113,18 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   ASSIGN_OR_RETURN(server->metrics_, Metrics::Start(options.metrics_listen_address));
   server->service_->ExportMetrics(server->metrics_.get());
   server->service_->set_max_pull_wait(options.max_pull_wait);
+  // A seed reads the source server as a worker of the job (with its token):
+  // with the CA alone, as this server's own certificate would make it a
+  // shard server there, which reads no job's state.
+  TlsFiles ca_only;
+  ca_only.ca_file = options.tls.ca_file;
+  server->service_->set_source_dialer(
+      [ca_only](
+          const std::string& address,
+          const std::string& token) -> absl::StatusOr<std::unique_ptr<v1::ShardServer::Stub>> {
+        ASSIGN_OR_RETURN(ChannelCredentials credentials, MakeChannelCredentials(ca_only, token));
+        return v1::ShardServer::NewStub(MakeChannel(address, credentials));
+      });
   grpc::Service* served = server->service_.get();
   if (options.auth) {
     if (!options.tls.enabled()) {

@@ -7,7 +7,8 @@
 // The implementation is one file per concern: the step and job RPCs
 // (shard_service.cc), chunk placement over the tiers (chunk_placement.cc),
 // recovery of a previous run's jobs (recovery.cc), the checkpoint RPCs
-// (checkpoint_rpcs.cc) and the metrics (shard_metrics.cc).
+// (checkpoint_rpcs.cc), seeding copies from another server (seed_rpcs.cc)
+// and the metrics (shard_metrics.cc).
 #ifndef STRATA_SHARD_SHARD_SERVICE_H_
 #define STRATA_SHARD_SHARD_SERVICE_H_
 
@@ -73,6 +74,13 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // finds a chunk's state lost (Chunk::lost()), so that the coordinator
   // hears of it; call before serving.
   void set_on_chunk_lost(std::function<void()> on_lost) { on_chunk_lost_ = std::move(on_lost); }
+  // Makes the stub through which SeedChunks reads the source server at
+  // `address` as a worker of the job whose token is `worker_token` (empty:
+  // no credentials). Without one, SeedChunks is FAILED_PRECONDITION. Call
+  // before serving.
+  using SourceDialer = std::function<absl::StatusOr<std::unique_ptr<v1::ShardServer::Stub>>(
+      const std::string& address, const std::string& worker_token)>;
+  void set_source_dialer(SourceDialer dial) { dial_source_ = std::move(dial); }
   // The job whose AllocateChunks carried `digest` as its worker token's.
   std::optional<std::string> JobOfToken(absl::string_view digest) const override;
 
@@ -108,6 +116,9 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   grpc::ServerUnaryReactor* LoadChunks(grpc::CallbackServerContext* ctx,
                                        const v1::LoadChunksRequest* request,
                                        v1::LoadChunksResponse* response) override;
+  grpc::ServerUnaryReactor* SeedChunks(grpc::CallbackServerContext* ctx,
+                                       const v1::SeedChunksRequest* request,
+                                       v1::SeedChunksResponse* response) override;
 
  private:
   // Saves one host- or GPU-memory chunk of `job_id` for SaveMemoryChunks().
@@ -199,6 +210,15 @@ class ShardService final : public ShardServerService, public WorkerTokens {
                             const std::vector<std::shared_ptr<Chunk>>& chunks,
                             v1::SaveChunksResponse* response);
   absl::Status DoLoadChunks(const v1::LoadChunksRequest& request);
+  // The request's chunks as held here, in order, and the job's dtype:
+  // INVALID_ARGUMENT for a chunk not exactly as allocated here or named
+  // twice, for none or too many, and for a malformed source or token.
+  absl::StatusOr<std::vector<v1::ChunkSpec>> ValidateSeed(const v1::SeedChunksRequest& request,
+                                                          DType* dtype);
+  // Seeds `chunks` (ValidateSeed's) from the request's source.
+  absl::Status DoSeedChunks(const v1::SeedChunksRequest& request,
+                            const std::vector<v1::ChunkSpec>& chunks, DType dtype,
+                            v1::SeedChunksResponse* response);
 
   Tier* const gpu_;
   Tier* const host_;
@@ -223,9 +243,13 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   prometheus::Counter* pulled_bytes_ = nullptr;
   absl::Duration max_pull_wait_ = absl::Minutes(10);
   std::function<void()> on_chunk_lost_;
+  SourceDialer dial_source_;
   prometheus::Histogram* apply_seconds_ = nullptr;
-  // Checkpoint saves, which wait for steps and write files (last: joined first).
+  // Checkpoint saves, which wait for steps and write files, and seeds, which
+  // wait for another server (last: joined first). Apart, so that a seed
+  // never waits behind a save that waits for a step.
   ThreadPool checkpoint_writers_{2};
+  ThreadPool seeders_{2};
 };
 
 }  // namespace strata

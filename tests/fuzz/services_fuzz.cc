@@ -3,7 +3,8 @@
 // with job "fuzz" at step 1, and every input one request of any RPC.
 // Input: 1 byte choosing the RPC, 1 byte of flags (bit 0: name job "fuzz"
 // where the request leaves its job id empty), then the request's protobuf
-// bytes (an input that does not parse is skipped). Whatever the request,
+// bytes (an input that does not parse is skipped; every address in it is
+// pointed at loopback). Whatever the request,
 // the daemons must answer with a status and go on: ASan, UBSan and the
 // harness's own checks (the job's placement still served) catch the rest.
 #include <cstddef>
@@ -75,12 +76,39 @@ void NameTheJob(google::protobuf::Message* request) {
   }
 }
 
+// Points every address a request names (source_address, a SeedChunks
+// source; address, at the top or in `server`: a RegisterServer the
+// coordinator would then dial) at loopback, keeping what follows the last
+// ':' (the port, valid or not): the daemons dial what they are told, and
+// a fuzzed address must reach no host but this one.
+void PinToLoopback(google::protobuf::Message* request) {
+  const google::protobuf::Descriptor* d = request->GetDescriptor();
+  const google::protobuf::Reflection* r = request->GetReflection();
+  for (const char* name : {"source_address", "address"}) {
+    const auto* field = d->FindFieldByName(name);
+    if (field == nullptr || field->is_repeated() ||
+        field->type() != google::protobuf::FieldDescriptor::TYPE_STRING) {
+      continue;
+    }
+    const std::string value = r->GetString(*request, field);
+    const size_t colon = value.rfind(':');
+    r->SetString(
+        request, field,
+        "127.0.0.1" + (colon == std::string::npos ? std::string(":1") : value.substr(colon)));
+  }
+  if (const auto* server = d->FindFieldByName("server");
+      server != nullptr && server->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE) {
+    PinToLoopback(r->MutableMessage(request, server));
+  }
+}
+
 template <typename Stub, typename Request, typename Response>
 void Call(Stub* stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
           const uint8_t* data, size_t size, bool name_job) {
   Request request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
   if (name_job) NameTheJob(&request);
+  PinToLoopback(&request);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(200)));
   Response response;
@@ -141,6 +169,7 @@ const std::vector<Rpc>& Rpcs() {
       STRATA_SHARD_RPC(CommitStep),
       STRATA_COORDINATOR_RPC(DrainServer),
       STRATA_COORDINATOR_RPC(RebalanceJob),
+      STRATA_SHARD_RPC(SeedChunks),
   };
 #undef STRATA_COORDINATOR_RPC
 #undef STRATA_SHARD_RPC

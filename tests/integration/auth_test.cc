@@ -88,6 +88,7 @@ const std::map<std::string, std::string>& Expected() {
       {"ListChunks", "c"},
       {"SaveChunks", "c"},
       {"LoadChunks", "c"},
+      {"SeedChunks", "c"},
   };
   return *expected;
 }
@@ -368,6 +369,13 @@ class AuthTest : public ::testing::Test {
       r.set_dir("/etc");
       return CallUnary(shard(c).get(), &S::LoadChunks, r);
     };
+    rpcs["SeedChunks"] = [=](Caller c) {
+      v1::SeedChunksRequest r;
+      r.set_job_id("a");
+      r.set_source_address("not an address");
+      *r.add_chunks() = job_a_.chunks(0).chunk();
+      return CallUnary(shard(c).get(), &S::SeedChunks, r);
+    };
     return rpcs;
   }
 
@@ -416,6 +424,41 @@ TEST_F(AuthTest, AUsersJobTrainsAsWithoutAuthentication) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied) << refused.status();
   EXPECT_THAT(refused.status().message(), HasSubstr("user bob"));
+}
+
+// A drained server's chunks are seeded server to server over TLS: the
+// target reads the source as a worker of the job, with the token the
+// coordinator hands it (a server's own certificate may read no job's
+// state). The state arrives bit for bit and the job trains on.
+TEST_F(AuthTest, ADrainSeedsCopiesServerToServerWithTheJobsToken) {
+  const testing::RunResult trained = testing::RunWorkers(Job("a", "alice"), kSteps, 1, Gradient);
+  ASSERT_EQ(trained.master.step, kSteps);
+  const std::string drained = GetJob("a", kAliceToken).chunks(0).server_address();
+  auto stub = v1::Coordinator::NewStub(MakeChannel(
+      cluster_->coordinator_address(), *MakeChannelCredentials(CaOnly(), kOperatorToken)));
+  v1::DrainServerRequest request;
+  request.set_address(drained);
+  v1::DrainServerResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  const absl::Status s = FromGrpcStatus(stub->DrainServer(&context, request, &response));
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_GT(response.moved().copies(), 0u);
+  EXPECT_GT(response.moved().bytes(), 0u);
+  const v1::JobInfo moved = GetJob("a", kAliceToken);
+  for (const auto& c : moved.chunks()) {
+    EXPECT_NE(c.server_address(), drained) << "chunk " << c.chunk().chunk_id();
+  }
+  testing::RunClients(Job("a", "alice"), [&](Client& client) {
+    auto state = client.ReadMasterState();
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(state->step, kSteps);
+    EXPECT_TRUE(state->params == trained.master.params &&
+                state->exp_avg == trained.master.exp_avg &&
+                state->exp_avg_sq == trained.master.exp_avg_sq)
+        << "the drained chunks' state changed on its way";
+    EXPECT_TRUE(testing::TrainStep(client).ok());
+  });
 }
 
 TEST_F(AuthTest, EveryRpcAsEveryCallerGetsWhatThePolicySays) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_split.h"
@@ -282,6 +283,55 @@ TEST_F(BadInputTest, WriteStateRefusesBadStateAndStartedJobs) {
   s = write(8, 1.0f, 1.0f, 2, 8);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("before the first push"));
+}
+
+// SeedChunks: malformed sources, tokens and chunk lists are refused naming
+// the field; a source that cannot be read fails naming it; a chunk that
+// has stepped is not overwritten (TearDown checks the state).
+TEST_F(BadInputTest, SeedRequestsNameTheProblem) {
+  const v1::ChunkSpec chunk = job_.chunks(0).chunk();
+  v1::ChunkSpec shorter = chunk;
+  shorter.set_num_params(chunk.num_params() - 1);
+  v1::ChunkSpec renamed = chunk;
+  renamed.set_chunk_id(chunk.chunk_id() + 1000);
+  struct Case {
+    std::function<void(v1::SeedChunksRequest*)> change;
+    absl::StatusCode code;
+    std::string names;
+  };
+  const std::vector<Case> cases = {
+      {[](auto* r) { r->set_source_address("no-port"); }, absl::StatusCode::kInvalidArgument,
+       "source_address"},
+      {[](auto* r) { r->set_source_address(std::string(100000, 'h') + ":1"); },
+       absl::StatusCode::kInvalidArgument, "source_address"},
+      {[](auto* r) { r->set_worker_token("short"); }, absl::StatusCode::kInvalidArgument,
+       "worker_token"},
+      {[](auto* r) { r->clear_chunks(); }, absl::StatusCode::kInvalidArgument, "chunks: 0 named"},
+      {[&](auto* r) { *r->mutable_chunks(0) = shorter; }, absl::StatusCode::kInvalidArgument,
+       "not a chunk as allocated"},
+      {[&](auto* r) { *r->mutable_chunks(0) = renamed; }, absl::StatusCode::kInvalidArgument,
+       "not a chunk as allocated"},
+      {[&](auto* r) { *r->add_chunks() = chunk; }, absl::StatusCode::kInvalidArgument,
+       "named twice"},
+      {[](auto* r) { r->set_job_id("nope"); }, absl::StatusCode::kNotFound, "unknown job 'nope'"},
+      {[](auto* r) { r->set_source_address("127.0.0.1:1"); }, absl::StatusCode::kUnavailable,
+       "source shard server 127.0.0.1:1"},
+      // Its own copy, read back: the chunk has stepped, so it takes no state.
+      {[](auto*) {}, absl::StatusCode::kFailedPrecondition, ""},
+  };
+  for (const Case& c : cases) {
+    v1::SeedChunksRequest request;
+    request.set_job_id("bad-input");
+    request.set_source_address(chunk0_server_);
+    *request.add_chunks() = chunk;
+    c.change(&request);
+    grpc::ClientContext context;
+    v1::SeedChunksResponse response;
+    absl::Status s = FromGrpcStatus(shard_->SeedChunks(&context, request, &response));
+    EXPECT_EQ(s.code(), c.code) << s;
+    EXPECT_THAT(s.message(), HasSubstr(c.names));
+    EXPECT_LT(s.message().size(), 400u) << "the value is echoed whole";
+  }
 }
 
 TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {

@@ -1,0 +1,132 @@
+#include "shard/chunk_seeder.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "rpc/grpc_util.h"
+
+namespace strata {
+namespace {
+
+// One ReadState's worth of a chunk, and what became of it.
+struct Piece {
+  size_t chunk = 0;  // index in the request's chunks
+  uint64_t begin = 0, num_params = 0;
+  int64_t step = 0;  // the source's applied step when read
+  uint64_t bytes = 0;
+  bool previous = false;  // whether the copy of the step before came along
+  absl::Status status;
+};
+
+// `status` with the source named.
+absl::Status AtSource(const absl::Status& status, const std::string& address) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat("source shard server ", address, ": ", status.message()));
+}
+
+// Reads `piece` from the source and writes it here.
+void SeedPiece(v1::ShardServer::Stub* source, const std::string& source_address,
+               const std::string& job_id, DType dtype, absl::Duration call_timeout,
+               const WriteStatePiece& write, Piece* piece) {
+  v1::ReadStateRequest read;
+  read.set_job_id(job_id);
+  read.set_flat_begin(piece->begin);
+  read.set_num_params(piece->num_params);
+  v1::ReadStateResponse state;
+  piece->status =
+      AtSource(CallUnary(source, &v1::ShardServer::Stub::ReadState, read, &state, call_timeout),
+               source_address);
+  if (!piece->status.ok()) return;
+  piece->step = state.applied_step();
+  v1::WriteStateRequest here;
+  here.set_job_id(job_id);
+  here.set_flat_begin(piece->begin);
+  here.set_step(piece->step);
+  *here.mutable_params() = std::move(*state.mutable_params());
+  *here.mutable_exp_avg() = std::move(*state.mutable_exp_avg());
+  *here.mutable_exp_avg_sq() = std::move(*state.mutable_exp_avg_sq());
+  // The copy of the step before, where the source keeps it (ABORTED: not
+  // after a restart, nor at step 0); the new copy serves that step only
+  // once every piece brought it.
+  if (piece->step > 0) {
+    v1::PullRequest pull;
+    pull.set_job_id(job_id);
+    pull.set_step(piece->step - 1);
+    pull.set_flat_begin(piece->begin);
+    pull.set_num_params(piece->num_params);
+    v1::PullResponse before;
+    absl::Status pulled =
+        CallUnary(source, &v1::ShardServer::Stub::Pull, pull, &before, call_timeout);
+    if (pulled.ok() && before.params().size() != piece->num_params * DTypeSize(dtype)) {
+      pulled = absl::InternalError(absl::StrCat("a pull of ", before.params().size(), " bytes for ",
+                                                piece->num_params, " params"));
+    }
+    if (!pulled.ok() && !absl::IsAborted(pulled)) {
+      piece->status = AtSource(pulled, source_address);
+      return;
+    }
+    if (pulled.ok()) {
+      here.set_previous_params(std::move(*before.mutable_params()));
+      piece->previous = true;
+    }
+  }
+  piece->bytes = 3 * piece->num_params * sizeof(float) + here.previous_params().size();
+  piece->status = write(here);
+}
+
+}  // namespace
+
+absl::StatusOr<SeededChunks> SeedChunkStates(v1::ShardServer::Stub* source,
+                                             const std::string& source_address,
+                                             const std::string& job_id,
+                                             const std::vector<v1::ChunkSpec>& chunks, DType dtype,
+                                             absl::Duration call_timeout,
+                                             const WriteStatePiece& write) {
+  std::vector<Piece> pieces;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const uint64_t end = chunks[c].flat_begin() + chunks[c].num_params();
+    for (uint64_t begin = chunks[c].flat_begin(); begin < end; begin += kSeedPieceParams) {
+      pieces.push_back({c, begin, std::min(kSeedPieceParams, end - begin)});
+    }
+  }
+  // kSeedStreams pieces in flight, each stream a piece after another,
+  // until one fails.
+  std::atomic<bool> failed{false};
+  auto stream = [&](size_t first) {
+    for (size_t i = first; i < pieces.size() && !failed.load(); i += kSeedStreams) {
+      SeedPiece(source, source_address, job_id, dtype, call_timeout, write, &pieces[i]);
+      if (!pieces[i].status.ok()) failed = true;
+    }
+  };
+  std::vector<std::thread> streams;
+  for (size_t s = 1; s < std::min<size_t>(kSeedStreams, pieces.size()); ++s) {
+    streams.emplace_back(stream, s);
+  }
+  stream(0);
+  for (std::thread& t : streams) t.join();
+  // Pieces after a failed one did not run: the failure is the answer.
+  for (const Piece& piece : pieces) RETURN_IF_ERROR(piece.status);
+  SeededChunks seeded;
+  std::vector<bool> previous(chunks.size(), true);
+  std::vector<const Piece*> first_of(chunks.size(), nullptr);
+  for (const Piece& piece : pieces) {
+    const Piece*& first = first_of[piece.chunk];
+    if (first == nullptr) first = &piece;
+    if (piece.step != first->step) {
+      return absl::AbortedError(absl::StrCat(
+          "chunk ", chunks[piece.chunk].chunk_id(), " of job ", job_id, " on shard server ",
+          source_address, " went from step ", first->step, " to ", piece.step, " during its copy"));
+    }
+    seeded.bytes += piece.bytes;
+    previous[piece.chunk] = previous[piece.chunk] && piece.previous;
+  }
+  seeded.previous = static_cast<uint32_t>(std::count(previous.begin(), previous.end(), true));
+  return seeded;
+}
+
+}  // namespace strata

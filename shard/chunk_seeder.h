@@ -1,0 +1,56 @@
+// SeedChunkStates: a shard server seeds new copies of chunks from their live
+// copies on another server, reading the source itself (SeedChunks RPC):
+// FP32 p, m and v in pieces of at most kSeedPieceParams (ReadState), each
+// with the source's copy of the step before where it keeps one (Pull), so
+// that a new copy can serve a torn step's recompute as the source would.
+// The pieces of every chunk go kSeedStreams at a time, across chunk
+// boundaries, and each is handed to `write` (the local WriteState). The
+// source must hold still (fenced: AllocateChunks with a generation its
+// workers have not formed). Blocking; thread-safe.
+#ifndef STRATA_SHARD_CHUNK_SEEDER_H_
+#define STRATA_SHARD_CHUNK_SEEDER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "strata/types.h"
+#include "strata/v1/common.pb.h"
+#include "strata/v1/shard.grpc.pb.h"
+
+namespace strata {
+
+// The most params one ReadState of a seed carries (3 MiB of state), and
+// how many pieces are read at once: small enough that reads and writes
+// overlap, far below the server's read limit and the message limit.
+inline constexpr uint64_t kSeedPieceParams = uint64_t{1} << 18;
+inline constexpr uint64_t kSeedStreams = 4;
+
+// What a seed wrote.
+struct SeededChunks {
+  uint64_t bytes = 0;     // of state and copies of the step before
+  uint32_t previous = 0;  // chunks whose copy of the step before came along
+};
+
+// Writes one piece here (p, m, v at the source's step, and the copy of the
+// step before when it came); the first error ends the seed.
+using WriteStatePiece = std::function<absl::Status(const v1::WriteStateRequest& piece)>;
+
+// Copies `chunks` of job `job_id` (dtype `dtype`) from the shard server
+// `source` (named `source_address` in errors) through `write`; every call
+// to the source ends within `call_timeout`. ABORTED when a chunk's pieces
+// were read at different steps (the source was not fenced); else the first
+// error of a read or a write, a read's naming the source.
+absl::StatusOr<SeededChunks> SeedChunkStates(v1::ShardServer::Stub* source,
+                                             const std::string& source_address,
+                                             const std::string& job_id,
+                                             const std::vector<v1::ChunkSpec>& chunks, DType dtype,
+                                             absl::Duration call_timeout,
+                                             const WriteStatePiece& write);
+
+}  // namespace strata
+
+#endif  // STRATA_SHARD_CHUNK_SEEDER_H_
