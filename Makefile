@@ -7,13 +7,14 @@
 #   make bench   strata-bench step on 64 Mi parameters (see README)
 #   make deploy-test  docker-compose on a real Docker engine (deploy/deploy-test.sh; root)
 #   make fuzz    libFuzzer harnesses (tests/fuzz; clang-14) for FUZZ_SECONDS each
+#   make slurm-test  deploy/slurm/strata.sbatch on a one-machine Slurm cluster (root)
 
 CTEST_ARGS ?=
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 FUZZERS = safetensors_fuzz checkpoint_manifest_fuzz saved_chunk_fuzz nvme_extent_fuzz services_fuzz
 
-.PHONY: deps build test demo check format-check bench deploy-test fuzz clean
+.PHONY: deps build test demo check format-check bench deploy-test slurm-test fuzz clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -35,6 +36,10 @@ check: format-check
 	@test -f build-asan/build.ninja || cmake --preset asan
 	cmake --build --preset asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 ctest --preset asan -j $(JOBS) $(CTEST_ARGS)
+
+slurm-test: build
+	@bash deploy/install-deps.sh --slurm
+	bash deploy/slurm/slurm-test.sh
 
 fuzz: deps
 	@test -f build-fuzz/build.ninja || cmake --preset fuzz

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that strata needs to build, test and run its
 # demo; with --deploy also a Docker engine, debootstrap and curl for
-# `make deploy-test`. Idempotent: installs only what is missing. Run as root
+# `make deploy-test`, with --slurm Slurm and munge for `make slurm-test`. Idempotent: installs only what is missing. Run as root
 # (or via sudo).
 set -euo pipefail
 
@@ -22,6 +22,10 @@ packages_no_recommends=(docker-compose python3-torch python3-sklearn)
 if [ "${1:-}" = --deploy ]; then
   packages+=(debootstrap curl)
   packages_no_recommends+=(docker.io)
+fi
+# Without recommends: the daemons, srun/sbatch and munge, no MPI stack.
+if [ "${1:-}" = --slurm ]; then
+  packages_no_recommends+=(slurmctld slurmd slurm-client munge)
 fi
 
 missing=()

@@ -20,6 +20,9 @@
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "host:port of strata-coordinator");
 ABSL_FLAG(std::string, job, "mlp-demo", "job id");
 ABSL_FLAG(std::string, worker_id, "", "unique worker id (default: hostname-pid)");
+ABSL_FLAG(std::string, collective_host, "127.0.0.1",
+          "the address (or host name) this worker's collectives listen on and announce to "
+          "the other workers: this host's cluster address when they run on other hosts");
 ABSL_FLAG(int, workers, 2, "number of workers (processes) in the job");
 ABSL_FLAG(int, steps, 100, "optimizer steps to run");
 ABSL_FLAG(int, step_delay_ms, 0,
@@ -119,6 +122,7 @@ int main(int argc, char** argv) {
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   options.job_id = absl::GetFlag(FLAGS_job);
   options.worker_id = absl::GetFlag(FLAGS_worker_id);
+  options.collective_hostname = absl::GetFlag(FLAGS_collective_host);
   options.world_size = absl::GetFlag(FLAGS_workers);
   options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
