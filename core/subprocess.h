@@ -8,12 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace strata {
 
 // Starts `args[0]` (a path) with `args`; its stderr is appended to
-// `stderr_path` unless that is empty. Returns the child's pid (the child
-// exits with 127 when the exec fails, 126 when the log cannot be opened).
-pid_t SpawnProcess(const std::vector<std::string>& args, const std::string& stderr_path = "");
+// `stderr_path` unless that is empty. Returns the child's pid, always > 0
+// (the child exits with 127 when the exec fails, 126 when the log cannot be
+// opened); INTERNAL naming the program when fork() fails.
+absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& args,
+                                   const std::string& stderr_path = "");
 
 }  // namespace strata
 

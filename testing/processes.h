@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -23,9 +24,16 @@
 
 namespace strata::testing {
 
-// Starts `args[0]` with `args`, stderr appended to `log`; returns its pid.
+// Starts `args[0]` with `args`, stderr appended to `log`; returns its pid
+// (> 0). A test that cannot fork ends here: a pid of -1 handed on would
+// signal every process at the test's first kill().
 inline pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
-  return SpawnProcess(args, log);
+  absl::StatusOr<pid_t> pid = SpawnProcess(args, log);
+  if (!pid.ok()) {
+    std::fprintf(stderr, "testing::Spawn: %s\n", pid.status().ToString().c_str());
+    std::abort();
+  }
+  return *pid;
 }
 
 // The exit status of `pid` (waitpid's), or -1 when it is not done within
@@ -40,22 +48,10 @@ inline int WaitExit(pid_t pid, absl::Duration timeout) {
   return -1;
 }
 
-// Sends `signal` to the child `pid`; a pid that names no single process
-// (0 or negative: a failed start) is a test failure, never a kill of a
-// process group or of every process.
-inline void Signal(pid_t pid, int signal) {
-  if (pid <= 0) {
-    ADD_FAILURE() << "signal " << signal << " to pid " << pid << " refused";
-    return;
-  }
-  kill(pid, signal);
-}
-
 // Processes started by a test, killed when it ends.
 struct Processes {
   ~Processes() {
     for (pid_t pid : pids) {
-      if (pid <= 0) continue;
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
     }

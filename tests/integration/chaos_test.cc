@@ -63,7 +63,7 @@ class ChaosTest : public ElasticTest {
   }
   // Stops `pid` with `signal` and reaps it.
   void Stop(pid_t pid, int signal) {
-    testing::Signal(pid, signal);
+    kill(pid, signal);
     testing::WaitExit(pid, absl::Seconds(30));
     processes_.Forget(pid);
   }
@@ -128,9 +128,9 @@ class ChaosTest : public ElasticTest {
   }
   std::string StopWorker() {  // a worker hangs past its lease, then goes on
     auto victim = std::next(live_.begin(), Uniform(0, static_cast<int>(live_.size()) - 1));
-    testing::Signal(victim->second, SIGSTOP);
+    kill(victim->second, SIGSTOP);
     absl::SleepFor(kLease + absl::Seconds(1));
-    testing::Signal(victim->second, SIGCONT);
+    kill(victim->second, SIGCONT);
     return "SIGSTOP of worker " + victim->first;
   }
   std::string RestartServer(int i, int signal) {  // and at once on its address

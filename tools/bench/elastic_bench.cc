@@ -89,8 +89,9 @@ int64_t EventMs(const std::vector<json>& events, const std::string& name) {
   return -1;
 }
 
-pid_t SpawnWorker(const std::string& coordinator, const std::string& id, uint64_t num_params,
-                  int64_t leave_after_step, const std::string& log) {
+absl::StatusOr<pid_t> SpawnWorker(const std::string& coordinator, const std::string& id,
+                                  uint64_t num_params, int64_t leave_after_step,
+                                  const std::string& log) {
   std::vector<std::string> args = {"/proc/self/exe",
                                    "elastic-worker",
                                    coordinator,
@@ -184,14 +185,22 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
   std::filesystem::create_directories(dir);
   auto log_of = [&](const std::string& id) { return absl::StrCat(dir, "/", id, ".jsonl"); };
 
-  pid_t a = SpawnWorker(coordinator, "a", o.num_params, 0, log_of("a"));
-  pid_t b = SpawnWorker(coordinator, "b", o.num_params, kLeaveAfterStep, log_of("b"));
+  // A worker's pid, or -1 (and `spawned` says why) when it could not start.
+  absl::Status spawned;
+  auto spawn = [&](const std::string& id, int64_t leave_after_step) -> pid_t {
+    absl::StatusOr<pid_t> pid =
+        SpawnWorker(coordinator, id, o.num_params, leave_after_step, log_of(id));
+    spawned.Update(pid.status());
+    return pid.ok() ? *pid : -1;
+  };
+  pid_t a = spawn("a", 0);
+  pid_t b = spawn("b", kLeaveAfterStep);
   pid_t c = -1, d = -1;
   int64_t kill_ms = -1, stop_ms = -1;
-  bool ok = WaitFor([&] { return LastStep(log_of("a")) >= kJoinAtStep; });
+  bool ok = spawned.ok() && WaitFor([&] { return LastStep(log_of("a")) >= kJoinAtStep; });
   if (ok) {
-    c = SpawnWorker(coordinator, "c", o.num_params, 0, log_of("c"));
-    ok = WaitFor([&] { return LastStep(log_of("a")) >= kKillAtStep; });
+    c = spawn("c", 0);
+    ok = c > 0 && WaitFor([&] { return LastStep(log_of("a")) >= kKillAtStep; });
   }
   if (ok) {
     kill(c, SIGKILL);
@@ -199,8 +208,8 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
     ok = WaitFor([&] { return LastStep(log_of("a")) >= kSecondJoinAtStep; });
   }
   if (ok) {
-    d = SpawnWorker(coordinator, "d", o.num_params, 0, log_of("d"));
-    ok = WaitFor([&] { return LastStep(log_of("d")) >= kStopAtStep; });
+    d = spawn("d", 0);
+    ok = d > 0 && WaitFor([&] { return LastStep(log_of("d")) >= kStopAtStep; });
   }
   if (ok) {
     kill(d, SIGSTOP);
@@ -223,6 +232,7 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
     if (!ok) kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
   }
+  if (!spawned.ok()) return spawned;
   if (!restarted.ok()) return restarted;
   if (!ok) {
     return absl::DeadlineExceededError(

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "core/status_macros.h"
 #include "core/subprocess.h"
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
@@ -60,7 +61,7 @@ absl::Status Start(Daemon* daemon, std::vector<std::string> args, const std::str
                    const std::string& name) {
   const std::string ready = absl::StrCat(dir, "/", name, ".addr");
   args.push_back("--ready_file=" + ready);
-  daemon->pid = SpawnProcess(args, absl::StrCat(dir, "/", name, ".log"));
+  ASSIGN_OR_RETURN(daemon->pid, SpawnProcess(args, absl::StrCat(dir, "/", name, ".log")));
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
   while (absl::Now() < give_up) {
     std::ifstream in(ready);
