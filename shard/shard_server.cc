@@ -1,6 +1,7 @@
 #include "shard/shard_server.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/host_port.h"
 #include "core/log.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_status.h"
@@ -53,6 +54,16 @@ absl::StatusOr<std::unique_ptr<Tier>> OpenGpuTierOf(const ShardServerOptions& op
         absl::StrCat("GPU tier budget ", options.gpu_budget_bytes, " is negative"));
   }
   return OpenGpuTier(options.gpu_device, static_cast<uint64_t>(options.gpu_budget_bytes));
+}
+
+// The address the server announces: `advertise` (HOST:PORT, or a HOST given
+// the port of `bound`), or `bound`.
+absl::StatusOr<std::string> Advertised(const std::string& advertise, const std::string& bound) {
+  if (advertise.empty()) return bound;
+  if (ValidateHostPort("--advertise", advertise).ok()) return advertise;
+  const std::string address = absl::StrCat(advertise, bound.substr(bound.rfind(':')));
+  RETURN_IF_ERROR(ValidateHostPort("--advertise", address));
+  return address;
 }
 
 }  // namespace
@@ -140,7 +151,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
   std::string bound;
   ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, options.tls, served,
                                           server->metrics_.get(), &bound));
-  server->address_ = options.advertise_address.empty() ? bound : options.advertise_address;
+  ASSIGN_OR_RETURN(server->address_, Advertised(options.advertise_address, bound));
   RETURN_IF_ERROR(RegisterWithCoordinator(options, server->address_, server->gpu_.get()));
   // A chunk whose state is lost: the coordinator hears of it when the server
   // registers again (it lists the chunks then).

@@ -32,7 +32,9 @@ namespace strata {
 
 struct ShardServerOptions {
   std::string listen_address = "127.0.0.1:0";  // port 0 picks a free port
-  // Address announced to the coordinator; default: the listen host and bound port.
+  // Address announced to the coordinator: HOST:PORT, or a HOST alone with
+  // the bound port (listening on 0.0.0.0:0 behind a name, in another network
+  // namespace, behind NAT); default: the listen host and bound port.
   std::string advertise_address;
   // The failure domain announced to the coordinator (ServerRecord.zone):
   // a chunk's copies go to distinct zones where the fleet allows.

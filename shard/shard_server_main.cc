@@ -9,7 +9,8 @@
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7701", "host:port to serve on; port 0 picks a free port");
 ABSL_FLAG(std::string, advertise, "",
-          "host:port announced to the coordinator (default: the listen host and bound port)");
+          "HOST:PORT, or HOST with the bound port, announced to the coordinator (default: the "
+          "listen host and bound port)");
 ABSL_FLAG(std::string, zone, "",
           "failure domain (rack, host, power feed; letters, digits, '.', '_', '-'): a chunk's "
           "copies go to servers of distinct zones where the fleet allows (default: a zone of "
