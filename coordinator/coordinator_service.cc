@@ -38,10 +38,12 @@ absl::Status ParseInto(const std::string& key, const std::string& bytes, Message
 }  // namespace
 
 CoordinatorService::CoordinatorService(MetadataStore* metadata,
+                                       std::unique_ptr<Reachability> reachability,
                                        std::unique_ptr<Membership> membership,
                                        PathRoot checkpoint_root, std::string checkpoint_dir,
                                        ChannelCredentials shard_credentials)
     : metadata_(metadata),
+      reachability_(std::move(reachability)),
       membership_(std::move(membership)),
       fleet_(kServerCallTimeout, std::move(shard_credentials)),
       rendezvous_(metadata),
@@ -65,14 +67,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
                    PathRoot::Open(checkpoint_root.empty() ? checkpoint_dir : checkpoint_root,
                                   "checkpoint_root"));
   ASSIGN_OR_RETURN(checkpoint_dir, root.Resolve(checkpoint_dir, "--checkpoint_dir"));
+  auto reachability = std::make_unique<Reachability>();
   ASSIGN_OR_RETURN(std::unique_ptr<Membership> membership,
-                   Membership::Create(metadata, worker_lease));
+                   Membership::Create(metadata, worker_lease, reachability.get()));
   std::unique_ptr<CoordinatorService> service(
-      new CoordinatorService(metadata, std::move(membership), std::move(root),
-                             std::move(checkpoint_dir), shard_credentials));
+      new CoordinatorService(metadata, std::move(reachability), std::move(membership),
+                             std::move(root), std::move(checkpoint_dir), shard_credentials));
   CoordinatorService* raw = service.get();
   service->monitor_ = std::make_unique<ServerMonitor>(
       std::min(absl::Seconds(1), server_timeout / 4), server_timeout, shard_credentials,
+      service->reachability_.get(),
       [raw](const std::string& address) { raw->OnServerLost(address); },
       [raw](const std::string& address) { raw->CheckJobsOn(address); },
       [raw] { raw->RecoverEmptiedJobs(); });

@@ -128,9 +128,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
                                   v1::KvGetResponse* response) override;
 
  private:
-  CoordinatorService(MetadataStore* metadata, std::unique_ptr<Membership> membership,
-                     PathRoot checkpoint_root, std::string checkpoint_dir,
-                     ChannelCredentials shard_credentials);
+  CoordinatorService(MetadataStore* metadata, std::unique_ptr<Reachability> reachability,
+                     std::unique_ptr<Membership> membership, PathRoot checkpoint_root,
+                     std::string checkpoint_dir, ChannelCredentials shard_credentials);
   absl::Status Load();
   absl::Status DoRegister(const v1::RegisterServerRequest& request);
   // Assigns each chunk of `job` to the live server with the most free bytes
@@ -222,6 +222,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
                        const absl::Status& status);
 
   MetadataStore* const metadata_;
+  const std::unique_ptr<Reachability> reachability_;  // the membership's and the monitor's
   const std::unique_ptr<Membership> membership_;
   mutable absl::Mutex mu_;
   std::map<std::string, v1::ServerRecord> servers_ ABSL_GUARDED_BY(mu_);

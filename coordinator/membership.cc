@@ -30,15 +30,16 @@ absl::Status NotAMember(const std::string& job_id, const std::string& worker_id)
 
 }  // namespace
 
-Membership::Membership(MetadataStore* metadata, absl::Duration lease)
-    : metadata_(metadata), lease_(lease) {}
+Membership::Membership(MetadataStore* metadata, absl::Duration lease, Reachability* reachability)
+    : metadata_(metadata), lease_(lease), reachability_(reachability) {}
 
 absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(MetadataStore* metadata,
-                                                               absl::Duration lease) {
+                                                               absl::Duration lease,
+                                                               Reachability* reachability) {
   if (lease <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the worker lease must be positive");
   }
-  std::unique_ptr<Membership> membership(new Membership(metadata, lease));
+  std::unique_ptr<Membership> membership(new Membership(metadata, lease, reachability));
   RETURN_IF_ERROR(membership->Load());
   membership->lease_thread_ = std::thread([m = membership.get()] { m->ExpireLeasesLoop(); });
   return membership;
@@ -150,6 +151,7 @@ absl::StatusOr<v1::JoinJobResponse> Membership::Join(const v1::JobSpec& spec,
                 request.address(), ") joined");
   }
   // A join counts as a heartbeat.
+  reachability_->Heard();
   it->lease_expiry = absl::Now() + lease_;
   it->disconnected = false;
   it->info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(absl::Now()));
@@ -166,6 +168,7 @@ absl::StatusOr<uint64_t> Membership::Heartbeat(const v1::HeartbeatRequest& reque
   if (job == jobs_.end()) return NotAMember(request.job_id(), request.worker_id());
   for (Member& m : job->second.members) {
     if (m.info.worker_id() != request.worker_id()) continue;
+    reachability_->Heard();
     absl::Time now = absl::Now();
     m.lease_expiry = now + lease_;
     m.disconnected = false;
@@ -198,6 +201,7 @@ void Membership::Watching(const std::string& job_id, const std::string& worker_i
   absl::MutexLock lock(&mu_);
   Member* member = FindMember(job_id, worker_id);
   if (member == nullptr) return;
+  reachability_->Heard();
   member->watching_since = std::max(member->watching_since, opened);
   member->lease_expiry = std::max(member->lease_expiry, absl::Now() + lease_);
   member->disconnected = false;
@@ -281,17 +285,33 @@ void Membership::ExpireLeasesLoop() {
     for (const auto& [job_id, job] : jobs_) {
       for (const Member& m : job.members) wake = std::min(wake, m.lease_expiry);
     }
-    wake = std::max(wake, now + absl::Milliseconds(10));  // a failed removal waits
+    // A failed removal waits; so do leases that run out while nobody is heard.
+    wake = std::max(wake, now + (isolated_ ? lease_ / 4 : absl::Milliseconds(10)));
     auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || lease_cut_; };
     mu_.AwaitWithDeadline(absl::Condition(&woken), wake);
     lease_cut_ = false;
     if (stopping_) break;
     const absl::Time expired_before = absl::Now();
+    if (isolated_ && reachability_->HeardAfter(isolated_since_)) EndIsolation(expired_before);
     for (auto& [job_id, job] : jobs_) {
       std::vector<std::pair<std::string, bool>> expired;  // worker, disconnected
       for (const Member& m : job.members) {
-        if (m.lease_expiry < expired_before)
-          expired.emplace_back(m.info.worker_id(), m.disconnected);
+        if (m.lease_expiry >= expired_before) continue;
+        // A closed stream is a sign of the network. A silent member is lost
+        // only if some peer was heard well after its last sign of life; if
+        // none was, every peer fell silent at once: this coordinator is the
+        // one cut off.
+        if (!m.disconnected && !reachability_->HeardAfter(m.lease_expiry - lease_ / 2)) {
+          if (!isolated_) {
+            isolated_ = true;
+            isolated_since_ = expired_before;
+            LogEventCat("coordinator",
+                        "hears from no worker or shard server: expires no lease until it does "
+                        "(its own network may be cut)");
+          }
+          continue;
+        }
+        expired.emplace_back(m.info.worker_id(), m.disconnected);
       }
       for (const auto& [worker_id, disconnected] : expired) {
         absl::Status s = RemoveMember(
@@ -302,6 +322,20 @@ void Membership::ExpireLeasesLoop() {
       }
     }
   }
+}
+
+void Membership::EndIsolation(absl::Time now) {
+  // The members were as cut off as this coordinator, and their connections
+  // come back as slowly as they backed off (TCP retransmits): each has as
+  // long again as the silence lasted, plus a lease, to renew its lease.
+  const absl::Duration silence = now - isolated_since_;
+  for (auto& [job_id, job] : jobs_) {
+    for (Member& m : job.members) m.lease_expiry = std::max(m.lease_expiry, now + silence + lease_);
+  }
+  isolated_ = false;
+  LogEventCat("coordinator", "hears from its peers again after ", absl::FormatDuration(silence),
+              " of silence: every worker has ", absl::FormatDuration(silence + lease_),
+              " to renew its lease");
 }
 
 absl::StatusOr<uint64_t> Membership::ChunksMoved(const std::string& job_id, uint64_t version,

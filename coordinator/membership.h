@@ -7,8 +7,11 @@
 // written to RocksDB before a change is answered; after a restart every
 // member gets a fresh lease. A member whose generation stream breaks and
 // that opens none again within kReconnectGrace (its process died) is
-// dropped then, as if its lease ran out. Watchers hear of each new
-// generation.
+// dropped then, as if its lease ran out. A lease runs out only while the
+// coordinator hears from some peer (Reachability) after the member's last
+// sign of life: cut off from everyone, it expires none, and once it hears
+// again every member has as long as the silence lasted, plus a lease, to
+// renew. Watchers hear of each new generation.
 //
 // Thread-safe. A background thread expires leases; Watcher callbacks run
 // under the membership's lock and must not call back into it.
@@ -24,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/reachability.h"
 #include "storage/metadata_store.h"
 #include "strata/v1/coordinator.pb.h"
 
@@ -39,9 +43,12 @@ class Membership {
     virtual void OnStop() = 0;
   };
 
-  // Loads members and generations from `metadata` and starts the lease thread.
+  // Loads members and generations from `metadata` and starts the lease
+  // thread. Hearing from a worker counts in `reachability`, which outlives
+  // the membership.
   static absl::StatusOr<std::unique_ptr<Membership>> Create(MetadataStore* metadata,
-                                                            absl::Duration lease);
+                                                            absl::Duration lease,
+                                                            Reachability* reachability);
   // Stops expiring leases (a stopping coordinator must not drop members that
   // cannot reach it) and tells the watchers. Also run by the destructor.
   void Stop();
@@ -113,9 +120,12 @@ class Membership {
     std::vector<Watcher*> watchers;
   };
 
-  Membership(MetadataStore* metadata, absl::Duration lease);
+  Membership(MetadataStore* metadata, absl::Duration lease, Reachability* reachability);
   absl::Status Load();
   void ExpireLeasesLoop();
+  // A peer was heard from after an isolation: renews every lease for the
+  // members to come back.
+  void EndIsolation(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The member `worker_id` of `job_id`; nullptr when it is none.
   Member* FindMember(const std::string& job_id, const std::string& worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -131,10 +141,14 @@ class Membership {
 
   MetadataStore* const metadata_;
   const absl::Duration lease_;
+  Reachability* const reachability_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool lease_cut_ ABSL_GUARDED_BY(mu_) = false;  // wakes the lease thread
+  // Since when an expired lease waits for a sign of the network.
+  bool isolated_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time isolated_since_ ABSL_GUARDED_BY(mu_);
   std::thread lease_thread_;
 };
 

@@ -10,11 +10,12 @@
 namespace strata {
 
 ServerMonitor::ServerMonitor(absl::Duration interval, absl::Duration timeout,
-                             ChannelCredentials credentials, Callback on_lost, Callback on_back,
-                             std::function<void()> on_round)
+                             ChannelCredentials credentials, Reachability* reachability,
+                             Callback on_lost, Callback on_back, std::function<void()> on_round)
     : interval_(interval),
       timeout_(timeout),
       credentials_(std::move(credentials)),
+      reachability_(reachability),
       on_lost_(std::move(on_lost)),
       on_back_(std::move(on_back)),
       on_round_(std::move(on_round)),
@@ -64,6 +65,7 @@ void ServerMonitor::CheckAll(std::vector<std::string>* lost, std::vector<std::st
     Server& server = servers_[address];
     const absl::Time now = absl::Now();
     if (healthy) {
+      reachability_->Heard();
       server.last_healthy = now;
       if (server.lost) back->push_back(address);
       server.lost = false;

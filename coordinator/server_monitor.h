@@ -23,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/reachability.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rpc/tls.h"
 
@@ -31,9 +32,11 @@ namespace strata {
 class ServerMonitor {
  public:
   using Callback = std::function<void(const std::string& address)>;
-  // Checks health over channels made with `credentials`.
+  // Checks health over channels made with `credentials`; a healthy answer
+  // counts in `reachability`, which outlives the monitor.
   ServerMonitor(absl::Duration interval, absl::Duration timeout, ChannelCredentials credentials,
-                Callback on_lost, Callback on_back, std::function<void()> on_round);
+                Reachability* reachability, Callback on_lost, Callback on_back,
+                std::function<void()> on_round);
   ~ServerMonitor();  // Stop()s
   ServerMonitor(const ServerMonitor&) = delete;
   ServerMonitor& operator=(const ServerMonitor&) = delete;
@@ -57,6 +60,7 @@ class ServerMonitor {
   const absl::Duration interval_;
   const absl::Duration timeout_;
   const ChannelCredentials credentials_;
+  Reachability* const reachability_;
   const Callback on_lost_, on_back_;
   const std::function<void()> on_round_;
   mutable absl::Mutex mu_;
