@@ -14,7 +14,7 @@ JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 FUZZERS = safetensors_fuzz checkpoint_manifest_fuzz saved_chunk_fuzz nvme_extent_fuzz services_fuzz
 
-.PHONY: deps build test demo check format-check bench deploy-test slurm-test fuzz clean
+.PHONY: deps build test demo check format-check bench deploy-test slurm-test hosts-test fuzz clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -40,6 +40,10 @@ check: format-check
 slurm-test: build
 	@bash deploy/install-deps.sh --slurm
 	bash deploy/slurm/slurm-test.sh
+
+hosts-test: build
+	@bash deploy/install-deps.sh --hosts
+	bash deploy/hosts-test.sh
 
 fuzz: deps
 	@test -f build-fuzz/build.ninja || cmake --preset fuzz

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that strata needs to build, test and run its
 # demo; with --deploy also a Docker engine, debootstrap and curl for
-# `make deploy-test`, with --slurm Slurm and munge for `make slurm-test`. Idempotent: installs only what is missing. Run as root
-# (or via sudo).
+# `make deploy-test`, with --slurm Slurm and munge for `make slurm-test`,
+# with --hosts the network tools of `make hosts-test`. Idempotent: installs
+# only what is missing. Run as root (or via sudo).
 set -euo pipefail
 
 packages=(
@@ -12,7 +13,7 @@ packages=(
   libgtest-dev libgmock-dev nlohmann-json3-dev prometheus-cpp-dev
   clang-format iperf3 fio procps openssl
   pybind11-dev python3-dev python3-venv python3-pip python3-setuptools libjemalloc2
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev libnetfilter-queue-dev
 )
 # Installed without recommends: docker-compose would otherwise pull in a whole
 # container runtime (only `docker-compose config` is needed to validate), and
@@ -26,6 +27,11 @@ fi
 # Without recommends: the daemons, srun/sbatch and munge, no MPI stack.
 if [ "${1:-}" = --slurm ]; then
   packages_no_recommends+=(slurmctld slurmd slurm-client munge)
+fi
+# Namespaces, links and shaping (iproute2), loss and cuts (nftables), the
+# latency queue's rule (iptables), offloads off (ethtool).
+if [ "${1:-}" = --hosts ]; then
+  packages+=(iproute2 nftables iptables ethtool)
 fi
 
 missing=()

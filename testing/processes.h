@@ -74,14 +74,19 @@ inline std::string WaitReady(const std::string& file) {
 }
 
 // Starts `bin`/strata-coordinator with its data, log and ready file in `dir`,
-// checkpoints anywhere in `dir`, and `extra` flags; returns its address (""
-// when it did not come up).
+// checkpoints anywhere in `dir`, and `extra` flags, under `launcher` (a
+// command that runs the rest of its arguments, as `ip netns exec NS` does;
+// none: directly); returns its address ("" when it did not come up).
 inline std::string StartCoordinator(const std::string& bin, const std::string& dir,
                                     Processes* processes,
-                                    const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> args = {bin + "/strata-coordinator", "--listen=127.0.0.1:0",
-                                   "--data_dir=" + dir + "/coordinator", "--checkpoint_root=" + dir,
-                                   "--ready_file=" + dir + "/coordinator.addr"};
+                                    const std::vector<std::string>& extra = {},
+                                    const std::vector<std::string>& launcher = {}) {
+  std::vector<std::string> args = launcher;
+  for (std::string arg : {bin + "/strata-coordinator", std::string("--listen=127.0.0.1:0"),
+                          "--data_dir=" + dir + "/coordinator", "--checkpoint_root=" + dir,
+                          "--ready_file=" + dir + "/coordinator.addr"}) {
+    args.push_back(std::move(arg));
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   processes->pids.push_back(Spawn(args, dir + "/coordinator.log"));
   return WaitReady(dir + "/coordinator.addr");
@@ -97,17 +102,23 @@ struct ServerProcess {
 // beside it) for `coordinator`, no GPU tier (on a machine with a GPU too),
 // unpinned host memory, one executor thread (and one for NVMe chunks), no
 // memory kept for checkpoint copies, checkpoints anywhere in `dir`, and `extra` flags (which may
-// override these). A ready file left by an earlier server of that name (a restart on the same
-// directory) is removed first, so that the new server's address is awaited.
+// override these), under `launcher` (as StartCoordinator's). A ready file left by an earlier
+// server of that name (a restart on the same directory) is removed first, so that the new
+// server's address is awaited.
 inline ServerProcess StartServer(const std::string& bin, const std::string& dir,
                                  const std::string& name, const std::string& coordinator,
-                                 const std::vector<std::string>& extra, Processes* processes) {
+                                 const std::vector<std::string>& extra, Processes* processes,
+                                 const std::vector<std::string>& launcher = {}) {
   const std::string base = dir + "/" + name;
-  std::vector<std::string> args = {
-      bin + "/strata-server",      "--listen=127.0.0.1:0",          "--coordinator=" + coordinator,
-      "--data_dir=" + base,        "--pin_host_memory=false",       "--executor_threads=1",
-      "--nvme_executor_threads=1", "--checkpoint_buffer_mib=0",     "--gpu_budget_mib=0",
-      "--checkpoint_root=" + dir,  "--ready_file=" + base + ".addr"};
+  std::vector<std::string> args = launcher;
+  for (std::string arg :
+       {bin + "/strata-server", std::string("--listen=127.0.0.1:0"), "--coordinator=" + coordinator,
+        "--data_dir=" + base, std::string("--pin_host_memory=false"),
+        std::string("--executor_threads=1"), std::string("--nvme_executor_threads=1"),
+        std::string("--checkpoint_buffer_mib=0"), std::string("--gpu_budget_mib=0"),
+        "--checkpoint_root=" + dir, "--ready_file=" + base + ".addr"}) {
+    args.push_back(std::move(arg));
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   std::remove((base + ".addr").c_str());
   ServerProcess server;

@@ -73,16 +73,23 @@ class ElasticTest : public ::testing::Test {
     coordinator_ = cluster_->coordinator_address();
   }
 
+  // What worker `id` runs under (a command running the rest of its
+  // arguments; none: it runs directly), and its flags for that place.
+  virtual std::vector<std::string> WorkerLauncher(const std::string& id) { return {}; }
+  virtual std::vector<std::string> WorkerPlaceFlags(const std::string& id) { return {}; }
+
   // Starts a worker of `job`; its JSON lines go to dir_/<id>.jsonl.
   pid_t StartWorker(const std::string& job, const std::string& id, int64_t steps,
                     std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {std::string(STRATA_TEST_BIN_DIR) + "/elastic_worker",
-                                     "--coordinator=" + coordinator_,
-                                     "--job=" + job,
-                                     "--worker_id=" + id,
-                                     absl::StrCat("--steps=", steps),
-                                     absl::StrCat("--samples_per_step=", kSamplesPerStep),
-                                     "--log=" + dir_ + "/" + id + ".jsonl"};
+    std::vector<std::string> args = WorkerLauncher(id);
+    for (std::string arg :
+         {std::string(STRATA_TEST_BIN_DIR) + "/elastic_worker", "--coordinator=" + coordinator_,
+          "--job=" + job, "--worker_id=" + id, absl::StrCat("--steps=", steps),
+          absl::StrCat("--samples_per_step=", kSamplesPerStep),
+          "--log=" + dir_ + "/" + id + ".jsonl"}) {
+      args.push_back(std::move(arg));
+    }
+    for (std::string& flag : WorkerPlaceFlags(id)) args.push_back(std::move(flag));
     args.insert(args.end(), extra.begin(), extra.end());
     pid_t pid = testing::Spawn(args, dir_ + "/" + id + ".log");
     processes_.pids.push_back(pid);
@@ -195,9 +202,6 @@ class ElasticTest : public ::testing::Test {
     return p;
   }
 
-  // Checks the committed steps the workers logged: each of 1..`last` with the
-  // same samples wherever logged, together the first last * kSamplesPerStep
-  // samples once each; then the master weights against the replay.
   // Workers a and b train `job` for 20 steps with `flags`; b is killed
   // once pushes of step 10 reached a server. Expects a to complete that step
   // (or 11, if the kill came late) alone and every step exactly once;
@@ -224,6 +228,9 @@ class ElasticTest : public ::testing::Test {
     return pause_ms;
   }
 
+  // Checks the committed steps the workers logged: each of 1..`last` with the
+  // same samples wherever logged, together the first last * kSamplesPerStep
+  // samples once each; then the master weights against the replay.
   void ExpectExactlyOnce(const std::string& job, const std::vector<std::string>& workers,
                          int64_t last) {
     std::map<int64_t, Committed> committed;

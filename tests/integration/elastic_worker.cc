@@ -38,6 +38,8 @@ ABSL_FLAG(int64_t, die_in_step, 0,
 ABSL_FLAG(int64_t, die_after_step, 0, "SIGKILL this process once this step is complete");
 ABSL_FLAG(std::string, log, "", "append one JSON line per completed step to this file");
 ABSL_FLAG(int64_t, collective_timeout_ms, 20000, "how long a collective waits for its peers");
+ABSL_FLAG(std::string, collective_host, "127.0.0.1",
+          "the address of this worker that its peers' collectives connect to");
 ABSL_FLAG(uint64_t, checkpoint_every_steps, 0, "the job's periodic checkpoints (0: none)");
 ABSL_FLAG(std::string, checkpoint_dir, "", "where the job's checkpoints go");
 ABSL_FLAG(int64_t, step_pause_ms, 0, "sleep this long after each step (a slower job)");
@@ -63,6 +65,7 @@ ClientOptions Options() {
   o.adam = testing::kLinearAdam;
   o.loss_scale = LossScaleOptions{false, 1.0f, 2.0f, 0.5f, 1000, 1.0f};
   o.collective_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
+  o.collective_hostname = absl::GetFlag(FLAGS_collective_host);
   o.initial_params = testing::LinearInitialParams();
   o.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
