@@ -76,11 +76,6 @@ class PartitionTest : public ElasticTest {
     }
     return step;
   }
-  std::string CoordinatorLog() {
-    std::ifstream in(dir_ + "/coordinator.log");
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-
   std::unique_ptr<testing::HostNetwork> network_;
   std::vector<pid_t> workers_;
 };

@@ -149,11 +149,6 @@ class ChaosTest : public ElasticTest {
     ExpectExactlyOnce(job_, workers_, steps_);
   }
 
-  std::string CoordinatorLog() const {
-    std::ifstream in(dir_ + "/coordinator.log");
-    return std::string((std::istreambuf_iterator<char>(in)), {});
-  }
-
   uint32_t seed_ = 0;
   std::mt19937 random_;
   std::string job_;

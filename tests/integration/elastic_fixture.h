@@ -115,6 +115,12 @@ class ElasticTest : public ::testing::Test {
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
+  // The log of a coordinator started as a process in dir_.
+  std::string CoordinatorLog() const {
+    std::ifstream in(dir_ + "/coordinator.log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
   // Waits until worker `id` has logged step `step`.
   bool WaitForStep(const std::string& id, int64_t step) {
     absl::Time deadline = absl::Now() + kRunTimeout;
