@@ -90,7 +90,17 @@ constexpr char kUsage[] =
     "      server; exits 0 when it is SERVING, 1 otherwise (for container health checks)\n"
     "With TLS on the daemons, every command takes --tls_ca=FILE (their CA) and, where\n"
     "they ask for one, --tls_cert=FILE --tls_key=FILE; with authentication on,\n"
-    "--token_file=FILE (your user's or operator's token).";
+    "--token_file=FILE (your user's or operator's token).\n"
+    "The environment gives what the command line does not (the names strata.launch\n"
+    "passes to workers): STRATA_COORDINATOR (--coordinator), STRATA_JOB (--job),\n"
+    "STRATA_TLS_CA, STRATA_TLS_CERT, STRATA_TLS_KEY (--tls_ca, --tls_cert, --tls_key)\n"
+    "and STRATA_TOKEN_FILE (--token_file).";
+
+constexpr EnvironmentFlag kFlagsFromEnvironment[] = {
+    {"coordinator", "STRATA_COORDINATOR"}, {"job", "STRATA_JOB"},
+    {"tls_ca", "STRATA_TLS_CA"},           {"tls_cert", "STRATA_TLS_CERT"},
+    {"tls_key", "STRATA_TLS_KEY"},         {"token_file", "STRATA_TOKEN_FILE"},
+};
 
 // The channel credentials of the --tls_* flags and --token_file; exits with
 // the error when they are unusable.
@@ -505,7 +515,8 @@ class Ctl {
 }  // namespace strata
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args = strata::InitCommandLine(argc, argv, strata::kUsage);
+  std::vector<std::string> args =
+      strata::InitCommandLine(argc, argv, strata::kUsage, strata::kFlagsFromEnvironment);
   if (args.size() == 2 && args[0] == "checkpoint" && (args[1] == "save" || args[1] == "list")) {
     strata::Ctl ctl;
     absl::Status s = args[1] == "save" ? ctl.SaveCheckpoint() : ctl.ListCheckpoints();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "client/shard_transport.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
@@ -23,6 +24,7 @@
 #include "strata/v1/shard.grpc.pb.h"
 #include "testing/job_runner.h"
 #include "testing/local_cluster.h"
+#include "testing/processes.h"
 #include "testing/scratch_dir.h"
 #include "testing/test_certificates.h"
 
@@ -540,6 +542,39 @@ TEST_F(AuthTest, UnknownAndMalformedTokensAreUnauthenticated) {
   // Tokens go over TLS only.
   EXPECT_EQ(MakeChannelCredentials(TlsFiles{}, kAliceToken).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// stratactl takes the coordinator and credentials from the environment
+// (the names strata.launch gives workers); its flags override them.
+TEST_F(AuthTest, StratactlTakesAddressAndCredentialsFromTheEnvironment) {
+  WriteFile(TokenFile("ops"), absl::StrCat(kOperatorToken, "\n"));
+  auto stratactl = [&](const std::string& environment, const std::string& args) {
+    return testing::RunCommand(
+        absl::StrCat("env ", environment, " ", STRATA_BIN_DIR, "/stratactl --json ", args));
+  };
+  const std::string coordinator = "STRATA_COORDINATOR=" + cluster_->coordinator_address();
+  const std::string ca = absl::StrCat("STRATA_TLS_CA=", scratch_.path(), "/ca.pem");
+  auto [code, output] = stratactl(
+      absl::StrCat(coordinator, " ", ca, " STRATA_TOKEN_FILE=", TokenFile("ops")), "jobs");
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_TRUE(absl::StartsWith(output, "[")) << output;
+  // A user may not list jobs: the environment's token was the one sent.
+  auto [user_code, user_output] = stratactl(
+      absl::StrCat(coordinator, " ", ca, " STRATA_TOKEN_FILE=", TokenFile("alice")), "jobs");
+  EXPECT_EQ(user_code, 1) << user_output;
+  EXPECT_THAT(user_output, HasSubstr("PERMISSION_DENIED"));
+  // Flags win over the environment.
+  auto [flag_code, flag_output] =
+      stratactl(absl::StrCat("STRATA_COORDINATOR=127.0.0.1:1 ", ca,
+                             " STRATA_TOKEN_FILE=", TokenFile("alice")),
+                absl::StrCat("--coordinator=", cluster_->coordinator_address(),
+                             " --token_file=", TokenFile("ops"), " jobs"));
+  EXPECT_EQ(flag_code, 0) << flag_output;
+  // Without the environment's CA the token is not sent at all.
+  auto [no_tls_code, no_tls_output] =
+      stratactl(absl::StrCat(coordinator, " STRATA_TOKEN_FILE=", TokenFile("ops")), "jobs");
+  EXPECT_EQ(no_tls_code, 2) << no_tls_output;
+  EXPECT_THAT(no_tls_output, HasSubstr("tls_ca"));
 }
 
 TEST(JobOfRendezvousKeyTest, OnlyKeysUnderAJobsPrefixBelongToIt) {
