@@ -226,11 +226,19 @@ void IgnoreSigpipe() {
 absl::StatusOr<std::unique_ptr<Collective>> CreateGlooCollective(const CollectiveOptions& options) {
   IgnoreSigpipe();
   auto timeout = absl::ToChronoMilliseconds(options.timeout);
-  std::shared_ptr<gloo::rendezvous::Context> context;
-  absl::Status s = Guarded("rendezvous", [&] {
+  std::shared_ptr<gloo::transport::Device> device;
+  absl::Status s = Guarded("device", [&] {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
-    auto device = gloo::transport::tcp::CreateDevice(attr);
+    device = gloo::transport::tcp::CreateDevice(attr);
+  });
+  if (!s.ok()) {
+    // An address this host cannot listen on: no retry makes it one.
+    return absl::InvalidArgumentError(
+        absl::StrCat("collective_hostname '", options.hostname, "': ", s.message()));
+  }
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  s = Guarded("rendezvous", [&] {
     context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
     context->setTimeout(timeout);
     CoordinatorStore store(options.coordinator_address, options.coordinator_credentials,

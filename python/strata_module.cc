@@ -80,8 +80,8 @@ std::unique_ptr<Client> Connect(const std::string& coordinator, const std::strin
                                 py::object initial_params, const std::string& restore_from,
                                 double timeout_s, const std::string& tls_ca,
                                 const std::string& tls_cert, const std::string& tls_key,
-                                const std::string& token_file, uint64_t bucket_params,
-                                const std::vector<uint32_t>& tensor_groups,
+                                const std::string& token_file, const std::string& collective_host,
+                                uint64_t bucket_params, const std::vector<uint32_t>& tensor_groups,
                                 const std::vector<float>& group_weight_decays, uint32_t replicas) {
   ClientOptions options;
   options.coordinator_address = coordinator;
@@ -89,6 +89,7 @@ std::unique_ptr<Client> Connect(const std::string& coordinator, const std::strin
   options.tls_cert_file = tls_cert;
   options.tls_key_file = tls_key;
   options.token_file = token_file;
+  options.collective_hostname = collective_host;
   options.job_id = job;
   options.worker_id = worker_id;
   options.tensors = ToSpecs(tensors);
@@ -322,7 +323,8 @@ PYBIND11_MODULE(_strata, m) {
         py::arg("dtype"), py::arg("params"), py::arg("loss_scale"), py::arg("max_grad_norm"),
         py::arg("initial_params"), py::arg("restore_from"), py::arg("timeout_s"),
         py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
-        py::arg("token_file") = "", py::arg("bucket_params") = uint64_t{1} << 20,
+        py::arg("token_file") = "", py::arg("collective_host") = "127.0.0.1",
+        py::arg("bucket_params") = uint64_t{1} << 20,
         py::arg("tensor_groups") = std::vector<uint32_t>(),
         py::arg("group_weight_decays") = std::vector<float>(), py::arg("replicas") = 1,
         "Creates or joins a job and returns its Client (strata::Client::Connect)");

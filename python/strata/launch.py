@@ -16,6 +16,9 @@ ShardedOptimizer reads by default:
     STRATA_TOKEN_FILE   with --token-file: the file of the token the workers
                         present to a coordinator that authenticates callers
                         (the user's: the job is created as theirs)
+    STRATA_COLLECTIVE_HOST  with --collective-host: the address of this host
+                        that the workers' collectives (Gloo) listen on and
+                        announce to their peers
 
 Without --coordinator it starts a local cluster (a coordinator and --servers
 shard servers on loopback, see strata.cluster) and stops it afterwards. If a
@@ -48,6 +51,10 @@ def parse_args(argv):
                         help="file holding your token, for a coordinator that authenticates "
                              "callers (passed to the workers as STRATA_TOKEN_FILE; needs "
                              "--tls-ca)")
+    parser.add_argument("--collective-host", default="",
+                        help="this host's address for the workers' collectives, which "
+                             "workers on other hosts connect to (passed to the workers as "
+                             "STRATA_COLLECTIVE_HOST; default 127.0.0.1: one host)")
     parser.add_argument("--servers", type=int, default=2,
                         help="shard servers of the local cluster (default 2)")
     parser.add_argument("--host-budget-mib", type=int, default=1024,
@@ -76,6 +83,8 @@ def run_workers(args, coordinator):
             env["STRATA_TLS_CA"] = args.tls_ca
         if args.token_file:
             env["STRATA_TOKEN_FILE"] = os.path.abspath(args.token_file)
+        if args.collective_host:
+            env["STRATA_COLLECTIVE_HOST"] = args.collective_host
         workers.append(subprocess.Popen([sys.executable, args.script] + args.script_args,
                                         env=env))
     status = 0

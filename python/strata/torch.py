@@ -20,7 +20,9 @@ Run workers with `python3 -m strata.launch --workers N script.py`; the
 coordinator, job id and world size then come from the environment (and, for a
 coordinator that uses TLS, STRATA_TLS_CA; or pass tls_ca=, tls_cert=, tls_key=;
 for one that authenticates callers, STRATA_TOKEN_FILE or token_file=: a file
-holding the user's token or the job's worker token).
+holding the user's token or the job's worker token). Workers on more than one
+host pass collective_host= or set STRATA_COLLECTIVE_HOST (strata.launch
+--collective-host): the address of their host that peers reach them on.
 
 Not thread-safe: one thread drives an optimizer (as with any torch one).
 """
@@ -77,7 +79,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                  worker_id=None, chunk_params=1 << 22, restore_from="", timeout_s=60.0,
                  params="replicated", tls_ca=None, tls_cert=None, tls_key=None,
                  token_file=None, stream=False, bucket_params=1 << 20, param_groups=None,
-                 replicas=1):
+                 replicas=1, collective_host=None):
         if dtype not in _DTYPE_NAMES:
             raise ValueError("dtype must be torch.float16, torch.bfloat16 or torch.float32, "
                              "not %s" % (dtype,))
@@ -95,6 +97,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         tls_cert = tls_cert or os.environ.get("STRATA_TLS_CERT", "")
         tls_key = tls_key or os.environ.get("STRATA_TLS_KEY", "")
         token_file = token_file or os.environ.get("STRATA_TOKEN_FILE", "")
+        collective_host = collective_host or os.environ.get("STRATA_COLLECTIVE_HOST",
+                                                            "127.0.0.1")
 
         named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
         if not named:
@@ -167,7 +171,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             loss_scale=loss_scale, max_grad_norm=max_grad_norm,
             initial_params=None if restore_from else self._flat, restore_from=restore_from,
             timeout_s=timeout_s, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
-            token_file=token_file, bucket_params=bucket_params,
+            token_file=token_file, collective_host=collective_host, bucket_params=bucket_params,
             tensor_groups=tensor_groups if self._grouped else [], replicas=replicas,
             group_weight_decays=([float(group["weight_decay"]) for group in self.param_groups]
                                  if self._grouped else []))

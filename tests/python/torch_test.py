@@ -430,6 +430,27 @@ class LauncherTest(unittest.TestCase):
         for name in want:
             self.assertTrue(torch.equal(got[name], want[name]), name)
 
+    def test_the_collective_host_is_where_the_workers_collectives_listen(self):
+        """--collective-host reaches the workers' Gloo: on 127.0.0.2 (another
+        loopback address) the job trains bitwise as on the default; on an
+        address this machine does not have (192.0.2.1, TEST-NET-1) the
+        launch fails naming it."""
+        with tempfile.TemporaryDirectory() as tmp:
+            default, other = os.path.join(tmp, "default.pt"), os.path.join(tmp, "other.pt")
+            args = ["--dtype", "fp32", "--steps", "5", "--log-every", "1000000"]
+            launch(2, "--save-weights", default, *args)
+            launcher = [sys.executable, "-m", "strata.launch", "--workers", "2"]
+            subprocess.run(launcher + ["--collective-host", "127.0.0.2", EXAMPLE,
+                                       "--save-weights", other] + args, check=True, timeout=300)
+            got, want = torch.load(other), torch.load(default)
+            refused = subprocess.run(launcher + ["--collective-host", "192.0.2.1", EXAMPLE] + args,
+                                     stderr=subprocess.PIPE, text=True, timeout=300)
+        self.assertEqual(sorted(got), sorted(want))
+        for name in want:
+            self.assertTrue(torch.equal(got[name], want[name]), name)
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn("192.0.2.1", refused.stderr)
+
     def test_a_failing_worker_fails_the_launch(self):
         with tempfile.NamedTemporaryFile("w", suffix=".py") as script:
             script.write("import os, sys\nsys.exit(3 if os.environ['STRATA_LOCAL_RANK'] == '1' "

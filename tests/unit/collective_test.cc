@@ -248,6 +248,22 @@ TEST_P(CollectiveTest, AfterAGlooGroupSigpipeIsIgnored) {
   EXPECT_EQ(current.sa_handler, SIG_IGN);
 }
 
+// A host this machine cannot listen on is a configuration error, named at
+// once: no retry makes it one.
+TEST(GlooCollectiveTest, AnAddressThisHostDoesNotHaveIsNamed) {
+  CollectiveOptions options;
+  options.coordinator_address = "127.0.0.1:1";  // never reached
+  options.key_prefix = RendezvousPrefix("collective-test") + "bad-host/";
+  options.size = 2;
+  options.hostname = "192.0.2.1";  // TEST-NET-1 (RFC 5737): no host has it
+  auto collective = CreateGlooCollective(options);
+  ASSERT_FALSE(collective.ok());
+  EXPECT_EQ(collective.status().code(), absl::StatusCode::kInvalidArgument) << collective.status();
+  EXPECT_NE(collective.status().message().find("collective_hostname '192.0.2.1'"),
+            std::string::npos)
+      << collective.status();
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, CollectiveTest,
                          ::testing::Values(World{Backend::kGloo, 1}, World{Backend::kGloo, 2},
                                            World{Backend::kGloo, 3}, World{Backend::kGloo, 4},
