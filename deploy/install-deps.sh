@@ -18,8 +18,10 @@ packages=(
 # Installed without recommends: docker-compose would otherwise pull in a whole
 # container runtime (only `docker-compose config` is needed to validate), and
 # torch and scikit-learn (the Python package's tests and example: the digits
-# data set) some hundred packages nothing here uses.
-packages_no_recommends=(docker-compose python3-torch python3-sklearn)
+# data set) some hundred packages nothing here uses; the Kubernetes client's
+# models are the API schema deploy/k8s/check.py validates against.
+packages_no_recommends=(docker-compose python3-torch python3-sklearn python3-kubernetes
+  python3-yaml)
 if [ "${1:-}" = --deploy ]; then
   packages+=(debootstrap curl)
   packages_no_recommends+=(docker.io)
