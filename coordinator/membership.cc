@@ -215,6 +215,10 @@ void Membership::Disconnected(const std::string& job_id, const std::string& work
       member->info.joined_unix_ms() > absl::ToUnixMillis(opened)) {
     return;
   }
+  // Cut off from everyone, a connection that breaks is the network's doing
+  // (often the worker's side, given up during the silence, reset when the
+  // link heals): the lease rule decides, with its grace after the silence.
+  if (isolated_) return;
   member->lease_expiry = std::min(member->lease_expiry, absl::Now() + kReconnectGrace);
   member->disconnected = true;
   lease_cut_ = true;

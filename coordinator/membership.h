@@ -81,7 +81,7 @@ class Membership {
   // by its client (the process died, or its connection did): unless it has
   // opened a newer one, joined again since, or the membership is stopping,
   // its lease ends kReconnectGrace from now (a heartbeat or a new stream
-  // renews it).
+  // renews it). Not while cut off from everyone: the lease decides then.
   void Disconnected(const std::string& job_id, const std::string& worker_id, absl::Time opened);
 
   // The job's chunks moved (JobInfo.placement_version is now `version`) and

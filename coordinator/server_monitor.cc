@@ -51,6 +51,18 @@ void ServerMonitor::CheckAll(std::vector<std::string>* lost, std::vector<std::st
   std::vector<std::pair<std::string, grpc::health::v1::Health::Stub*>> targets;
   {
     absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    if (!reachability_->HeardAfter(now - timeout_ / 2)) {
+      if (!isolated_ && !servers_.empty()) {
+        LogEventCat("coordinator",
+                    "hears from no worker or shard server: declares no server lost "
+                    "until it does");
+      }
+      isolated_ = true;
+    } else if (isolated_) {
+      isolated_ = false;
+      for (auto& [address, server] : servers_) server.last_healthy = now;
+    }
     for (const auto& [address, server] : servers_) targets.emplace_back(address, server.stub.get());
   }
   const absl::Duration deadline = std::min(interval_, absl::Seconds(1));
@@ -69,7 +81,7 @@ void ServerMonitor::CheckAll(std::vector<std::string>* lost, std::vector<std::st
       server.last_healthy = now;
       if (server.lost) back->push_back(address);
       server.lost = false;
-    } else if (now - server.last_healthy > timeout_) {
+    } else if (!isolated_ && now - server.last_healthy > timeout_) {
       if (!server.lost) {
         LogEventCat("coordinator", "shard server ", address, " is lost: no healthy answer for ",
                     absl::FormatDuration(now - server.last_healthy));

@@ -8,6 +8,11 @@
 // healthy without on_back: the registrar deals with a registering server.
 // `on_round()` runs after every round of checks and callbacks.
 //
+// Silence from everyone is no evidence against a server: while the
+// coordinator has heard from no worker or server (`reachability`) for half
+// a timeout, it may be the one cut off, and it declares no server lost; once
+// it hears again, every server has a whole timeout to answer.
+//
 // Thread-safe. The callbacks run on the monitor's thread, one at a time, and
 // may block; they must not call Stop().
 #ifndef STRATA_COORDINATOR_SERVER_MONITOR_H_
@@ -66,6 +71,7 @@ class ServerMonitor {
   mutable absl::Mutex mu_;
   std::map<std::string, Server> servers_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool isolated_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -19,6 +19,10 @@
 namespace strata {
 namespace {
 
+// Shorter than test 3's cut of the coordinator: a server silent with
+// everyone else for longer must not be taken for lost.
+constexpr absl::Duration kServerTimeout = absl::Seconds(8);
+
 class PartitionTest : public ElasticTest {
  protected:
   void SetUp() override {
@@ -33,7 +37,8 @@ class PartitionTest : public ElasticTest {
     coordinator_ = testing::StartCoordinator(
         STRATA_BIN_DIR, dir_, &processes_,
         {"--listen=" + network_->Address("coord") + ":0",
-         absl::StrCat("--worker_lease_ms=", absl::ToInt64Milliseconds(kLease))},
+         absl::StrCat("--worker_lease_ms=", absl::ToInt64Milliseconds(kLease)),
+         absl::StrCat("--server_timeout_ms=", absl::ToInt64Milliseconds(kServerTimeout))},
         network_->Launcher("coord"));
     ASSERT_FALSE(coordinator_.empty());
     for (const std::string server : {"s0", "s1"}) {
@@ -129,10 +134,11 @@ TEST_F(PartitionTest, AServerCutOffFromOneWorkerCompletesTheStepOnceHealed) {
   EXPECT_THAT(CoordinatorLog(), ::testing::Not(::testing::HasSubstr("is lost")));
 }
 
-// Test 3: the coordinator unreachable from every other host for 20 s. The
-// workers need it for no step: training goes on throughout, in the same
-// generation -- the coordinator, hearing from nobody, expires no lease --
-// and everything goes on after.
+// Test 3: the coordinator unreachable from every other host for 20 s, longer
+// than the server timeout. The workers need it for no step: training goes
+// on throughout, in the same generation -- the coordinator, hearing from
+// nobody, expires no lease and declares no server lost -- and everything
+// goes on after.
 TEST_F(PartitionTest, TrainingGoesOnWhileTheCoordinatorIsUnreachable) {
   Train("cut-coordinator", 600);
   ASSERT_TRUE(WaitForStep("w0", 10));
@@ -152,6 +158,10 @@ TEST_F(PartitionTest, TrainingGoesOnWhileTheCoordinatorIsUnreachable) {
   LastStep("w1", &generations);
   EXPECT_EQ(generations.size(), 1u) << "the coordinator's silence changed the membership";
   EXPECT_THAT(CoordinatorLog(), ::testing::HasSubstr("expires no lease until it does"));
+  // The cut outlasts the server timeout: servers silent with everyone else
+  // are not lost.
+  EXPECT_THAT(CoordinatorLog(), ::testing::HasSubstr("declares no server lost until it does"));
+  EXPECT_THAT(CoordinatorLog(), ::testing::Not(::testing::HasSubstr("is lost")));
 }
 
 }  // namespace
