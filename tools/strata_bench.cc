@@ -25,9 +25,17 @@ ABSL_FLAG(std::string, grad, "fp16",
           "adam, grad-stats, cast, server-step, gpu-step, nvme-step: fp16, bf16 or fp32 (cast and "
           "the steps: 16-bit)");
 ABSL_FLAG(std::string, op, "to_float", "cast: to_float (16-bit -> fp32) or from_float");
+ABSL_FLAG(std::string, coordinator, "",
+          "step: the cluster at this HOST:PORT (--servers shard servers, each with room for the "
+          "job) instead of a loopback one; the workers run here");
+ABSL_FLAG(std::string, iperf3_server, "",
+          "step: HOST:PORT of a running `iperf3 -s` (on a shard server's host): the link's "
+          "limit (default: loopback's)");
 ABSL_FLAG(int, reps, 5, "adam, grad-stats, cast: timed repetitions (median reported)");
 ABSL_FLAG(int, workers, 2, "step: workers (threads with their own client and Gloo pairs)");
-ABSL_FLAG(int, servers, 2, "step, checkpoint: shard servers (in this process, on loopback)");
+ABSL_FLAG(int, servers, 2,
+          "step, checkpoint: shard servers (in this process, on loopback; step with "
+          "--coordinator: that cluster's)");
 ABSL_FLAG(int, executor_threads, 1, "step, checkpoint: optimizer threads per shard server");
 ABSL_FLAG(
     uint64_t, checkpoint_buffer_mib, 384,
@@ -82,10 +90,13 @@ constexpr char kUsage[] =
     "      reading and writing at once (the bytes a step moves from the tier's counters);\n"
     "      with M, also a host-tier step over M parameters, alone and beside it\n"
     "  strata-bench step --params N --workers W --servers S [--dtype fp16|bf16] [--tls_dir D]\n"
+    "      [--coordinator HOST:PORT --iperf3_server HOST:PORT]\n"
     "      the whole optimizer path of a step on loopback, against iperf3; and the\n"
     "      RPC layer alone (rpc_GBps: a step's pushes and pulls again, no apply);\n"
     "      with --tls_dir the same over TLS, against the plaintext step's CPU plus\n"
-    "      AES-GCM of every byte (one core's rate, measured) over all cores\n"
+    "      AES-GCM of every byte (one core's rate, measured) over all cores; with\n"
+    "      --coordinator on that cluster's servers (other hosts), against iperf3 to\n"
+    "      --iperf3_server\n"
     "  strata-bench checkpoint --params N --dir DIR [--servers S] [--checkpoint_buffer_mib M]\n"
     "      [--checkpoint_memory_limit_mib L]\n"
     "      saves a checkpoint of a training job (host-tier chunks) into DIR while it\n"
@@ -163,6 +174,8 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
     o.steps = absl::GetFlag(FLAGS_steps);
     o.quiet = absl::GetFlag(FLAGS_json);
     o.tls_dir = absl::GetFlag(FLAGS_tls_dir);
+    o.coordinator = absl::GetFlag(FLAGS_coordinator);
+    o.iperf3_server = absl::GetFlag(FLAGS_iperf3_server);
     return strata::BenchStep(o);
   }
   strata::KernelBenchOptions o;

@@ -123,20 +123,25 @@ absl::StatusOr<double> MeasureRpcSeconds(const std::string& coordinator,
 }
 
 // Runs o.steps timed steps (after one warm-up) of a job of o.num_params on a
-// fresh loopback cluster of o.servers servers with `tls` (none: plaintext).
+// fresh loopback cluster of o.servers servers with `tls` (none: plaintext),
+// or on the cluster at o.coordinator.
 absl::StatusOr<StepRun> RunSteps(const StepBenchOptions& o, const TlsFiles& tls,
                                  const std::string& label) {
   const uint64_t n = o.num_params;
-  LocalClusterOptions cluster_options;
-  cluster_options.num_servers = o.servers;
-  cluster_options.host_budget_bytes = n * 16 / o.servers + (uint64_t{256} << 20);
-  cluster_options.executor_threads = o.executor_threads;
-  cluster_options.coordinator_tls = tls;
-  cluster_options.server_tls = tls;
-  auto cluster = LocalCluster::Start(cluster_options);
-  if (!cluster.ok()) return cluster.status();
+  std::unique_ptr<LocalCluster> cluster;
+  std::string coordinator = o.coordinator;
+  if (coordinator.empty()) {
+    LocalClusterOptions cluster_options;
+    cluster_options.num_servers = o.servers;
+    cluster_options.host_budget_bytes = n * 16 / o.servers + (uint64_t{256} << 20);
+    cluster_options.executor_threads = o.executor_threads;
+    cluster_options.coordinator_tls = tls;
+    cluster_options.server_tls = tls;
+    ASSIGN_OR_RETURN(cluster, LocalCluster::Start(cluster_options));
+    coordinator = cluster->coordinator_address();
+  }
   ClientOptions options;
-  options.coordinator_address = (*cluster)->coordinator_address();
+  options.coordinator_address = coordinator;
   options.tls_ca_file = tls.ca_file;
   options.job_id = "bench";
   options.tensors = {{"flat", {static_cast<int64_t>(n)}}};
@@ -185,8 +190,8 @@ absl::StatusOr<StepRun> RunSteps(const StepBenchOptions& o, const TlsFiles& tls,
   for (const absl::Status& e : errors) {
     if (!e.ok()) return e;
   }
-  ASSIGN_OR_RETURN(run.rpc_seconds, MeasureRpcSeconds((*cluster)->coordinator_address(), options,
-                                                      tls, run.results.back().step));
+  ASSIGN_OR_RETURN(run.rpc_seconds,
+                   MeasureRpcSeconds(coordinator, options, tls, run.results.back().step));
   return run;
 }
 
@@ -195,11 +200,17 @@ absl::StatusOr<StepRun> RunSteps(const StepBenchOptions& o, const TlsFiles& tls,
 absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
   const uint64_t n = o.num_params;
   const DType dtype = o.dtype;
-  // The link's best of a run before and one after the steps (loopback
-  // bandwidth on a shared machine varies from second to second).
-  double iperf3 = MeasureIperf3();
+  if (!o.coordinator.empty() && !o.tls_dir.empty()) {
+    return absl::InvalidArgumentError("--tls_dir needs the loopback cluster: no --coordinator");
+  }
+  // The link's best of a run before and one after the steps (bandwidth on
+  // a shared machine varies from second to second).
+  auto measure_link = [&] {
+    return o.iperf3_server.empty() ? MeasureIperf3() : MeasureIperf3To(o.iperf3_server);
+  };
+  double iperf3 = measure_link();
   ASSIGN_OR_RETURN(const StepRun plaintext, RunSteps(o, TlsFiles{}, "plaintext"));
-  iperf3 = std::max(iperf3, MeasureIperf3());
+  iperf3 = std::max(iperf3, measure_link());
   std::optional<StepRun> tls;
   if (!o.tls_dir.empty()) {
     testing::TestCertificates certificates(o.tls_dir);
@@ -217,6 +228,8 @@ absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
   const double step_s = Median(plaintext.step_seconds);
   json out = {
       {"bench", "step"},
+      {"cluster", o.coordinator.empty() ? std::string("loopback") : o.coordinator},
+      {"link", o.iperf3_server.empty() ? std::string("loopback") : o.iperf3_server},
       {"params", n},
       {"workers", o.workers},
       {"servers", o.servers},

@@ -25,6 +25,13 @@ struct StepBenchOptions {
   // Non-empty: also run the steps with TLS on every channel (certificates
   // made here by openssl) and report the ratio to plaintext.
   std::string tls_dir;
+  // Non-empty: the cluster whose coordinator serves at this HOST:PORT (and
+  // its `servers` shard servers, each with room for the job), not a
+  // loopback one; the workers still run here. Not with tls_dir.
+  std::string coordinator;
+  // Non-empty: HOST:PORT of an `iperf3 -s` on a server's host, the link's
+  // limit (default: loopback's).
+  std::string iperf3_server;
 };
 
 absl::StatusOr<nlohmann::json> BenchStep(const StepBenchOptions& options);
