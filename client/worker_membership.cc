@@ -16,6 +16,8 @@ namespace {
 
 constexpr absl::Duration kRpcTimeout = absl::Seconds(10);
 constexpr absl::Duration kWatchRetry = absl::Milliseconds(100);
+// Generations kept for Running(): more than can pass while one forms.
+constexpr size_t kRecentGenerations = 16;
 
 bool Includes(const v1::Generation& generation, const std::string& worker_id) {
   const auto& ids = generation.worker_ids();
@@ -26,6 +28,15 @@ std::string HostAndPid() {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   return absl::StrCat(host, ":", getpid());
+}
+
+// Whether `newer` ends a step of `running`: it lacks one of its members or
+// moved the job's chunks.
+bool Interrupts(const v1::Generation& newer, const v1::Generation& running) {
+  if (running.number() == 0 || newer.number() <= running.number()) return false;
+  bool interrupts = newer.placement_version() != running.placement_version();
+  for (const std::string& id : running.worker_ids()) interrupts |= !Includes(newer, id);
+  return interrupts;
 }
 
 }  // namespace
@@ -84,11 +95,10 @@ void WorkerMembership::Observe(const v1::Generation& generation) {
     absl::MutexLock lock(&mu_);
     if (generation.number() <= latest_.number()) return;
     latest_ = generation;
+    recent_.push_back(generation);
+    if (recent_.size() > kRecentGenerations) recent_.pop_front();
     running = running_.number();
-    if (running > 0) {
-      interrupted = generation.placement_version() != running_.placement_version();
-      for (const std::string& id : running_.worker_ids()) interrupted |= !Includes(generation, id);
-    }
+    interrupted = Interrupts(latest_, running_);
   }
   if (interrupted && on_interrupted_) on_interrupted_(running);
 }
@@ -115,9 +125,18 @@ absl::StatusOr<v1::Generation> WorkerMembership::WaitNewer(uint64_t than,
 }
 
 void WorkerMembership::Running(const v1::Generation& generation, int64_t completed_step) {
-  absl::MutexLock lock(&mu_);
-  running_ = generation;
-  completed_step_ = completed_step;
+  bool interrupted = false;
+  {
+    absl::MutexLock lock(&mu_);
+    // A generation that ends this one may have been observed while this one
+    // formed: Observe() judged it against the previous one.
+    if (generation.number() != running_.number()) {
+      for (const v1::Generation& newer : recent_) interrupted |= Interrupts(newer, generation);
+    }
+    running_ = generation;
+    completed_step_ = completed_step;
+  }
+  if (interrupted && on_interrupted_) on_interrupted_(generation.number());
 }
 
 absl::StatusOr<v1::Generation> WorkerMembership::Leave() {

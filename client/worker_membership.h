@@ -7,10 +7,13 @@
 // generation arrives that lacks a member of generation `running`, the one
 // this worker runs in (set by Running()), or that moved the job's chunks (a
 // newer placement version): the running step cannot complete, so its
-// in-flight RPCs and collectives should be cancelled. It must not block.
+// in-flight RPCs and collectives should be cancelled. Running() calls it on
+// the caller's thread when such a generation came while `running` formed.
+// It must not block.
 #ifndef STRATA_CLIENT_WORKER_MEMBERSHIP_H_
 #define STRATA_CLIENT_WORKER_MEMBERSHIP_H_
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -45,7 +48,8 @@ class WorkerMembership {
   // has formed. DEADLINE_EXCEEDED naming the generation seen last.
   absl::StatusOr<v1::Generation> WaitNewer(uint64_t than, absl::Time deadline) const;
   // Records the generation this worker runs in and its last completed step
-  // (reported by heartbeats).
+  // (reported by heartbeats). Where a generation observed already ends
+  // `generation`, calls on_interrupted(generation.number()) before returning.
   void Running(const v1::Generation& generation, int64_t completed_step);
   // A graceful leave: returns the generation without this worker, and stops
   // heartbeats. FAILED_PRECONDITION when it was no longer a member.
@@ -73,6 +77,8 @@ class WorkerMembership {
   mutable absl::Mutex mu_;
   v1::Generation latest_ ABSL_GUARDED_BY(mu_);
   v1::Generation running_ ABSL_GUARDED_BY(mu_);
+  // The newest generations observed, oldest first.
+  std::deque<v1::Generation> recent_ ABSL_GUARDED_BY(mu_);
   int64_t completed_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool left_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,0 +1,142 @@
+// WorkerMembership against a real coordinator: which newer generations end
+// the one a worker runs in, also when they came while it was forming.
+
+#include "client/worker_membership.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "rpc/grpc_status.h"
+#include "rpc/grpc_util.h"
+#include "testing/local_cluster.h"
+
+namespace strata {
+namespace {
+
+constexpr char kJob[] = "membership";
+constexpr absl::Duration kWait = absl::Seconds(30);
+
+// The generations each on_interrupted call named, in order.
+class Interruptions {
+ public:
+  std::function<void(uint64_t)> Callback() {
+    return [this](uint64_t running) {
+      absl::MutexLock lock(&mu_);
+      seen_.push_back(running);
+    };
+  }
+  std::vector<uint64_t> Seen() {
+    absl::MutexLock lock(&mu_);
+    return seen_;
+  }
+  // Seen() once it holds `count` calls, or when `timeout` has passed.
+  std::vector<uint64_t> SeenOnce(size_t count, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return seen_.size() >= count; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+    return seen_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<uint64_t> seen_ ABSL_GUARDED_BY(mu_);
+};
+
+class WorkerMembershipTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LocalClusterOptions options;
+    options.num_servers = 1;
+    auto cluster = LocalCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    v1::CreateJobRequest create;
+    v1::JobSpec* spec = create.mutable_spec();
+    spec->set_job_id(kJob);
+    v1::TensorSpec* tensor = spec->add_tensors();
+    tensor->set_name("w");
+    tensor->add_shape(1024);
+    spec->set_world_size(2);
+    spec->set_chunk_num_params(256);
+    spec->set_dtype(v1::DTYPE_FP32);
+    spec->mutable_adam()->set_lr(1e-3f);
+    spec->mutable_adam()->set_beta1(0.9f);
+    spec->mutable_adam()->set_beta2(0.999f);
+    spec->mutable_adam()->set_eps(1e-8f);
+    auto coordinator = v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
+    grpc::ClientContext context;
+    v1::JobInfo info;
+    ASSERT_TRUE(FromGrpcStatus(coordinator->CreateJob(&context, create, &info)).ok());
+  }
+
+  std::unique_ptr<WorkerMembership> Join(const std::string& worker_id,
+                                         Interruptions* interruptions) {
+    auto membership =
+        WorkerMembership::Join(cluster_->coordinator_address(), PlaintextCredentials(), kJob,
+                               worker_id, interruptions->Callback());
+    EXPECT_TRUE(membership.ok()) << membership.status();
+    return membership.ok() ? *std::move(membership) : nullptr;
+  }
+
+  std::unique_ptr<LocalCluster> cluster_;
+};
+
+TEST_F(WorkerMembershipTest, AGenerationThatCameWhileOneFormedEndsIt) {
+  Interruptions w0_interruptions, w1_interruptions;
+  std::unique_ptr<WorkerMembership> w0 = Join("w0", &w0_interruptions);
+  std::unique_ptr<WorkerMembership> w1 = Join("w1", &w1_interruptions);
+  ASSERT_TRUE(w0 && w1);
+  absl::StatusOr<v1::Generation> both = w0->WaitNewer(0, absl::Now() + kWait);
+  ASSERT_TRUE(both.ok()) << both.status();
+  ASSERT_EQ(both->worker_ids_size(), 2);
+
+  // w1 leaves while w0 still forms `both`: w0 observes the generation
+  // without w1 before it records that it runs in `both`.
+  ASSERT_TRUE(w1->Leave().ok());
+  absl::StatusOr<v1::Generation> alone = w0->WaitNewer(both->number(), absl::Now() + kWait);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(alone->worker_ids_size(), 1);
+  EXPECT_TRUE(w0_interruptions.Seen().empty()) << "nothing ran yet, nothing to end";
+
+  w0->Running(*both, 0);
+  EXPECT_EQ(w0_interruptions.Seen(), std::vector<uint64_t>{both->number()});
+  // Recording the same generation again, or the newest, ends nothing more.
+  w0->Running(*both, 1);
+  w0->Running(*alone, 1);
+  EXPECT_EQ(w0_interruptions.Seen(), std::vector<uint64_t>{both->number()});
+}
+
+TEST_F(WorkerMembershipTest, AGenerationThatOnlyAddsAMemberEndsNothing) {
+  Interruptions w0_interruptions, w1_interruptions, w2_interruptions;
+  std::unique_ptr<WorkerMembership> w0 = Join("w0", &w0_interruptions);
+  std::unique_ptr<WorkerMembership> w1 = Join("w1", &w1_interruptions);
+  ASSERT_TRUE(w0 && w1);
+  absl::StatusOr<v1::Generation> first = w0->WaitNewer(0, absl::Now() + kWait);
+  ASSERT_TRUE(first.ok()) << first.status();
+  w0->Running(*first, 0);
+
+  std::unique_ptr<WorkerMembership> w2 = Join("w2", &w2_interruptions);
+  ASSERT_TRUE(w2);
+  absl::StatusOr<v1::Generation> three = w0->WaitNewer(first->number(), absl::Now() + kWait);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->worker_ids_size(), 3);
+  EXPECT_EQ(three->placement_version(), first->placement_version());
+  // w1 records `first` after it observed `three`: no member of `first` is
+  // missing from it.
+  w1->Running(*first, 0);
+  EXPECT_TRUE(w0_interruptions.Seen().empty());
+  EXPECT_TRUE(w1_interruptions.Seen().empty());
+
+  // Then w2 leaves: the generation w0 runs in ends, the moment it is observed.
+  w0->Running(*three, 0);
+  ASSERT_TRUE(w2->Leave().ok());
+  absl::StatusOr<v1::Generation> after = w0->WaitNewer(three->number(), absl::Now() + kWait);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(w0_interruptions.SeenOnce(1, kWait), std::vector<uint64_t>{three->number()});
+}
+
+}  // namespace
+}  // namespace strata
