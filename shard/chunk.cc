@@ -8,7 +8,6 @@
 #include "core/status_macros.h"
 #include "kernels/adam.h"
 #include "kernels/elementwise.h"
-#include "strata/internal/records.pb.h"
 #include "strata/v1/shard.pb.h"
 
 namespace strata {
@@ -29,25 +28,6 @@ Chunk::Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype
       state_(std::move(state)),
       applied_step_(applied_step) {}
 
-std::string Chunk::RecordPrefix(const std::string& job_id) {
-  return absl::StrCat("chunk/", job_id, "/");
-}
-
-std::string Chunk::RecordKey(const std::string& job_id, uint32_t chunk_id) {
-  return absl::StrCat(RecordPrefix(job_id), absl::Dec(chunk_id, absl::kZeroPad8));
-}
-
-absl::Status Chunk::WriteRecordLocked(int64_t step) {
-  if (metadata_ == nullptr || !state_->durable()) return absl::OkStatus();
-  internal::ChunkRecord record;
-  record.mutable_chunk()->set_chunk_id(chunk_id_);
-  record.mutable_chunk()->set_flat_begin(range_.begin);
-  record.mutable_chunk()->set_num_params(range_.size());
-  RETURN_IF_ERROR(state_->Describe(&record));
-  record.set_applied_step(step);
-  return metadata_->Put(RecordKey(job_id_, chunk_id_), record.SerializeAsString(), /*sync=*/true);
-}
-
 absl::Status Chunk::CommitAndRelease(const StateView& view, int64_t step) {
   absl::Status committed = state_->Commit(view);
   if (committed.ok()) {
@@ -57,11 +37,6 @@ absl::Status Chunk::CommitAndRelease(const StateView& view, int64_t step) {
   }
   state_->Release(view);
   return committed;
-}
-
-absl::Status Chunk::WriteRecord() {
-  absl::MutexLock state_lock(&state_mu_);
-  return WriteRecordLocked(applied_step());
 }
 
 absl::Status Chunk::RebuildCopy() {

@@ -2,8 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <map>
-#include <set>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -12,7 +11,6 @@
 #include "absl/time/clock.h"
 #include "client/shard_transport.h"
 #include "core/command_line.h"
-#include "core/safetensors.h"
 #include "core/status_macros.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
@@ -25,6 +23,8 @@
 #include "strata/flat_layout.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
+#include "tools/model_export.h"
+#include "tools/placement_view.h"
 #include "tools/table.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "host:port of strata-coordinator");
@@ -174,71 +174,20 @@ class Ctl {
       if (!s.ok()) return s;
       for (const auto& summary : jobs.jobs()) job_ids.push_back(summary.job().spec().job_id());
     }
-    json out = json::array();
-    Table table(
-        {"JOB", "CHUNK", "COPY", "FLAT_RANGE", "TENSORS", "SERVER", "TIER", "BYTES", "STEP"});
-    // Per (server, tier): bytes, chunks and budget, for the summary.
-    struct TierUse {
-      uint64_t bytes = 0;
-      int chunks = 0;
-      uint64_t budget = 0;
-    };
-    std::map<std::pair<std::string, std::string>, TierUse> summary;
-    std::map<std::string, std::string> zone_of;  // server -> zone ("" : its own)
+    PlacementView view;
     for (const std::string& id : job_ids) {
       v1::GetPlacementRequest request;
       request.set_job_id(id);
       v1::GetPlacementResponse response;
       absl::Status s = Call(&v1::Coordinator::Stub::GetPlacement, request, &response);
       if (!s.ok()) return s;
-      for (const v1::ServerRecord& server : response.servers()) {
-        zone_of[server.address()] = server.zone();
-        if (server.gpu_budget_bytes() > 0) {
-          summary[{server.address(), "gpu"}].budget = server.gpu_budget_bytes();
-        }
-        summary[{server.address(), "host"}].budget = server.host_budget_bytes();
-        if (server.nvme_budget_bytes() > 0) {
-          summary[{server.address(), "nvme"}].budget = server.nvme_budget_bytes();
-        }
-      }
-      for (const v1::PlacementRow& r : response.rows()) {
-        std::string range =
-            absl::StrCat("[", r.flat_begin(), ", ", r.flat_begin() + r.num_params(), ")");
-        std::vector<std::string> tensors(r.tensors().begin(), r.tensors().end());
-        out.push_back({{"job", r.job_id()},
-                       {"chunk", r.chunk_id()},
-                       {"copy", r.copy()},
-                       {"serves_pulls", r.copy() == 0},
-                       {"flat_begin", r.flat_begin()},
-                       {"num_params", r.num_params()},
-                       {"tensors", tensors},
-                       {"server", r.server_address()},
-                       {"zone", zone_of[r.server_address()]},
-                       {"tier", r.tier()},
-                       {"bytes", r.num_bytes()},
-                       {"applied_step", r.applied_step()}});
-        table.Add({r.job_id(), absl::StrCat(r.chunk_id()),
-                   r.copy() == 0 ? "primary" : absl::StrCat("replica ", r.copy()), range,
-                   absl::StrJoin(tensors, ","), r.server_address(), r.tier(),
-                   absl::StrCat(r.num_bytes()), absl::StrCat(r.applied_step())});
-        TierUse& use = summary[{r.server_address(), r.tier()}];
-        use.bytes += r.num_bytes();
-        ++use.chunks;
-      }
+      view.Add(response);
     }
     if (absl::GetFlag(FLAGS_json)) {
-      std::printf("%s\n", out.dump().c_str());
-      return absl::OkStatus();
+      std::printf("%s\n", view.rows_json().dump().c_str());
+    } else {
+      view.Print(stdout);
     }
-    table.Print(stdout);
-    std::printf("\n");
-    Table totals({"SERVER", "ZONE", "TIER", "CHUNKS", "BYTES", "BUDGET"});
-    for (const auto& [key, use] : summary) {
-      const std::string& zone = zone_of[key.first];
-      totals.Add({key.first, zone.empty() ? "-" : zone, key.second, absl::StrCat(use.chunks),
-                  absl::StrCat(use.bytes), absl::StrCat(use.budget)});
-    }
-    totals.Print(stdout);
     return absl::OkStatus();
   }
 
@@ -286,38 +235,19 @@ class Ctl {
     if (!state.ok()) return state.status();
 
     const bool moments = absl::GetFlag(FLAGS_with_optimizer_state);
-    std::vector<SafetensorsTensor> tensors;
-    for (size_t i = 0; i < job.spec().tensors_size(); ++i) {
-      const v1::TensorSpec& spec = job.spec().tensors(i);
-      std::vector<int64_t> shape(spec.shape().begin(), spec.shape().end());
-      uint64_t begin = layout->tensor_range(i).begin;
-      tensors.push_back({spec.name(), shape, &state->params[begin]});
-      if (moments) {
-        tensors.push_back({spec.name() + ".exp_avg", shape, &state->exp_avg[begin]});
-        tensors.push_back({spec.name() + ".exp_avg_sq", shape, &state->exp_avg_sq[begin]});
-      }
-    }
-    std::error_code error;
-    std::filesystem::create_directories(dir, error);
-    if (error) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot create directory ", dir, ": ", error.message()));
-    }
-    const std::string path = dir + "/model.safetensors";
-    absl::Status written = WriteSafetensors(
-        path, tensors,
-        {{"format", "pt"}, {"strata_job", job_id}, {"strata_step", absl::StrCat(state->step)}});
-    if (!written.ok()) return written;
+    ASSIGN_OR_RETURN(ExportedModel exported,
+                     ExportModel(job.spec(), *layout, *state, dir, moments));
     json out = {{"job", job_id},
                 {"step", state->step},
-                {"file", path},
-                {"tensors", tensors.size()},
+                {"file", exported.path},
+                {"tensors", exported.num_tensors},
                 {"with_optimizer_state", moments}};
-    std::printf("%s\n", absl::GetFlag(FLAGS_json)
-                            ? out.dump().c_str()
-                            : absl::StrCat("exported job ", job_id, " at step ", state->step,
-                                           " to ", path, " (", tensors.size(), " tensors)")
-                                  .c_str());
+    std::printf("%s\n",
+                absl::GetFlag(FLAGS_json)
+                    ? out.dump().c_str()
+                    : absl::StrCat("exported job ", job_id, " at step ", state->step, " to ",
+                                   exported.path, " (", exported.num_tensors, " tensors)")
+                          .c_str());
     return absl::OkStatus();
   }
 
