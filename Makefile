@@ -35,7 +35,7 @@ format-check: deps
 check: format-check
 	@test -f build-asan/build.ninja || cmake --preset asan
 	cmake --build --preset asan -j $(JOBS)
-	ASAN_OPTIONS=detect_leaks=1 ctest --preset asan -j $(JOBS) $(CTEST_ARGS)
+	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --preset asan -j $(JOBS) $(CTEST_ARGS)
 
 slurm-test: build
 	@bash deploy/install-deps.sh --slurm
