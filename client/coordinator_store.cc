@@ -24,10 +24,11 @@ void ThrowIfError(const absl::Status& s) {
 
 CoordinatorStore::CoordinatorStore(const std::string& coordinator_address,
                                    const ChannelCredentials& credentials, std::string prefix,
-                                   std::function<bool()> abandon)
+                                   std::function<bool()> abandon, absl::Duration min_wait)
     : stub_(v1::Coordinator::NewStub(MakeChannel(coordinator_address, credentials))),
       prefix_(std::move(prefix)),
-      abandon_(std::move(abandon)) {}
+      abandon_(std::move(abandon)),
+      min_wait_(min_wait) {}
 
 absl::Status CoordinatorStore::Set(const std::string& key, const std::string& value) {
   v1::KvSetRequest request;
@@ -48,7 +49,7 @@ absl::StatusOr<std::string> CoordinatorStore::Get(const std::string& key) {
 
 absl::Status CoordinatorStore::Wait(const std::vector<std::string>& keys,
                                     std::chrono::milliseconds timeout) {
-  absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
+  absl::Time deadline = absl::Now() + std::max(absl::FromChrono(timeout), min_wait_);
   absl::Duration backoff = absl::Milliseconds(1);
   for (const std::string& key : keys) {
     while (true) {
@@ -69,6 +70,12 @@ absl::Status CoordinatorStore::Wait(const std::vector<std::string>& keys,
       absl::SleepFor(backoff);
       backoff = std::min(backoff * 2, absl::Milliseconds(50));
     }
+  }
+  // A newer generation formed: the peers that wrote these keys may have left
+  // this one, and connecting to them would wait out gloo's connect timeout.
+  if (abandon_ && abandon_()) {
+    return absl::AbortedError(
+        absl::StrCat("rendezvous at '", prefix_, "' abandoned with its keys there"));
   }
   return absl::OkStatus();
 }

@@ -208,6 +208,9 @@ class GlooCollective : public Collective {
   absl::flat_hash_set<gloo::transport::UnboundBuffer*> active_ ABSL_GUARDED_BY(abort_mu_);
 };
 
+// A fifth of the longest a pair of a forming group may take to connect.
+constexpr std::chrono::milliseconds kConnectTimeout(2000);
+
 // Gloo writes to its sockets without MSG_NOSIGNAL: a peer that died would
 // kill this process with SIGPIPE (no message, no status) instead of failing
 // the collective. Ignored unless the process installed a handler of its own.
@@ -240,10 +243,15 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateGlooCollective(const Collectiv
   std::shared_ptr<gloo::rendezvous::Context> context;
   s = Guarded("rendezvous", [&] {
     context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
-    context->setTimeout(timeout);
+    // Gloo waits up to 5x its context's timeout for a pair to connect, and
+    // cannot be abandoned meanwhile. A peer whose key was read listened
+    // already, so a refused connection means it left the generation: the
+    // wait for it is kept short; the wait for its key is the whole timeout.
+    context->setTimeout(std::min(timeout, kConnectTimeout));
     CoordinatorStore store(options.coordinator_address, options.coordinator_credentials,
-                           options.key_prefix, options.abandon);
+                           options.key_prefix, options.abandon, options.timeout);
     context->connectFullMesh(store, device);
+    context->setTimeout(timeout);
   });
   if (!s.ok()) return s;
   auto collective = std::make_unique<GlooCollective>(std::move(context), timeout);

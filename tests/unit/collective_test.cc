@@ -264,6 +264,48 @@ TEST(GlooCollectiveTest, AnAddressThisHostDoesNotHaveIsNamed) {
       << collective.status();
 }
 
+// A peer that wrote its keys and then left the generation is found gone
+// within the connect bound (10 s), not after 5x the collective timeout:
+// whether this rank connects (refused at once) or listens for the peer
+// (which gloo decides by comparing the addresses: both orders are tried).
+TEST(GlooCollectiveTest, APeerThatLeftAfterWritingItsKeysFailsTheFormationSoon) {
+  const testing::ScratchDir scratch("collective_test");
+  CoordinatorOptions coordinator_options;
+  coordinator_options.data_dir = scratch.path();
+  auto coordinator = Coordinator::Start(coordinator_options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  for (const char* returning_host : {"127.0.0.1", "127.0.0.3"}) {
+    CollectiveOptions options;
+    options.coordinator_address = (*coordinator)->address();
+    options.key_prefix =
+        absl::StrCat(RendezvousPrefix("collective-test"), "left-", returning_host, "/");
+    options.size = 2;
+    options.timeout = absl::Seconds(30);
+    options.hostname = "127.0.0.2";
+    // Both ranks form the group and close it: rank 1's keys stay, naming
+    // pairs no one listens on any more.
+    std::vector<std::thread> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      ranks.emplace_back([options, rank]() mutable {
+        options.rank = rank;
+        auto formed = CreateGlooCollective(options);
+        EXPECT_TRUE(formed.ok()) << formed.status();
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    // Rank 0 comes again, on another address, and finds rank 1's keys.
+    options.rank = 0;
+    options.hostname = returning_host;
+    const absl::Time started = absl::Now();
+    auto formed = CreateGlooCollective(options);
+    const absl::Duration took = absl::Now() - started;
+    EXPECT_FALSE(formed.ok()) << returning_host;
+    EXPECT_LT(took, absl::Seconds(20)) << returning_host << ": " << formed.status();
+    std::printf("rank 0 on %s gave up after %s: %s\n", returning_host,
+                absl::FormatDuration(took).c_str(), formed.status().ToString().c_str());
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, CollectiveTest,
                          ::testing::Values(World{Backend::kGloo, 1}, World{Backend::kGloo, 2},
                                            World{Backend::kGloo, 3}, World{Backend::kGloo, 4},
