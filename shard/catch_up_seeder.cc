@@ -15,12 +15,6 @@
 namespace strata {
 namespace {
 
-absl::Status AtSource(const absl::Status& status, const std::string& address) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat("source shard server ", address, ": ", status.message()));
-}
-
 // Runs `each(i)` for every piece of `copy`, kSeedStreams at a time, until
 // one fails; the first failure.
 absl::Status ForEachPiece(const CatchUpCopy& copy,

@@ -22,13 +22,6 @@ struct Piece {
   absl::Status status;
 };
 
-// `status` with the source named.
-absl::Status AtSource(const absl::Status& status, const std::string& address) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat("source shard server ", address, ": ", status.message()));
-}
-
 // Reads `piece` from the source and writes it here.
 void SeedPiece(v1::ShardServer::Stub* source, const std::string& source_address,
                const std::string& job_id, DType dtype, absl::Duration call_timeout,
@@ -80,6 +73,12 @@ void SeedPiece(v1::ShardServer::Stub* source, const std::string& source_address,
 }
 
 }  // namespace
+
+absl::Status AtSource(const absl::Status& status, const std::string& address) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat("source shard server ", address, ": ", status.message()));
+}
 
 absl::StatusOr<SeededChunks> SeedChunkStates(v1::ShardServer::Stub* source,
                                              const std::string& source_address,

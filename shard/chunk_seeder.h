@@ -29,6 +29,9 @@ namespace strata {
 inline constexpr uint64_t kSeedPieceParams = uint64_t{1} << 18;
 inline constexpr uint64_t kSeedStreams = 4;
 
+// `status` with the source shard server at `address` named.
+absl::Status AtSource(const absl::Status& status, const std::string& address);
+
 // What a seed wrote.
 struct SeededChunks {
   uint64_t bytes = 0;     // of state and copies of the step before

@@ -63,6 +63,14 @@ absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
   return chunks;
 }
 
+absl::StatusOr<std::unique_ptr<v1::ShardServer::Stub>> ShardService::DialSource(
+    const v1::SeedChunksRequest& request) {
+  if (!dial_source_) {
+    return absl::FailedPreconditionError("this shard server reads no other server");
+  }
+  return dial_source_(request.source_address(), request.worker_token());
+}
+
 std::unique_ptr<ShardService::PreparedCopies> ShardService::TakePrepared(
     const std::string& job_id, const std::string& source) {
   absl::MutexLock lock(&mu_);
@@ -92,11 +100,7 @@ absl::StatusOr<uint64_t> ShardService::FinishPrepared(const SeedSource& source, 
 absl::Status ShardService::DoSeedChunks(const v1::SeedChunksRequest& request,
                                         const std::vector<v1::ChunkSpec>& chunks, DType dtype,
                                         v1::SeedChunksResponse* response) {
-  if (!dial_source_) {
-    return absl::FailedPreconditionError("this shard server reads no other server");
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<v1::ShardServer::Stub> source,
-                   dial_source_(request.source_address(), request.worker_token()));
+  ASSIGN_OR_RETURN(std::unique_ptr<v1::ShardServer::Stub> source, DialSource(request));
   const absl::Time started = absl::Now();
   std::unique_ptr<PreparedCopies> prepared =
       TakePrepared(request.job_id(), request.source_address());
@@ -197,11 +201,7 @@ absl::Status ShardService::ValidatePrepare(const v1::SeedChunksRequest& request)
 
 absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
                                          v1::SeedChunksResponse* response) {
-  if (!dial_source_) {
-    return absl::FailedPreconditionError("this shard server reads no other server");
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<v1::ShardServer::Stub> source,
-                   dial_source_(request.source_address(), request.worker_token()));
+  ASSIGN_OR_RETURN(std::unique_ptr<v1::ShardServer::Stub> source, DialSource(request));
   const absl::Time started = absl::Now();
   const v1::JobSpec& spec = request.spec();
   ASSIGN_OR_RETURN(const FlatLayout layout, ValidateJobSpec(spec));

@@ -225,6 +225,10 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   absl::Status DoSeedChunks(const v1::SeedChunksRequest& request,
                             const std::vector<v1::ChunkSpec>& chunks, DType dtype,
                             v1::SeedChunksResponse* response);
+  // The stub through which a seed reads the request's source, as a worker
+  // of its job; FAILED_PRECONDITION without a SourceDialer.
+  absl::StatusOr<std::unique_ptr<v1::ShardServer::Stub>> DialSource(
+      const v1::SeedChunksRequest& request);
   // Copies of a job's chunks built aside from one source (SeedChunks with
   // prepare), by chunk id, and the job's spec (serialized) they follow.
   struct PreparedCopies {
