@@ -15,26 +15,10 @@
 namespace strata {
 namespace {
 
-// Runs `each(i)` for every piece of `copy`, kSeedStreams at a time, until
-// one fails; the first failure.
+// Runs `each(i)` for every piece of `copy` (InSeedStreams).
 absl::Status ForEachPiece(const CatchUpCopy& copy,
                           const std::function<absl::Status(size_t)>& each) {
-  const size_t count = copy.pieces().size();
-  std::vector<absl::Status> status(count);
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  auto stream = [&] {
-    for (size_t i = next++; i < count && !failed.load(); i = next++) {
-      status[i] = each(i);
-      if (!status[i].ok()) failed = true;
-    }
-  };
-  std::vector<std::thread> streams;
-  for (size_t s = 1; s < std::min<size_t>(kSeedStreams, count); ++s) streams.emplace_back(stream);
-  stream();
-  for (std::thread& t : streams) t.join();
-  for (const absl::Status& s : status) RETURN_IF_ERROR(s);
-  return absl::OkStatus();
+  return InSeedStreams(copy.pieces().size(), each);
 }
 
 v1::ReadStepLogRequest LogRequest(const SeedSource& source, const CatchUpCopy& copy,
@@ -126,26 +110,15 @@ absl::StatusOr<uint64_t> CatchUp(const SeedSource& source, CatchUpCopy* copy,
 }
 
 absl::Status PullPrevious(const SeedSource& source, CatchUpCopy* copy) {
-  const size_t esize = DTypeSize(copy->dtype());
   return ForEachPiece(*copy, [&](size_t i) -> absl::Status {
     const CatchUpCopy::Piece& piece = copy->pieces()[i];
     if (piece.previous || piece.step < 1) return absl::OkStatus();
-    v1::PullRequest pull;
-    pull.set_job_id(source.job_id);
-    pull.set_step(piece.step - 1);
-    pull.set_flat_begin(copy->chunk().flat_begin() + piece.offset);
-    pull.set_num_params(piece.n);
-    v1::PullResponse before;
-    absl::Status pulled =
-        CallUnary(source.stub, &v1::ShardServer::Stub::Pull, pull, &before, source.call_timeout);
-    if (absl::IsAborted(pulled)) return absl::OkStatus();
-    RETURN_IF_ERROR(AtSource(pulled, source.address));
-    if (before.params().size() != piece.n * esize) {
-      return AtSource(absl::InternalError(absl::StrCat("a pull of ", before.params().size(),
-                                                       " bytes for ", piece.n, " params")),
-                      source.address);
-    }
-    std::memcpy(copy->previous(i), before.params().data(), before.params().size());
+    ASSIGN_OR_RETURN(std::optional<std::string> before,
+                     PullCopyAt(source.stub, source.address, source.job_id, piece.step - 1,
+                                copy->chunk().flat_begin() + piece.offset, piece.n, copy->dtype(),
+                                source.call_timeout));
+    if (!before.has_value()) return absl::OkStatus();
+    std::memcpy(copy->previous(i), before->data(), before->size());
     copy->SetPrevious(i);
     return absl::OkStatus();
   });

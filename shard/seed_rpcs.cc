@@ -4,6 +4,7 @@
 // (shard/chunk_seeder.h), or built aside while it trains and brought to the
 // fenced source's step by replaying its step log (shard/catch_up_seeder.h).
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,10 +32,11 @@ constexpr absl::Duration kSeedCallTimeout = absl::Seconds(60);
 // the message limit).
 constexpr uint64_t kMaxStepLogReadParams = uint64_t{1} << 20;
 
-}  // namespace
-
-absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
-    const v1::SeedChunksRequest& request, DType* dtype) {
+// The checks of every SeedChunks: its source address and token, then 1 to
+// kMaxChunksPerJob chunks, each `known` (its error otherwise) and named
+// once.
+absl::Status ValidateSeedRequest(const v1::SeedChunksRequest& request,
+                                 const std::function<absl::Status(const v1::ChunkSpec&)>& known) {
   RETURN_IF_ERROR(ValidateHostPort("source_address", request.source_address()));
   if (!request.worker_token().empty()) {
     RETURN_IF_ERROR(ValidateToken(request.worker_token(), "worker_token"));
@@ -43,9 +45,22 @@ absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
     return absl::InvalidArgumentError(absl::StrCat("chunks: ", request.chunks_size(),
                                                    " named; 1 to ", kMaxChunksPerJob, " may be"));
   }
-  std::vector<v1::ChunkSpec> chunks;
   absl::flat_hash_set<uint32_t> named;
   for (const v1::ChunkSpec& c : request.chunks()) {
+    RETURN_IF_ERROR(known(c));
+    if (!named.insert(c.chunk_id()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunks: chunk ", c.chunk_id(), " is named twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
+    const v1::SeedChunksRequest& request, DType* dtype) {
+  RETURN_IF_ERROR(ValidateSeedRequest(request, [&](const v1::ChunkSpec& c) -> absl::Status {
     ASSIGN_OR_RETURN(std::shared_ptr<Chunk> chunk,
                      FindChunk(request.job_id(), c.flat_begin(), c.num_params(), dtype));
     if (chunk->chunk_id() != c.chunk_id() || chunk->range().begin != c.flat_begin() ||
@@ -54,13 +69,9 @@ absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
           "chunks: chunk ", c.chunk_id(), " [", c.flat_begin(), ", +", c.num_params(), ") of job ",
           Quoted(request.job_id()), " is not a chunk as allocated on this shard server"));
     }
-    if (!named.insert(c.chunk_id()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunks: chunk ", c.chunk_id(), " is named twice"));
-    }
-    chunks.push_back(c);
-  }
-  return chunks;
+    return absl::OkStatus();
+  }));
+  return std::vector<v1::ChunkSpec>(request.chunks().begin(), request.chunks().end());
 }
 
 absl::StatusOr<std::unique_ptr<v1::ShardServer::Stub>> ShardService::DialSource(
@@ -165,10 +176,6 @@ absl::Status ShardService::DoSeedChunks(const v1::SeedChunksRequest& request,
 }
 
 absl::Status ShardService::ValidatePrepare(const v1::SeedChunksRequest& request) const {
-  RETURN_IF_ERROR(ValidateHostPort("source_address", request.source_address()));
-  if (!request.worker_token().empty()) {
-    RETURN_IF_ERROR(ValidateToken(request.worker_token(), "worker_token"));
-  }
   absl::StatusOr<FlatLayout> layout = ValidateJobSpec(request.spec());
   if (!layout.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec: ", layout.status().message()));
@@ -177,26 +184,15 @@ absl::Status ShardService::ValidatePrepare(const v1::SeedChunksRequest& request)
     return absl::InvalidArgumentError(absl::StrCat("spec.job_id ", Quoted(request.spec().job_id()),
                                                    " is not job_id ", Quoted(request.job_id())));
   }
-  if (request.chunks().empty() || static_cast<uint64_t>(request.chunks_size()) > kMaxChunksPerJob) {
-    return absl::InvalidArgumentError(absl::StrCat("chunks: ", request.chunks_size(),
-                                                   " named; 1 to ", kMaxChunksPerJob, " may be"));
-  }
-  absl::flat_hash_set<uint32_t> named;
-  for (const v1::ChunkSpec& c : request.chunks()) {
+  return ValidateSeedRequest(request, [&](const v1::ChunkSpec& c) {
     const bool known = c.chunk_id() < layout->num_chunks() &&
                        layout->chunk_range(c.chunk_id()).begin == c.flat_begin() &&
                        layout->chunk_range(c.chunk_id()).size() == c.num_params();
-    if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat("chunks: chunk ", c.chunk_id(), " [",
-                                                     c.flat_begin(), ", +", c.num_params(),
-                                                     ") is not a chunk of the job's spec"));
-    }
-    if (!named.insert(c.chunk_id()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunks: chunk ", c.chunk_id(), " is named twice"));
-    }
-  }
-  return absl::OkStatus();
+    return known ? absl::OkStatus()
+                 : absl::InvalidArgumentError(absl::StrCat("chunks: chunk ", c.chunk_id(), " [",
+                                                           c.flat_begin(), ", +", c.num_params(),
+                                                           ") is not a chunk of the job's spec"));
+  });
 }
 
 absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
