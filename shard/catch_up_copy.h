@@ -56,8 +56,6 @@ class CatchUpCopy {
   const v1::ChunkSpec& chunk() const { return chunk_; }
   DType dtype() const { return dtype_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
-  // The bytes it holds.
-  uint64_t num_bytes() const { return bytes_; }
   // Piece i's p, m and v (pieces()[i].n each), for SetPiece().
   float* p(size_t i) { return p_ + pieces_[i].offset; }
   float* m(size_t i) { return p_ + num_params() + pieces_[i].offset; }

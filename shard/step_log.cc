@@ -8,10 +8,7 @@
 namespace strata {
 
 StepLog::StepLog(int64_t since_step, std::string name)
-    : since_step_(since_step),
-      name_(std::move(name)),
-      last_step_(since_step),
-      last_read_(absl::Now()) {}
+    : since_step_(since_step), name_(std::move(name)), last_read_(absl::Now()) {}
 
 void StepLog::Append(std::shared_ptr<const LoggedStep> step) {
   absl::MutexLock lock(&mu_);
@@ -27,7 +24,6 @@ void StepLog::Append(std::shared_ptr<const LoggedStep> step) {
         "the step log of ", name_, " holds ", kMaxSteps, " steps: its copy fell behind by more")));
     return;
   }
-  last_step_ = step->step;
   steps_.push_back(std::move(step));
 }
 
@@ -47,11 +43,6 @@ absl::StatusOr<std::vector<std::shared_ptr<const LoggedStep>>> StepLog::Read(
 absl::Status StepLog::status() const {
   absl::MutexLock lock(&mu_);
   return ended_;
-}
-
-int64_t StepLog::last_step() const {
-  absl::MutexLock lock(&mu_);
-  return last_step_;
 }
 
 void StepLog::End(const absl::Status& why) {

@@ -57,8 +57,6 @@ class StepLog {
   absl::StatusOr<std::vector<std::shared_ptr<const LoggedStep>>> Read(int64_t release_through,
                                                                       int64_t after_step)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // The last step logged (since_step() before the first).
-  int64_t last_step() const ABSL_LOCKS_EXCLUDED(mu_);
   // OK, or the error that ended the log.
   absl::Status status() const ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the log with `why` (not OK); later reads return it.
@@ -71,7 +69,6 @@ class StepLog {
   const std::string name_;
   mutable absl::Mutex mu_;
   std::deque<std::shared_ptr<const LoggedStep>> steps_ ABSL_GUARDED_BY(mu_);
-  int64_t last_step_ ABSL_GUARDED_BY(mu_);
   absl::Time last_read_ ABSL_GUARDED_BY(mu_);
   absl::Status ended_ ABSL_GUARDED_BY(mu_);
 };
