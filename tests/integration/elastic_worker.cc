@@ -34,7 +34,8 @@ ABSL_FLAG(std::string, steps_file, "",
           "(a test ends an open-ended run)");
 ABSL_FLAG(int64_t, leave_after_step, 0, "leave the job once this step is complete (0: never)");
 ABSL_FLAG(int64_t, die_in_step, 0,
-          "SIGKILL this process once a server holds pushes of this step (0: never)");
+          "SIGKILL this process once a server holds pushes of this step, or at the latest "
+          "when its next step's first gradient is asked for (0: never)");
 ABSL_FLAG(int64_t, die_after_step, 0, "SIGKILL this process once this step is complete");
 ABSL_FLAG(std::string, log, "", "append one JSON line per completed step to this file");
 ABSL_FLAG(int64_t, collective_timeout_ms, 20000, "how long a collective waits for its peers");
@@ -132,6 +133,9 @@ int Run() {
   std::vector<float> w(client.layout().num_params());
   const uint64_t batch_size = absl::GetFlag(FLAGS_samples_per_step);
   GradientFn compute = [&](const MicroBatch& batch, Client& c) -> absl::Status {
+    // The watcher of KillWhenPushed polls; a step that outran it ends here,
+    // before this worker gives anything to the step after the fatal one.
+    if (die_in > 0 && batch.step > die_in) kill(getpid(), SIGKILL);
     if (absl::Status s = c.CopyParams(absl::MakeSpan(w)); !s.ok()) return s;
     std::vector<float> g = testing::SumGradient(w, batch.sample_begin, batch.sample_end);
     // This worker's share of the step ends where Step(GradientFn) ends it.
