@@ -4,7 +4,7 @@
 // scalar FloatToBf16 does, so every output equals the scalar variant's.
 #include <immintrin.h>
 
-#include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/make_kernel_table.h"
 
 namespace strata {
 namespace kernels_internal {
@@ -81,6 +81,46 @@ struct Avx2Ops {
   static void ToDoubles(F x, D* out) {
     out[0] = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
     out[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+  }
+  using I = __m256i;
+  static I SetI(uint32_t x) { return _mm256_set1_epi32(static_cast<int>(x)); }
+  static I AddI(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I SubI(I a, I b) { return _mm256_sub_epi32(a, b); }
+  static I MulI(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  static I IotaI() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+  static I AndI(I a, I b) { return _mm256_and_si256(a, b); }
+  static I OrI(I a, I b) { return _mm256_or_si256(a, b); }
+  static I XorI(I a, I b) { return _mm256_xor_si256(a, b); }
+  template <int k>
+  static I ShiftRightI(I a) {
+    return _mm256_srli_epi32(a, k);
+  }
+  template <int k>
+  static I ShiftLeftI(I a) {
+    return _mm256_slli_epi32(a, k);
+  }
+  static I MinI(I a, I b) { return _mm256_min_epu32(a, b); }
+  static I Bits(F x) { return _mm256_castps_si256(x); }
+  static F FromBits(I x) { return _mm256_castsi256_ps(x); }
+  static F ToFloat(I x) { return _mm256_cvtepi32_ps(x); }
+  static I SelectLess(F a, F b, I x, I y) {
+    return _mm256_blendv_epi8(y, x, _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_LT_OQ)));
+  }
+  static I SelectLessI(I a, I b, I x, I y) {
+    return _mm256_blendv_epi8(y, x, _mm256_cmpgt_epi32(b, a));
+  }
+  static F Max(F a, F b) { return _mm256_max_ps(a, b); }
+  static float ReduceMax(F x) {
+    __m128 half = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    half = _mm_max_ps(half, _mm_movehl_ps(half, half));
+    return _mm_cvtss_f32(_mm_max_ss(half, _mm_shuffle_ps(half, half, 1)));
+  }
+  static I LoadU8(const uint8_t* p) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  static void StoreU8(uint8_t* p, I x) {
+    __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(words, words));
   }
 };
 

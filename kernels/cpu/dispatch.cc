@@ -11,6 +11,7 @@
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/elementwise.h"
 #include "kernels/grad_stats.h"
+#include "kernels/int8_adam.h"
 #include "kernels/isa.h"
 
 namespace strata {
@@ -140,6 +141,20 @@ void AccumulateScaled(DType dtype, const float* x, float scale, void* acc, size_
 
 void AddInPlace(DType dtype, const void* x, void* acc, size_t n) {
   ActiveKernels().add_in_place(dtype, x, acc, n);
+}
+
+void AdamUpdateInt8(const AdamConstants& c, DType grad_dtype, const void* grads, float* p,
+                    Int8Moments moments, Int8Rounding rounding, DType copy_dtype, void* copy,
+                    size_t n) {
+  ActiveKernels().adam_update_int8(c, grad_dtype, grads, p, moments, rounding, copy_dtype, copy, n);
+}
+
+void QuantizeMoments(const float* m, const float* v, Int8Moments out, size_t n) {
+  ActiveKernels().quantize_moments(m, v, out, n);
+}
+
+void DequantizeMoments(const Int8Moments& in, float* m, float* v, size_t n) {
+  ActiveKernels().dequantize_moments(in, m, v, n);
 }
 
 }  // namespace strata

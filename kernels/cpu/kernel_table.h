@@ -1,6 +1,6 @@
 // KernelTable: one instruction-set variant of every CPU kernel, as function
 // pointers. Internal to kernels/: the public functions (adam.h, grad_stats.h,
-// elementwise.h) call the table of the active variant (isa.h).
+// elementwise.h, int8_adam.h) call the table of the active variant (isa.h).
 #ifndef STRATA_KERNELS_CPU_KERNEL_TABLE_H_
 #define STRATA_KERNELS_CPU_KERNEL_TABLE_H_
 
@@ -8,6 +8,7 @@
 
 #include "kernels/adam.h"
 #include "kernels/grad_stats.h"
+#include "kernels/int8_adam.h"
 #include "kernels/isa.h"
 #include "strata/types.h"
 
@@ -22,6 +23,11 @@ struct KernelTable {
   void (*cast_to_float)(DType dtype, const void* from, float* to, size_t n);
   void (*accumulate_scaled)(DType dtype, const float* x, float scale, void* acc, size_t n);
   void (*add_in_place)(DType dtype, const void* x, void* acc, size_t n);
+  void (*adam_update_int8)(const AdamConstants& c, DType grad_dtype, const void* grads, float* p,
+                           Int8Moments moments, Int8Rounding rounding, DType copy_dtype, void* copy,
+                           size_t n);
+  void (*quantize_moments)(const float* m, const float* v, Int8Moments out, size_t n);
+  void (*dequantize_moments)(const Int8Moments& in, float* m, float* v, size_t n);
 };
 
 const KernelTable& ScalarKernels();

@@ -1,8 +1,8 @@
 // The CPU kernels, written once against the Ops interface (scalar_ops.h) and
 // instantiated by each instruction-set variant (scalar.cc, avx2.cc,
-// avx512.cc) through MakeKernelTable<Ops>(). Vector lanes and the scalar tail
-// run the same IEEE operations in the same order, so every variant gives the
-// same bits (see the notes on BF16 in avx512.cc).
+// avx512.cc) through MakeKernelTable<Ops>() (make_kernel_table.h). Vector
+// lanes and the scalar tail run the same IEEE operations in the same order,
+// so every variant gives the same bits (see the notes on BF16 in avx512.cc).
 #ifndef STRATA_KERNELS_CPU_KERNELS_IMPL_H_
 #define STRATA_KERNELS_CPU_KERNELS_IMPL_H_
 
@@ -42,6 +42,20 @@ struct AdamVectors {
       inv_bias_correction2_sqrt, eps, step_size;
 };
 
+// The formula of adam.h on loaded lanes: `grad` as stored (coef not yet
+// applied); param, m and v in, their updates out.
+template <typename Ops>
+inline void AdamMath(const AdamVectors<Ops>& k, typename Ops::F grad, typename Ops::F& param,
+                     typename Ops::F& m, typename Ops::F& v) {
+  typename Ops::F g = Ops::Mul(k.coef, grad);
+  g = Ops::Add(g, Ops::Mul(k.l2, param));
+  param = Ops::Mul(param, k.decay);
+  m = Ops::Add(Ops::Mul(k.beta1, m), Ops::Mul(k.one_minus_beta1, g));
+  v = Ops::Add(Ops::Mul(k.beta2, v), Ops::Mul(k.one_minus_beta2, Ops::Mul(g, g)));
+  typename Ops::F denom = Ops::Add(Ops::Mul(Ops::Sqrt(v), k.inv_bias_correction2_sqrt), k.eps);
+  param = Ops::Sub(param, Ops::Mul(k.step_size, Ops::Div(m, denom)));
+}
+
 // Updates elements [i, i + Ops::kWidth). The formula is in adam.h.
 // Elements ahead of the one being updated that the vector loop prefetches:
 // the arithmetic per element is long enough that the loads alone do not keep
@@ -59,15 +73,10 @@ inline void AdamAt(const AdamVectors<Ops>& k, const void* grads, const AdamInput
     __builtin_prefetch(in.v + ahead, 1);
     __builtin_prefetch(static_cast<const char*>(grads) + ahead * DTypeSize(G));
   }
-  F g = Ops::Mul(k.coef, LoadAs<Ops, G>(grads, i));
   F param = Ops::LoadF32(in.p + i);
-  g = Ops::Add(g, Ops::Mul(k.l2, param));
-  param = Ops::Mul(param, k.decay);
-  F mi = Ops::Add(Ops::Mul(k.beta1, Ops::LoadF32(in.m + i)), Ops::Mul(k.one_minus_beta1, g));
-  F vi = Ops::Add(Ops::Mul(k.beta2, Ops::LoadF32(in.v + i)),
-                  Ops::Mul(k.one_minus_beta2, Ops::Mul(g, g)));
-  F denom = Ops::Add(Ops::Mul(Ops::Sqrt(vi), k.inv_bias_correction2_sqrt), k.eps);
-  param = Ops::Sub(param, Ops::Mul(k.step_size, Ops::Div(mi, denom)));
+  F mi = Ops::LoadF32(in.m + i);
+  F vi = Ops::LoadF32(in.v + i);
+  AdamMath<Ops>(k, LoadAs<Ops, G>(grads, i), param, mi, vi);
   Ops::template StoreF32<false>(out.p + i, param);
   Ops::template StoreF32<false>(out.m + i, mi);
   Ops::template StoreF32<false>(out.v + i, vi);
@@ -349,17 +358,6 @@ void AddInPlaceImpl(DType dtype, const void* x, void* acc, size_t n) {
       StoreAs<O, D>(acc, i, O::Add(LoadAs<O, D>(acc, i), LoadAs<O, D>(x, i)));
     });
   });
-}
-
-template <typename Ops>
-KernelTable MakeKernelTable(Isa isa) {
-  return KernelTable{isa,
-                     &AdamUpdateImpl<Ops>,
-                     &GradStatsImpl<Ops>,
-                     &CastFromFloatImpl<Ops>,
-                     &CastToFloatImpl<Ops>,
-                     &AccumulateScaledImpl<Ops>,
-                     &AddInPlaceImpl<Ops>};
 }
 
 }  // namespace

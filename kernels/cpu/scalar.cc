@@ -1,5 +1,5 @@
 // The scalar variant: the reference every other variant must match bit for bit.
-#include "kernels/cpu/kernels_impl.h"
+#include "kernels/cpu/make_kernel_table.h"
 
 namespace strata {
 

@@ -11,6 +11,14 @@
 // stores; for the sum of squares, kDoubleWidth and D (a vector of that many
 // doubles), LoadD, StoreD, AddD, MulD and ToDoubles(x, out), which widens
 // the kWidth floats of x into kWidth / kDoubleWidth vectors of doubles.
+// For the 8-bit state codes (int8_codes.h): I (kWidth uint32 lanes), SetI,
+// AddI, SubI, MulI (low 32 bits), AndI, OrI, XorI, IotaI() (lanes 0, 1, ...),
+// ShiftRightI<k> (logical), ShiftLeftI<k>, MinI (unsigned), Bits(x) and
+// FromBits(i) (reinterpretations), ToFloat(i) (of lanes below 2^31),
+// SelectLess(a, b, x, y) (a < b ? x : y, ordered float compare),
+// SelectLessI(a, b, x, y) (the same for lanes below 2^31), Max(a, b)
+// (a > b ? a : b), ReduceMax(x) (the largest lane), LoadU8 and StoreU8
+// (kWidth bytes, one a lane; lanes below 256).
 //
 // Defined in an anonymous namespace on purpose: each variant's translation
 // unit gets its own copy, compiled for its own instruction set.
@@ -18,6 +26,7 @@
 #define STRATA_KERNELS_CPU_SCALAR_OPS_H_
 
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/cpu/ops_common.h"
 #include "kernels/half.h"
@@ -64,6 +73,33 @@ struct ScalarOps {
   static D AddD(D a, D b) { return a + b; }
   static D MulD(D a, D b) { return a * b; }
   static void ToDoubles(F x, D* out) { out[0] = x; }
+  using I = uint32_t;
+  static I SetI(uint32_t x) { return x; }
+  static I AddI(I a, I b) { return a + b; }
+  static I SubI(I a, I b) { return a - b; }
+  static I MulI(I a, I b) { return a * b; }
+  static I IotaI() { return 0; }
+  static I AndI(I a, I b) { return a & b; }
+  static I OrI(I a, I b) { return a | b; }
+  static I XorI(I a, I b) { return a ^ b; }
+  template <int k>
+  static I ShiftRightI(I a) {
+    return a >> k;
+  }
+  template <int k>
+  static I ShiftLeftI(I a) {
+    return a << k;
+  }
+  static I MinI(I a, I b) { return a < b ? a : b; }
+  static I Bits(F x) { return FloatBits(x); }
+  static F FromBits(I x) { return BitsToFloat(x); }
+  static F ToFloat(I x) { return static_cast<float>(static_cast<int32_t>(x)); }
+  static I SelectLess(F a, F b, I x, I y) { return a < b ? x : y; }
+  static I SelectLessI(I a, I b, I x, I y) { return a < b ? x : y; }
+  static F Max(F a, F b) { return a > b ? a : b; }
+  static float ReduceMax(F x) { return x; }
+  static I LoadU8(const uint8_t* p) { return *p; }
+  static void StoreU8(uint8_t* p, I x) { *p = static_cast<uint8_t>(x); }
 };
 
 }  // namespace
