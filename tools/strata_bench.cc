@@ -25,6 +25,9 @@ ABSL_FLAG(std::string, grad, "fp16",
           "adam, grad-stats, cast, server-step, gpu-step, nvme-step: fp16, bf16 or fp32 (cast and "
           "the steps: 16-bit)");
 ABSL_FLAG(std::string, op, "to_float", "cast: to_float (16-bit -> fp32) or from_float");
+ABSL_FLAG(std::string, state, "fp32",
+          "adam: the optimizer state's precision, fp32 (m, v FP32) or int8 (m, v 8-bit codes "
+          "with a scale per 256 parameters)");
 ABSL_FLAG(std::string, coordinator, "",
           "step: the cluster at this HOST:PORT (--servers shard servers, each with room for the "
           "job) instead of a loopback one; the workers run here");
@@ -69,7 +72,7 @@ namespace {
 constexpr char kUsage[] =
     "strata-bench: benchmarks; each measures its limit in the same run and prints\n"
     "one JSON object as its last line.\n\n"
-    "  strata-bench adam --params N --threads T [--isa scalar|avx2|avx512]\n"
+    "  strata-bench adam --params N --threads T [--isa scalar|avx2|avx512] [--state fp32|int8]\n"
     "                    [--grad fp16|bf16|fp32] [--json]\n"
     "      fused AdamW over N parameters in 4 Mi chunks, against a memory probe\n"
     "      with the kernel's streams (read p m v g, write p m v and the copy)\n"
@@ -187,6 +190,7 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
   o.grad_dtype = *grad;
   o.reps = absl::GetFlag(FLAGS_reps);
   o.cast_op = absl::GetFlag(FLAGS_op);
+  o.state = absl::GetFlag(FLAGS_state);
   if (command == "adam") return strata::BenchAdam(o);
   if (command == "grad-stats") return strata::BenchGradStats(o);
   if (command == "cast") return strata::BenchCast(o);

@@ -6,6 +6,7 @@
 #include "kernels/adam.h"
 #include "kernels/elementwise.h"
 #include "kernels/grad_stats.h"
+#include "kernels/int8_adam.h"
 #include "kernels/isa.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/memory_probe.h"
@@ -77,39 +78,63 @@ json Report(const char* kernel, const KernelBenchOptions& o, double bytes_per_pa
 
 absl::StatusOr<json> BenchAdam(const KernelBenchOptions& o) {
   if (absl::Status s = Validate(o); !s.ok()) return s;
+  const bool int8 = o.state == "int8";
+  if (!int8 && o.state != "fp32") return absl::InvalidArgumentError("--state must be fp32 or int8");
   const size_t n = o.num_params;
   const size_t gsize = DTypeSize(o.grad_dtype);
   const DType copy_dtype = o.grad_dtype == DType::kBf16 ? DType::kBf16 : DType::kFp16;
   const size_t csize = DTypeSize(copy_dtype);
+  const size_t state_bytes = int8 ? 1 : 4;
+  const size_t blocks = Int8StateBlocks(n);
   ThreadPool pool(o.threads);
-  auto p = AlignedBytes(n * 4), m = AlignedBytes(n * 4), v = AlignedBytes(n * 4);
+  auto p = AlignedBytes(n * 4), m = AlignedBytes(n * state_bytes),
+       v = AlignedBytes(n * state_bytes);
   auto g = AlignedBytes(n * gsize), copy = AlignedBytes(n * csize);
+  auto m_scale = AlignedBytes(int8 ? blocks * 4 : 0), v_scale = AlignedBytes(int8 ? blocks * 4 : 0);
   FillValue(pool, p.get(), DType::kFp32, n, 0.75f);
-  Fill(pool, m.get(), n * 4, 0);
-  Fill(pool, v.get(), n * 4, 0);
+  Fill(pool, m.get(), n * state_bytes, 0);
+  Fill(pool, v.get(), n * state_bytes, 0);
   FillValue(pool, g.get(), o.grad_dtype, n, 1e-3f);
   Fill(pool, copy.get(), n * csize, 0);
+  if (int8) {
+    Fill(pool, m_scale.get(), blocks * 4, 0);
+    Fill(pool, v_scale.get(), blocks * 4, 0);
+  }
   auto* pf = reinterpret_cast<float*>(p.get());
-  auto* mf = reinterpret_cast<float*>(m.get());
-  auto* vf = reinterpret_cast<float*>(v.get());
   int64_t step = 0;
-  const double bytes_per_param = 12 + gsize + 12 + csize;
+  // Each moment's scales are read and written once a block.
+  const double bytes_per_param = 4 + state_bytes * 2 + gsize + 4 + state_bytes * 2 + csize +
+                                 (int8 ? 16.0 / kInt8StateBlock : 0);
   auto kernel = [&] {
     AdamConstants c =
         MakeAdamConstants(AdamConfig{1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, true}, ++step, 1.0f);
     return TimeChunks(pool, n, [&](size_t b, size_t e) {
-      AdamUpdate(c, o.grad_dtype, g.get() + b * gsize, pf + b, mf + b, vf + b, copy_dtype,
-                 copy.get() + b * csize, e - b);
+      if (int8) {
+        const Int8Moments moments{
+            m.get() + b, reinterpret_cast<float*>(m_scale.get()) + b / kInt8StateBlock, v.get() + b,
+            reinterpret_cast<float*>(v_scale.get()) + b / kInt8StateBlock};
+        AdamUpdateInt8(c, o.grad_dtype, g.get() + b * gsize, pf + b, moments,
+                       Int8Rounding{Int8RoundingSeed(b / kBenchChunkElements, step), 0}, copy_dtype,
+                       copy.get() + b * csize, e - b);
+      } else {
+        AdamUpdate(c, o.grad_dtype, g.get() + b * gsize, pf + b,
+                   reinterpret_cast<float*>(m.get()) + b, reinterpret_cast<float*>(v.get()) + b,
+                   copy_dtype, copy.get() + b * csize, e - b);
+      }
     });
   };
-  // The kernel streams the copy of every chunk (aligned, >= 1 MiB): so does the probe.
+  // The kernel streams the copy of every chunk (aligned, >= 1 MiB): so does
+  // the probe. It leaves out int8's scales (0.4% of its bytes).
   auto probe = [&] {
     return TimeChunks(pool, n, [&](size_t b, size_t e) {
-      BestProbes()->adam_streams(pf + b, mf + b, vf + b, g.get() + b * gsize, gsize,
-                                 copy.get() + b * csize, csize, /*stream_copy=*/true, e - b);
+      BestProbes()->adam_streams(pf + b, m.get() + b * state_bytes, v.get() + b * state_bytes,
+                                 state_bytes, g.get() + b * gsize, gsize, copy.get() + b * csize,
+                                 csize, /*stream_copy=*/true, e - b);
     });
   };
-  return Report("adamw", o, bytes_per_param, kernel, probe);
+  json out = Report(int8 ? "adamw_int8" : "adamw", o, bytes_per_param, kernel, probe);
+  out["state"] = o.state;
+  return out;
 }
 
 absl::StatusOr<json> BenchGradStats(const KernelBenchOptions& o) {

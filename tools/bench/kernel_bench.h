@@ -18,6 +18,7 @@ struct KernelBenchOptions {
   DType grad_dtype = DType::kFp16;
   int reps = 5;
   std::string cast_op = "to_float";  // cast: to_float (fp16 -> fp32) or from_float
+  std::string state = "fp32";        // adam: fp32 or int8 (kernels/int8_adam.h)
 };
 
 absl::StatusOr<nlohmann::json> BenchAdam(const KernelBenchOptions& options);

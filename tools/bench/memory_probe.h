@@ -3,7 +3,7 @@
 // kernel's speed can be stated as a fraction of what the memory system does
 // with its streams on this machine, in the same run. Pure functions over
 // caller-owned memory; thread-safe for disjoint ranges. n must be a multiple
-// of 32 and buffers 64-byte aligned.
+// of 64 and buffers 64-byte aligned.
 #ifndef STRATA_TOOLS_BENCH_MEMORY_PROBE_H_
 #define STRATA_TOOLS_BENCH_MEMORY_PROBE_H_
 
@@ -14,10 +14,12 @@ namespace strata {
 
 struct MemoryProbes {
   const char* isa;
-  // Reads p, m, v (FP32) and g (grad_bytes per element); writes p, m, v in
-  // place and `copy` (copy_bytes per element; streamed when `stream_copy`).
-  void (*adam_streams)(float* p, float* m, float* v, const void* g, size_t grad_bytes, void* copy,
-                       size_t copy_bytes, bool stream_copy, size_t n);
+  // Reads p (FP32), m, v (state_bytes per element) and g (grad_bytes);
+  // writes p, m, v in place and `copy` (copy_bytes per element; streamed
+  // when `stream_copy`).
+  void (*adam_streams)(float* p, void* m, void* v, size_t state_bytes, const void* g,
+                       size_t grad_bytes, void* copy, size_t copy_bytes, bool stream_copy,
+                       size_t n);
   // Reads n elements of `element_bytes`; returns a value that depends on them.
   uint64_t (*read)(const void* in, size_t element_bytes, size_t n);
   // Reads n elements of in_bytes and writes n of out_bytes (streamed when `stream`).

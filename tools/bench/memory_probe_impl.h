@@ -9,13 +9,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <utility>
 
 namespace strata {
 namespace probe_internal {
 namespace {
 
-// Elements per probe iteration: every stream moves whole vectors.
-constexpr size_t kGroup = 32;
+// Elements per probe iteration: every stream, 1-byte ones included, moves
+// whole vectors.
+constexpr size_t kGroup = 64;
 
 // Elements ahead that the probes prefetch (as the kernels do).
 constexpr size_t kPrefetchElements = 512;
@@ -30,8 +32,8 @@ inline const uint8_t* At(const void* base, size_t offset) {
 inline uint8_t* At(void* base, size_t offset) { return static_cast<uint8_t*>(base) + offset; }
 
 template <typename V>
-void AdamStreams(float* p, float* m, float* v, const void* g, size_t grad_bytes, void* copy,
-                 size_t copy_bytes, bool stream_copy, size_t n) {
+void AdamStreams(float* p, void* m, void* v, size_t state_bytes, const void* g, size_t grad_bytes,
+                 void* copy, size_t copy_bytes, bool stream_copy, size_t n) {
   typename V::T salt = V::Splat(opaque_zero);
   typename V::T last = V::Zero();
   for (size_t i = 0; i < n; i += kGroup) {
@@ -39,15 +41,18 @@ void AdamStreams(float* p, float* m, float* v, const void* g, size_t grad_bytes,
     // slower than the kernel could be at moving these bytes.
     for (size_t line = 0; line < kGroup * 4; line += 64) {
       __builtin_prefetch(At(p, (i + kPrefetchElements) * 4 + line), 1);
-      __builtin_prefetch(At(m, (i + kPrefetchElements) * 4 + line), 1);
-      __builtin_prefetch(At(v, (i + kPrefetchElements) * 4 + line), 1);
+    }
+    for (size_t line = 0; line < kGroup * state_bytes; line += 64) {
+      __builtin_prefetch(At(m, (i + kPrefetchElements) * state_bytes + line), 1);
+      __builtin_prefetch(At(v, (i + kPrefetchElements) * state_bytes + line), 1);
     }
     for (size_t line = 0; line < kGroup * grad_bytes; line += 64) {
       __builtin_prefetch(At(g, (i + kPrefetchElements) * grad_bytes + line));
     }
-    for (float* stream : {p, m, v}) {
-      for (size_t off = 0; off < kGroup * 4; off += V::kBytes) {
-        uint8_t* at = At(stream, i * 4 + off);
+    for (auto [stream, bytes] :
+         {std::pair<void*, size_t>{p, 4}, {m, state_bytes}, {v, state_bytes}}) {
+      for (size_t off = 0; off < kGroup * bytes; off += V::kBytes) {
+        uint8_t* at = At(stream, i * bytes + off);
         V::Store(at, V::Or(V::Load(at), salt), false);
       }
     }
