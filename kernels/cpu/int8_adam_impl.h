@@ -17,11 +17,6 @@ namespace strata {
 namespace kernels_internal {
 namespace {
 
-template <typename Ops>
-inline typename Ops::F Magnitude(typename Ops::F x) {
-  return Ops::FromBits(Ops::AndI(Ops::Bits(x), Ops::SetI(0x7fffffffu)));
-}
-
 // The largest magnitudes of a block's new moments, lane-wise until reduced.
 template <typename Ops>
 struct BlockLargest {

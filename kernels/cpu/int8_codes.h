@@ -49,6 +49,12 @@ struct CodeConstants {
   static constexpr uint32_t kStepBits = (127 - 2 - Format::kTopExponent) << 23;
 };
 
+// |x|, by clearing the sign bit.
+template <typename Ops>
+inline typename Ops::F Magnitude(typename Ops::F x) {
+  return Ops::FromBits(Ops::AndI(Ops::Bits(x), Ops::SetI(0x7fffffffu)));
+}
+
 // The code of y (a value of x / scale), rounded to nearest, ties to even.
 template <typename Ops, MomentCode K>
 inline typename Ops::I Encode(typename Ops::F y) {
@@ -95,8 +101,7 @@ inline typename Ops::I RandomBits(uint32_t seed, typename Ops::I index) {
 template <typename Ops>
 inline typename Ops::I EncodeStochasticV(typename Ops::F y, typename Ops::I random) {
   constexpr uint32_t kShiftBits = CodeFormat<MomentCode::kUnsignedV>::kTopExponent << 23;
-  typename Ops::F aligned = Ops::Mul(Ops::FromBits(Ops::AndI(Ops::Bits(y), Ops::SetI(0x7fffffffu))),
-                                     Ops::FromBits(Ops::SetI(kShiftBits)));
+  typename Ops::F aligned = Ops::Mul(Magnitude<Ops>(y), Ops::FromBits(Ops::SetI(kShiftBits)));
   typename Ops::I code = Ops::template ShiftRightI<20>(
       Ops::AddI(Ops::Bits(aligned), Ops::template ShiftRightI<12>(random)));
   return Ops::MinI(code, Ops::SetI(CodeFormat<MomentCode::kUnsignedV>::kMaxMagnitude));
