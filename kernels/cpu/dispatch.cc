@@ -146,15 +146,15 @@ void AddInPlace(DType dtype, const void* x, void* acc, size_t n) {
 void AdamUpdateInt8(const AdamConstants& c, DType grad_dtype, const void* grads, float* p,
                     Int8Moments moments, Int8Rounding rounding, DType copy_dtype, void* copy,
                     size_t n) {
-  ActiveKernels().adam_update_int8(c, grad_dtype, grads, p, moments, rounding, copy_dtype, copy, n);
+  ActiveKernels().int8.adam_update(c, grad_dtype, grads, p, moments, rounding, copy_dtype, copy, n);
 }
 
 void QuantizeMoments(const float* m, const float* v, Int8Moments out, size_t n) {
-  ActiveKernels().quantize_moments(m, v, out, n);
+  ActiveKernels().int8.quantize_moments(m, v, out, n);
 }
 
 void DequantizeMoments(const Int8Moments& in, float* m, float* v, size_t n) {
-  ActiveKernels().dequantize_moments(in, m, v, n);
+  ActiveKernels().int8.dequantize_moments(in, m, v, n);
 }
 
 }  // namespace strata

@@ -14,6 +14,15 @@
 
 namespace strata {
 
+// The kernels of 8-bit states (int8_adam.h).
+struct Int8KernelTable {
+  void (*adam_update)(const AdamConstants& c, DType grad_dtype, const void* grads, float* p,
+                      Int8Moments moments, Int8Rounding rounding, DType copy_dtype, void* copy,
+                      size_t n);
+  void (*quantize_moments)(const float* m, const float* v, Int8Moments out, size_t n);
+  void (*dequantize_moments)(const Int8Moments& in, float* m, float* v, size_t n);
+};
+
 struct KernelTable {
   Isa isa;
   void (*adam_update)(const AdamConstants& c, DType grad_dtype, const void* grads, AdamInputs in,
@@ -23,11 +32,7 @@ struct KernelTable {
   void (*cast_to_float)(DType dtype, const void* from, float* to, size_t n);
   void (*accumulate_scaled)(DType dtype, const float* x, float scale, void* acc, size_t n);
   void (*add_in_place)(DType dtype, const void* x, void* acc, size_t n);
-  void (*adam_update_int8)(const AdamConstants& c, DType grad_dtype, const void* grads, float* p,
-                           Int8Moments moments, Int8Rounding rounding, DType copy_dtype, void* copy,
-                           size_t n);
-  void (*quantize_moments)(const float* m, const float* v, Int8Moments out, size_t n);
-  void (*dequantize_moments)(const Int8Moments& in, float* m, float* v, size_t n);
+  Int8KernelTable int8;
 };
 
 const KernelTable& ScalarKernels();

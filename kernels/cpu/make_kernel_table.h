@@ -13,7 +13,15 @@ namespace kernels_internal {
 namespace {
 
 template <typename Ops>
-KernelTable MakeKernelTable(Isa isa) {
+Int8KernelTable MakeInt8KernelTable() {
+  return Int8KernelTable{&AdamUpdateInt8Impl<Ops>, &QuantizeMomentsImpl<Ops>,
+                         &DequantizeMomentsImpl<Ops>};
+}
+
+// The kernels of Ops, with the 8-bit-state kernels of `int8` (by default
+// those of Ops too).
+template <typename Ops>
+KernelTable MakeKernelTable(Isa isa, Int8KernelTable int8 = MakeInt8KernelTable<Ops>()) {
   return KernelTable{isa,
                      &AdamUpdateImpl<Ops>,
                      &GradStatsImpl<Ops>,
@@ -21,9 +29,7 @@ KernelTable MakeKernelTable(Isa isa) {
                      &CastToFloatImpl<Ops>,
                      &AccumulateScaledImpl<Ops>,
                      &AddInPlaceImpl<Ops>,
-                     &AdamUpdateInt8Impl<Ops>,
-                     &QuantizeMomentsImpl<Ops>,
-                     &DequantizeMomentsImpl<Ops>};
+                     int8};
 }
 
 }  // namespace

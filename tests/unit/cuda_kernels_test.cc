@@ -107,7 +107,7 @@ TEST_F(CudaKernelsTest, Int8AdamMatchesCpuBitwise) {
       std::vector<uint8_t> m_codes(n), v_codes(n);
       std::vector<float> m_scale(blocks), v_scale(blocks);
       Int8Moments cpu{m_codes.data(), m_scale.data(), v_codes.data(), v_scale.data()};
-      ScalarKernels().quantize_moments(m.data(), v.data(), cpu, n);
+      ScalarKernels().int8.quantize_moments(m.data(), v.data(), cpu, n);
       std::vector<uint8_t> grads(n * DTypeSize(dtype));
       ScalarKernels().cast_from_float(g32.data(), dtype, grads.data(), n);
       const AdamConstants c =
@@ -122,7 +122,7 @@ TEST_F(CudaKernelsTest, Int8AdamMatchesCpuBitwise) {
                       .ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<uint8_t> copy(n * DTypeSize(dtype));
-      ScalarKernels().adam_update_int8(c, dtype, grads.data(), p.data(), cpu, rounding, dtype,
+      ScalarKernels().int8.adam_update(c, dtype, grads.data(), p.data(), cpu, rounding, dtype,
                                        copy.data(), n);
       EXPECT_EQ(dp.Host(), p) << n;
       EXPECT_EQ(d_copy.Host(), copy) << n;
