@@ -185,14 +185,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // DropCopies or MoveJob (moves_mu_). `plan` changes a job's copies (under
   // mu_, from the job as recorded); an error leaves them as they are.
   using PlanCopies = std::function<absl::Status(v1::JobInfo*)>;
-  // Gives `job_id` the copies `plan` makes without losing a step: while
-  // the job trains, each new copy's server builds it aside from a live old
-  // one (SeedCopies with `prepare`); then a new generation stops its
-  // workers and has them wait for the new placement; every server of the
-  // old and new placements is fenced against older generations
-  // (AllocateChunks with the new one's number), each new copy is seeded
-  // from the same live old one (SeedCopies: the copies built aside replay
-  // the source's last steps, the others are copied whole), the placement is
+  // Gives `job_id` the copies `plan` makes without losing a step: a new
+  // generation stops its workers and has them wait for the new placement;
+  // every server of the old and new placements is fenced against older
+  // generations (AllocateChunks with the new one's number), each new copy
+  // is seeded from a live old one (SeedCopies), the placement is
   // recorded (the old one, as a new version, when a copy failed: the
   // workers go on) and each server keeps only its copies. Adds what moved to
   // `moved` (nullable). Blocks; runs on the movers.
@@ -201,10 +198,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // Has the server of each copy of `after` that `before` lacks seed it from
   // the chunk's first copy in `before` on a live server (SeedChunks, one
   // call per target and source, all at once), the servers fenced; adds
-  // the copies and bytes to `copied`. With `prepare`, the job trains and
-  // the copies are built aside (`copied` counts them as prepared). The
-  // first error, naming the target.
-  absl::Status SeedCopies(const v1::JobInfo& before, const v1::JobInfo& after, bool prepare,
+  // the copies and bytes to `copied`. The first error, naming the target.
+  absl::Status SeedCopies(const v1::JobInfo& before, const v1::JobInfo& after,
                           v1::CopiesMoved* copied);
   // Gives every job whose chunks have fewer copies than its replicas more,
   // where live servers have room (after a server is lost, or registers).

@@ -1,13 +1,10 @@
 // CoordinatorService's copy moves (coordinator_service.h): a job's chunk
 // copies change servers while it trains -- a lost server's copies are
 // seeded again on the servers left, a draining server's move off, a
-// rebalance spreads them. Each new copy's server first builds it aside
-// from a live one while the job trains (SeedChunks with prepare: server to
-// server, the source logging the steps it applies meanwhile); then comes a
-// step boundary that no step crosses: the workers re-form in a new
-// generation and wait for the new placement while the servers, fenced
-// against the old generation, hold still and each new copy replays the
-// source's last steps (or is copied whole where none was built aside).
+// rebalance spreads them -- each a step boundary that no step crosses: the
+// workers re-form in a new generation and wait for the new placement while
+// the servers, fenced against the old generation, hold still and each new
+// copy's server seeds it from a live one (SeedChunks: server to server).
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -107,18 +104,9 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     absl::MutexLock lock(&mu_);
     moving_.erase(job_id);
   };
-  // The new copies are built aside while the job trains; those that are
-  // not are copied whole once fenced.
-  v1::CopiesMoved copied;
-  if (absl::Status prepared = SeedCopies(before, after, /*prepare=*/true, &copied);
-      !prepared.ok()) {
-    LogEventCat("coordinator", "job ", job_id, " (", why,
-                "): copies not built aside are copied whole once fenced: ", prepared.ToString());
-  }
-  copied.set_prepare_seconds(absl::ToDoubleSeconds(absl::Now() - started));
   after.set_placement_version(before.placement_version() + 1);
   // While the copies are seeded the servers hold both placements' copies
-  // (the live ones of `before`).
+  // (the live ones of `before`), all fenced.
   auto both = std::make_shared<v1::JobInfo>(after);
   for (int i = 0; i < before.chunks_size(); ++i) {
     for (const std::string& address : CopiesOf(before.chunks(i))) {
@@ -127,26 +115,13 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
       }
     }
   }
-  // Each server keeps the copies `kept` places on it; the others drop the job.
-  auto keep_only = [&](std::shared_ptr<v1::JobInfo> kept, uint64_t generation) {
-    Await([&](auto done) {
-      fleet_.Allocate(kept, generation,
-                      [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); });
-    }).IgnoreError();
-    std::vector<std::string> emptied;
-    for (const std::string& address : ServersOf(*both)) {
-      if (!HasChunksOn(*kept, address)) emptied.push_back(address);
-    }
-    if (emptied.empty()) return;
-    Await([&](auto done) {
-      fleet_.Drop(job_id, emptied, /*wait_for_ready=*/false,
-                  [done](std::vector<std::string>) { done(absl::OkStatus()); });
-    }).IgnoreError();
-  };
-  // The new copies start empty, also on a server that holds a stale one
-  // (not in `before`: no worker pushes to it). They are made -- their
-  // memory zeroed and pinned -- while the job trains: fenced against no
-  // generation, every server goes on.
+  v1::JobSummary summary;
+  membership_->Summarize(job_id, &summary);
+  // The workers stop the step they run and wait for the new placement.
+  ASSIGN_OR_RETURN(
+      const uint64_t generation,
+      membership_->ChunksMoved(job_id, after.placement_version(), summary.committed_step()));
+  // The new copies start empty, also on a server that holds a stale one.
   auto seeded = std::make_shared<ShardFleet::SeededChunks>();
   for (int i = 0; i < after.chunks_size(); ++i) {
     for (const std::string& target : CopiesOf(after.chunks(i))) {
@@ -157,29 +132,12 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
   }
   absl::Status status = Await([&](auto done) {
     fleet_.Allocate(
-        both, /*min_generation=*/0,
-        [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); }, seeded);
-  });
-  if (!status.ok()) {
-    keep_only(std::make_shared<v1::JobInfo>(before), 0);
-    LogEventCat("coordinator", "job ", job_id, " (", why,
-                "): its copies stay where they were: ", status.ToString());
-    return status;
-  }
-  v1::JobSummary summary;
-  membership_->Summarize(job_id, &summary);
-  // The workers stop the step they run and wait for the new placement;
-  // every server is fenced against the generations before.
-  const absl::Time paused = absl::Now();
-  ASSIGN_OR_RETURN(
-      const uint64_t generation,
-      membership_->ChunksMoved(job_id, after.placement_version(), summary.committed_step()));
-  status = Await([&](auto done) {
-    fleet_.Allocate(both, generation,
-                    [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); });
+        both, generation, [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); },
+        seeded);
   });
   const absl::Time fenced = absl::Now();
-  if (status.ok()) status = SeedCopies(before, after, /*prepare=*/false, &copied);
+  v1::CopiesMoved copied;
+  if (status.ok()) status = SeedCopies(before, after, &copied);
   copied.set_copy_seconds(absl::ToDoubleSeconds(absl::Now() - fenced));
   // The workers go on with the new placement, or on the old one (as a new
   // version) when the copies could not be seeded.
@@ -198,8 +156,22 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
       if (committed.ok()) jobs_[job_id] = placed;
     }
   }
-  copied.set_fenced_seconds(absl::ToDoubleSeconds(absl::Now() - paused));
-  keep_only(std::make_shared<v1::JobInfo>(committed.ok() ? placed : before), generation);
+  // Each server keeps the copies placed on it; the others drop the job.
+  auto kept = std::make_shared<v1::JobInfo>(committed.ok() ? placed : before);
+  Await([&](auto done) {
+    fleet_.Allocate(kept, generation,
+                    [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); });
+  }).IgnoreError();
+  std::vector<std::string> emptied;
+  for (const std::string& address : ServersOf(*both)) {
+    if (!HasChunksOn(*kept, address)) emptied.push_back(address);
+  }
+  if (!emptied.empty()) {
+    Await([&](auto done) {
+      fleet_.Drop(job_id, emptied, /*wait_for_ready=*/false,
+                  [done](std::vector<std::string>) { done(absl::OkStatus()); });
+    }).IgnoreError();
+  }
   status.Update(committed);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
   if (!status.ok()) {
@@ -208,25 +180,20 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     return status;
   }
   LogEventCat("coordinator", "job ", job_id, " (", why, "): ", copied.copies(),
-              " chunk copies seeded (", copied.prepared(), " built aside in ",
-              copied.prepare_seconds(), " s; ", copied.bytes(), " bytes) in ", seconds,
-              " s; its workers waited ", copied.fenced_seconds(), " s (copies ",
-              copied.copy_seconds(), " s) and resume from the step they reached in generation ",
-              generation);
+              " chunk copies seeded (", copied.bytes(), " bytes) in ", seconds, " s (fences ",
+              absl::ToDoubleSeconds(fenced - started), " s, copies ", copied.copy_seconds(),
+              " s); its workers resume from the step they reached in generation ", generation);
   if (moved != nullptr) {
     moved->set_jobs(moved->jobs() + 1);
     moved->set_copies(moved->copies() + copied.copies());
     moved->set_bytes(moved->bytes() + copied.bytes());
     moved->set_copy_seconds(moved->copy_seconds() + copied.copy_seconds());
-    moved->set_prepared(moved->prepared() + copied.prepared());
-    moved->set_prepare_seconds(moved->prepare_seconds() + copied.prepare_seconds());
-    moved->set_fenced_seconds(moved->fenced_seconds() + copied.fenced_seconds());
   }
   return absl::OkStatus();
 }
 
 absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const v1::JobInfo& after,
-                                            bool prepare, v1::CopiesMoved* copied) {
+                                            v1::CopiesMoved* copied) {
   ASSIGN_OR_RETURN(const SeedPlan plan,
                    PlanSeeds(before, after, [this](const std::string& address) {
                      return monitor_->IsLost(address);
@@ -247,10 +214,6 @@ absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const v1:
     call.request.set_job_id(before.spec().job_id());
     call.request.set_source_address(servers.second);
     call.request.set_worker_token(before.worker_token());
-    if (prepare) {
-      call.request.set_prepare(true);
-      *call.request.mutable_spec() = before.spec();
-    }
     uint64_t bytes = 0;
     for (const v1::ChunkSpec& chunk : chunks) {
       *call.request.add_chunks() = chunk;
@@ -271,11 +234,7 @@ absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const v1:
   absl::Status status;
   for (const Call& call : calls) {
     status.Update(call.status);
-    // What was built aside counts once it is written into its chunk.
-    if (!prepare) {
-      copied->set_copies(copied->copies() + call.request.chunks_size());
-      copied->set_prepared(copied->prepared() + call.response.prepared());
-    }
+    copied->set_copies(copied->copies() + call.request.chunks_size());
     copied->set_bytes(copied->bytes() + call.response.bytes());
   }
   return status;
