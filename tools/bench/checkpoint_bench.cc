@@ -240,11 +240,12 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   cluster->reset();
 
   // The restore reads the checkpoint's files sequentially, as fio's read
-  // does the file its write left.
-  absl::StatusOr<double> fio_write = Fio(o.dir, "write", uint64_t{2} << 30, uint64_t{1} << 20, 32);
-  absl::StatusOr<double> fio_read =
-      fio_write.ok() ? Fio(o.dir, "read", uint64_t{2} << 30, uint64_t{1} << 20, 32)
-                     : fio_write.status();
+  // does the file its write left: 2 GiB, 1 MiB I/Os, 32 in flight.
+  auto fio = [&](const std::string& rw) {
+    return Fio(o.dir, rw, uint64_t{2} << 30, uint64_t{1} << 20, 32);
+  };
+  absl::StatusOr<double> fio_write = fio("write");
+  absl::StatusOr<double> fio_read = fio_write.ok() ? fio("read") : fio_write.status();
   std::filesystem::remove(std::filesystem::path(o.dir) / "strata-fio.data", ignored);
   std::filesystem::remove_all(dir, ignored);
   if (!fio_read.ok()) return fio_read.status();
