@@ -66,9 +66,8 @@ absl::StatusOr<std::string> Advertised(const std::string& advertise, const std::
   return address;
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServerOptions& options) {
+// The options' own checks, before anything is opened.
+absl::Status ValidateOptions(const ShardServerOptions& options) {
   if (options.coordinator_address.empty()) {
     return absl::InvalidArgumentError("a coordinator address is required");
   }
@@ -90,106 +89,130 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServe
                                                    " MiB) is below the checkpoint buffer kept (",
                                                    options.checkpoint_buffer_bytes >> 20, " MiB)"));
   }
+  if (options.auth && !options.tls.enabled()) {
+    return absl::InvalidArgumentError(
+        "--auth needs TLS (--tls_cert, --tls_key, --tls_ca): the coordinator is known by its "
+        "certificate, and tokens travel in the clear without it");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ShardServerOptions& options) {
+  RETURN_IF_ERROR(ValidateOptions(options));
   std::unique_ptr<ShardServer> server(new ShardServer());
   server->save_host_chunks_ = options.save_host_chunks;
-  ASSIGN_OR_RETURN(server->metadata_, MetadataStore::OpenInDataDir(options.data_dir));
-  ASSIGN_OR_RETURN(server->gpu_, OpenGpuTierOf(options));
+  RETURN_IF_ERROR(server->OpenStorage(options));
+  RETURN_IF_ERROR(server->MakeService(options));
+  RETURN_IF_ERROR(server->ServeAndRegister(options));
+  server->StartStorageProbe(options);
+  server->LogServing(options);
+  return server;
+}
+
+absl::Status ShardServer::OpenStorage(const ShardServerOptions& options) {
+  ASSIGN_OR_RETURN(metadata_, MetadataStore::OpenInDataDir(options.data_dir));
+  ASSIGN_OR_RETURN(gpu_, OpenGpuTierOf(options));
   // With a GPU tier, the host tier is pinned for the GPU: the chunks' copies
   // come back by DMA.
-  const HostTier::Pinning pinning = !options.pin_host_memory  ? HostTier::Pinning::kNone
-                                    : server->gpu_ != nullptr ? HostTier::Pinning::kGpu
-                                                              : HostTier::Pinning::kMlock;
-  server->tier_ = std::make_unique<HostTier>(options.host_budget_bytes, pinning);
+  const HostTier::Pinning pinning = !options.pin_host_memory ? HostTier::Pinning::kNone
+                                    : gpu_ != nullptr        ? HostTier::Pinning::kGpu
+                                                             : HostTier::Pinning::kMlock;
+  tier_ = std::make_unique<HostTier>(options.host_budget_bytes, pinning);
   if (!options.nvme_dir.empty()) {
-    ASSIGN_OR_RETURN(server->nvme_,
+    ASSIGN_OR_RETURN(nvme_,
                      NvmeTier::Open(NvmeTierOptions{options.nvme_dir, options.nvme_budget_bytes,
                                                     options.nvme_queue_depth}));
   }
-  server->executor_ = std::make_unique<ThreadPool>(options.executor_threads);
-  if (server->nvme_ != nullptr) {
-    server->nvme_executor_ = std::make_unique<ThreadPool>(options.nvme_executor_threads);
-  }
-  server->checkpoint_arena_ = std::make_unique<StateArena>(options.checkpoint_buffer_bytes,
-                                                           options.checkpoint_memory_limit_bytes);
+  executor_ = std::make_unique<ThreadPool>(options.executor_threads);
+  if (nvme_ != nullptr)
+    nvme_executor_ = std::make_unique<ThreadPool>(options.nvme_executor_threads);
+  checkpoint_arena_ = std::make_unique<StateArena>(options.checkpoint_buffer_bytes,
+                                                   options.checkpoint_memory_limit_bytes);
+  return absl::OkStatus();
+}
+
+absl::Status ShardServer::MakeService(const ShardServerOptions& options) {
   std::optional<PathRoot> root;
   if (!options.checkpoint_root.empty()) {
     ASSIGN_OR_RETURN(root, PathRoot::Open(options.checkpoint_root, "checkpoint_root"));
   }
-  ASSIGN_OR_RETURN(
-      server->service_,
-      ShardService::Create(server->gpu_.get(), server->tier_.get(), server->nvme_.get(),
-                           server->metadata_.get(), server->executor_.get(),
-                           server->nvme_executor_.get(), server->checkpoint_arena_.get(),
-                           absl::StrCat(options.data_dir, "/saved-chunks"), std::move(root)));
-  ASSIGN_OR_RETURN(server->metrics_, Metrics::Start(options.metrics_listen_address));
-  server->service_->ExportMetrics(server->metrics_.get());
-  server->service_->set_max_pull_wait(options.max_pull_wait);
+  ASSIGN_OR_RETURN(service_, ShardService::Create(
+                                 gpu_.get(), tier_.get(), nvme_.get(), metadata_.get(),
+                                 executor_.get(), nvme_executor_.get(), checkpoint_arena_.get(),
+                                 absl::StrCat(options.data_dir, "/saved-chunks"), std::move(root)));
+  ASSIGN_OR_RETURN(metrics_, Metrics::Start(options.metrics_listen_address));
+  service_->ExportMetrics(metrics_.get());
+  service_->set_max_pull_wait(options.max_pull_wait);
   // A seed reads the source server as a worker of the job (with its token):
   // with the CA alone, as this server's own certificate would make it a
   // shard server there, which reads no job's state.
   TlsFiles ca_only;
   ca_only.ca_file = options.tls.ca_file;
-  server->service_->set_source_dialer(
-      [ca_only](
-          const std::string& address,
-          const std::string& token) -> absl::StatusOr<std::unique_ptr<v1::ShardServer::Stub>> {
-        ASSIGN_OR_RETURN(ChannelCredentials credentials, MakeChannelCredentials(ca_only, token));
-        return v1::ShardServer::NewStub(MakeChannel(address, credentials));
-      });
-  grpc::Service* served = server->service_.get();
+  service_->set_source_dialer([ca_only](const std::string& address, const std::string& token)
+                                  -> absl::StatusOr<std::unique_ptr<v1::ShardServer::Stub>> {
+    ASSIGN_OR_RETURN(ChannelCredentials credentials, MakeChannelCredentials(ca_only, token));
+    return v1::ShardServer::NewStub(MakeChannel(address, credentials));
+  });
   if (options.auth) {
-    if (!options.tls.enabled()) {
-      return absl::InvalidArgumentError(
-          "--auth needs TLS (--tls_cert, --tls_key, --tls_ca): the coordinator is known by its "
-          "certificate, and tokens travel in the clear without it");
-    }
-    ASSIGN_OR_RETURN(server->auth_, Authenticator::Create("", server->service_.get()));
-    server->authorized_ =
-        std::make_unique<AuthorizedShardServer>(server->service_.get(), server->auth_.get());
-    served = server->authorized_.get();
+    ASSIGN_OR_RETURN(auth_, Authenticator::Create("", service_.get()));
+    authorized_ = std::make_unique<AuthorizedShardServer>(service_.get(), auth_.get());
   }
+  return absl::OkStatus();
+}
+
+absl::Status ShardServer::ServeAndRegister(const ShardServerOptions& options) {
+  grpc::Service* served =
+      authorized_ != nullptr ? static_cast<grpc::Service*>(authorized_.get()) : service_.get();
   std::string bound;
-  ASSIGN_OR_RETURN(server->server_, Serve(options.listen_address, options.tls, served,
-                                          server->metrics_.get(), &bound));
-  ASSIGN_OR_RETURN(server->address_, Advertised(options.advertise_address, bound));
-  RETURN_IF_ERROR(RegisterWithCoordinator(options, server->address_, server->gpu_.get()));
+  ASSIGN_OR_RETURN(server_,
+                   Serve(options.listen_address, options.tls, served, metrics_.get(), &bound));
+  ASSIGN_OR_RETURN(address_, Advertised(options.advertise_address, bound));
+  RETURN_IF_ERROR(RegisterWithCoordinator(options, address_, gpu_.get()));
   // A chunk whose state is lost: the coordinator hears of it when the server
   // registers again (it lists the chunks then).
-  server->reporter_ = std::make_unique<ThreadPool>(1);
-  server->service_->set_on_chunk_lost([raw = server.get(), options] {
-    raw->reporter_->Schedule([raw, options] {
-      absl::Status s = RegisterWithCoordinator(options, raw->address_, raw->gpu_.get());
+  reporter_ = std::make_unique<ThreadPool>(1);
+  service_->set_on_chunk_lost([this, options] {
+    reporter_->Schedule([this, options] {
+      absl::Status s = RegisterWithCoordinator(options, address_, gpu_.get());
       LogEventCat("server", "reported a lost chunk to the coordinator",
                   s.ok() ? "" : absl::StrCat(": ", s.message()));
     });
   });
-  MarkServing(server->server_.get(), v1::ShardServer::service_full_name());
+  MarkServing(server_.get(), v1::ShardServer::service_full_name());
+  return absl::OkStatus();
+}
+
+void ShardServer::StartStorageProbe(const ShardServerOptions& options) {
   std::vector<std::string> probed = {options.data_dir};
   if (!options.nvme_dir.empty()) probed.push_back(options.nvme_dir);
-  grpc::Server* grpc_server = server->server_.get();
-  server->storage_probe_ = std::make_unique<StorageProbe>(
-      options.storage_probe_interval, std::move(probed), server->metadata_.get(),
+  grpc::Server* grpc_server = server_.get();
+  storage_probe_ = std::make_unique<StorageProbe>(
+      options.storage_probe_interval, std::move(probed), metadata_.get(),
       [grpc_server](bool healthy) {
         MarkServing(grpc_server, v1::ShardServer::service_full_name(), healthy);
       });
-  LogEventCat("server", "serving on ", server->address_, " with ",
-              server->gpu_ == nullptr ? std::string("no gpu tier")
-                                      : absl::StrCat("a gpu tier of ", server->gpu_->budget_bytes(),
-                                                     " bytes on GPU ", options.gpu_device),
-              ", a ", options.pin_host_memory ? "page-locked " : "", "host tier of ",
-              options.host_budget_bytes, " bytes, ",
-              server->nvme_ == nullptr
-                  ? std::string("no nvme tier")
-                  : absl::StrCat("an nvme tier of ", server->nvme_->budget_bytes(), " bytes in ",
-                                 server->nvme_->path(), " (", options.nvme_executor_threads,
-                                 " NVMe executor thread(s))"),
-              ", ", options.executor_threads, " executor thread(s) and ",
-              server->checkpoint_arena_->retained_bytes(), " bytes kept for checkpoint buffers; ",
-              DescribeTls(options.tls), "; ",
-              options.auth ? "authentication on: the coordinator's certificate, the jobs' worker "
-                             "tokens"
-                           : DescribeAuth(nullptr));
-  return server;
+}
+
+void ShardServer::LogServing(const ShardServerOptions& options) const {
+  LogEventCat(
+      "server", "serving on ", address_, " with ",
+      gpu_ == nullptr ? std::string("no gpu tier")
+                      : absl::StrCat("a gpu tier of ", gpu_->budget_bytes(), " bytes on GPU ",
+                                     options.gpu_device),
+      ", a ", options.pin_host_memory ? "page-locked " : "", "host tier of ",
+      options.host_budget_bytes, " bytes, ",
+      nvme_ == nullptr
+          ? std::string("no nvme tier")
+          : absl::StrCat("an nvme tier of ", nvme_->budget_bytes(), " bytes in ", nvme_->path(),
+                         " (", options.nvme_executor_threads, " NVMe executor thread(s))"),
+      ", ", options.executor_threads, " executor thread(s) and ",
+      checkpoint_arena_->retained_bytes(), " bytes kept for checkpoint buffers; ",
+      DescribeTls(options.tls), "; ",
+      options.auth ? "authentication on: the coordinator's certificate, the jobs' worker "
+                     "tokens"
+                   : DescribeAuth(nullptr));
 }
 
 ShardServer::~ShardServer() { Shutdown(); }

@@ -109,6 +109,16 @@ class ShardServer {
 
  private:
   ShardServer() = default;
+  // The steps of Start(), in order: the metadata store, tiers, executors
+  // and checkpoint arena; the service over them (its metrics, seed dialer
+  // and, with auth, the authorizing wrapper); serving and registering; the
+  // storage probe; the start-up line.
+  absl::Status OpenStorage(const ShardServerOptions& options);
+  absl::Status MakeService(const ShardServerOptions& options);
+  absl::Status ServeAndRegister(const ShardServerOptions& options);
+  void StartStorageProbe(const ShardServerOptions& options);
+  void LogServing(const ShardServerOptions& options) const;
+
   std::string address_;
   std::unique_ptr<Metrics> metrics_;
   bool save_host_chunks_ = true;
