@@ -80,8 +80,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
       [raw](const std::string& address) { raw->OnServerLost(address); },
       [raw](const std::string& address) { raw->CheckJobsOn(address); },
       [raw] { raw->RecoverEmptiedJobs(); });
+  raw->membership_->SetOnMemberLost([raw](const std::string& job_id) {
+    raw->movers_.Schedule([raw, job_id] { raw->CheckCopies(job_id); });
+  });
   RETURN_IF_ERROR(service->Load());
   return service;
+}
+
+CoordinatorService::~CoordinatorService() {
+  // The lease thread schedules on the movers, which go before the membership.
+  membership_->Stop();
 }
 
 void CoordinatorService::BeginShutdown() {

@@ -32,6 +32,7 @@
 #include "coordinator/checkpointer.h"
 #include "coordinator/membership.h"
 #include "coordinator/rendezvous_store.h"
+#include "coordinator/seed_plan.h"
 #include "coordinator/server_monitor.h"
 #include "coordinator/shard_fleet.h"
 #include "core/thread_pool.h"
@@ -59,6 +60,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
       MetadataStore* metadata, absl::Duration worker_lease, std::string checkpoint_dir,
       const std::string& checkpoint_root, absl::Duration server_timeout,
       ChannelCredentials shard_credentials);
+  ~CoordinatorService() override;
 
   // With authentication on (before serving): who creates a job becomes its
   // owner, and each new job gets a worker token (JobInfo). `auth` must
@@ -193,14 +195,38 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // recorded (the old one, as a new version, when a copy failed: the
   // workers go on) and each server keeps only its copies. Adds what moved to
   // `moved` (nullable). Blocks; runs on the movers.
+  // Once fenced, the old copies of a replicated job that differ from their
+  // chunk's source (a step cut short: coordinator/seed_plan.h) are seeded
+  // again too. With `compare_unmoved`, a replicated job whose placement
+  // `plan` leaves as it is goes through the same steps, for that.
   absl::Status MoveCopies(const std::string& job_id, const PlanCopies& plan, const std::string& why,
-                          v1::CopiesMoved* moved);
-  // Has the server of each copy of `after` that `before` lacks seed it from
-  // the chunk's first copy in `before` on a live server (SeedChunks, one
-  // call per target and source, all at once), the servers fenced; adds
-  // the copies and bytes to `copied`. The first error, naming the target.
-  absl::Status SeedCopies(const v1::JobInfo& before, const v1::JobInfo& after,
-                          v1::CopiesMoved* copied);
+                          v1::CopiesMoved* moved, bool compare_unmoved = false);
+  // The seeds of a move, the servers fenced at `generation`: the new copies
+  // of `after`, and the torn old copies, which are made anew on their
+  // servers (AllocateChunks of `both` seeding them). Counts the torn ones
+  // in `copied`.
+  absl::StatusOr<SeedPlan> PlanCopySeeds(const v1::JobInfo& before, const v1::JobInfo& after,
+                                         std::shared_ptr<const v1::JobInfo> both,
+                                         uint64_t generation, v1::CopiesMoved* copied);
+  // Records `placed` as its job's placement (in the metadata, then in
+  // jobs_); NOT_FOUND when the job went meanwhile.
+  absl::Status RecordPlacement(const v1::JobInfo& placed) ABSL_LOCKS_EXCLUDED(mu_);
+  // After a move: each server of `both` (the placements before and after)
+  // keeps its copies of `kept`, fenced at `generation`; those left without
+  // a copy drop the job. Errors are ignored (a server lost meanwhile).
+  void KeepPlacedCopies(const v1::JobInfo& both, const v1::JobInfo& kept, uint64_t generation);
+  // Drops `job_id` on `addresses` and waits for their answers (errors
+  // ignored: a server without the job has nothing to drop).
+  void DropJobOn(const std::string& job_id, const std::vector<std::string>& addresses);
+  // Has each target of `plan` seed its chunks from their source
+  // (SeedChunks, one call per target and source, all at once), the servers
+  // fenced; adds the copies and bytes to `copied`. The first error, naming
+  // the target.
+  absl::Status SeedCopies(const v1::JobInfo& before, const SeedPlan& plan, v1::CopiesMoved* copied);
+  // A worker of `job_id` was lost, perhaps between its pushes to a chunk's
+  // copies: a replicated job is fenced and its torn copies seeded again
+  // (MoveCopies comparing an unmoved placement). On the movers.
+  void CheckCopies(const std::string& job_id);
   // Gives every job whose chunks have fewer copies than its replicas more,
   // where live servers have room (after a server is lost, or registers).
   void RestoreReplicas();

@@ -22,6 +22,7 @@
 #include "coordinator/coordinator_service.h"
 #include "coordinator/job_info.h"
 #include "coordinator/placement.h"
+#include "coordinator/seed_plan.h"
 #include "core/chunk_bytes.h"
 #include "core/log.h"
 #include "core/quoted.h"
@@ -36,28 +37,18 @@ namespace {
 // A SeedChunks call ends within a minute plus its bytes at this rate.
 constexpr double kMinSeedBytesPerSecond = 20e6;
 
-// The new copies of `after` (those of `before`'s chunks it did not hold) by
-// (target, source): each from the first copy `before` has on a live server.
-using SeedPlan = std::map<std::pair<std::string, std::string>, std::vector<v1::ChunkSpec>>;
-absl::StatusOr<SeedPlan> PlanSeeds(const v1::JobInfo& before, const v1::JobInfo& after,
-                                   const std::function<bool(const std::string&)>& is_lost) {
-  SeedPlan plan;
+// The copies of `after` that `before` lacks, by server: they start empty,
+// also on a server that holds a stale one.
+ShardFleet::SeededChunks NewCopies(const v1::JobInfo& before, const v1::JobInfo& after) {
+  ShardFleet::SeededChunks seeded;
   for (int i = 0; i < after.chunks_size(); ++i) {
-    const v1::ChunkAssignment& old = before.chunks(i);
-    std::string source;
-    for (const std::string& address : CopiesOf(old)) {
-      if (source.empty() && !is_lost(address)) source = address;
-    }
     for (const std::string& target : CopiesOf(after.chunks(i))) {
-      if (HoldsCopy(old, target)) continue;
-      if (source.empty()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "chunk ", old.chunk().chunk_id(), " has no live copy to seed ", target, " from"));
+      if (!HoldsCopy(before.chunks(i), target)) {
+        seeded[target].push_back(after.chunks(i).chunk().chunk_id());
       }
-      plan[{target, source}].push_back(old.chunk());
     }
   }
-  return plan;
+  return seeded;
 }
 
 bool SamePlacement(const v1::JobInfo& a, const v1::JobInfo& b) {
@@ -84,7 +75,8 @@ std::vector<const v1::JobInfo*> CoordinatorService::PlacedJobs() const {
 }
 
 absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const PlanCopies& plan,
-                                            const std::string& why, v1::CopiesMoved* moved) {
+                                            const std::string& why, v1::CopiesMoved* moved,
+                                            bool compare_unmoved) {
   absl::MutexLock moves(&moves_mu_);
   const absl::Time started = absl::Now();
   v1::JobInfo before, after;
@@ -97,7 +89,9 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     }
     before = after = it->second;
     RETURN_IF_ERROR(plan(&after));
-    if (SamePlacement(before, after)) return absl::OkStatus();
+    if (SamePlacement(before, after) && !(compare_unmoved && before.spec().replicas() > 1)) {
+      return absl::OkStatus();
+    }
     moving_.insert(job_id);
   }
   absl::Cleanup not_moving = [&] {
@@ -121,23 +115,17 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
   ASSIGN_OR_RETURN(
       const uint64_t generation,
       membership_->ChunksMoved(job_id, after.placement_version(), summary.committed_step()));
-  // The new copies start empty, also on a server that holds a stale one.
-  auto seeded = std::make_shared<ShardFleet::SeededChunks>();
-  for (int i = 0; i < after.chunks_size(); ++i) {
-    for (const std::string& target : CopiesOf(after.chunks(i))) {
-      if (!HoldsCopy(before.chunks(i), target)) {
-        (*seeded)[target].push_back(after.chunks(i).chunk().chunk_id());
-      }
-    }
-  }
   absl::Status status = Await([&](auto done) {
     fleet_.Allocate(
         both, generation, [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); },
-        seeded);
+        std::make_shared<ShardFleet::SeededChunks>(NewCopies(before, after)));
   });
   const absl::Time fenced = absl::Now();
   v1::CopiesMoved copied;
-  if (status.ok()) status = SeedCopies(before, after, &copied);
+  if (status.ok()) {
+    absl::StatusOr<SeedPlan> seeds = PlanCopySeeds(before, after, both, generation, &copied);
+    status = seeds.ok() ? SeedCopies(before, *seeds, &copied) : seeds.status();
+  }
   copied.set_copy_seconds(absl::ToDoubleSeconds(absl::Now() - fenced));
   // The workers go on with the new placement, or on the old one (as a new
   // version) when the copies could not be seeded.
@@ -146,32 +134,8 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     placed = before;
     placed.set_placement_version(after.placement_version());
   }
-  absl::Status committed;
-  {
-    absl::MutexLock lock(&mu_);
-    if (jobs_.count(job_id) == 0) {
-      committed = UnknownJob(job_id);
-    } else {
-      committed = WriteJob(placed);
-      if (committed.ok()) jobs_[job_id] = placed;
-    }
-  }
-  // Each server keeps the copies placed on it; the others drop the job.
-  auto kept = std::make_shared<v1::JobInfo>(committed.ok() ? placed : before);
-  Await([&](auto done) {
-    fleet_.Allocate(kept, generation,
-                    [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); });
-  }).IgnoreError();
-  std::vector<std::string> emptied;
-  for (const std::string& address : ServersOf(*both)) {
-    if (!HasChunksOn(*kept, address)) emptied.push_back(address);
-  }
-  if (!emptied.empty()) {
-    Await([&](auto done) {
-      fleet_.Drop(job_id, emptied, /*wait_for_ready=*/false,
-                  [done](std::vector<std::string>) { done(absl::OkStatus()); });
-    }).IgnoreError();
-  }
+  const absl::Status committed = RecordPlacement(placed);
+  KeepPlacedCopies(*both, committed.ok() ? placed : before, generation);
   status.Update(committed);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
   if (!status.ok()) {
@@ -180,24 +144,94 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     return status;
   }
   LogEventCat("coordinator", "job ", job_id, " (", why, "): ", copied.copies(),
-              " chunk copies seeded (", copied.bytes(), " bytes) in ", seconds, " s (fences ",
+              " chunk copies seeded (", copied.torn(), " torn by a step cut short; ",
+              copied.bytes(), " bytes) in ", seconds, " s (fences ",
               absl::ToDoubleSeconds(fenced - started), " s, copies ", copied.copy_seconds(),
               " s); its workers resume from the step they reached in generation ", generation);
   if (moved != nullptr) {
     moved->set_jobs(moved->jobs() + 1);
     moved->set_copies(moved->copies() + copied.copies());
+    moved->set_torn(moved->torn() + copied.torn());
     moved->set_bytes(moved->bytes() + copied.bytes());
     moved->set_copy_seconds(moved->copy_seconds() + copied.copy_seconds());
   }
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const v1::JobInfo& after,
+absl::Status CoordinatorService::RecordPlacement(const v1::JobInfo& placed) {
+  const std::string& job_id = placed.spec().job_id();
+  absl::MutexLock lock(&mu_);
+  if (jobs_.count(job_id) == 0) return UnknownJob(job_id);
+  RETURN_IF_ERROR(WriteJob(placed));
+  jobs_[job_id] = placed;
+  return absl::OkStatus();
+}
+
+void CoordinatorService::KeepPlacedCopies(const v1::JobInfo& both, const v1::JobInfo& kept,
+                                          uint64_t generation) {
+  // Each server keeps the copies placed on it; the others drop the job.
+  auto placed = std::make_shared<v1::JobInfo>(kept);
+  Await([&](auto done) {
+    fleet_.Allocate(placed, generation,
+                    [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); });
+  }).IgnoreError();
+  std::vector<std::string> emptied;
+  for (const std::string& address : ServersOf(both)) {
+    if (!HasChunksOn(kept, address)) emptied.push_back(address);
+  }
+  if (!emptied.empty()) DropJobOn(kept.spec().job_id(), emptied);
+}
+
+void CoordinatorService::DropJobOn(const std::string& job_id,
+                                   const std::vector<std::string>& addresses) {
+  Await([&](auto done) {
+    fleet_.Drop(job_id, addresses, /*wait_for_ready=*/false,
+                [done](std::vector<std::string>) { done(absl::OkStatus()); });
+  }).IgnoreError();
+}
+
+absl::StatusOr<SeedPlan> CoordinatorService::PlanCopySeeds(const v1::JobInfo& before,
+                                                           const v1::JobInfo& after,
+                                                           std::shared_ptr<const v1::JobInfo> both,
+                                                           uint64_t generation,
+                                                           v1::CopiesMoved* copied) {
+  const IsLost is_lost = [this](const std::string& address) { return monitor_->IsLost(address); };
+  ASSIGN_OR_RETURN(SeedPlan plan, PlanSeeds(before, after, is_lost));
+  if (before.spec().replicas() <= 1) return plan;
+  // The servers hold still: each old copy's step and round are final.
+  std::vector<std::string> live;
+  for (const std::string& address : ServersOf(before)) {
+    if (!is_lost(address)) live.push_back(address);
+  }
+  std::map<std::string, std::vector<v1::ChunkStatus>> statuses;
+  Await([&](auto done) {
+    fleet_.ListChunks(
+        live, before.spec().job_id(), /*wait_for_ready=*/false, [&statuses, done](auto& results) {
+          for (const auto& r : results) {
+            if (!r->status.ok()) continue;
+            statuses[r->address].assign(r->response.chunks().begin(), r->response.chunks().end());
+          }
+          done(absl::OkStatus());
+        });
+  }).IgnoreError();
+  TornCopies torn = FindTornCopies(before, after, statuses, is_lost);
+  if (torn.by_server.empty()) return plan;
+  // Made anew (empty) where they sit, then seeded like new copies.
+  RETURN_IF_ERROR(Await([&](auto done) {
+    fleet_.Allocate(
+        both, generation, [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); },
+        std::make_shared<ShardFleet::SeededChunks>(torn.by_server));
+  }));
+  for (auto& [servers, chunks] : torn.plan) {
+    copied->set_torn(copied->torn() + chunks.size());
+    std::vector<v1::ChunkSpec>& planned = plan[servers];
+    planned.insert(planned.end(), chunks.begin(), chunks.end());
+  }
+  return plan;
+}
+
+absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const SeedPlan& plan,
                                             v1::CopiesMoved* copied) {
-  ASSIGN_OR_RETURN(const SeedPlan plan,
-                   PlanSeeds(before, after, [this](const std::string& address) {
-                     return monitor_->IsLost(address);
-                   }));
   const DType dtype = DTypeFromProto(before.spec().dtype()).value_or(DType::kFp32);
   // One call per (target, source), all at once; each target reads its source.
   struct Call {
@@ -296,6 +330,15 @@ void CoordinatorService::ReseedCopy(const std::string& job_id, uint32_t chunk_id
   }
   // Where no other server had room, the copy comes back on `address`, seeded anew.
   RestoreReplicas();
+}
+
+void CoordinatorService::CheckCopies(const std::string& job_id) {
+  absl::Status checked = MoveCopies(
+      job_id, [](v1::JobInfo*) { return absl::OkStatus(); },
+      "a worker was lost: its copies are compared", nullptr, /*compare_unmoved=*/true);
+  if (!checked.ok() && !absl::IsNotFound(checked)) {
+    LogEventCat("coordinator", "job ", job_id, ": copies not compared: ", checked.ToString());
+  }
 }
 
 absl::Status CoordinatorService::DoDrain(const v1::DrainServerRequest& request,

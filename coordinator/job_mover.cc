@@ -156,13 +156,7 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id, const std::s
   add(job);
   add(*moved);
   const int64_t reached = std::max(before.committed_step(), HighestAppliedStep(job_id, stale));
-  auto drop = [&](const std::vector<std::string>& addresses) {
-    Await([&](auto done) {
-      fleet_.Drop(job_id, addresses, /*wait_for_ready=*/false,
-                  [done](std::vector<std::string>) { done(absl::OkStatus()); });
-    }).IgnoreError();
-  };
-  drop({stale.begin(), stale.end()});
+  DropJobOn(job_id, {stale.begin(), stale.end()});
   std::vector<std::string> allocated;
   absl::Status status = Await([&](auto done) {
     fleet_.Allocate(moved, generation,
@@ -172,19 +166,14 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id, const std::s
                     });
   });
   if (status.ok()) status = Await([&](auto done) { fleet_.Load(moved, manifest, done); });
-  if (status.ok()) {
-    absl::MutexLock lock(&mu_);
-    if (jobs_.count(job_id) == 0) {
-      status = absl::NotFoundError(absl::StrCat("job '", job_id, "' was deleted during the move"));
-      // The move opened a generation for it again.
-      membership_->Forget(job_id).IgnoreError();
-    } else {
-      status = WriteJob(*moved);
-      if (status.ok()) jobs_[job_id] = *moved;
-    }
+  if (status.ok()) status = RecordPlacement(*moved);
+  if (absl::IsNotFound(status)) {
+    status = absl::NotFoundError(absl::StrCat("job '", job_id, "' was deleted during the move"));
+    // The move opened a generation for it again.
+    membership_->Forget(job_id).IgnoreError();
   }
   if (!status.ok()) {
-    drop(allocated);
+    DropJobOn(job_id, allocated);
     return status;
   }
   // A lost server that registered again during the move kept the job's

@@ -58,6 +58,11 @@ void Membership::Stop() {
 
 Membership::~Membership() { Stop(); }
 
+void Membership::SetOnMemberLost(std::function<void(const std::string& job_id)> f) {
+  absl::MutexLock lock(&mu_);
+  on_member_lost_ = std::move(f);
+}
+
 absl::Status Membership::Load() {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(auto generations, metadata_->Scan(kGenerationPrefix));
@@ -322,7 +327,11 @@ void Membership::ExpireLeasesLoop() {
             job_id, &job, worker_id,
             disconnected ? "closed its generation stream and opened none again (it ended)"
                          : "lost its lease");
-        if (!s.ok()) LogEventCat("coordinator", "job ", job_id, ": ", s.ToString());
+        if (!s.ok()) {
+          LogEventCat("coordinator", "job ", job_id, ": ", s.ToString());
+        } else if (on_member_lost_) {
+          on_member_lost_(job_id);
+        }
       }
     }
   }

@@ -18,6 +18,7 @@
 #ifndef STRATA_COORDINATOR_MEMBERSHIP_H_
 #define STRATA_COORDINATOR_MEMBERSHIP_H_
 
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,6 +56,11 @@ class Membership {
   ~Membership();
 
   absl::Duration lease() const { return lease_; }
+
+  // Runs `f(job_id)` each time a member of a formed generation is dropped
+  // for a lost lease or a closed stream (a step it ran may have been cut
+  // short), under the membership's lock: `f` must not call back into it.
+  void SetOnMemberLost(std::function<void(const std::string& job_id)> f);
 
   // Adds (or renews) worker request.worker_id() in job `spec`. INVALID_ARGUMENT
   // for a bad worker id; RESOURCE_EXHAUSTED past the maximum world size.
@@ -150,6 +156,7 @@ class Membership {
   bool isolated_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time isolated_since_ ABSL_GUARDED_BY(mu_);
   std::thread lease_thread_;
+  std::function<void(const std::string&)> on_member_lost_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace strata

@@ -79,6 +79,11 @@ int64_t Chunk::applied_step() const {
   return applied_step_;
 }
 
+std::optional<PushRound> Chunk::applied_round() const {
+  absl::MutexLock lock(&mu_);
+  return applied_round_;
+}
+
 absl::Status Chunk::lost() const {
   absl::MutexLock lock(&mu_);
   return lost_;
@@ -201,11 +206,13 @@ absl::StatusOr<bool> Chunk::Commit(int64_t step, PushRound round, const StepScal
 void Chunk::Apply() {
   int64_t step;
   StepScalars scalars;
+  PushRound round;
   std::map<uint64_t, StagedPush> pushes;
   {
     absl::MutexLock lock(&mu_);
     step = applied_step_ + 1;
     scalars = *committed_;
+    round = staged_round_;
     pushes.swap(staged_);
   }
   const std::optional<LossScaleState> loss_scale = scalars.loss_scale_after;
@@ -226,6 +233,7 @@ void Chunk::Apply() {
     // Still under state_mu_: ReadState() sees the state and its step together.
     absl::MutexLock lock(&mu_);
     applied_step_ = step;
+    applied_round_ = round;
     loss_scales_[step & 1] = loss_scale;
     applying_ = false;
     applied_any_ = true;
@@ -413,6 +421,7 @@ absl::Status Chunk::WriteState(uint64_t begin, const float* p, const float* m, c
                        "; its state can be written only before the first push, at one step"));
     }
     applied_step_ = step;
+    applied_round_.reset();
     if (!previous.empty()) {
       std::memcpy(copy(step - 1) + (begin - range_.begin) * esize, previous.data(),
                   previous.size());

@@ -129,6 +129,10 @@ class Chunk {
   // Tier bytes held: the state's and the copy's.
   uint64_t num_bytes() const { return state_->num_bytes() + copy_extent_.num_bytes; }
   int64_t applied_step() const;
+  // The round whose pushes made applied_step(); nullopt when its state was
+  // written (WriteState, a checkpoint) rather than applied. Copies of a
+  // chunk at one step applied by different rounds hold different states.
+  std::optional<PushRound> applied_round() const;
   // OK, or why the chunk's state is lost: an Apply() found it corrupted
   // (DATA_LOSS from its tier). A lost chunk answers pushes, commits and
   // pulls of the next step with that error (UNAVAILABLE: workers send them
@@ -338,6 +342,7 @@ class Chunk {
 
   mutable absl::Mutex mu_;
   int64_t applied_step_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<PushRound> applied_round_ ABSL_GUARDED_BY(mu_);
   bool applying_ ABSL_GUARDED_BY(mu_) = false;
   bool applied_any_ ABSL_GUARDED_BY(mu_) = false;  // Apply() succeeded once
   // Set by an Apply() that found the state corrupted (lost()).

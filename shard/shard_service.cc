@@ -430,6 +430,10 @@ grpc::ServerUnaryReactor* ShardService::ListChunks(grpc::CallbackServerContext* 
       row->set_applied_step(chunk->applied_step());
       row->set_staged_params(chunk->staged_params());
       row->set_waiting_pulls(chunk->waiting_pulls());
+      if (std::optional<PushRound> round = chunk->applied_round(); round.has_value()) {
+        row->mutable_applied_round()->set_generation(round->generation);
+        row->mutable_applied_round()->set_attempt(round->attempt);
+      }
       if (absl::Status lost = chunk->lost(); !lost.ok()) row->set_lost(std::string(lost.message()));
     }
   }

@@ -385,6 +385,7 @@ class Ctl {
     if (absl::GetFlag(FLAGS_json)) {
       out["jobs"] = moved.jobs();
       out["copies"] = moved.copies();
+      out["torn"] = moved.torn();
       out["bytes"] = moved.bytes();
       out["seconds"] = moved.seconds();
       std::printf("%s\n", out.dump().c_str());

@@ -127,10 +127,10 @@ testing::KilledRun Train(
 // three servers with 64 MiB of host memory, all in a scratch directory.
 class ReplicationTest : public ::testing::Test {
  protected:
-  void StartCluster(int server_timeout_ms) {
+  void StartCluster(int server_timeout_ms, std::vector<std::string> coordinator_flags = {}) {
+    coordinator_flags.push_back(absl::StrCat("--server_timeout_ms=", server_timeout_ms));
     coordinator_ =
-        testing::StartCoordinator(STRATA_BIN_DIR, scratch_.path(), &daemons_,
-                                  {absl::StrCat("--server_timeout_ms=", server_timeout_ms)});
+        testing::StartCoordinator(STRATA_BIN_DIR, scratch_.path(), &daemons_, coordinator_flags);
     ASSERT_FALSE(coordinator_.empty());
     for (int i = 0; i < 3; ++i) {
       servers_.push_back(StartServer(i, {}));
@@ -347,6 +347,78 @@ TEST_F(ReplicationTest, ARebalanceSpreadsCopiesOntoANewServerWhileTheJobTrains) 
   ASSERT_TRUE(held.ok()) << held.status();
   EXPECT_EQ(*held, static_cast<int>(response.moved().copies()));
   ExpectNothingLost(run);
+}
+
+// A worker lost between its pushes to a chunk's two copies: the copy it
+// reached applied a step the other never saw. Played by hand -- a worker
+// joins, pushes chunk 0's next step to its primary alone and falls silent
+// -- the coordinator drops it, fences the job, finds the replica a step
+// behind and seeds it from the primary: both copies end with the same bits
+// at the step, and no other copy moves.
+TEST_F(ReplicationTest, ACopyTornByALostWorkerIsSeededAgain) {
+  StartCluster(kServerTimeoutMs, {"--worker_lease_ms=500"});
+  const testing::KilledRun run = Train(Job(coordinator_, "torn", /*replicas=*/2), nullptr, nullptr);
+  ASSERT_EQ(run.master.step, kSteps);
+  auto placement = testing::Placement(coordinator_, "torn");
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  std::string primary, replica;
+  uint64_t n = 0;
+  for (const v1::PlacementRow& row : placement->rows()) {
+    if (row.chunk_id() != 0) continue;
+    (row.copy() == 0 ? primary : replica) = row.server_address();
+    n = row.num_params();
+  }
+  ASSERT_FALSE(primary.empty() || replica.empty());
+
+  auto coordinator = v1::Coordinator::NewStub(MakeChannel(coordinator_));
+  v1::JoinJobRequest join;
+  join.set_job_id("torn");
+  join.set_worker_id("lost-worker");
+  v1::JoinJobResponse joined;
+  ASSERT_TRUE(CallUnary(coordinator.get(), &v1::Coordinator::Stub::JoinJob, join, &joined,
+                        absl::Seconds(30))
+                  .ok());
+  v1::PushRequest push;
+  push.set_job_id("torn");
+  push.set_step(kSteps + 1);
+  push.set_flat_begin(0);
+  push.set_num_params(n);
+  push.set_dtype(v1::DTYPE_FP32);
+  push.set_coef(1.0f);
+  const std::vector<float> grads(n, 0.5f);
+  push.set_grads(std::string(reinterpret_cast<const char*>(grads.data()), n * sizeof(float)));
+  push.set_generation(joined.generation().number());
+  auto shard = v1::ShardServer::NewStub(MakeChannel(primary));
+  v1::PushResponse pushed;
+  absl::Status s =
+      CallUnary(shard.get(), &v1::ShardServer::Stub::Push, push, &pushed, absl::Seconds(30));
+  ASSERT_TRUE(s.ok()) << s;
+
+  // The worker's lease runs out; its torn copy is seeded again.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  std::map<std::string, int64_t> steps;
+  while (absl::Now() < deadline) {
+    placement = testing::Placement(coordinator_, "torn");
+    ASSERT_TRUE(placement.ok()) << placement.status();
+    for (const v1::PlacementRow& row : placement->rows()) {
+      if (row.chunk_id() == 0) steps[row.server_address()] = row.applied_step();
+    }
+    if (steps[primary] == kSteps + 1 && steps[replica] == kSteps + 1) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(steps[primary], kSteps + 1);
+  ASSERT_EQ(steps[replica], kSteps + 1) << "the torn copy was not seeded again";
+  auto from_primary = testing::ReadCopy(primary, "torn", 0, n);
+  auto from_replica = testing::ReadCopy(replica, "torn", 0, n);
+  ASSERT_TRUE(from_primary.ok() && from_replica.ok());
+  EXPECT_EQ(from_primary->SerializeAsString(), from_replica->SerializeAsString());
+  // The step changed the primary's state: it is not the state both had.
+  EXPECT_NE(std::vector<float>(from_primary->params().begin(), from_primary->params().end()),
+            std::vector<float>(run.master.params.begin(), run.master.params.begin() + n));
+  EXPECT_THAT(CoordinatorLog(), HasSubstr("1 chunk copies seeded (1 torn by a step cut short"));
+  for (const v1::PlacementRow& row : placement->rows()) {
+    if (row.chunk_id() != 0) EXPECT_EQ(row.applied_step(), kSteps) << "chunk " << row.chunk_id();
+  }
 }
 
 // Four servers in two zones (--zone): each chunk has a copy in each zone,

@@ -271,10 +271,13 @@ TEST_F(ChunkTest, ANewerGenerationReplacesTheStagedPushesOfAnOlderOne) {
   // A late push of generation 1 is refused and changes nothing.
   EXPECT_EQ(Stage(1, kBegin + 50, 50, Grads(50, 100.0f), 3.0f, 1).status().code(),
             absl::StatusCode::kAborted);
+  EXPECT_EQ(chunk_->applied_round(), std::nullopt);  // no step applied yet
   ASSERT_TRUE(*Stage(1, kBegin + 50, 50, Grads(50, 0.5f), 1.0f, 2));
   chunk_->Apply();
   EXPECT_TRUE(pushed_[1].ok());
   EXPECT_TRUE(pushed_[3].ok());
+  // The chunk names the round that made its step (copies compare it).
+  EXPECT_EQ(chunk_->applied_round(), (PushRound{2, 0}));
 
   std::vector<float> p(kN, 1.0f), m(kN, 0.0f), v(kN, 0.0f), g(kN, 0.5f);
   std::vector<uint16_t> copy(kN);
@@ -287,6 +290,7 @@ TEST_F(ChunkTest, ANewerGenerationReplacesTheStagedPushesOfAnOlderOne) {
   // Once applied, any generation's push of step 1 is a retry.
   EXPECT_FALSE(*Stage(1, kBegin, kN, Grads(kN, 7.0f), 1.0f, 3));
   EXPECT_TRUE(pushed_.back().ok());
+  EXPECT_EQ(chunk_->applied_round(), (PushRound{2, 0}));
 
   // The copy of the step before stays pullable until the step after is
   // applied, so that a new generation can recompute a step some chunks took.
@@ -311,6 +315,7 @@ TEST_F(ChunkTest, WriteStateSetsTheStateAndStepBeforeTheFirstPush) {
             absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(chunk_->WriteState(kBegin + 60, p.data(), m.data(), v.data(), 40, 7).ok());
   EXPECT_EQ(chunk_->applied_step(), 7);
+  EXPECT_EQ(chunk_->applied_round(), std::nullopt);  // written, not applied
   std::vector<uint16_t> half(kN, FloatToHalf(0.25f));
   EXPECT_EQ(PullNow(7).second, std::string(reinterpret_cast<const char*>(half.data()), kN * 2));
 
