@@ -40,6 +40,9 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedSteps() {
 
 namespace {
 
+// The longest a worker waits between asks for a moved job's placement.
+constexpr absl::Duration kMaxPlacementPoll = absl::Milliseconds(100);
+
 // Sleeps `*backoff` and doubles it (up to 1 s); false, without sleeping,
 // when the sleep would end past `deadline`.
 bool BackOff(absl::Duration* backoff, absl::Time deadline) {
@@ -190,8 +193,9 @@ absl::StatusOr<int64_t> ClientImpl::AgreeOnStep(absl::Time deadline) {
 absl::Status ClientImpl::FollowPlacement(absl::Time deadline) {
   v1::GetJobRequest request;
   request.set_job_id(options_.job_id);
-  // The coordinator announces a move before it has finished it.
-  while (true) {
+  // The coordinator announces a move before it has finished it: asked
+  // again soon (a move's pause is a fraction of a second), then less often.
+  for (absl::Duration wait = absl::Milliseconds(5);; wait = std::min(2 * wait, kMaxPlacementPoll)) {
     v1::JobInfo job;
     RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::GetJob, request, &job,
                               kControlRpcTimeout));
@@ -204,7 +208,7 @@ absl::Status ClientImpl::FollowPlacement(absl::Time deadline) {
           absl::StrCat("job '", options_.job_id, "': its chunks did not finish moving (placement ",
                        generation_.placement_version(), ") within the rendezvous timeout"));
     }
-    absl::SleepFor(absl::Milliseconds(100));
+    absl::SleepFor(wait);
   }
   LogEventCat("client", "job ", options_.job_id, ": chunks moved (placement ",
               transport_.job().placement_version(), "), resuming from checkpoint ",

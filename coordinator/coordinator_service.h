@@ -187,11 +187,14 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // DropCopies or MoveJob (moves_mu_). `plan` changes a job's copies (under
   // mu_, from the job as recorded); an error leaves them as they are.
   using PlanCopies = std::function<absl::Status(v1::JobInfo*)>;
-  // Gives `job_id` the copies `plan` makes without losing a step: a new
-  // generation stops its workers and has them wait for the new placement;
-  // every server of the old and new placements is fenced against older
-  // generations (AllocateChunks with the new one's number), each new copy
-  // is seeded from a live old one (SeedCopies), the placement is
+  // Gives `job_id` the copies `plan` makes without losing a step: while
+  // the job trains, each new copy's server builds it aside from a live old
+  // one (SeedCopies with `prepare`); then a new generation stops its
+  // workers and has them wait for the new placement; every server of the
+  // old and new placements is fenced against older generations
+  // (AllocateChunks with the new one's number), each new copy is seeded
+  // from the same live old one (SeedCopies: the copies built aside replay
+  // the source's last steps, the others are copied whole), the placement is
   // recorded (the old one, as a new version, when a copy failed: the
   // workers go on) and each server keeps only its copies. Adds what moved to
   // `moved` (nullable). Blocks; runs on the movers.
@@ -220,9 +223,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   void DropJobOn(const std::string& job_id, const std::vector<std::string>& addresses);
   // Has each target of `plan` seed its chunks from their source
   // (SeedChunks, one call per target and source, all at once), the servers
-  // fenced; adds the copies and bytes to `copied`. The first error, naming
-  // the target.
-  absl::Status SeedCopies(const v1::JobInfo& before, const SeedPlan& plan, v1::CopiesMoved* copied);
+  // fenced; adds the copies and bytes to `copied`. With `prepare`, the job
+  // trains and the copies are built aside (`copied` counts them as
+  // prepared). The first error, naming the target.
+  absl::Status SeedCopies(const v1::JobInfo& before, const SeedPlan& plan, bool prepare,
+                          v1::CopiesMoved* copied);
   // A worker of `job_id` was lost, perhaps between its pushes to a chunk's
   // copies: a replicated job is fenced and its torn copies seeded again
   // (MoveCopies comparing an unmoved placement). On the movers.

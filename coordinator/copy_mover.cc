@@ -98,33 +98,61 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     absl::MutexLock lock(&mu_);
     moving_.erase(job_id);
   };
+  // The new copies are built aside while the job trains; those that are
+  // not are copied whole once fenced.
+  v1::CopiesMoved copied;
+  const IsLost is_lost = [this](const std::string& address) { return monitor_->IsLost(address); };
+  if (absl::StatusOr<SeedPlan> new_copies = PlanSeeds(before, after, is_lost); new_copies.ok()) {
+    absl::Status prepared = SeedCopies(before, *new_copies, /*prepare=*/true, &copied);
+    if (!prepared.ok()) {
+      LogEventCat("coordinator", "job ", job_id, " (", why,
+                  "): copies not built aside are copied whole once fenced: ", prepared.ToString());
+    }
+  }
+  copied.set_prepare_seconds(absl::ToDoubleSeconds(absl::Now() - started));
   after.set_placement_version(before.placement_version() + 1);
   // While the copies are seeded the servers hold both placements' copies
-  // (the live ones of `before`), all fenced.
+  // (the live ones of `before`).
   auto both = std::make_shared<v1::JobInfo>(after);
   for (int i = 0; i < before.chunks_size(); ++i) {
     for (const std::string& address : CopiesOf(before.chunks(i))) {
-      if (!HoldsCopy(both->chunks(i), address) && !monitor_->IsLost(address)) {
+      if (!HoldsCopy(both->chunks(i), address) && !is_lost(address)) {
         both->mutable_chunks(i)->add_replica_addresses(address);
       }
     }
   }
+  // The new copies start empty, also on a server that holds a stale one
+  // (not in `before`: no worker pushes to it). They are made -- their
+  // memory zeroed and pinned -- while the job trains: fenced against no
+  // generation, every server goes on.
+  absl::Status status = Await([&](auto done) {
+    fleet_.Allocate(
+        both, /*min_generation=*/0,
+        [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); },
+        std::make_shared<ShardFleet::SeededChunks>(NewCopies(before, after)));
+  });
+  if (!status.ok()) {
+    KeepPlacedCopies(*both, before, /*generation=*/0);
+    LogEventCat("coordinator", "job ", job_id, " (", why,
+                "): its copies stay where they were: ", status.ToString());
+    return status;
+  }
   v1::JobSummary summary;
   membership_->Summarize(job_id, &summary);
-  // The workers stop the step they run and wait for the new placement.
+  // The workers stop the step they run and wait for the new placement;
+  // every server is fenced against the generations before.
+  const absl::Time paused = absl::Now();
   ASSIGN_OR_RETURN(
       const uint64_t generation,
       membership_->ChunksMoved(job_id, after.placement_version(), summary.committed_step()));
-  absl::Status status = Await([&](auto done) {
-    fleet_.Allocate(
-        both, generation, [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); },
-        std::make_shared<ShardFleet::SeededChunks>(NewCopies(before, after)));
+  status = Await([&](auto done) {
+    fleet_.Allocate(both, generation,
+                    [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); });
   });
   const absl::Time fenced = absl::Now();
-  v1::CopiesMoved copied;
   if (status.ok()) {
     absl::StatusOr<SeedPlan> seeds = PlanCopySeeds(before, after, both, generation, &copied);
-    status = seeds.ok() ? SeedCopies(before, *seeds, &copied) : seeds.status();
+    status = seeds.ok() ? SeedCopies(before, *seeds, /*prepare=*/false, &copied) : seeds.status();
   }
   copied.set_copy_seconds(absl::ToDoubleSeconds(absl::Now() - fenced));
   // The workers go on with the new placement, or on the old one (as a new
@@ -135,6 +163,7 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     placed.set_placement_version(after.placement_version());
   }
   const absl::Status committed = RecordPlacement(placed);
+  copied.set_fenced_seconds(absl::ToDoubleSeconds(absl::Now() - paused));
   KeepPlacedCopies(*both, committed.ok() ? placed : before, generation);
   status.Update(committed);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
@@ -145,15 +174,19 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
   }
   LogEventCat("coordinator", "job ", job_id, " (", why, "): ", copied.copies(),
               " chunk copies seeded (", copied.torn(), " torn by a step cut short; ",
-              copied.bytes(), " bytes) in ", seconds, " s (fences ",
-              absl::ToDoubleSeconds(fenced - started), " s, copies ", copied.copy_seconds(),
-              " s); its workers resume from the step they reached in generation ", generation);
+              copied.prepared(), " built aside in ", copied.prepare_seconds(), " s; ",
+              copied.bytes(), " bytes) in ", seconds, " s; its workers waited ",
+              copied.fenced_seconds(), " s (copies ", copied.copy_seconds(),
+              " s) and resume from the step they reached in generation ", generation);
   if (moved != nullptr) {
     moved->set_jobs(moved->jobs() + 1);
     moved->set_copies(moved->copies() + copied.copies());
     moved->set_torn(moved->torn() + copied.torn());
     moved->set_bytes(moved->bytes() + copied.bytes());
     moved->set_copy_seconds(moved->copy_seconds() + copied.copy_seconds());
+    moved->set_prepared(moved->prepared() + copied.prepared());
+    moved->set_prepare_seconds(moved->prepare_seconds() + copied.prepare_seconds());
+    moved->set_fenced_seconds(moved->fenced_seconds() + copied.fenced_seconds());
   }
   return absl::OkStatus();
 }
@@ -231,7 +264,7 @@ absl::StatusOr<SeedPlan> CoordinatorService::PlanCopySeeds(const v1::JobInfo& be
 }
 
 absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const SeedPlan& plan,
-                                            v1::CopiesMoved* copied) {
+                                            bool prepare, v1::CopiesMoved* copied) {
   const DType dtype = DTypeFromProto(before.spec().dtype()).value_or(DType::kFp32);
   // One call per (target, source), all at once; each target reads its source.
   struct Call {
@@ -248,6 +281,10 @@ absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const See
     call.request.set_job_id(before.spec().job_id());
     call.request.set_source_address(servers.second);
     call.request.set_worker_token(before.worker_token());
+    if (prepare) {
+      call.request.set_prepare(true);
+      *call.request.mutable_spec() = before.spec();
+    }
     uint64_t bytes = 0;
     for (const v1::ChunkSpec& chunk : chunks) {
       *call.request.add_chunks() = chunk;
@@ -268,7 +305,11 @@ absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const See
   absl::Status status;
   for (const Call& call : calls) {
     status.Update(call.status);
-    copied->set_copies(copied->copies() + call.request.chunks_size());
+    // What was built aside counts once it is written into its chunk.
+    if (!prepare) {
+      copied->set_copies(copied->copies() + call.request.chunks_size());
+      copied->set_prepared(copied->prepared() + call.response.prepared());
+    }
     copied->set_bytes(copied->bytes() + call.response.bytes());
   }
   return status;

@@ -52,6 +52,7 @@ const std::vector<MethodPolicy>& AuthPolicyTable() {
       {kShard, "SaveChunks", control},
       {kShard, "LoadChunks", control},
       {kShard, "SeedChunks", control},
+      {kShard, "ReadStepLog", state},
   };
   return *table;
 }

@@ -211,6 +211,11 @@ grpc::ServerUnaryReactor* AuthorizedShardServer::SeedChunks(grpc::CallbackServer
                                                             v1::SeedChunksResponse* response) {
   return STRATA_GATED(ShardBase, SeedChunks, request->job_id());
 }
+grpc::ServerUnaryReactor* AuthorizedShardServer::ReadStepLog(grpc::CallbackServerContext* ctx,
+                                                             const v1::ReadStepLogRequest* request,
+                                                             v1::ReadStepLogResponse* response) {
+  return STRATA_GATED(ShardBase, ReadStepLog, request->job_id());
+}
 
 #undef STRATA_GATED
 

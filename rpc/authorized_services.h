@@ -147,6 +147,9 @@ class AuthorizedShardServer final : public ShardServerService {
   grpc::ServerUnaryReactor* SeedChunks(grpc::CallbackServerContext* ctx,
                                        const v1::SeedChunksRequest* request,
                                        v1::SeedChunksResponse* response) override;
+  grpc::ServerUnaryReactor* ReadStepLog(grpc::CallbackServerContext* ctx,
+                                        const v1::ReadStepLogRequest* request,
+                                        v1::ReadStepLogResponse* response) override;
 
  private:
   ShardServerService* const service_;

@@ -230,8 +230,17 @@ void Chunk::Apply() {
       FailApply(std::move(pushes), updated);
       return;
     }
-    // Still under state_mu_: ReadState() sees the state and its step together.
+    std::shared_ptr<StepLog> log;
+    {
+      absl::MutexLock lock(&mu_);
+      log = log_;
+    }
+    std::shared_ptr<const LoggedStep> logged =
+        log != nullptr && log->status().ok() ? LogEntry(step, scalars, pushes) : nullptr;
+    // Still under state_mu_: ReadState() sees the state and its step
+    // together, and a log has every step after its since_step().
     absl::MutexLock lock(&mu_);
+    if (logged != nullptr) log->Append(std::move(logged));
     applied_step_ = step;
     applied_round_ = round;
     loss_scales_[step & 1] = loss_scale;

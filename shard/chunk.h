@@ -19,6 +19,8 @@
 // Checkpoints (ArmCheckpoint ... CancelCheckpoint) are implemented in
 // chunk_checkpoint.cc: Apply() asks them, before it changes the state,
 // whether to keep the armed step's state and where to write the update.
+// A step log (StartStepLog, chunk_step_log.cc) keeps each applied step's
+// gradients and scalars for a new copy that catches up on another server.
 //
 // Thread-safety: all methods are thread-safe. Apply() runs on one executor
 // thread at a time per chunk (Stage() returns true to exactly one caller per
@@ -47,6 +49,7 @@
 #include "shard/chunk_groups.h"
 #include "shard/chunk_state.h"
 #include "shard/saved_chunk.h"
+#include "shard/step_log.h"
 #include "storage/metadata_store.h"
 #include "storage/tier.h"
 #include "strata/flat_layout.h"
@@ -235,6 +238,16 @@ class Chunk {
   // Disarms, ending an AwaitCheckpointStep() that waits.
   void CancelCheckpoint() ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
 
+  // Starts a log of the steps this chunk applies from now on (ending the
+  // one it kept): every step after its since_step() (waiting out an Apply()
+  // in progress) is appended as it is applied.
+  std::shared_ptr<StepLog> StartStepLog() ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
+  // The log StartStepLog() began (ended or not); FAILED_PRECONDITION when
+  // none was started, or it was ended by EndStepLog().
+  absl::StatusOr<std::shared_ptr<StepLog>> step_log() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends and forgets the step log, if any.
+  void EndStepLog() ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct StagedPush {
     uint64_t end;
@@ -323,6 +336,10 @@ class Chunk {
   bool TakeReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the pushes a newer round replaced with ABORTED.
   void EndSuperseded(std::map<uint64_t, StagedPush> superseded, int64_t step, PushRound by);
+  // In Apply(), once `step` is applied: the step as the log keeps it (its
+  // gradients gathered from `pushes`).
+  std::shared_ptr<const LoggedStep> LogEntry(int64_t step, const StepScalars& scalars,
+                                             const std::map<uint64_t, StagedPush>& pushes) const;
   // Ends a failed Apply(): the step stays unapplied and `pushes` get `status`.
   void FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status);
 
@@ -382,6 +399,10 @@ class Chunk {
   bool writing_held_ ABSL_GUARDED_BY(state_mu_) = false;
   ArenaState checkpoint_copy_ ABSL_GUARDED_BY(state_mu_);
   std::optional<LossScaleState> checkpoint_loss_scale_ ABSL_GUARDED_BY(mu_);
+  // The step log, if one was started; started under state_mu_ too, so that
+  // no Apply() (which holds state_mu_) runs between a log's start and its
+  // first step.
+  std::shared_ptr<StepLog> log_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace strata

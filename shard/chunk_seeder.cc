@@ -22,13 +22,6 @@ struct Piece {
   absl::Status status;
 };
 
-// `status` with the source named.
-absl::Status AtSource(const absl::Status& status, const std::string& address) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat("source shard server ", address, ": ", status.message()));
-}
-
 // Reads `piece` from the source and writes it here.
 void SeedPiece(v1::ShardServer::Stub* source, const std::string& source_address,
                const std::string& job_id, DType dtype, absl::Duration call_timeout,
@@ -54,24 +47,15 @@ void SeedPiece(v1::ShardServer::Stub* source, const std::string& source_address,
   // after a restart, nor at step 0); the new copy serves that step only
   // once every piece brought it.
   if (piece->step > 0) {
-    v1::PullRequest pull;
-    pull.set_job_id(job_id);
-    pull.set_step(piece->step - 1);
-    pull.set_flat_begin(piece->begin);
-    pull.set_num_params(piece->num_params);
-    v1::PullResponse before;
-    absl::Status pulled =
-        CallUnary(source, &v1::ShardServer::Stub::Pull, pull, &before, call_timeout);
-    if (pulled.ok() && before.params().size() != piece->num_params * DTypeSize(dtype)) {
-      pulled = absl::InternalError(absl::StrCat("a pull of ", before.params().size(), " bytes for ",
-                                                piece->num_params, " params"));
-    }
-    if (!pulled.ok() && !absl::IsAborted(pulled)) {
-      piece->status = AtSource(pulled, source_address);
+    absl::StatusOr<std::optional<std::string>> before =
+        PullCopyAt(source, source_address, job_id, piece->step - 1, piece->begin, piece->num_params,
+                   dtype, call_timeout);
+    if (!before.ok()) {
+      piece->status = before.status();
       return;
     }
-    if (pulled.ok()) {
-      here.set_previous_params(std::move(*before.mutable_params()));
+    if (before->has_value()) {
+      here.set_previous_params(std::move(**before));
       piece->previous = true;
     }
   }
@@ -80,6 +64,52 @@ void SeedPiece(v1::ShardServer::Stub* source, const std::string& source_address,
 }
 
 }  // namespace
+
+absl::Status InSeedStreams(size_t count, const std::function<absl::Status(size_t)>& each) {
+  std::vector<absl::Status> status(count);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto stream = [&] {
+    for (size_t i = next++; i < count && !failed.load(); i = next++) {
+      status[i] = each(i);
+      if (!status[i].ok()) failed = true;
+    }
+  };
+  std::vector<std::thread> streams;
+  for (size_t s = 1; s < std::min<size_t>(kSeedStreams, count); ++s) streams.emplace_back(stream);
+  stream();
+  for (std::thread& t : streams) t.join();
+  for (const absl::Status& s : status) RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<std::string>> PullCopyAt(v1::ShardServer::Stub* source,
+                                                      const std::string& source_address,
+                                                      const std::string& job_id, int64_t step,
+                                                      uint64_t begin, uint64_t n, DType dtype,
+                                                      absl::Duration call_timeout) {
+  v1::PullRequest pull;
+  pull.set_job_id(job_id);
+  pull.set_step(step);
+  pull.set_flat_begin(begin);
+  pull.set_num_params(n);
+  v1::PullResponse copy;
+  absl::Status pulled = CallUnary(source, &v1::ShardServer::Stub::Pull, pull, &copy, call_timeout);
+  if (absl::IsAborted(pulled)) return std::nullopt;
+  RETURN_IF_ERROR(AtSource(pulled, source_address));
+  if (copy.params().size() != n * DTypeSize(dtype)) {
+    return AtSource(absl::InternalError(absl::StrCat("a pull of ", copy.params().size(),
+                                                     " bytes for ", n, " params")),
+                    source_address);
+  }
+  return std::move(*copy.mutable_params());
+}
+
+absl::Status AtSource(const absl::Status& status, const std::string& address) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat("source shard server ", address, ": ", status.message()));
+}
 
 absl::StatusOr<SeededChunks> SeedChunkStates(v1::ShardServer::Stub* source,
                                              const std::string& source_address,
@@ -94,23 +124,10 @@ absl::StatusOr<SeededChunks> SeedChunkStates(v1::ShardServer::Stub* source,
       pieces.push_back({c, begin, std::min(kSeedPieceParams, end - begin)});
     }
   }
-  // kSeedStreams pieces in flight, each stream a piece after another,
-  // until one fails.
-  std::atomic<bool> failed{false};
-  auto stream = [&](size_t first) {
-    for (size_t i = first; i < pieces.size() && !failed.load(); i += kSeedStreams) {
-      SeedPiece(source, source_address, job_id, dtype, call_timeout, write, &pieces[i]);
-      if (!pieces[i].status.ok()) failed = true;
-    }
-  };
-  std::vector<std::thread> streams;
-  for (size_t s = 1; s < std::min<size_t>(kSeedStreams, pieces.size()); ++s) {
-    streams.emplace_back(stream, s);
-  }
-  stream(0);
-  for (std::thread& t : streams) t.join();
-  // Pieces after a failed one did not run: the failure is the answer.
-  for (const Piece& piece : pieces) RETURN_IF_ERROR(piece.status);
+  RETURN_IF_ERROR(InSeedStreams(pieces.size(), [&](size_t i) {
+    SeedPiece(source, source_address, job_id, dtype, call_timeout, write, &pieces[i]);
+    return pieces[i].status;
+  }));
   SeededChunks seeded;
   std::vector<bool> previous(chunks.size(), true);
   std::vector<const Piece*> first_of(chunks.size(), nullptr);

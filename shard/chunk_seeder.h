@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,20 @@ namespace strata {
 // overlap, far below the server's read limit and the message limit.
 inline constexpr uint64_t kSeedPieceParams = uint64_t{1} << 18;
 inline constexpr uint64_t kSeedStreams = 4;
+
+// `status` with the source shard server at `address` named.
+absl::Status AtSource(const absl::Status& status, const std::string& address);
+// Runs `each(i)` for every i in [0, count), kSeedStreams at a time, until
+// one fails; the first failure in index order.
+absl::Status InSeedStreams(size_t count, const std::function<absl::Status(size_t)>& each);
+// The source's copy of `step` of [begin, begin + n) in `dtype` (Pull), or
+// nullopt where it keeps none (ABORTED: not after a restart, nor at step 0);
+// its error, naming it, otherwise.
+absl::StatusOr<std::optional<std::string>> PullCopyAt(v1::ShardServer::Stub* source,
+                                                      const std::string& source_address,
+                                                      const std::string& job_id, int64_t step,
+                                                      uint64_t begin, uint64_t n, DType dtype,
+                                                      absl::Duration call_timeout);
 
 // What a seed wrote.
 struct SeededChunks {

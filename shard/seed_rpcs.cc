@@ -1,12 +1,17 @@
-// ShardService's SeedChunks (shard_service.h): new copies of a job's chunks
-// here are seeded from their copies on another server, which this server
-// reads itself (shard/chunk_seeder.h).
+// ShardService's SeedChunks and ReadStepLog (shard_service.h): new copies
+// of a job's chunks here are seeded from their copies on another server,
+// which this server reads itself: whole once the job is fenced
+// (shard/chunk_seeder.h), or built aside while it trains and brought to the
+// fenced source's step by replaying its step log (shard/catch_up_seeder.h).
+#include <algorithm>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/host_port.h"
 #include "core/log.h"
 #include "core/quoted.h"
@@ -14,6 +19,7 @@
 #include "rpc/grpc_status.h"
 #include "rpc/job_spec.h"
 #include "rpc/token.h"
+#include "shard/chunk_groups.h"
 #include "shard/chunk_seeder.h"
 #include "shard/shard_service.h"
 
@@ -22,11 +28,15 @@ namespace {
 
 // How long each read of the source may take.
 constexpr absl::Duration kSeedCallTimeout = absl::Seconds(60);
+// The most params of one ReadStepLog (its steps' gradients stay far below
+// the message limit).
+constexpr uint64_t kMaxStepLogReadParams = uint64_t{1} << 20;
 
-}  // namespace
-
-absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
-    const v1::SeedChunksRequest& request, DType* dtype) {
+// The checks of every SeedChunks: its source address and token, then 1 to
+// kMaxChunksPerJob chunks, each `known` (its error otherwise) and named
+// once.
+absl::Status ValidateSeedRequest(const v1::SeedChunksRequest& request,
+                                 const std::function<absl::Status(const v1::ChunkSpec&)>& known) {
   RETURN_IF_ERROR(ValidateHostPort("source_address", request.source_address()));
   if (!request.worker_token().empty()) {
     RETURN_IF_ERROR(ValidateToken(request.worker_token(), "worker_token"));
@@ -35,9 +45,22 @@ absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
     return absl::InvalidArgumentError(absl::StrCat("chunks: ", request.chunks_size(),
                                                    " named; 1 to ", kMaxChunksPerJob, " may be"));
   }
-  std::vector<v1::ChunkSpec> chunks;
   absl::flat_hash_set<uint32_t> named;
   for (const v1::ChunkSpec& c : request.chunks()) {
+    RETURN_IF_ERROR(known(c));
+    if (!named.insert(c.chunk_id()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunks: chunk ", c.chunk_id(), " is named twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
+    const v1::SeedChunksRequest& request, DType* dtype) {
+  RETURN_IF_ERROR(ValidateSeedRequest(request, [&](const v1::ChunkSpec& c) -> absl::Status {
     ASSIGN_OR_RETURN(std::shared_ptr<Chunk> chunk,
                      FindChunk(request.job_id(), c.flat_begin(), c.num_params(), dtype));
     if (chunk->chunk_id() != c.chunk_id() || chunk->range().begin != c.flat_begin() ||
@@ -46,40 +69,237 @@ absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
           "chunks: chunk ", c.chunk_id(), " [", c.flat_begin(), ", +", c.num_params(), ") of job ",
           Quoted(request.job_id()), " is not a chunk as allocated on this shard server"));
     }
-    if (!named.insert(c.chunk_id()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunks: chunk ", c.chunk_id(), " is named twice"));
-    }
-    chunks.push_back(c);
+    return absl::OkStatus();
+  }));
+  return std::vector<v1::ChunkSpec>(request.chunks().begin(), request.chunks().end());
+}
+
+absl::StatusOr<std::unique_ptr<v1::ShardServer::Stub>> ShardService::DialSource(
+    const v1::SeedChunksRequest& request) {
+  if (!dial_source_) {
+    return absl::FailedPreconditionError("this shard server reads no other server");
   }
-  return chunks;
+  return dial_source_(request.source_address(), request.worker_token());
+}
+
+std::unique_ptr<ShardService::PreparedCopies> ShardService::TakePrepared(
+    const std::string& job_id, const std::string& source) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = prepared_.begin(); it != prepared_.end();) {
+    if (absl::Now() - it->second->made > kPreparedLifetime) {
+      it = prepared_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto it = prepared_.find({job_id, source});
+  if (it == prepared_.end()) return nullptr;
+  std::unique_ptr<PreparedCopies> taken = std::move(it->second);
+  prepared_.erase(it);
+  return taken;
+}
+
+absl::StatusOr<uint64_t> ShardService::FinishPrepared(const SeedSource& source, CatchUpCopy* copy,
+                                                      Chunk& chunk) {
+  ASSIGN_OR_RETURN(const uint64_t replayed, CatchUp(source, copy, /*to_applied_step=*/true));
+  RETURN_IF_ERROR(PullPrevious(source, copy));
+  RETURN_IF_ERROR(copy->WriteInto(chunk));
+  EndStepLog(source, *copy);
+  return replayed;
 }
 
 absl::Status ShardService::DoSeedChunks(const v1::SeedChunksRequest& request,
                                         const std::vector<v1::ChunkSpec>& chunks, DType dtype,
                                         v1::SeedChunksResponse* response) {
-  if (!dial_source_) {
-    return absl::FailedPreconditionError("this shard server reads no other server");
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<v1::ShardServer::Stub> source,
-                   dial_source_(request.source_address(), request.worker_token()));
+  ASSIGN_OR_RETURN(std::unique_ptr<v1::ShardServer::Stub> source, DialSource(request));
   const absl::Time started = absl::Now();
-  ASSIGN_OR_RETURN(
-      SeededChunks seeded,
-      SeedChunkStates(source.get(), request.source_address(), request.job_id(), chunks, dtype,
-                      kSeedCallTimeout,
-                      [this](const v1::WriteStateRequest& piece) { return DoWriteState(piece); }));
-  response->set_bytes(seeded.bytes);
-  response->set_previous(seeded.previous);
+  std::unique_ptr<PreparedCopies> prepared =
+      TakePrepared(request.job_id(), request.source_address());
+  std::string spec;
+  {
+    absl::MutexLock lock(&mu_);
+    auto job = jobs_.find(request.job_id());
+    if (job != jobs_.end()) spec = job->second->record.spec().SerializeAsString();
+  }
+  if (prepared != nullptr && prepared->spec != spec) prepared.reset();
+  const SeedSource from{source.get(), request.source_address(), request.job_id(), kSeedCallTimeout};
+  // Chunks with a copy built aside replay the last steps; the others, and
+  // those whose copy fell behind, are copied whole.
+  std::vector<v1::ChunkSpec> whole;
+  for (const v1::ChunkSpec& c : chunks) {
+    CatchUpCopy* copy = nullptr;
+    if (prepared != nullptr) {
+      auto it = prepared->by_chunk.find(c.chunk_id());
+      if (it != prepared->by_chunk.end() && it->second->chunk().flat_begin() == c.flat_begin() &&
+          it->second->chunk().num_params() == c.num_params()) {
+        copy = it->second.get();
+      }
+    }
+    absl::StatusOr<uint64_t> replayed = absl::NotFoundError("no copy built aside");
+    if (copy != nullptr) {
+      ASSIGN_OR_RETURN(std::shared_ptr<Chunk> chunk,
+                       FindChunk(request.job_id(), c.flat_begin(), c.num_params()));
+      replayed = FinishPrepared(from, copy, *chunk);
+      if (!replayed.ok()) {
+        LogEventCat("server", "job ", request.job_id(), ": the copy of chunk ", c.chunk_id(),
+                    " built aside is copied whole: ", replayed.status().ToString());
+      }
+    }
+    if (!replayed.ok()) {
+      whole.push_back(c);
+      continue;
+    }
+    response->set_prepared(response->prepared() + 1);
+    response->set_replayed_steps(response->replayed_steps() + *replayed);
+    const auto& pieces = copy->pieces();
+    const bool previous = std::all_of(pieces.begin(), pieces.end(),
+                                      [](const CatchUpCopy::Piece& p) { return p.previous; });
+    response->set_previous(response->previous() + (previous ? 1 : 0));
+  }
+  prepared.reset();  // its memory back before copies are read whole
+  if (!whole.empty()) {
+    ASSIGN_OR_RETURN(
+        SeededChunks seeded,
+        SeedChunkStates(source.get(), request.source_address(), request.job_id(), whole, dtype,
+                        kSeedCallTimeout, [this](const v1::WriteStateRequest& piece) {
+                          return DoWriteState(piece);
+                        }));
+    response->set_bytes(seeded.bytes);
+    response->set_previous(response->previous() + seeded.previous);
+  }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
   LogEventCat("server", "job ", request.job_id(), ": ", chunks.size(), " chunk copies seeded from ",
-              request.source_address(), " (", FormatBytes(seeded.bytes), " in ", seconds, " s)");
+              request.source_address(), " (", response->prepared(), " built aside, ",
+              response->replayed_steps(), " steps replayed; ", FormatBytes(response->bytes()),
+              " copied whole in ", seconds, " s)");
+  return absl::OkStatus();
+}
+
+absl::Status ShardService::ValidatePrepare(const v1::SeedChunksRequest& request) const {
+  absl::StatusOr<FlatLayout> layout = ValidateJobSpec(request.spec());
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec: ", layout.status().message()));
+  }
+  if (request.spec().job_id() != request.job_id()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.job_id ", Quoted(request.spec().job_id()),
+                                                   " is not job_id ", Quoted(request.job_id())));
+  }
+  return ValidateSeedRequest(request, [&](const v1::ChunkSpec& c) {
+    const bool known = c.chunk_id() < layout->num_chunks() &&
+                       layout->chunk_range(c.chunk_id()).begin == c.flat_begin() &&
+                       layout->chunk_range(c.chunk_id()).size() == c.num_params();
+    return known ? absl::OkStatus()
+                 : absl::InvalidArgumentError(absl::StrCat("chunks: chunk ", c.chunk_id(), " [",
+                                                           c.flat_begin(), ", +", c.num_params(),
+                                                           ") is not a chunk of the job's spec"));
+  });
+}
+
+absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
+                                         v1::SeedChunksResponse* response) {
+  ASSIGN_OR_RETURN(std::unique_ptr<v1::ShardServer::Stub> source, DialSource(request));
+  const absl::Time started = absl::Now();
+  const v1::JobSpec& spec = request.spec();
+  ASSIGN_OR_RETURN(const FlatLayout layout, ValidateJobSpec(spec));
+  ASSIGN_OR_RETURN(const DType dtype, DTypeFromProto(spec.dtype()));
+  const SeedSource from{source.get(), request.source_address(), request.job_id(), kSeedCallTimeout};
+  auto prepared = std::make_unique<PreparedCopies>();
+  prepared->spec = spec.SerializeAsString();
+  // Chunk by chunk, each read then replayed; the copies built so far
+  // replay what their sources applied meanwhile, so that no log falls
+  // StepLog::kMaxSteps behind.
+  absl::Status last_failure;
+  for (const v1::ChunkSpec& c : request.chunks()) {
+    const FlatRange range{c.flat_begin(), c.flat_begin() + c.num_params()};
+    absl::StatusOr<std::unique_ptr<CatchUpCopy>> copy = CatchUpCopy::Create(
+        c, dtype, AdamFromProto(spec.adam()), ChunkGroupsOf(spec, layout, range), kSeedPieceParams,
+        checkpoint_arena_);
+    if (!copy.ok()) {
+      last_failure = copy.status();
+      break;  // the arena is full
+    }
+    absl::Status read = ReadPieces(from, copy->get());
+    if (!read.ok()) {
+      last_failure = read;
+      EndStepLog(from, **copy);
+      continue;
+    }
+    response->set_bytes(response->bytes() + 3 * c.num_params() * sizeof(float));
+    prepared->by_chunk[c.chunk_id()] = *std::move(copy);
+    for (auto it = prepared->by_chunk.begin(); it != prepared->by_chunk.end();) {
+      absl::StatusOr<uint64_t> replayed = CatchUp(from, it->second.get(), false);
+      if (replayed.ok()) {
+        response->set_replayed_steps(response->replayed_steps() + *replayed);
+        ++it;
+      } else {
+        last_failure = replayed.status();
+        EndStepLog(from, *it->second);
+        it = prepared->by_chunk.erase(it);
+      }
+    }
+  }
+  response->set_prepared(static_cast<uint32_t>(prepared->by_chunk.size()));
+  LogEventCat("server", "job ", request.job_id(), ": ", response->prepared(), " of ",
+              request.chunks_size(), " chunk copies built aside from ", request.source_address(),
+              " in ", absl::ToDoubleSeconds(absl::Now() - started), " s (",
+              response->replayed_steps(), " steps replayed)",
+              last_failure.ok() ? "" : "; the others are copied whole once fenced: ",
+              last_failure.ok() ? "" : last_failure.ToString());
+  prepared->made = absl::Now();
+  absl::MutexLock lock(&mu_);
+  prepared_[{request.job_id(), request.source_address()}] = std::move(prepared);
+  return absl::OkStatus();
+}
+
+absl::Status ShardService::DoReadStepLog(const v1::ReadStepLogRequest& request,
+                                         v1::ReadStepLogResponse* response) {
+  if (request.num_params() > kMaxStepLogReadParams) {
+    return absl::InvalidArgumentError(absl::StrCat("num_params: ", request.num_params(),
+                                                   " exceeds the maximum of ",
+                                                   kMaxStepLogReadParams, " per read"));
+  }
+  DType dtype = DType::kFp32;
+  ASSIGN_OR_RETURN(std::shared_ptr<Chunk> chunk,
+                   FindChunk(request.job_id(), request.flat_begin(), request.num_params(), &dtype));
+  if (request.end()) {
+    chunk->EndStepLog();
+    return absl::OkStatus();
+  }
+  std::shared_ptr<StepLog> log;
+  if (request.start()) {
+    log = chunk->StartStepLog();
+  } else {
+    ASSIGN_OR_RETURN(log, chunk->step_log());
+  }
+  ASSIGN_OR_RETURN(const auto steps, log->Read(request.release_through(), request.after_step()));
+  response->set_since_step(log->since_step());
+  response->set_applied_step(chunk->applied_step());
+  const size_t esize = DTypeSize(dtype);
+  const uint64_t offset = (request.flat_begin() - chunk->range().begin) * esize;
+  for (const auto& step : steps) {
+    v1::LoggedStep* out = response->add_steps();
+    out->set_step(step->step);
+    out->set_coef(step->coef);
+    out->set_lr(step->lr);
+    out->mutable_group_lrs()->Add(step->group_lrs.begin(), step->group_lrs.end());
+    out->set_grads(step->grads.substr(offset, request.num_params() * esize));
+  }
   return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* ShardService::SeedChunks(grpc::CallbackServerContext* ctx,
                                                    const v1::SeedChunksRequest* request,
                                                    v1::SeedChunksResponse* response) {
+  if (request->prepare()) {
+    if (absl::Status valid = ValidatePrepare(*request); !valid.ok()) {
+      return FinishUnary(ctx, valid);
+    }
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    seeders_.Schedule([this, reactor, request, response] {
+      reactor->Finish(ToGrpcStatus(DoPrepareSeed(*request, response)));
+    });
+    return reactor;
+  }
   DType dtype = DType::kFp32;
   absl::StatusOr<std::vector<v1::ChunkSpec>> chunks = ValidateSeed(*request, &dtype);
   if (!chunks.ok()) return FinishUnary(ctx, chunks.status());
@@ -88,6 +308,12 @@ grpc::ServerUnaryReactor* ShardService::SeedChunks(grpc::CallbackServerContext* 
     reactor->Finish(ToGrpcStatus(DoSeedChunks(*request, chunks, dtype, response)));
   });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* ShardService::ReadStepLog(grpc::CallbackServerContext* ctx,
+                                                    const v1::ReadStepLogRequest* request,
+                                                    v1::ReadStepLogResponse* response) {
+  return FinishUnary(ctx, DoReadStepLog(*request, response));
 }
 
 }  // namespace strata

@@ -59,9 +59,11 @@ ABSL_FLAG(uint64_t, checkpoint_memory_limit_mib,
           strata::ShardServerOptions::kDefaultCheckpointMemoryLimitBytes >> 20,
           "the most host memory in MiB that the server holds for checkpoints to keep chunk "
           "states aside in (at least --checkpoint_buffer_mib; equal to it, nothing is faulted in "
-          "ahead). Past it, a training step that finds a chunk's state not yet saved writes it to "
-          "the checkpoint itself before updating the chunk: "
-          "training waits for that write instead of the server running out of memory");
+          "ahead), and for new copies of chunks built here while their job trains (a drain, a "
+          "rebalance, a lost copy restored). Past it, a training step that finds a chunk's state "
+          "not yet saved writes it to the checkpoint itself before updating the chunk: "
+          "training waits for that write instead of the server running out of memory; a copy "
+          "that finds no memory is copied whole once its job is fenced");
 ABSL_FLAG(int, register_timeout_s, 30, "seconds to wait for the coordinator at start-up");
 ABSL_FLAG(int64_t, storage_probe_ms, 1000,
           "how often --data_dir and --nvme_dir are probed with a synced write; while they fail "

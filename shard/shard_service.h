@@ -27,6 +27,8 @@
 #include "rpc/authenticator.h"
 #include "rpc/metrics.h"
 #include "rpc/shard_server_service.h"
+#include "shard/catch_up_copy.h"
+#include "shard/catch_up_seeder.h"
 #include "shard/chunk.h"
 #include "shard/state_arena.h"
 #include "storage/metadata_store.h"
@@ -119,6 +121,9 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   grpc::ServerUnaryReactor* SeedChunks(grpc::CallbackServerContext* ctx,
                                        const v1::SeedChunksRequest* request,
                                        v1::SeedChunksResponse* response) override;
+  grpc::ServerUnaryReactor* ReadStepLog(grpc::CallbackServerContext* ctx,
+                                        const v1::ReadStepLogRequest* request,
+                                        v1::ReadStepLogResponse* response) override;
 
  private:
   // Saves one host- or GPU-memory chunk of `job_id` for SaveMemoryChunks().
@@ -215,10 +220,42 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // twice, for none or too many, and for a malformed source or token.
   absl::StatusOr<std::vector<v1::ChunkSpec>> ValidateSeed(const v1::SeedChunksRequest& request,
                                                           DType* dtype);
-  // Seeds `chunks` (ValidateSeed's) from the request's source.
+  // Seeds `chunks` (ValidateSeed's) from the request's source: from the
+  // copies built aside from it, where they are, else whole.
   absl::Status DoSeedChunks(const v1::SeedChunksRequest& request,
                             const std::vector<v1::ChunkSpec>& chunks, DType dtype,
                             v1::SeedChunksResponse* response);
+  // The stub through which a seed reads the request's source, as a worker
+  // of its job; FAILED_PRECONDITION without a SourceDialer.
+  absl::StatusOr<std::unique_ptr<v1::ShardServer::Stub>> DialSource(
+      const v1::SeedChunksRequest& request);
+  // Copies of a job's chunks built aside from one source (SeedChunks with
+  // prepare), by chunk id, and the job's spec (serialized) they follow.
+  struct PreparedCopies {
+    std::string spec;
+    std::map<uint32_t, std::unique_ptr<CatchUpCopy>> by_chunk;
+    absl::Time made;
+  };
+  // Prepared copies live until the job's next SeedChunks from their source
+  // takes them, or this long.
+  static constexpr absl::Duration kPreparedLifetime = absl::Minutes(5);
+  // The chunks a prepare names, as chunks of the request's spec:
+  // INVALID_ARGUMENT naming the field otherwise.
+  absl::Status ValidatePrepare(const v1::SeedChunksRequest& request) const;
+  // Builds the request's chunks aside (ValidatePrepare's), as many as the
+  // arena has memory for, and keeps them for the next SeedChunks.
+  absl::Status DoPrepareSeed(const v1::SeedChunksRequest& request,
+                             v1::SeedChunksResponse* response);
+  // Writes `copy` into `chunk` once it replayed the fenced source's last
+  // steps; the copy's steps replayed.
+  absl::StatusOr<uint64_t> FinishPrepared(const SeedSource& source, CatchUpCopy* copy,
+                                          Chunk& chunk);
+  // Takes the copies prepared for `job_id` from `source`, if any; drops
+  // those that lived past kPreparedLifetime.
+  std::unique_ptr<PreparedCopies> TakePrepared(const std::string& job_id, const std::string& source)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DoReadStepLog(const v1::ReadStepLogRequest& request,
+                             v1::ReadStepLogResponse* response);
 
   Tier* const gpu_;
   Tier* const host_;
@@ -236,6 +273,9 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   // The jobs by the digest of their worker token (those that have one).
   absl::flat_hash_map<std::string, std::string> token_jobs_ ABSL_GUARDED_BY(mu_);
+  // Copies built aside, by (job, source address).
+  std::map<std::pair<std::string, std::string>, std::unique_ptr<PreparedCopies>> prepared_
+      ABSL_GUARDED_BY(mu_);
 
   // Metrics (ExportMetrics); null until then.
   std::shared_ptr<CollectFunction> collected_;

@@ -113,7 +113,8 @@ constexpr char kUsage[] =
     "  strata-bench failover [--params N (default 16 Mi)] [--steps S] [--server_timeout_ms MS]\n"
     "      a coordinator and 3 shard server processes; 2 workers train a job of one\n"
     "      copy per chunk while server 0 is drained (drain_s, its GB/s against\n"
-    "      iperf3's loopback TCP, the longest step meanwhile), then one of two\n"
+    "      iperf3's loopback TCP, the copies built while training, the pause, the\n"
+    "      longest step meanwhile against a step), then one of two\n"
     "      copies (the second copy's price, target <= 1.25), and one server is\n"
     "      SIGKILLed: steps lost (target 0), the pause against the server timeout\n"
     "      (the detection) plus 1 s, and reseed_s until every chunk has 2 copies";

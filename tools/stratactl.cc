@@ -388,6 +388,8 @@ class Ctl {
       out["torn"] = moved.torn();
       out["bytes"] = moved.bytes();
       out["seconds"] = moved.seconds();
+      out["built_aside"] = moved.prepared();
+      out["paused_seconds"] = moved.fenced_seconds();
       std::printf("%s\n", out.dump().c_str());
       return;
     }
@@ -395,9 +397,11 @@ class Ctl {
       std::printf("%s takes chunks again\n", out["server"].get<std::string>().c_str());
       return;
     }
-    std::printf("%u chunk copies of %u job(s) moved (%llu bytes) in %.2f s; %s\n", moved.copies(),
-                moved.jobs(), static_cast<unsigned long long>(moved.bytes()), moved.seconds(),
-                done.c_str());
+    std::printf(
+        "%u chunk copies of %u job(s) moved (%llu bytes; %u built while training) in %.2f s, "
+        "training paused %.2f s; %s\n",
+        moved.copies(), moved.jobs(), static_cast<unsigned long long>(moved.bytes()),
+        moved.prepared(), moved.seconds(), moved.fenced_seconds(), done.c_str());
   }
 
   // --dir made absolute (the coordinator and servers may run elsewhere).

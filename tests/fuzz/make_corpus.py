@@ -18,7 +18,8 @@ RPCS = ["RegisterServer", "CreateJob", "GetJob", "ListJobs", "DeleteJob", "JoinJ
         "LeaveJob", "RenewGeneration", "ListMembers", "GetPlacement", "SaveCheckpoint",
         "ListCheckpoints", "KvSet", "KvGet", "WatchGeneration", "AllocateChunks", "DropJob",
         "WriteParams", "WriteState", "Push", "Pull", "ReadState", "ListChunks", "SaveChunks",
-        "LoadChunks", "CommitStep", "DrainServer", "RebalanceJob", "SeedChunks"]
+        "LoadChunks", "CommitStep", "DrainServer", "RebalanceJob", "SeedChunks",
+        "ReadStepLog"]
 
 
 def varint(value):
@@ -117,6 +118,7 @@ def services():
         "SaveChunks": message((1, job), (2, 1), (3, "../../etc")),
         "LoadChunks": message((1, job), (2, "/etc")),
         "SeedChunks": message((1, job), (2, "127.0.0.1:1"), (3, message((1, 0), (2, 0), (3, 256)))),
+        "ReadStepLog": message((1, job), (2, 0), (3, 64), (6, 1)),
     }
     for index, rpc in enumerate(RPCS):
         # Flags bit 0: the harness names job "fuzz" where the request does not.

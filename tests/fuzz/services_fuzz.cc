@@ -170,6 +170,7 @@ const std::vector<Rpc>& Rpcs() {
       STRATA_COORDINATOR_RPC(DrainServer),
       STRATA_COORDINATOR_RPC(RebalanceJob),
       STRATA_SHARD_RPC(SeedChunks),
+      STRATA_SHARD_RPC(ReadStepLog),
   };
 #undef STRATA_COORDINATOR_RPC
 #undef STRATA_SHARD_RPC

@@ -91,6 +91,7 @@ const std::map<std::string, std::string>& Expected() {
       {"SaveChunks", "c"},
       {"LoadChunks", "c"},
       {"SeedChunks", "c"},
+      {"ReadStepLog", "wc"},
   };
   return *expected;
 }
@@ -377,6 +378,13 @@ class AuthTest : public ::testing::Test {
       r.set_source_address("not an address");
       *r.add_chunks() = job_a_.chunks(0).chunk();
       return CallUnary(shard(c).get(), &S::SeedChunks, r);
+    };
+    rpcs["ReadStepLog"] = [=](Caller c) {
+      v1::ReadStepLogRequest r;
+      r.set_job_id("a");
+      r.set_flat_begin(job_a_.chunks(0).chunk().flat_begin());
+      r.set_num_params(1);
+      return CallUnary(shard(c).get(), &S::ReadStepLog, r);
     };
     return rpcs;
   }

@@ -334,6 +334,79 @@ TEST_F(BadInputTest, SeedRequestsNameTheProblem) {
   }
 }
 
+// Building copies aside (SeedChunks with prepare) names the field at fault;
+// a source that cannot be read leaves nothing built (the fenced seed then
+// copies whole). A step log is read only once started, within its bounds.
+TEST_F(BadInputTest, PrepareAndStepLogRequestsNameTheProblem) {
+  const v1::ChunkSpec chunk = job_.chunks(0).chunk();
+  v1::ChunkSpec renamed = chunk;
+  renamed.set_chunk_id(chunk.chunk_id() + 1000);
+  struct Case {
+    std::function<void(v1::SeedChunksRequest*)> change;
+    std::string names;
+  };
+  const std::vector<Case> cases = {
+      {[](auto* r) { r->mutable_spec()->set_job_id("other"); }, "spec.job_id"},
+      {[](auto* r) { r->mutable_spec()->set_world_size(0); }, "spec: world size"},
+      {[&](auto* r) { *r->mutable_chunks(0) = renamed; }, "not a chunk of the job's spec"},
+      {[&](auto* r) { *r->add_chunks() = chunk; }, "named twice"},
+      {[](auto* r) { r->clear_chunks(); }, "chunks: 0 named"},
+      {[](auto* r) { r->set_source_address("no-port"); }, "source_address"},
+  };
+  auto prepare = [&](const std::function<void(v1::SeedChunksRequest*)>& change,
+                     v1::SeedChunksResponse* response) {
+    v1::SeedChunksRequest request;
+    request.set_job_id("bad-input");
+    request.set_source_address(chunk0_server_);
+    request.set_prepare(true);
+    *request.mutable_spec() = job_.spec();
+    *request.add_chunks() = chunk;
+    change(&request);
+    grpc::ClientContext context;
+    return FromGrpcStatus(shard_->SeedChunks(&context, request, response));
+  };
+  for (const Case& c : cases) {
+    v1::SeedChunksResponse response;
+    absl::Status s = prepare(c.change, &response);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), HasSubstr(c.names));
+  }
+  v1::SeedChunksResponse unreachable;
+  absl::Status s = prepare([](auto* r) { r->set_source_address("127.0.0.1:1"); }, &unreachable);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(unreachable.prepared(), 0u);
+
+  auto read_log = [&](const std::function<void(v1::ReadStepLogRequest*)>& change,
+                      v1::ReadStepLogResponse* response) {
+    v1::ReadStepLogRequest request;
+    request.set_job_id("bad-input");
+    request.set_flat_begin(chunk.flat_begin());
+    request.set_num_params(chunk.num_params());
+    change(&request);
+    grpc::ClientContext context;
+    return FromGrpcStatus(shard_->ReadStepLog(&context, request, response));
+  };
+  v1::ReadStepLogResponse log;
+  s = read_log([](auto*) {}, &log);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("keeps no step log"));
+  s = read_log([](auto* r) { r->set_num_params((uint64_t{1} << 20) + 1); }, &log);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("num_params"));
+  s = read_log([](auto* r) { r->set_job_id("nope"); }, &log);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  s = read_log([&](auto* r) { r->set_num_params(chunk.num_params() + 1); }, &log);
+  EXPECT_NE(s.code(), absl::StatusCode::kOk);
+  s = read_log([](auto* r) { r->set_start(true); }, &log);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(log.since_step(), log.applied_step());
+  EXPECT_EQ(log.steps_size(), 0);
+  s = read_log([](auto* r) { r->set_end(true); }, &log);
+  EXPECT_TRUE(s.ok()) << s;
+  s = read_log([](auto*) {}, &log);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+}
+
 TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {
   const testing::ScratchDir scratch("bad_input_checkpoints");
   const std::string& dir = scratch.path();

@@ -299,9 +299,13 @@ TEST_F(ReplicationTest, ADrainedServersChunksMoveWhileTheJobTrains) {
   ASSERT_FALSE(::testing::Test::HasFailure());
   EXPECT_EQ(response.moved().jobs(), 1u);
   EXPECT_GT(response.moved().copies(), 0u);
-  std::printf("drained %u chunk copies (%llu bytes) in %.3f s while training\n",
-              response.moved().copies(), static_cast<unsigned long long>(response.moved().bytes()),
-              response.moved().seconds());
+  // Every copy was built while the job trained; the fence only replayed.
+  EXPECT_EQ(response.moved().prepared(), response.moved().copies());
+  std::printf(
+      "drained %u chunk copies (%llu bytes, %u built while training) in %.3f s, "
+      "training paused %.3f s\n",
+      response.moved().copies(), static_cast<unsigned long long>(response.moved().bytes()),
+      response.moved().prepared(), response.moved().seconds(), response.moved().fenced_seconds());
   ExpectCopiesOf("drained", run, 1, drained);
   auto held = testing::ChunksOnServer(drained, "drained");
   ASSERT_TRUE(held.ok()) << held.status();
@@ -338,10 +342,13 @@ TEST_F(ReplicationTest, ARebalanceSpreadsCopiesOntoANewServerWhileTheJobTrains) 
       Job(coordinator_, "rebalanced", /*replicas=*/2), nullptr, nullptr, nullptr, [] {},
       rebalance.compute());
   ASSERT_FALSE(::testing::Test::HasFailure());
-  std::printf("rebalanced %u chunk copies (%llu bytes) in %.3f s while training\n",
-              response.moved().copies(), static_cast<unsigned long long>(response.moved().bytes()),
-              response.moved().seconds());
+  std::printf(
+      "rebalanced %u chunk copies (%llu bytes, %u built while training) in %.3f s, "
+      "training paused %.3f s\n",
+      response.moved().copies(), static_cast<unsigned long long>(response.moved().bytes()),
+      response.moved().prepared(), response.moved().seconds(), response.moved().fenced_seconds());
   EXPECT_GT(response.moved().copies(), 0u);
+  EXPECT_EQ(response.moved().prepared(), response.moved().copies());
   ExpectCopiesOf("rebalanced", run, 2, "");
   auto held = testing::ChunksOnServer(added, "rebalanced");
   ASSERT_TRUE(held.ok()) << held.status();

@@ -251,6 +251,10 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
       {"drain_s", drain_s},
       {"drain_bytes", drained.moved().bytes()},
       {"drain_GBps", drain_GBps},
+      {"drain_copies", drained.moved().copies()},
+      {"drain_copies_built_while_training", drained.moved().prepared()},
+      {"drain_build_s", drained.moved().prepare_seconds()},
+      {"drain_paused_s", drained.moved().fenced_seconds()},
       {"drain_copy_s", drained.moved().copy_seconds()},
       {"drain_copy_GBps", drained.moved().copy_seconds() > 0
                               ? drained.moved().bytes() / drained.moved().copy_seconds() / 1e9

@@ -1,0 +1,105 @@
+// CatchUpCopy: a new copy of one chunk, built on this server while its job
+// trains on the chunk's other copies. The source's p, m and v arrive in
+// pieces, each at the step the source had applied when it was read
+// (SetPiece); each piece then replays the steps the source applied since,
+// from the source's step log (Replay). The update is elementwise and
+// deterministic, so a piece that replayed up to step t holds the bits the
+// source held at t, and so does the chunk once every piece is at t:
+// WriteInto() puts it into the chunk allocated for it.
+//
+// Memory: p, m, v (FP32) and each piece's low-precision copies of its last
+// two steps (what Chunk keeps for pulls), from a StateArena, given back
+// when the copy goes.
+//
+// Thread-safety: distinct pieces may be filled and replayed from different
+// threads at once; everything else one thread at a time.
+#ifndef STRATA_SHARD_CATCH_UP_COPY_H_
+#define STRATA_SHARD_CATCH_UP_COPY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/adam.h"
+#include "shard/chunk.h"
+#include "shard/chunk_groups.h"
+#include "shard/state_arena.h"
+#include "strata/types.h"
+#include "strata/v1/common.pb.h"
+
+namespace strata {
+
+class CatchUpCopy {
+ public:
+  struct Piece {
+    uint64_t offset = 0;  // from the chunk's first parameter
+    uint64_t n = 0;
+    int64_t step = -1;      // the step it holds; -1 until SetPiece()
+    bool previous = false;  // whether its copy of step - 1 is kept
+  };
+
+  // An empty copy of `chunk` of a job of `dtype` updated with `adam` and
+  // `groups`, in pieces of at most `piece_params`; RESOURCE_EXHAUSTED when
+  // `arena` (which must outlive it) refuses the memory.
+  static absl::StatusOr<std::unique_ptr<CatchUpCopy>> Create(const v1::ChunkSpec& chunk,
+                                                             DType dtype, AdamConfig adam,
+                                                             ChunkGroups groups,
+                                                             uint64_t piece_params,
+                                                             StateArena* arena);
+  ~CatchUpCopy();
+  CatchUpCopy(const CatchUpCopy&) = delete;
+  CatchUpCopy& operator=(const CatchUpCopy&) = delete;
+
+  const v1::ChunkSpec& chunk() const { return chunk_; }
+  DType dtype() const { return dtype_; }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  // Piece i's p, m and v (pieces()[i].n each), for SetPiece().
+  float* p(size_t i) { return p_ + pieces_[i].offset; }
+  float* m(size_t i) { return p_ + num_params() + pieces_[i].offset; }
+  float* v(size_t i) { return p_ + 2 * num_params() + pieces_[i].offset; }
+  // Once p(i), m(i), v(i) hold the source's state at `step`: the piece is
+  // at `step`, without its copy of the step before.
+  void SetPiece(size_t i, int64_t step);
+  // Piece i's copy of step pieces()[i].step - 1 (n values of the dtype),
+  // for the source's, then SetPrevious(i).
+  std::byte* previous(size_t i);
+  void SetPrevious(size_t i) { pieces_[i].previous = true; }
+  // Applies the step after piece i's to it: `grads` are the piece's
+  // gradients in the job's dtype, `coef`, `lr` and `group_lrs` the step's
+  // scalars (as the source's chunk applied them). INVALID_ARGUMENT for
+  // another step, grads of another size or a group_lrs of another count;
+  // the piece is then unchanged.
+  absl::Status Replay(size_t i, int64_t step, float coef, float lr,
+                      const std::vector<float>& group_lrs, absl::string_view grads);
+  // The lowest step of a piece (-1 while a piece was not set).
+  int64_t min_step() const;
+  // Writes the copy into `chunk` (allocated for it: the same range, at no
+  // step yet) at the step of its pieces, with the copy of the step before
+  // when every piece keeps one. FAILED_PRECONDITION when the pieces are at
+  // different steps; the chunk's error otherwise.
+  absl::Status WriteInto(Chunk& chunk);
+
+ private:
+  CatchUpCopy(const v1::ChunkSpec& chunk, DType dtype, AdamConfig adam, ChunkGroups groups,
+              uint64_t piece_params, StateArena* arena, std::byte* memory, uint64_t bytes);
+  uint64_t num_params() const { return chunk_.num_params(); }
+  // The copy of `step`: the two copies alternate, as in Chunk.
+  std::byte* copy(int64_t step) const;
+
+  const v1::ChunkSpec chunk_;
+  const DType dtype_;
+  const AdamConfig adam_;
+  const ChunkGroups groups_;
+  StateArena* const arena_;
+  std::byte* const memory_;
+  const uint64_t bytes_;
+  float* const p_;  // then m, then v
+  std::vector<Piece> pieces_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SHARD_CATCH_UP_COPY_H_

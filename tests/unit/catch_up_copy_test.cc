@@ -1,0 +1,245 @@
+// A copy of a chunk built aside while the chunk trains (CatchUpCopy from
+// the chunk's StepLog): pieces read at different steps, each replaying the
+// steps logged since, reach the chunk's bits exactly -- p, m, v and the
+// low-precision copies of the last two steps -- and then train on as a
+// replica of it. FP32 and BF16 gradients, two parameter groups with their
+// own learning rates and weight decays. Random gradients, seed printed.
+#include "shard/catch_up_copy.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/elementwise.h"
+#include "shard/chunk.h"
+#include "shard/step_log.h"
+#include "storage/host_tier.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kBegin = 4096;
+constexpr uint64_t kN = 1000;
+constexpr uint64_t kPieceParams = 300;  // pieces of 300, 300, 300 and 100
+
+ChunkGroups TwoGroups() {
+  ChunkGroups groups;
+  groups.weight_decay = {0.0f, 0.1f};
+  groups.spans = {{0, 400, 0}, {400, kN - 400, 1}};
+  return groups;
+}
+
+v1::ChunkSpec Spec() {
+  v1::ChunkSpec spec;
+  spec.set_chunk_id(3);
+  spec.set_flat_begin(kBegin);
+  spec.set_num_params(kN);
+  return spec;
+}
+
+class CatchUpCopyTest : public ::testing::TestWithParam<DType> {
+ protected:
+  CatchUpCopyTest() : tier_(64 << 20), arena_(0) {
+    const uint32_t seed = std::random_device{}();
+    std::printf("seed %u\n", seed);
+    rng_.seed(seed);
+  }
+
+  std::unique_ptr<Chunk> MakeChunk() {
+    auto copy = tier_.Allocate(ChunkCopyBytes(kN, GetParam()));
+    EXPECT_TRUE(copy.ok());
+    auto chunk = std::make_unique<Chunk>("job", 3, FlatRange{kBegin, kBegin + kN}, GetParam(),
+                                         AdamConfig{}, *HostChunkState::Create(&tier_, kN), &tier_,
+                                         *copy, nullptr, 0, TwoGroups());
+    std::vector<float> p(kN);
+    for (float& x : p) x = std::uniform_real_distribution<float>(-1, 1)(rng_);
+    if (initial_.empty()) initial_ = p;
+    EXPECT_TRUE(chunk->WriteParams(kBegin, initial_.data(), kN).ok());
+    return chunk;
+  }
+
+  // Step `step` of `chunk` with the gradients `grads` (kept: the chunk
+  // keeps views), pushed in two ranges, with per-group learning rates.
+  void Train(Chunk& chunk, int64_t step, const std::string& grads) {
+    const size_t esize = DTypeSize(GetParam());
+    StepScalars scalars;
+    scalars.coef = 0.5f + 0.01f * static_cast<float>(step);
+    scalars.lr = 1e-3f * static_cast<float>(step);
+    scalars.group_lrs = {*scalars.lr, 2 * *scalars.lr};
+    bool ready = false;
+    for (auto [begin, n] : {std::pair<uint64_t, uint64_t>{0, 450}, {450, kN - 450}}) {
+      auto staged = chunk.Stage(step, {1}, kBegin + begin, n,
+                                absl::string_view(grads).substr(begin * esize, n * esize), scalars,
+                                [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+      ASSERT_TRUE(staged.ok()) << staged.status();
+      ready = *staged;
+    }
+    ASSERT_TRUE(ready);
+    chunk.Apply();
+    ASSERT_EQ(chunk.applied_step(), step);
+  }
+
+  // Random gradients of a step, in the dtype, kept for the chunk's views.
+  const std::string& Grads() {
+    std::vector<float> g(kN);
+    std::normal_distribution<float> normal(0, 1);
+    for (size_t i = 0; i < kN; ++i) g[i] = normal(rng_) * (i % 3 == 0 ? 10.0f : 1e-3f);
+    std::string bytes(kN * DTypeSize(GetParam()), '\0');
+    CastFromFloat(g.data(), GetParam(), bytes.data(), kN);
+    grads_.push_back(std::move(bytes));
+    return grads_.back();
+  }
+
+  struct State {
+    std::vector<float> p, m, v;
+    int64_t step;
+  };
+  static State Read(Chunk& chunk, uint64_t begin = kBegin, uint64_t n = kN) {
+    State s{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n), -1};
+    auto step = chunk.ReadState(begin, n, s.p.data(), s.m.data(), s.v.data());
+    EXPECT_TRUE(step.ok()) << step.status();
+    s.step = step.value_or(-1);
+    return s;
+  }
+  static std::string Pulled(Chunk& chunk, int64_t step) {
+    std::string out = "not answered";
+    chunk.Pull(step, kBegin, kN, [&](absl::Status s, int64_t, absl::string_view bytes) {
+      out = s.ok() ? std::string(bytes) : s.ToString();
+    });
+    return out;
+  }
+  static void ExpectSameBits(Chunk& a, Chunk& b) {
+    const State x = Read(a), y = Read(b);
+    EXPECT_EQ(x.step, y.step);
+    EXPECT_EQ(0, std::memcmp(x.p.data(), y.p.data(), kN * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(x.m.data(), y.m.data(), kN * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(x.v.data(), y.v.data(), kN * sizeof(float)));
+    EXPECT_EQ(Pulled(a, x.step), Pulled(b, x.step));
+    EXPECT_EQ(Pulled(a, x.step - 1), Pulled(b, x.step - 1));
+  }
+
+  HostTier tier_;
+  StateArena arena_;
+  std::mt19937 rng_;
+  std::vector<float> initial_;
+  std::deque<std::string> grads_;
+};
+
+TEST_P(CatchUpCopyTest, PiecesReadAtDifferentStepsReplayToTheChunksBits) {
+  std::unique_ptr<Chunk> source = MakeChunk();
+  int64_t step = 0;
+  for (; step < 3; ++step) Train(*source, step + 1, Grads());
+  std::shared_ptr<StepLog> log = source->StartStepLog();
+  EXPECT_EQ(log->since_step(), 3);
+  auto copy =
+      CatchUpCopy::Create(Spec(), GetParam(), AdamConfig{}, TwoGroups(), kPieceParams, &arena_);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  ASSERT_EQ((*copy)->pieces().size(), 4u);
+  // Each piece read one step after the one before: steps 3, 4, 5, 6.
+  for (size_t i = 0; i < (*copy)->pieces().size(); ++i) {
+    const CatchUpCopy::Piece& piece = (*copy)->pieces()[i];
+    const State read = Read(*source, kBegin + piece.offset, piece.n);
+    std::copy(read.p.begin(), read.p.end(), (*copy)->p(i));
+    std::copy(read.m.begin(), read.m.end(), (*copy)->m(i));
+    std::copy(read.v.begin(), read.v.end(), (*copy)->v(i));
+    (*copy)->SetPiece(i, read.step);
+    Train(*source, ++step, Grads());
+  }
+  Train(*source, ++step, Grads());
+  EXPECT_EQ((*copy)->min_step(), 3);
+  // A copy whose pieces are at different steps cannot be written.
+  std::unique_ptr<Chunk> replica = MakeChunk();
+  EXPECT_EQ((*copy)->WriteInto(*replica).code(), absl::StatusCode::kFailedPrecondition);
+  const size_t esize = DTypeSize(GetParam());
+  for (size_t i = 0; i < (*copy)->pieces().size(); ++i) {
+    const CatchUpCopy::Piece& piece = (*copy)->pieces()[i];
+    auto logged = log->Read((*copy)->min_step(), piece.step);
+    ASSERT_TRUE(logged.ok()) << logged.status();
+    for (const auto& s : *logged) {
+      ASSERT_TRUE(
+          (*copy)
+              ->Replay(i, s->step, s->coef, s->lr, s->group_lrs,
+                       absl::string_view(s->grads).substr(piece.offset * esize, piece.n * esize))
+              .ok());
+    }
+    EXPECT_EQ(piece.step, step);
+  }
+  ASSERT_TRUE((*copy)->WriteInto(*replica).ok());
+  ExpectSameBits(*source, *replica);
+  // The replica goes on as a copy of the chunk: the same steps, the same bits.
+  for (int k = 0; k < 2; ++k) {
+    const std::string& grads = Grads();
+    Train(*source, ++step, grads);
+    Train(*replica, step, grads);
+  }
+  ExpectSameBits(*source, *replica);
+}
+
+TEST_P(CatchUpCopyTest, AStepThatIsNotAPiecesNextIsRefusedAndChangesNothing) {
+  std::unique_ptr<Chunk> source = MakeChunk();
+  Train(*source, 1, Grads());
+  auto copy =
+      CatchUpCopy::Create(Spec(), GetParam(), AdamConfig{}, TwoGroups(), kPieceParams, &arena_);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  const State read = Read(*source, kBegin, kPieceParams);
+  std::copy(read.p.begin(), read.p.end(), (*copy)->p(0));
+  (*copy)->SetPiece(0, 1);
+  const std::string grads(kPieceParams * DTypeSize(GetParam()), '\0');
+  EXPECT_EQ((*copy)->Replay(0, 3, 1, 1e-3f, {}, grads).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*copy)->Replay(0, 2, 1, 1e-3f, {}, grads.substr(1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*copy)->Replay(0, 2, 1, 1e-3f, {1e-3f}, grads).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*copy)->Replay(1, 1, 1, 1e-3f, {}, grads).code(),
+            absl::StatusCode::kInvalidArgument);  // piece 1 was never read
+  EXPECT_EQ((*copy)->pieces()[0].step, 1);
+  EXPECT_EQ(0, std::memcmp((*copy)->p(0), read.p.data(), kPieceParams * sizeof(float)));
+}
+
+TEST_P(CatchUpCopyTest, ACopyTheArenaHasNoRoomForIsRefused) {
+  StateArena small(0, /*limit_bytes=*/4096);
+  auto copy =
+      CatchUpCopy::Create(Spec(), GetParam(), AdamConfig{}, TwoGroups(), kPieceParams, &small);
+  EXPECT_EQ(copy.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CatchUpCopyTest, ::testing::Values(DType::kFp32, DType::kBf16));
+
+// The log's bounds: a reader that falls kMaxSteps behind ends it, and so
+// does one that stays away; freed steps are not read again.
+TEST(StepLogTest, KeepsTheStepsItsReaderLacksWithinItsBound) {
+  StepLog log(10, "chunk 0 of job j");
+  auto add = [&](int64_t step) {
+    auto s = std::make_shared<LoggedStep>();
+    s->step = step;
+    s->grads = std::string(8, static_cast<char>(step));
+    log.Append(std::move(s));
+  };
+  for (int64_t step = 11; step <= 13; ++step) add(step);
+  auto all = log.Read(/*release_through=*/10, /*after_step=*/10);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ(all->back()->step, 13);
+  auto read = log.Read(/*release_through=*/11, /*after_step=*/11);
+  ASSERT_TRUE(read.ok());
+  ASSERT_EQ(read->size(), 2u);
+  EXPECT_EQ((*read)[0]->step, 12);
+  // Step 11 is freed: a reader that lacks it gets what is left.
+  read = log.Read(10, 10);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(read->front()->step, 12);
+  for (int64_t step = 14; step < 12 + static_cast<int64_t>(StepLog::kMaxSteps); ++step) add(step);
+  EXPECT_TRUE(log.status().ok());
+  add(12 + StepLog::kMaxSteps);  // one past the bound
+  EXPECT_EQ(log.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(log.Read(20, 20).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace strata
