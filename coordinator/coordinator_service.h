@@ -204,6 +204,19 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // `plan` leaves as it is goes through the same steps, for that.
   absl::Status MoveCopies(const std::string& job_id, const PlanCopies& plan, const std::string& why,
                           v1::CopiesMoved* moved, bool compare_unmoved = false);
+  // A move's first half, while the job trains: each new copy's server
+  // builds it aside (SeedCopies with `prepare`; a failure is logged, those
+  // copies are copied whole later) and the new copies are allocated, empty
+  // and unfenced. The allocation's error.
+  absl::Status PrepareCopies(const v1::JobInfo& before, const v1::JobInfo& after,
+                             std::shared_ptr<const v1::JobInfo> both, const std::string& why,
+                             v1::CopiesMoved* copied);
+  // A move's second half, the workers stopped: fences every server of
+  // `both` at `generation`, then seeds the new and torn copies
+  // (PlanCopySeeds, SeedCopies). The first error.
+  absl::Status SeedFenced(const v1::JobInfo& before, const v1::JobInfo& after,
+                          std::shared_ptr<const v1::JobInfo> both, uint64_t generation,
+                          v1::CopiesMoved* copied);
   // The seeds of a move, the servers fenced at `generation`: the new copies
   // of `after`, and the torn old copies, which are made anew on their
   // servers (AllocateChunks of `both` seeding them). Counts the torn ones

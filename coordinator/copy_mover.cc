@@ -58,6 +58,18 @@ bool SamePlacement(const v1::JobInfo& a, const v1::JobInfo& b) {
   return true;
 }
 
+// Adds one job's move, `copied`, to `moved`.
+void AddMoved(const v1::CopiesMoved& copied, v1::CopiesMoved* moved) {
+  moved->set_jobs(moved->jobs() + 1);
+  moved->set_copies(moved->copies() + copied.copies());
+  moved->set_torn(moved->torn() + copied.torn());
+  moved->set_bytes(moved->bytes() + copied.bytes());
+  moved->set_copy_seconds(moved->copy_seconds() + copied.copy_seconds());
+  moved->set_prepared(moved->prepared() + copied.prepared());
+  moved->set_prepare_seconds(moved->prepare_seconds() + copied.prepare_seconds());
+  moved->set_fenced_seconds(moved->fenced_seconds() + copied.fenced_seconds());
+}
+
 }  // namespace
 
 std::vector<v1::ServerRecord> CoordinatorService::PlacementServers() const {
@@ -98,39 +110,19 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     absl::MutexLock lock(&mu_);
     moving_.erase(job_id);
   };
-  // The new copies are built aside while the job trains; those that are
-  // not are copied whole once fenced.
-  v1::CopiesMoved copied;
-  const IsLost is_lost = [this](const std::string& address) { return monitor_->IsLost(address); };
-  if (absl::StatusOr<SeedPlan> new_copies = PlanSeeds(before, after, is_lost); new_copies.ok()) {
-    absl::Status prepared = SeedCopies(before, *new_copies, /*prepare=*/true, &copied);
-    if (!prepared.ok()) {
-      LogEventCat("coordinator", "job ", job_id, " (", why,
-                  "): copies not built aside are copied whole once fenced: ", prepared.ToString());
-    }
-  }
-  copied.set_prepare_seconds(absl::ToDoubleSeconds(absl::Now() - started));
   after.set_placement_version(before.placement_version() + 1);
   // While the copies are seeded the servers hold both placements' copies
   // (the live ones of `before`).
   auto both = std::make_shared<v1::JobInfo>(after);
   for (int i = 0; i < before.chunks_size(); ++i) {
     for (const std::string& address : CopiesOf(before.chunks(i))) {
-      if (!HoldsCopy(both->chunks(i), address) && !is_lost(address)) {
+      if (!HoldsCopy(both->chunks(i), address) && !monitor_->IsLost(address)) {
         both->mutable_chunks(i)->add_replica_addresses(address);
       }
     }
   }
-  // The new copies start empty, also on a server that holds a stale one
-  // (not in `before`: no worker pushes to it). They are made -- their
-  // memory zeroed and pinned -- while the job trains: fenced against no
-  // generation, every server goes on.
-  absl::Status status = Await([&](auto done) {
-    fleet_.Allocate(
-        both, /*min_generation=*/0,
-        [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); },
-        std::make_shared<ShardFleet::SeededChunks>(NewCopies(before, after)));
-  });
+  v1::CopiesMoved copied;
+  absl::Status status = PrepareCopies(before, after, both, why, &copied);
   if (!status.ok()) {
     KeepPlacedCopies(*both, before, /*generation=*/0);
     LogEventCat("coordinator", "job ", job_id, " (", why,
@@ -139,22 +131,12 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
   }
   v1::JobSummary summary;
   membership_->Summarize(job_id, &summary);
-  // The workers stop the step they run and wait for the new placement;
-  // every server is fenced against the generations before.
+  // The workers stop the step they run and wait for the new placement.
   const absl::Time paused = absl::Now();
   ASSIGN_OR_RETURN(
       const uint64_t generation,
       membership_->ChunksMoved(job_id, after.placement_version(), summary.committed_step()));
-  status = Await([&](auto done) {
-    fleet_.Allocate(both, generation,
-                    [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); });
-  });
-  const absl::Time fenced = absl::Now();
-  if (status.ok()) {
-    absl::StatusOr<SeedPlan> seeds = PlanCopySeeds(before, after, both, generation, &copied);
-    status = seeds.ok() ? SeedCopies(before, *seeds, /*prepare=*/false, &copied) : seeds.status();
-  }
-  copied.set_copy_seconds(absl::ToDoubleSeconds(absl::Now() - fenced));
+  status = SeedFenced(before, after, both, generation, &copied);
   // The workers go on with the new placement, or on the old one (as a new
   // version) when the copies could not be seeded.
   v1::JobInfo placed = after;
@@ -178,17 +160,48 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
               copied.bytes(), " bytes) in ", seconds, " s; its workers waited ",
               copied.fenced_seconds(), " s (copies ", copied.copy_seconds(),
               " s) and resume from the step they reached in generation ", generation);
-  if (moved != nullptr) {
-    moved->set_jobs(moved->jobs() + 1);
-    moved->set_copies(moved->copies() + copied.copies());
-    moved->set_torn(moved->torn() + copied.torn());
-    moved->set_bytes(moved->bytes() + copied.bytes());
-    moved->set_copy_seconds(moved->copy_seconds() + copied.copy_seconds());
-    moved->set_prepared(moved->prepared() + copied.prepared());
-    moved->set_prepare_seconds(moved->prepare_seconds() + copied.prepare_seconds());
-    moved->set_fenced_seconds(moved->fenced_seconds() + copied.fenced_seconds());
-  }
+  if (moved != nullptr) AddMoved(copied, moved);
   return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::PrepareCopies(const v1::JobInfo& before, const v1::JobInfo& after,
+                                               std::shared_ptr<const v1::JobInfo> both,
+                                               const std::string& why, v1::CopiesMoved* copied) {
+  const absl::Time started = absl::Now();
+  const IsLost is_lost = [this](const std::string& address) { return monitor_->IsLost(address); };
+  if (absl::StatusOr<SeedPlan> new_copies = PlanSeeds(before, after, is_lost); new_copies.ok()) {
+    absl::Status prepared = SeedCopies(before, *new_copies, /*prepare=*/true, copied);
+    if (!prepared.ok()) {
+      LogEventCat("coordinator", "job ", before.spec().job_id(), " (", why,
+                  "): copies not built aside are copied whole once fenced: ", prepared.ToString());
+    }
+  }
+  copied->set_prepare_seconds(absl::ToDoubleSeconds(absl::Now() - started));
+  // The new copies start empty, also on a server that holds a stale one
+  // (not in `before`: no worker pushes to it). They are made -- their
+  // memory zeroed and pinned -- while the job trains: fenced against no
+  // generation, every server goes on.
+  return Await([&](auto done) {
+    fleet_.Allocate(
+        both, /*min_generation=*/0,
+        [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); },
+        std::make_shared<ShardFleet::SeededChunks>(NewCopies(before, after)));
+  });
+}
+
+absl::Status CoordinatorService::SeedFenced(const v1::JobInfo& before, const v1::JobInfo& after,
+                                            std::shared_ptr<const v1::JobInfo> both,
+                                            uint64_t generation, v1::CopiesMoved* copied) {
+  RETURN_IF_ERROR(Await([&](auto done) {
+    fleet_.Allocate(both, generation,
+                    [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); });
+  }));
+  const absl::Time fenced = absl::Now();
+  absl::StatusOr<SeedPlan> seeds = PlanCopySeeds(before, after, both, generation, copied);
+  absl::Status status =
+      seeds.ok() ? SeedCopies(before, *seeds, /*prepare=*/false, copied) : seeds.status();
+  copied->set_copy_seconds(absl::ToDoubleSeconds(absl::Now() - fenced));
+  return status;
 }
 
 absl::Status CoordinatorService::RecordPlacement(const v1::JobInfo& placed) {
