@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "core/status_macros.h"
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
 #include "shard/chunk.h"
@@ -108,18 +109,130 @@ absl::StatusOr<double> WaitForFaultIn(const LocalCluster& cluster) {
   return absl::ToDoubleSeconds(absl::Now() - started);
 }
 
-}  // namespace
+// A save while the trainer steps: its window, what the coordinator
+// answered, and the time the steps it overlapped took beyond the median.
+struct Save {
+  absl::Time started, ended;
+  v1::CheckpointInfo info;
+  double pause_s = 0;
+  int steps_during_save = 0;
+  double save_s() const { return absl::ToDoubleSeconds(ended - started); }
+};
 
-absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
-  if (o.dir.empty()) return absl::InvalidArgumentError("--dir is required");
-  if (o.num_params == 0 || o.num_params % 64 != 0) {
-    return absl::InvalidArgumentError("--params must be a positive multiple of 64");
+// The two saves of a training job and what they cost it.
+struct SavesWhileTraining {
+  double step_s = 0;  // the median step before the saves
+  // The first save, and a second two steps later.
+  Save saves[2];
+  // By the server that allocated most: checkpoint memory faulted in by the
+  // saves themselves rather than when the job was allocated.
+  uint64_t allocated_during_saves = 0;
+};
+
+// Each server's checkpoint memory allocated beyond what it keeps.
+std::vector<uint64_t> AllocatedBeyond(const LocalCluster& cluster) {
+  std::vector<uint64_t> bytes;
+  for (const auto& server : cluster.servers()) {
+    bytes.push_back(server->checkpoint_arena().allocated_beyond_bytes());
   }
-  const std::string dir =
-      (std::filesystem::absolute(o.dir) / "strata-bench-checkpoints").lexically_normal().string();
-  std::error_code ignored;
-  std::filesystem::remove_all(dir, ignored);
+  return bytes;
+}
 
+// Trains `client`'s job one warm-up and five timed steps, then saves it
+// twice (`save`) while it trains on, two steps apart.
+absl::StatusOr<SavesWhileTraining> SaveWhileTraining(const LocalCluster& cluster, Client* client,
+                                                     uint64_t num_params,
+                                                     v1::Coordinator::Stub* coordinator,
+                                                     const v1::SaveCheckpointRequest& save) {
+  SavesWhileTraining out;
+  std::vector<uint64_t> allocated_before_saves;
+  {
+    Trainer trainer(client, num_params);
+    if (absl::Status s = trainer.WaitSteps(6); !s.ok()) return s;
+    std::vector<double> durations;
+    for (const auto& [begin, end] : trainer.steps()) {
+      durations.push_back(absl::ToDoubleSeconds(end - begin));
+    }
+    durations.erase(durations.begin());
+    out.step_s = Median(durations);
+    allocated_before_saves = AllocatedBeyond(cluster);
+    for (Save& s : out.saves) {
+      s.started = absl::Now();
+      absl::Status saved = CallUnary(coordinator, &v1::Coordinator::Stub::SaveCheckpoint, save,
+                                     &s.info, absl::Hours(1));
+      s.ended = absl::Now();
+      if (!saved.ok()) return saved;
+      if (absl::Status w = trainer.WaitSteps(trainer.steps().size() + 2); !w.ok()) return w;
+    }
+    if (absl::Status s = trainer.Stop(); !s.ok()) return s;
+    for (const auto& [begin, end] : trainer.steps()) {
+      for (Save& s : out.saves) {
+        if (end <= s.started || begin >= s.ended) continue;
+        ++s.steps_during_save;
+        s.pause_s += std::max(0.0, absl::ToDoubleSeconds(end - begin) - out.step_s);
+      }
+    }
+  }
+  const std::vector<uint64_t> allocated_after_saves = AllocatedBeyond(cluster);
+  for (size_t i = 0; i < allocated_after_saves.size(); ++i) {
+    out.allocated_during_saves =
+        std::max(out.allocated_during_saves, allocated_after_saves[i] - allocated_before_saves[i]);
+  }
+  return out;
+}
+
+// Creates a copy of job `job_id` restored from the checkpoint at `path`;
+// returns the seconds that took.
+absl::StatusOr<double> TimeRestore(v1::Coordinator::Stub* coordinator, const std::string& job_id,
+                                   const std::string& path) {
+  v1::GetJobRequest get;
+  get.set_job_id(job_id);
+  v1::JobInfo job;
+  RETURN_IF_ERROR(
+      CallUnary(coordinator, &v1::Coordinator::Stub::GetJob, get, &job, absl::Seconds(10)));
+  v1::CreateJobRequest restore;
+  *restore.mutable_spec() = job.spec();
+  restore.mutable_spec()->set_job_id(absl::StrCat(job_id, "-restored"));
+  restore.set_restore_from(path);
+  v1::JobInfo restored;
+  const absl::Time started = absl::Now();
+  RETURN_IF_ERROR(CallUnary(coordinator, &v1::Coordinator::Stub::CreateJob, restore, &restored,
+                            absl::Hours(1)));
+  return absl::ToDoubleSeconds(absl::Now() - started);
+}
+
+// The most any server's checkpoint copies took at once, allocated beyond
+// its kept memory, and were refused for the limit.
+struct ArenaPeaks {
+  uint64_t peak_bytes = 0, beyond_bytes = 0, refused_bytes = 0;
+};
+ArenaPeaks ArenaPeaksOf(const LocalCluster& cluster) {
+  ArenaPeaks peaks;
+  for (const auto& server : cluster.servers()) {
+    const StateArena& arena = server->checkpoint_arena();
+    peaks.peak_bytes = std::max(peaks.peak_bytes, arena.peak_taken_bytes());
+    peaks.beyond_bytes = std::max(peaks.beyond_bytes, arena.allocated_beyond_bytes());
+    peaks.refused_bytes = std::max(peaks.refused_bytes, arena.refused_bytes());
+  }
+  return peaks;
+}
+
+// fio's sequential write, then read of the file it wrote, in `dir`: the
+// limits of a save's writes and a restore's reads (2 GiB, 1 MiB I/Os, 32
+// in flight). GB/s each.
+absl::StatusOr<std::pair<double, double>> FioWriteThenRead(const std::string& dir) {
+  auto fio = [&](const std::string& rw) {
+    return Fio(dir, rw, uint64_t{2} << 30, uint64_t{1} << 20, 32);
+  };
+  absl::StatusOr<double> write = fio("write");
+  absl::StatusOr<double> read = write.ok() ? fio("read") : write.status();
+  std::error_code ignored;
+  std::filesystem::remove(std::filesystem::path(dir) / "strata-fio.data", ignored);
+  if (!read.ok()) return read.status();
+  return std::make_pair(*write, *read);
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> StartCluster(const CheckpointBenchOptions& o) {
   LocalClusterOptions cluster_options;
   cluster_options.num_servers = o.servers;
   cluster_options.executor_threads = o.executor_threads;
@@ -131,124 +244,48 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   // Two jobs (the trained one and the restored one), with room for a chunk more each.
   const uint64_t per_server = o.num_params / o.servers + kChunkParams;
   cluster_options.host_budget_bytes = 2 * ChunkBytes(per_server, DType::kFp16);
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(cluster_options);
-  if (!cluster.ok()) return cluster.status();
+  return LocalCluster::Start(cluster_options);
+}
 
+}  // namespace
+
+absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
+  if (o.dir.empty()) return absl::InvalidArgumentError("--dir is required");
+  if (o.num_params == 0 || o.num_params % 64 != 0) {
+    return absl::InvalidArgumentError("--params must be a positive multiple of 64");
+  }
+  const std::string dir =
+      (std::filesystem::absolute(o.dir) / "strata-bench-checkpoints").lexically_normal().string();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, StartCluster(o));
   ClientOptions options;
-  options.coordinator_address = (*cluster)->coordinator_address();
+  options.coordinator_address = cluster->coordinator_address();
   options.job_id = "bench";
   options.tensors = {{"w", {static_cast<int64_t>(o.num_params)}}};
   options.chunk_num_params = kChunkParams;
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-  if (!client.ok()) return client.status();
-
+  ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
   auto coordinator = v1::Coordinator::NewStub(MakeChannel(options.coordinator_address));
   v1::SaveCheckpointRequest save;
   save.set_job_id(options.job_id);
   save.set_dir(dir);
-  // A save while the trainer steps: its window, what the coordinator
-  // answered, and the time the steps it overlapped took beyond the median.
-  struct Save {
-    absl::Time started, ended;
-    v1::CheckpointInfo info;
-    double pause_s = 0;
-    int steps_during_save = 0;
-    double save_s() const { return absl::ToDoubleSeconds(ended - started); }
-  };
-  // The first save, and a second two steps later. The servers fault in the
-  // memory both take for second buffers when the job is allocated (the
-  // trainer's warm-up steps leave time for it); `allocated_during_saves`
-  // shows whether a save had to fault some in itself.
-  Save saves[2];
-  auto allocated_beyond = [&] {
-    std::vector<uint64_t> bytes;
-    for (const auto& server : (*cluster)->servers()) {
-      bytes.push_back(server->checkpoint_arena().allocated_beyond_bytes());
-    }
-    return bytes;
-  };
-  std::vector<uint64_t> allocated_before_saves;
-  double step_s = 0;
-  absl::StatusOr<double> fault_in_s = WaitForFaultIn(**cluster);
-  if (!fault_in_s.ok()) return fault_in_s.status();
-  {
-    Trainer trainer(client->get(), o.num_params);
-    // One warm-up, five timed.
-    if (absl::Status s = trainer.WaitSteps(6); !s.ok()) return s;
-    std::vector<double> durations;
-    for (const auto& [begin, end] : trainer.steps()) {
-      durations.push_back(absl::ToDoubleSeconds(end - begin));
-    }
-    durations.erase(durations.begin());
-    step_s = Median(durations);
-    allocated_before_saves = allocated_beyond();
-    for (Save& s : saves) {
-      s.started = absl::Now();
-      absl::Status saved = CallUnary(coordinator.get(), &v1::Coordinator::Stub::SaveCheckpoint,
-                                     save, &s.info, absl::Hours(1));
-      s.ended = absl::Now();
-      if (!saved.ok()) return saved;
-      if (absl::Status w = trainer.WaitSteps(trainer.steps().size() + 2); !w.ok()) return w;
-    }
-    if (absl::Status s = trainer.Stop(); !s.ok()) return s;
-    for (const auto& [begin, end] : trainer.steps()) {
-      for (Save& s : saves) {
-        if (end <= s.started || begin >= s.ended) continue;
-        ++s.steps_during_save;
-        s.pause_s += std::max(0.0, absl::ToDoubleSeconds(end - begin) - step_s);
-      }
-    }
-  }
-  uint64_t allocated_during_saves = 0;  // by the server that allocated most
-  const std::vector<uint64_t> allocated_after_saves = allocated_beyond();
-  for (size_t i = 0; i < allocated_after_saves.size(); ++i) {
-    allocated_during_saves =
-        std::max(allocated_during_saves, allocated_after_saves[i] - allocated_before_saves[i]);
-  }
-  const Save& first = saves[0];
-  const Save& next = saves[1];
-
-  v1::GetJobRequest get;
-  get.set_job_id(options.job_id);
-  v1::JobInfo job;
-  if (absl::Status s = CallUnary(coordinator.get(), &v1::Coordinator::Stub::GetJob, get, &job,
-                                 absl::Seconds(10));
-      !s.ok()) {
-    return s;
-  }
-  v1::CreateJobRequest restore;
-  *restore.mutable_spec() = job.spec();
-  restore.mutable_spec()->set_job_id("bench-restored");
-  restore.set_restore_from(next.info.path());
-  v1::JobInfo restored;
-  const absl::Time restore_started = absl::Now();
-  if (absl::Status s = CallUnary(coordinator.get(), &v1::Coordinator::Stub::CreateJob, restore,
-                                 &restored, absl::Hours(1));
-      !s.ok()) {
-    return s;
-  }
-  const double restore_s = absl::ToDoubleSeconds(absl::Now() - restore_started);
-  // The most any server's copies took at once, and allocated beyond its kept memory.
-  uint64_t copies_peak_bytes = 0, copies_beyond_bytes = 0, refused_bytes = 0;
-  for (const auto& server : (*cluster)->servers()) {
-    copies_peak_bytes = std::max(copies_peak_bytes, server->checkpoint_arena().peak_taken_bytes());
-    copies_beyond_bytes =
-        std::max(copies_beyond_bytes, server->checkpoint_arena().allocated_beyond_bytes());
-    refused_bytes = std::max(refused_bytes, server->checkpoint_arena().refused_bytes());
-  }
-  client->reset();
-  cluster->reset();
-
-  // The restore reads the checkpoint's files sequentially, as fio's read
-  // does the file its write left: 2 GiB, 1 MiB I/Os, 32 in flight.
-  auto fio = [&](const std::string& rw) {
-    return Fio(o.dir, rw, uint64_t{2} << 30, uint64_t{1} << 20, 32);
-  };
-  absl::StatusOr<double> fio_write = fio("write");
-  absl::StatusOr<double> fio_read = fio_write.ok() ? fio("read") : fio_write.status();
-  std::filesystem::remove(std::filesystem::path(o.dir) / "strata-fio.data", ignored);
+  // The servers fault in the memory the saves take for second buffers when
+  // the job is allocated; the steps are timed after that.
+  ASSIGN_OR_RETURN(const double fault_in_s, WaitForFaultIn(*cluster));
+  ASSIGN_OR_RETURN(
+      const SavesWhileTraining trained,
+      SaveWhileTraining(*cluster, client.get(), o.num_params, coordinator.get(), save));
+  const Save& first = trained.saves[0];
+  const Save& next = trained.saves[1];
+  ASSIGN_OR_RETURN(const double restore_s,
+                   TimeRestore(coordinator.get(), options.job_id, next.info.path()));
+  const ArenaPeaks peaks = ArenaPeaksOf(*cluster);
+  client.reset();
+  cluster.reset();
+  absl::StatusOr<std::pair<double, double>> fio = FioWriteThenRead(o.dir);
   std::filesystem::remove_all(dir, ignored);
-  if (!fio_read.ok()) return fio_read.status();
+  if (!fio.ok()) return fio.status();
+  const auto [fio_write, fio_read] = *fio;
   const double bytes = static_cast<double>(first.info.num_bytes());
   const double save_s = first.save_s(), pause_s = first.pause_s;
   return json{{"bench", "checkpoint"},
@@ -260,29 +297,29 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
               {"save_GBps", bytes / save_s / 1e9},
               {"restore_s", restore_s},
               {"restore_GBps", bytes / restore_s / 1e9},
-              {"fio_read_GBps", *fio_read},
-              {"restore_fraction_of_fio_read", bytes / restore_s / 1e9 / *fio_read},
+              {"fio_read_GBps", fio_read},
+              {"restore_fraction_of_fio_read", bytes / restore_s / 1e9 / fio_read},
               {"write_s", first.info.write_seconds()},
               {"write_GBps", bytes / first.info.write_seconds() / 1e9},
-              {"fio_write_GBps", *fio_write},
-              {"write_fraction_of_fio", bytes / first.info.write_seconds() / 1e9 / *fio_write},
-              {"save_fraction_of_fio", bytes / save_s / 1e9 / *fio_write},
-              {"fault_in_s", *fault_in_s},
-              {"step_s", step_s},
+              {"fio_write_GBps", fio_write},
+              {"write_fraction_of_fio", bytes / first.info.write_seconds() / 1e9 / fio_write},
+              {"save_fraction_of_fio", bytes / save_s / 1e9 / fio_write},
+              {"fault_in_s", fault_in_s},
+              {"step_s", trained.step_s},
               {"steps_during_save", first.steps_during_save},
               {"pause_s", pause_s},
               {"pause_fraction_of_save", pause_s / save_s},
               {"next_save_s", next.save_s()},
-              {"next_save_fraction_of_fio", bytes / next.save_s() / 1e9 / *fio_write},
+              {"next_save_fraction_of_fio", bytes / next.save_s() / 1e9 / fio_write},
               {"next_steps_during_save", next.steps_during_save},
               {"next_pause_s", next.pause_s},
               {"next_pause_fraction_of_save", next.pause_s / next.save_s()},
               {"checkpoint_buffer_MiB", o.checkpoint_buffer_bytes >> 20},
-              {"copies_peak_MiB", copies_peak_bytes >> 20},
-              {"copies_beyond_buffer_MiB", copies_beyond_bytes >> 20},
-              {"allocated_during_saves_MiB", allocated_during_saves >> 20},
+              {"copies_peak_MiB", peaks.peak_bytes >> 20},
+              {"copies_beyond_buffer_MiB", peaks.beyond_bytes >> 20},
+              {"allocated_during_saves_MiB", trained.allocated_during_saves >> 20},
               {"checkpoint_memory_limit_MiB", o.checkpoint_memory_limit_bytes >> 20},
-              {"refused_by_limit_MiB", refused_bytes >> 20}};
+              {"refused_by_limit_MiB", peaks.refused_bytes >> 20}};
 }
 
 }  // namespace strata

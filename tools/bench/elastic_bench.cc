@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -169,34 +170,33 @@ int RunElasticWorker(const std::vector<std::string>& args) {
   return 0;
 }
 
-absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
-  LocalClusterOptions cluster_options;
-  cluster_options.num_servers = 2;
-  cluster_options.host_budget_bytes = o.num_params * 16 + (uint64_t{64} << 20);
-  cluster_options.worker_lease = o.lease;
-  cluster_options.save_host_chunks = true;  // a clean restart keeps the chunks
-  auto cluster = LocalCluster::Start(cluster_options);
-  if (!cluster.ok()) return cluster.status();
-  const std::string& coordinator = (*cluster)->coordinator_address();
-  // The event logs outlive the cluster's directory when the job fails.
-  std::string dir =
-      (std::filesystem::temp_directory_path() / absl::StrCat("strata-elastic-bench-", getpid()))
-          .string();
-  std::filesystem::create_directories(dir);
-  auto log_of = [&](const std::string& id) { return absl::StrCat(dir, "/", id, ".jsonl"); };
+namespace {
 
+// When the scenario's changes happened (ms since the epoch; restart_s
+// how long the restart took).
+struct ScenarioTimes {
+  int64_t kill_ms = -1, stop_ms = -1, restart_ms = -1;
+  double restart_s = -1;
+};
+
+// The scenario: workers a and b train; c joins and is SIGKILLed; b leaves;
+// d joins and is stopped past its lease (then killed); server 0 restarts;
+// a trains to kSteps. Each worker logs its events to log_of(id).
+absl::StatusOr<ScenarioTimes> RunScenario(
+    LocalCluster& cluster, uint64_t num_params,
+    const std::function<std::string(const std::string&)>& log_of, const std::string& dir) {
+  ScenarioTimes times;
   // A worker's pid, or -1 (and `spawned` says why) when it could not start.
   absl::Status spawned;
   auto spawn = [&](const std::string& id, int64_t leave_after_step) -> pid_t {
     absl::StatusOr<pid_t> pid =
-        SpawnWorker(coordinator, id, o.num_params, leave_after_step, log_of(id));
+        SpawnWorker(cluster.coordinator_address(), id, num_params, leave_after_step, log_of(id));
     spawned.Update(pid.status());
     return pid.ok() ? *pid : -1;
   };
   pid_t a = spawn("a", 0);
   pid_t b = spawn("b", kLeaveAfterStep);
   pid_t c = -1, d = -1;
-  int64_t kill_ms = -1, stop_ms = -1;
   bool ok = spawned.ok() && WaitFor([&] { return LastStep(log_of("a")) >= kJoinAtStep; });
   if (ok) {
     c = spawn("c", 0);
@@ -204,7 +204,7 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
   }
   if (ok) {
     kill(c, SIGKILL);
-    kill_ms = NowMs();
+    times.kill_ms = NowMs();
     ok = WaitFor([&] { return LastStep(log_of("a")) >= kSecondJoinAtStep; });
   }
   if (ok) {
@@ -213,17 +213,15 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
   }
   if (ok) {
     kill(d, SIGSTOP);
-    stop_ms = NowMs();
+    times.stop_ms = NowMs();
     ok = WaitFor([&] { return LastStep(log_of("a")) >= kRestartAtStep; });
     kill(d, SIGKILL);  // a stopped client would hold the restart's shutdown
   }
-  int64_t restart_ms = -1;
-  double restart_s = -1;
   absl::Status restarted;
   if (ok) {
-    restart_ms = NowMs();
-    restarted = (*cluster)->RestartServer(0);
-    restart_s = (NowMs() - restart_ms) / 1e3;
+    times.restart_ms = NowMs();
+    restarted = cluster.RestartServer(0);
+    times.restart_s = (NowMs() - times.restart_ms) / 1e3;
     ok = restarted.ok() && WaitFor([&] { return LastStep(log_of("a")) >= kSteps; });
   }
   if (d > 0) kill(d, SIGKILL);
@@ -238,7 +236,12 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
     return absl::DeadlineExceededError(
         absl::StrCat("the elastic job did not reach step ", kSteps, "; worker logs are in ", dir));
   }
+  return times;
+}
 
+// The figures of a scenario run at `times`, from the workers' event logs.
+json Figures(const ElasticBenchOptions& o, const ScenarioTimes& times,
+             const std::function<std::string(const std::string&)>& log_of) {
   std::vector<json> ea = ReadEvents(log_of("a")), eb = ReadEvents(log_of("b")),
                     ec = ReadEvents(log_of("c"));
   std::vector<double> gaps;
@@ -277,30 +280,51 @@ absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
   }
   const double join_pause_s = stall(EventMs(ec, "join"), 3);
   const double leave_pause_s = stall(EventMs(eb, "leave"), 2);
-  const double failure_pause_s = pause(kill_ms, 1);
-  const double hang_pause_s = pause(stop_ms, 1);
+  const double failure_pause_s = pause(times.kill_ms, 1);
+  const double hang_pause_s = pause(times.stop_ms, 1);
   // What the restart cost worker a: from its last step before the restart
   // began to its first after it ended.
   const double restart_pause_s =
-      stalled(LastStepBefore(ea, restart_ms + 1),
-              FirstStepAfter(ea, restart_ms + static_cast<int64_t>(restart_s * 1e3)));
-  json out = {{"bench", "elastic"},
-              {"params", o.num_params},
-              {"steps", kSteps},
-              {"step_s", step_s},
-              {"join_pause_s", join_pause_s},
-              {"param_pull_s", param_pull_s},
-              {"leave_pause_s", leave_pause_s},
-              {"failure_pause_s", failure_pause_s},
-              {"hang_pause_s", hang_pause_s},
-              {"restart_pause_s", restart_pause_s},
-              {"restart_s", restart_s},
-              {"lease_s", lease_s},
-              {"join_ok", join_pause_s >= 0 && join_pause_s <= 1 + param_pull_s},
-              {"leave_ok", leave_pause_s >= 0 && leave_pause_s <= 1},
-              {"failure_ok", failure_pause_s >= 0 && failure_pause_s <= 0.5},
-              {"hang_ok", hang_pause_s >= 0 && hang_pause_s <= lease_s + 1},
-              {"restart_ok", restart_pause_s >= 0 && restart_pause_s <= restart_s}};
+      stalled(LastStepBefore(ea, times.restart_ms + 1),
+              FirstStepAfter(ea, times.restart_ms + static_cast<int64_t>(times.restart_s * 1e3)));
+  return {{"bench", "elastic"},
+          {"params", o.num_params},
+          {"steps", kSteps},
+          {"step_s", step_s},
+          {"join_pause_s", join_pause_s},
+          {"param_pull_s", param_pull_s},
+          {"leave_pause_s", leave_pause_s},
+          {"failure_pause_s", failure_pause_s},
+          {"hang_pause_s", hang_pause_s},
+          {"restart_pause_s", restart_pause_s},
+          {"restart_s", times.restart_s},
+          {"lease_s", lease_s},
+          {"join_ok", join_pause_s >= 0 && join_pause_s <= 1 + param_pull_s},
+          {"leave_ok", leave_pause_s >= 0 && leave_pause_s <= 1},
+          {"failure_ok", failure_pause_s >= 0 && failure_pause_s <= 0.5},
+          {"hang_ok", hang_pause_s >= 0 && hang_pause_s <= lease_s + 1},
+          {"restart_ok", restart_pause_s >= 0 && restart_pause_s <= times.restart_s}};
+}
+
+}  // namespace
+
+absl::StatusOr<json> BenchElastic(const ElasticBenchOptions& o) {
+  LocalClusterOptions cluster_options;
+  cluster_options.num_servers = 2;
+  cluster_options.host_budget_bytes = o.num_params * 16 + (uint64_t{64} << 20);
+  cluster_options.worker_lease = o.lease;
+  cluster_options.save_host_chunks = true;  // a clean restart keeps the chunks
+  auto cluster = LocalCluster::Start(cluster_options);
+  if (!cluster.ok()) return cluster.status();
+  // The event logs outlive the cluster's directory when the job fails.
+  std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("strata-elastic-bench-", getpid()))
+          .string();
+  std::filesystem::create_directories(dir);
+  auto log_of = [&](const std::string& id) { return absl::StrCat(dir, "/", id, ".jsonl"); };
+  absl::StatusOr<ScenarioTimes> times = RunScenario(**cluster, o.num_params, log_of, dir);
+  if (!times.ok()) return times.status();
+  json out = Figures(o, *times, log_of);
   std::filesystem::remove_all(dir);
   return out;
 }

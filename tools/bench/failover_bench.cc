@@ -161,6 +161,45 @@ double SecondsUntilCopies(const std::string& coordinator, const std::string& job
   return -1;
 }
 
+// A coordinator process and kServers shard servers in `dir`.
+struct FailoverCluster {
+  std::string coordinator;
+  std::vector<testing::ServerProcess> servers;
+};
+absl::StatusOr<FailoverCluster> StartFailoverCluster(const FailoverBenchOptions& o,
+                                                     const std::string& dir,
+                                                     testing::Processes* daemons) {
+  FailoverCluster cluster;
+  const std::string bin = BinDir();
+  cluster.coordinator = testing::StartCoordinator(
+      bin, dir, daemons,
+      {absl::StrCat("--server_timeout_ms=", absl::ToInt64Milliseconds(o.server_timeout))});
+  if (cluster.coordinator.empty()) return absl::InternalError("the coordinator did not start");
+  // Room on each server for a whole copy of the two-copy job (each survivor
+  // holds every chunk once the lost server's copies are seeded again) and
+  // half the one-copy job (the undrained servers' share), with slack.
+  const uint64_t budget_mib = o.num_params * 20 * 2 / (1 << 20) + 256;
+  for (int i = 0; i < kServers; ++i) {
+    cluster.servers.push_back(
+        testing::StartServer(bin, dir, absl::StrCat("server-", i), cluster.coordinator,
+                             {absl::StrCat("--host_budget_mib=", budget_mib)}, daemons));
+    if (cluster.servers.back().address.empty()) {
+      return absl::InternalError("a shard server did not start");
+    }
+  }
+  return cluster;
+}
+
+// Drains the server at `address` (or, with `cancel`, has it take chunks again).
+absl::Status CallDrain(const std::string& coordinator, const std::string& address, bool cancel,
+                       v1::DrainServerResponse* response, absl::Duration timeout) {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+  v1::DrainServerRequest request;
+  request.set_address(address);
+  request.set_cancel(cancel);
+  return CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request, response, timeout);
+}
+
 }  // namespace
 
 absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
@@ -172,22 +211,9 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
     std::filesystem::remove_all(dir, ignored);
   };
   testing::Processes daemons;  // killed before the directory goes
-  const std::string bin = BinDir();
-  const std::string coordinator = testing::StartCoordinator(
-      bin, dir, &daemons,
-      {absl::StrCat("--server_timeout_ms=", absl::ToInt64Milliseconds(o.server_timeout))});
-  if (coordinator.empty()) return absl::InternalError("the coordinator did not start");
-  // Room on each server for a whole copy of the two-copy job (each survivor
-  // holds every chunk once the lost server's copies are seeded again) and
-  // half the one-copy job (the undrained servers' share), with slack.
-  const uint64_t budget_mib = o.num_params * 20 * 2 / (1 << 20) + 256;
-  std::vector<testing::ServerProcess> servers;
-  for (int i = 0; i < kServers; ++i) {
-    servers.push_back(testing::StartServer(bin, dir, absl::StrCat("server-", i), coordinator,
-                                           {absl::StrCat("--host_budget_mib=", budget_mib)},
-                                           &daemons));
-    if (servers.back().address.empty()) return absl::InternalError("a shard server did not start");
-  }
+  ASSIGN_OR_RETURN(FailoverCluster cluster, StartFailoverCluster(o, dir, &daemons));
+  const std::string& coordinator = cluster.coordinator;
+  std::vector<testing::ServerProcess>& servers = cluster.servers;
   // One copy: o.steps timed steps, then a server drained, then as many again.
   const int event_before = o.steps + 2;
   const double tcp_GBps = MeasureIperf3();
@@ -195,26 +221,16 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
   absl::Status drain_status;
   absl::Time drain_started, drain_ended;
   Event drain{event_before, nullptr, nullptr, [&] {
-                auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
-                v1::DrainServerRequest request;
-                request.set_address(servers[0].address);
                 drain_started = absl::Now();
-                drain_status = CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request,
+                drain_status = CallDrain(coordinator, servers[0].address, /*cancel=*/false,
                                          &drained, absl::Minutes(10));
                 drain_ended = absl::Now();
               }};
   ASSIGN_OR_RETURN(Steps one, Train(o, coordinator, "replicas-1", 1, 2 * o.steps + 2, drain));
   RETURN_IF_ERROR(drain_status);
-  {
-    // Server 0 takes chunks again.
-    auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
-    v1::DrainServerRequest request;
-    request.set_address(servers[0].address);
-    request.set_cancel(true);
-    v1::DrainServerResponse ignored;
-    RETURN_IF_ERROR(CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request, &ignored,
-                              absl::Seconds(30)));
-  }
+  v1::DrainServerResponse ignored;  // server 0 takes chunks again
+  RETURN_IF_ERROR(
+      CallDrain(coordinator, servers[0].address, /*cancel=*/true, &ignored, absl::Seconds(30)));
   // Two copies: o.steps timed steps, then a server killed, then as many
   // again, while the copies it held are seeded on the others.
   double reseed_s = -1;
