@@ -100,24 +100,57 @@ void Forward(const Mlp& m, const Dims& d, const std::vector<float>& x, strata::D
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  strata::InitCommandLine(
-      argc, argv,
-      "mlp_trainer: trains a two-layer MLP student against a random teacher MLP\n"
-      "through a strata cluster (FP16/BF16 forward and backward, AdamW on the shard\n"
-      "servers). Start one process per worker:\n\n"
-      "  mlp_trainer --coordinator=HOST:PORT --job=NAME --workers=2 --steps=100");
-  const Dims d{absl::GetFlag(FLAGS_input_dim), absl::GetFlag(FLAGS_hidden_dim),
-               absl::GetFlag(FLAGS_output_dim)};
-  const std::string dtype_name = absl::GetFlag(FLAGS_dtype);
-  if (dtype_name != "fp16" && dtype_name != "bf16") {
-    std::fprintf(stderr, "mlp_trainer: --dtype must be fp16 or bf16, not %s\n", dtype_name.c_str());
-    return 2;
+// The student's gradient of sample `x` (its loss against the teacher's
+// output, averaged over the outputs and the worker's `per_worker`
+// samples), added to `grads`; returns the sample's loss.
+double AddSampleGradient(const Mlp& m, const Mlp& teacher, const Dims& d,
+                         const std::vector<float>& x, strata::DType dtype, int per_worker,
+                         const FlatLayout& layout, std::vector<float>* grads) {
+  std::vector<float> h, y, teacher_h, target;
+  Forward(teacher, d, x, dtype, &teacher_h, &target);
+  Forward(m, d, x, dtype, &h, &y);
+  float* gw1 = &(*grads)[layout.tensor_range(0).begin];
+  float* gb1 = &(*grads)[layout.tensor_range(1).begin];
+  float* gw2 = &(*grads)[layout.tensor_range(2).begin];
+  float* gb2 = &(*grads)[layout.tensor_range(3).begin];
+  double loss = 0;
+  std::vector<float> dh(d.hidden, 0.0f);
+  for (int k = 0; k < d.out; ++k) {
+    float err = y[k] - target[k];
+    loss += 0.5 * err * err / d.out;
+    float dy = err / d.out / per_worker;
+    gb2[k] += dy;
+    for (int j = 0; j < d.hidden; ++j) {
+      gw2[j * d.out + k] += h[j] * dy;
+      dh[j] += m.w2[j * d.out + k] * dy;
+    }
   }
-  const strata::DType dtype = dtype_name == "bf16" ? strata::DType::kBf16 : strata::DType::kFp16;
+  for (int j = 0; j < d.hidden; ++j) {
+    if (h[j] <= 0) continue;
+    gb1[j] += dh[j];
+    for (int i = 0; i < d.in; ++i) gw1[i * d.hidden + j] += x[i] * dh[j];
+  }
+  return loss;
+}
 
+// A random MLP of `layout`: normal weights scaled by `scale_w1` and
+// `scale_w2`, zero biases.
+std::vector<float> RandomMlp(const FlatLayout& layout, uint32_t seed, float scale_w1,
+                             float scale_w2) {
+  std::vector<float> flat(layout.num_params(), 0.0f);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  for (uint64_t i = layout.tensor_range(0).begin; i < layout.tensor_range(0).end; ++i) {
+    flat[i] = scale_w1 * normal(rng);
+  }
+  for (uint64_t i = layout.tensor_range(2).begin; i < layout.tensor_range(2).end; ++i) {
+    flat[i] = scale_w2 * normal(rng);
+  }
+  return flat;
+}
+
+// The job the flags describe, an MLP of `d` in `dtype`.
+strata::ClientOptions OptionsFromFlags(const Dims& d, strata::DType dtype) {
   strata::ClientOptions options;
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   options.job_id = absl::GetFlag(FLAGS_job);
@@ -141,28 +174,69 @@ int main(int argc, char** argv) {
   options.loss_scale.initial_scale = dtype == strata::DType::kFp16 ? 65536.0f : 1.0f;
   options.loss_scale.growth_interval = 50;
   options.max_grad_norm = absl::GetFlag(FLAGS_max_grad_norm);
+  return options;
+}
 
+// Hands one micro-batch's gradients to the client: the last one of a step
+// tensor by tensor, last layer first, when --stream (this trainer's
+// per-sample backward completes every tensor at once; one that runs layer
+// by layer would hand each over as it completes).
+absl::Status HandOver(strata::Client& c, const FlatLayout& layout, const std::vector<float>& grads,
+                      bool last_micro_batch) {
+  if (!absl::GetFlag(FLAGS_stream) || !last_micro_batch) return c.AccumulateGradients(grads);
+  for (size_t t = layout.tensors().size(); t-- > 0;) {
+    const strata::FlatRange r = layout.tensor_range(t);
+    absl::Status handed =
+        c.GradientsReady(r, absl::MakeConstSpan(grads).subspan(r.begin, r.size()));
+    if (!handed.ok()) return handed;
+  }
+  return absl::OkStatus();
+}
+
+// Rank 0's JSON summary line, to --summary_file or stdout.
+void WriteSummary(int workers, int servers, int steps, double loss_first, double loss_last,
+                  std::vector<double> step_ms) {
+  std::sort(step_ms.begin(), step_ms.end());
+  std::string summary = absl::StrFormat(
+      "{\"workers\":%d,\"servers\":%d,\"steps\":%d,\"loss_first\":%.6f,\"loss_last\":%.6f,"
+      "\"step_ms_median\":%.3f}",
+      workers, servers, steps, loss_first, loss_last,
+      step_ms.empty() ? 0.0 : step_ms[step_ms.size() / 2]);
+  if (absl::GetFlag(FLAGS_summary_file).empty()) {
+    std::printf("%s\n", summary.c_str());
+  } else {
+    std::ofstream(absl::GetFlag(FLAGS_summary_file)) << summary << "\n";
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  strata::InitCommandLine(
+      argc, argv,
+      "mlp_trainer: trains a two-layer MLP student against a random teacher MLP\n"
+      "through a strata cluster (FP16/BF16 forward and backward, AdamW on the shard\n"
+      "servers). Start one process per worker:\n\n"
+      "  mlp_trainer --coordinator=HOST:PORT --job=NAME --workers=2 --steps=100");
+  const Dims d{absl::GetFlag(FLAGS_input_dim), absl::GetFlag(FLAGS_hidden_dim),
+               absl::GetFlag(FLAGS_output_dim)};
+  const std::string dtype_name = absl::GetFlag(FLAGS_dtype);
+  if (dtype_name != "fp16" && dtype_name != "bf16") {
+    std::fprintf(stderr, "mlp_trainer: --dtype must be fp16 or bf16, not %s\n", dtype_name.c_str());
+    return 2;
+  }
+  const strata::DType dtype = dtype_name == "bf16" ? strata::DType::kBf16 : strata::DType::kFp16;
+  strata::ClientOptions options = OptionsFromFlags(d, dtype);
   auto layout = FlatLayout::Create(options.tensors, options.chunk_num_params);
   if (!layout.ok()) {
     std::fprintf(stderr, "mlp_trainer: %s\n", layout.status().ToString().c_str());
     return 2;
   }
   // Student: He-style initialization; teacher: a fixed random MLP.
-  auto init = [&](uint32_t seed, float scale_w1, float scale_w2) {
-    std::vector<float> flat(layout->num_params(), 0.0f);
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal;
-    for (uint64_t i = layout->tensor_range(0).begin; i < layout->tensor_range(0).end; ++i) {
-      flat[i] = scale_w1 * normal(rng);
-    }
-    for (uint64_t i = layout->tensor_range(2).begin; i < layout->tensor_range(2).end; ++i) {
-      flat[i] = scale_w2 * normal(rng);
-    }
-    return flat;
-  };
-  options.initial_params = init(1, std::sqrt(2.0f / d.in), std::sqrt(1.0f / d.hidden));
+  options.initial_params =
+      RandomMlp(*layout, 1, std::sqrt(2.0f / d.in), std::sqrt(1.0f / d.hidden));
   const std::vector<float> teacher_flat =
-      init(7, std::sqrt(2.0f / d.in), std::sqrt(2.0f / d.hidden));
+      RandomMlp(*layout, 7, std::sqrt(2.0f / d.in), std::sqrt(2.0f / d.hidden));
   const Mlp teacher = View(teacher_flat, *layout);
 
   auto client = strata::Client::Connect(options);
@@ -183,7 +257,6 @@ int main(int argc, char** argv) {
   }
 
   std::vector<float> params(layout->num_params()), grads(layout->num_params());
-  std::vector<float> h, y, teacher_h, target;
   std::vector<double> step_ms;
   double loss_first = 0, loss_last = 0;
   const int steps = absl::GetFlag(FLAGS_steps);
@@ -194,45 +267,14 @@ int main(int argc, char** argv) {
     double loss_sum = 0;
     for (int micro = 0; micro < accumulation; ++micro) {
       std::fill(grads.begin(), grads.end(), 0.0f);
-      float* gw1 = &grads[layout->tensor_range(0).begin];
-      float* gb1 = &grads[layout->tensor_range(1).begin];
-      float* gw2 = &grads[layout->tensor_range(2).begin];
-      float* gb2 = &grads[layout->tensor_range(3).begin];
       for (int b = 0; b < per_worker; ++b) {
         uint64_t index = (static_cast<uint64_t>(c.step()) * accumulation + micro) * batch +
                          rank * per_worker + b;
-        std::vector<float> x = Sample(index, d.in, dtype);
-        Forward(teacher, d, x, dtype, &teacher_h, &target);
-        Forward(m, d, x, dtype, &h, &y);
-        std::vector<float> dh(d.hidden, 0.0f);
-        for (int k = 0; k < d.out; ++k) {
-          float err = y[k] - target[k];
-          loss_sum += 0.5 * err * err / d.out;
-          float dy = err / d.out / per_worker;
-          gb2[k] += dy;
-          for (int j = 0; j < d.hidden; ++j) {
-            gw2[j * d.out + k] += h[j] * dy;
-            dh[j] += m.w2[j * d.out + k] * dy;
-          }
-        }
-        for (int j = 0; j < d.hidden; ++j) {
-          if (h[j] <= 0) continue;
-          gb1[j] += dh[j];
-          for (int i = 0; i < d.in; ++i) gw1[i * d.hidden + j] += x[i] * dh[j];
-        }
+        loss_sum += AddSampleGradient(m, teacher, d, Sample(index, d.in, dtype), dtype, per_worker,
+                                      *layout, &grads);
       }
-      absl::Status handed = absl::OkStatus();
-      if (absl::GetFlag(FLAGS_stream) && micro + 1 == accumulation) {
-        // This trainer's per-sample backward completes every tensor at once;
-        // one that runs layer by layer would hand each over as it completes.
-        for (size_t t = layout->tensors().size(); t-- > 0 && handed.ok();) {
-          const strata::FlatRange r = layout->tensor_range(t);
-          handed = c.GradientsReady(r, absl::MakeConstSpan(grads).subspan(r.begin, r.size()));
-        }
-      } else {
-        handed = c.AccumulateGradients(grads);
-      }
-      if (!handed.ok()) {
+      if (absl::Status handed = HandOver(c, *layout, grads, micro + 1 == accumulation);
+          !handed.ok()) {
         std::fprintf(stderr, "mlp_trainer: gradients: %s\n", handed.ToString().c_str());
         return 1;
       }
@@ -259,18 +301,6 @@ int main(int argc, char** argv) {
     }
     absl::SleepFor(absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms)));
   }
-  if (rank == 0) {
-    std::sort(step_ms.begin(), step_ms.end());
-    std::string summary = absl::StrFormat(
-        "{\"workers\":%d,\"servers\":%d,\"steps\":%d,\"loss_first\":%.6f,\"loss_last\":%.6f,"
-        "\"step_ms_median\":%.3f}",
-        workers, c.num_servers(), steps, loss_first, loss_last,
-        step_ms.empty() ? 0.0 : step_ms[step_ms.size() / 2]);
-    if (absl::GetFlag(FLAGS_summary_file).empty()) {
-      std::printf("%s\n", summary.c_str());
-    } else {
-      std::ofstream(absl::GetFlag(FLAGS_summary_file)) << summary << "\n";
-    }
-  }
+  if (rank == 0) WriteSummary(workers, c.num_servers(), steps, loss_first, loss_last, step_ms);
   return 0;
 }

@@ -158,14 +158,8 @@ py::dict ReformStatsToDict(const ReformStats& r) {
   return d;
 }
 
-}  // namespace
-}  // namespace strata
-
-PYBIND11_MODULE(_strata, m) {
-  using namespace strata;
-  m.doc() = "strata's client (strata::Client); use strata.torch for torch training loops";
-  py::register_exception<StatusError>(m, "StrataError", PyExc_RuntimeError);
-
+// The Python classes and functions of _strata, bound in parts.
+void BindPendingGather(py::module_& m) {
   py::class_<PendingGather>(m, "PendingGather")
       .def(
           "wait",
@@ -178,9 +172,11 @@ PYBIND11_MODULE(_strata, m) {
             ThrowIfError(s);
           },
           "Blocks until the gather is done; raises StrataError if it failed");
+}
 
-  py::class_<Client>(m, "Client")
-      .def_property_readonly("rank", &Client::rank)
+// Client's read-only properties.
+void BindClientProperties(py::class_<Client>& cls) {
+  cls.def_property_readonly("rank", &Client::rank)
       .def_property_readonly("world_size", &Client::world_size)
       .def_property_readonly("generation", &Client::generation)
       .def_property_readonly("num_servers", &Client::num_servers)
@@ -194,16 +190,20 @@ PYBIND11_MODULE(_strata, m) {
           "last_reform", [](const Client& c) { return ReformStatsToDict(c.last_reform()); },
           "How the group last formed (at connect or a membership change): count, generation, "
           "seconds, param_pull_seconds, steps_lost (steps undone by a resume from an older "
-          "checkpoint after a shard server was lost)")
-      .def(
-          "copy_params",
-          [](const Client& c, FloatArray out) {
-            py::buffer_info info = out.request(/*writable=*/true);
-            CheckSize(info, c.layout().num_params(), "copy_params' array");
-            ThrowIfError(c.CopyParams(absl::MakeSpan(static_cast<float*>(info.ptr), info.size)));
-          },
-          py::arg("out").noconvert(),
-          "Writes the current parameters (the job's dtype, as float32) into `out`")
+          "checkpoint after a shard server was lost)");
+}
+
+// Client's parameters in and gradients out.
+void BindClientTransfers(py::class_<Client>& cls) {
+  cls.def(
+         "copy_params",
+         [](const Client& c, FloatArray out) {
+           py::buffer_info info = out.request(/*writable=*/true);
+           CheckSize(info, c.layout().num_params(), "copy_params' array");
+           ThrowIfError(c.CopyParams(absl::MakeSpan(static_cast<float*>(info.ptr), info.size)));
+         },
+         py::arg("out").noconvert(),
+         "Writes the current parameters (the job's dtype, as float32) into `out`")
       .def(
           "start_gather",
           [](Client& c, uint64_t begin, uint64_t end, FloatArray out) {
@@ -247,18 +247,22 @@ PYBIND11_MODULE(_strata, m) {
           },
           py::arg("begin"), py::arg("grads").noconvert(), py::arg("scaled") = false,
           "The streamed step: the last micro-batch's float32 gradient of the flat range from "
-          "`begin` (Client::GradientsReady); scaled: already multiplied by the loss scale")
-      .def(
-          "step",
-          [](Client& c) {
-            absl::StatusOr<StepResult> result;
-            {
-              py::gil_scoped_release release;
-              result = c.Step();
-            }
-            return StepResultToDict(ValueOrThrow(std::move(result)));
-          },
-          "One optimizer step over the accumulated micro-batches; returns its StepResult")
+          "`begin` (Client::GradientsReady); scaled: already multiplied by the loss scale");
+}
+
+// Client's step, its settings, and leaving.
+void BindClientStep(py::class_<Client>& cls) {
+  cls.def(
+         "step",
+         [](Client& c) {
+           absl::StatusOr<StepResult> result;
+           {
+             py::gil_scoped_release release;
+             result = c.Step();
+           }
+           return StepResultToDict(ValueOrThrow(std::move(result)));
+         },
+         "One optimizer step over the accumulated micro-batches; returns its StepResult")
       .def(
           "set_learning_rate", [](Client& c, float lr) { ThrowIfError(c.SetLearningRate(lr)); },
           py::arg("lr"))
@@ -304,7 +308,9 @@ PYBIND11_MODULE(_strata, m) {
             ThrowIfError(c.Leave());
           },
           "Leaves the job at a step boundary; the others go on without this worker");
+}
 
+void BindFunctions(py::module_& m) {
   m.def(
       "flat_layout",
       [](const TensorList& tensors, uint64_t chunk_params) {
@@ -328,4 +334,19 @@ PYBIND11_MODULE(_strata, m) {
         py::arg("tensor_groups") = std::vector<uint32_t>(),
         py::arg("group_weight_decays") = std::vector<float>(), py::arg("replicas") = 1,
         "Creates or joins a job and returns its Client (strata::Client::Connect)");
+}
+
+}  // namespace
+}  // namespace strata
+
+PYBIND11_MODULE(_strata, m) {
+  using namespace strata;
+  m.doc() = "strata's client (strata::Client); use strata.torch for torch training loops";
+  py::register_exception<StatusError>(m, "StrataError", PyExc_RuntimeError);
+  BindPendingGather(m);
+  py::class_<Client> client(m, "Client");
+  BindClientProperties(client);
+  BindClientTransfers(client);
+  BindClientStep(client);
+  BindFunctions(m);
 }
