@@ -231,6 +231,12 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // keeps its copies of `kept`, fenced at `generation`; those left without
   // a copy drop the job. Errors are ignored (a server lost meanwhile).
   void KeepPlacedCopies(const v1::JobInfo& both, const v1::JobInfo& kept, uint64_t generation);
+  // Allocates `job`'s chunks on its servers, fenced at `min_generation`,
+  // those `seeded` names made anew (ShardFleet::Allocate), and waits for
+  // every answer; the servers that allocated go to `allocated` (nullable).
+  absl::Status AwaitAllocate(std::shared_ptr<const v1::JobInfo> job, uint64_t min_generation,
+                             ShardFleet::SeededChunks seeded = {},
+                             std::vector<std::string>* allocated = nullptr);
   // Drops `job_id` on `addresses` and waits for their answers (errors
   // ignored: a server without the job has nothing to drop).
   void DropJobOn(const std::string& job_id, const std::vector<std::string>& addresses);

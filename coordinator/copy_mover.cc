@@ -37,20 +37,6 @@ namespace {
 // A SeedChunks call ends within a minute plus its bytes at this rate.
 constexpr double kMinSeedBytesPerSecond = 20e6;
 
-// The copies of `after` that `before` lacks, by server: they start empty,
-// also on a server that holds a stale one.
-ShardFleet::SeededChunks NewCopies(const v1::JobInfo& before, const v1::JobInfo& after) {
-  ShardFleet::SeededChunks seeded;
-  for (int i = 0; i < after.chunks_size(); ++i) {
-    for (const std::string& target : CopiesOf(after.chunks(i))) {
-      if (!HoldsCopy(before.chunks(i), target)) {
-        seeded[target].push_back(after.chunks(i).chunk().chunk_id());
-      }
-    }
-  }
-  return seeded;
-}
-
 bool SamePlacement(const v1::JobInfo& a, const v1::JobInfo& b) {
   for (int i = 0; i < a.chunks_size(); ++i) {
     if (CopiesOf(a.chunks(i)) != CopiesOf(b.chunks(i))) return false;
@@ -181,21 +167,13 @@ absl::Status CoordinatorService::PrepareCopies(const v1::JobInfo& before, const 
   // (not in `before`: no worker pushes to it). They are made -- their
   // memory zeroed and pinned -- while the job trains: fenced against no
   // generation, every server goes on.
-  return Await([&](auto done) {
-    fleet_.Allocate(
-        both, /*min_generation=*/0,
-        [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); },
-        std::make_shared<ShardFleet::SeededChunks>(NewCopies(before, after)));
-  });
+  return AwaitAllocate(both, /*min_generation=*/0, NewCopies(before, after));
 }
 
 absl::Status CoordinatorService::SeedFenced(const v1::JobInfo& before, const v1::JobInfo& after,
                                             std::shared_ptr<const v1::JobInfo> both,
                                             uint64_t generation, v1::CopiesMoved* copied) {
-  RETURN_IF_ERROR(Await([&](auto done) {
-    fleet_.Allocate(both, generation,
-                    [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); });
-  }));
+  RETURN_IF_ERROR(AwaitAllocate(both, generation));
   const absl::Time fenced = absl::Now();
   absl::StatusOr<SeedPlan> seeds = PlanCopySeeds(before, after, both, generation, copied);
   absl::Status status =
@@ -216,16 +194,28 @@ absl::Status CoordinatorService::RecordPlacement(const v1::JobInfo& placed) {
 void CoordinatorService::KeepPlacedCopies(const v1::JobInfo& both, const v1::JobInfo& kept,
                                           uint64_t generation) {
   // Each server keeps the copies placed on it; the others drop the job.
-  auto placed = std::make_shared<v1::JobInfo>(kept);
-  Await([&](auto done) {
-    fleet_.Allocate(placed, generation,
-                    [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); });
-  }).IgnoreError();
+  AwaitAllocate(std::make_shared<v1::JobInfo>(kept), generation).IgnoreError();
   std::vector<std::string> emptied;
   for (const std::string& address : ServersOf(both)) {
     if (!HasChunksOn(kept, address)) emptied.push_back(address);
   }
   if (!emptied.empty()) DropJobOn(kept.spec().job_id(), emptied);
+}
+
+absl::Status CoordinatorService::AwaitAllocate(std::shared_ptr<const v1::JobInfo> job,
+                                               uint64_t min_generation,
+                                               ShardFleet::SeededChunks seeded,
+                                               std::vector<std::string>* allocated) {
+  auto made_anew = std::make_shared<ShardFleet::SeededChunks>(std::move(seeded));
+  return Await([&](auto done) {
+    fleet_.Allocate(
+        std::move(job), min_generation,
+        [allocated, done](absl::Status s, std::vector<std::string> servers) {
+          if (allocated != nullptr) *allocated = std::move(servers);
+          done(std::move(s));
+        },
+        made_anew);
+  });
 }
 
 void CoordinatorService::DropJobOn(const std::string& job_id,
@@ -263,11 +253,7 @@ absl::StatusOr<SeedPlan> CoordinatorService::PlanCopySeeds(const v1::JobInfo& be
   TornCopies torn = FindTornCopies(before, after, statuses, is_lost);
   if (torn.by_server.empty()) return plan;
   // Made anew (empty) where they sit, then seeded like new copies.
-  RETURN_IF_ERROR(Await([&](auto done) {
-    fleet_.Allocate(
-        both, generation, [done](absl::Status s, std::vector<std::string>) { done(std::move(s)); },
-        std::make_shared<ShardFleet::SeededChunks>(torn.by_server));
-  }));
+  RETURN_IF_ERROR(AwaitAllocate(both, generation, torn.by_server));
   for (auto& [servers, chunks] : torn.plan) {
     copied->set_torn(copied->torn() + chunks.size());
     std::vector<v1::ChunkSpec>& planned = plan[servers];

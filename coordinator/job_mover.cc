@@ -158,13 +158,7 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id, const std::s
   const int64_t reached = std::max(before.committed_step(), HighestAppliedStep(job_id, stale));
   DropJobOn(job_id, {stale.begin(), stale.end()});
   std::vector<std::string> allocated;
-  absl::Status status = Await([&](auto done) {
-    fleet_.Allocate(moved, generation,
-                    [&allocated, done](absl::Status s, std::vector<std::string> servers) {
-                      allocated = std::move(servers);
-                      done(std::move(s));
-                    });
-  });
+  absl::Status status = AwaitAllocate(moved, generation, {}, &allocated);
   if (status.ok()) status = Await([&](auto done) { fleet_.Load(moved, manifest, done); });
   if (status.ok()) status = RecordPlacement(*moved);
   if (absl::IsNotFound(status)) {

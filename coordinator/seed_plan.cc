@@ -21,6 +21,18 @@ std::string SeedSourceOf(const v1::ChunkAssignment& chunk, const IsLost& is_lost
   return "";
 }
 
+ChunksByServer NewCopies(const v1::JobInfo& before, const v1::JobInfo& after) {
+  ChunksByServer copies;
+  for (int i = 0; i < after.chunks_size(); ++i) {
+    for (const std::string& target : CopiesOf(after.chunks(i))) {
+      if (!HoldsCopy(before.chunks(i), target)) {
+        copies[target].push_back(after.chunks(i).chunk().chunk_id());
+      }
+    }
+  }
+  return copies;
+}
+
 absl::StatusOr<SeedPlan> PlanSeeds(const v1::JobInfo& before, const v1::JobInfo& after,
                                    const IsLost& is_lost) {
   SeedPlan plan;

@@ -33,7 +33,11 @@ using IsLost = std::function<bool(const std::string& address)>;
 std::string SeedSourceOf(const v1::ChunkAssignment& chunk, const IsLost& is_lost);
 
 // The new copies of `after` (those of `before`'s chunks it did not hold) by
-// (target, source). FAILED_PRECONDITION naming a chunk with no live copy.
+// server: they start empty, also on a server that holds a stale one.
+ChunksByServer NewCopies(const v1::JobInfo& before, const v1::JobInfo& after);
+
+// The new copies of `after` by (target, source). FAILED_PRECONDITION naming a chunk with no live
+// copy.
 absl::StatusOr<SeedPlan> PlanSeeds(const v1::JobInfo& before, const v1::JobInfo& after,
                                    const IsLost& is_lost);
 

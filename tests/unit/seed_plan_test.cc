@@ -70,6 +70,7 @@ TEST(SeedPlanTest, NewCopiesComeFromTheFirstLiveOldCopy) {
   // the new placement drops it.
   ASSERT_EQ(plan->size(), 1u);
   EXPECT_THAT(Ids(plan->at({"d", "b"})), ElementsAre(0u, 1u));
+  EXPECT_EQ(NewCopies(before, after), (ChunksByServer{{"d", {0u, 1u}}}));
 }
 
 TEST(SeedPlanTest, AChunkWithNoLiveCopyIsNamed) {
