@@ -219,8 +219,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
                           v1::CopiesMoved* copied);
   // The seeds of a move, the servers fenced at `generation`: the new copies
   // of `after`, and the torn old copies, which are made anew on their
-  // servers (AllocateChunks of `both` seeding them). Counts the torn ones
-  // in `copied`.
+  // servers (AllocateChunks of `both` seeding them). Counts the new and
+  // the torn ones in `copied`.
   absl::StatusOr<SeedPlan> PlanCopySeeds(const v1::JobInfo& before, const v1::JobInfo& after,
                                          std::shared_ptr<const v1::JobInfo> both,
                                          uint64_t generation, v1::CopiesMoved* copied);

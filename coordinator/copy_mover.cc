@@ -140,12 +140,12 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
                 "): its copies stay where they were: ", status.ToString());
     return status;
   }
-  LogEventCat("coordinator", "job ", job_id, " (", why, "): ", copied.copies(),
-              " chunk copies seeded (", copied.torn(), " torn by a step cut short; ",
-              copied.prepared(), " built aside in ", copied.prepare_seconds(), " s; ",
-              copied.bytes(), " bytes) in ", seconds, " s; its workers waited ",
-              copied.fenced_seconds(), " s (copies ", copied.copy_seconds(),
-              " s) and resume from the step they reached in generation ", generation);
+  LogEventCat(
+      "coordinator", "job ", job_id, " (", why, "): ", copied.copies(), " chunk copies seeded and ",
+      copied.torn(), " torn by a step cut short seeded again (", copied.prepared(),
+      " built aside in ", copied.prepare_seconds(), " s; ", copied.bytes(), " bytes) in ", seconds,
+      " s; its workers waited ", copied.fenced_seconds(), " s (copies ", copied.copy_seconds(),
+      " s) and resume from the step they reached in generation ", generation);
   if (moved != nullptr) AddMoved(copied, moved);
   return absl::OkStatus();
 }
@@ -233,6 +233,7 @@ absl::StatusOr<SeedPlan> CoordinatorService::PlanCopySeeds(const v1::JobInfo& be
                                                            v1::CopiesMoved* copied) {
   const IsLost is_lost = [this](const std::string& address) { return monitor_->IsLost(address); };
   ASSIGN_OR_RETURN(SeedPlan plan, PlanSeeds(before, after, is_lost));
+  for (const auto& [servers, chunks] : plan) copied->set_copies(copied->copies() + chunks.size());
   if (before.spec().replicas() <= 1) return plan;
   // The servers hold still: each old copy's step and round are final.
   std::vector<std::string> live;
@@ -305,10 +306,7 @@ absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const See
   for (const Call& call : calls) {
     status.Update(call.status);
     // What was built aside counts once it is written into its chunk.
-    if (!prepare) {
-      copied->set_copies(copied->copies() + call.request.chunks_size());
-      copied->set_prepared(copied->prepared() + call.response.prepared());
-    }
+    if (!prepare) copied->set_prepared(copied->prepared() + call.response.prepared());
     copied->set_bytes(copied->bytes() + call.response.bytes());
   }
   return status;

@@ -313,7 +313,7 @@ TEST_F(ChaosTest, AReplicatedJobRidesOutMinutesOfRandomFaults) {
   // How often a step cut short had torn a chunk's copies apart (seeded
   // again at a fence, before a checkpoint could find them).
   int torn = 0;
-  static const std::regex kTorn("seeded \\(([0-9]+) torn by a step cut short");
+  static const std::regex kTorn("and ([0-9]+) torn by a step cut short");
   for (auto it = std::sregex_iterator(log.begin(), log.end(), kTorn); it != std::sregex_iterator();
        ++it) {
     torn += std::stoi((*it)[1].str());
