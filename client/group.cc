@@ -21,6 +21,10 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedSteps() {
   v1::GetPlacementResponse placement;
   RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::GetPlacement, request,
                             &placement, kControlRpcTimeout));
+  if (placement.moving()) {
+    return absl::UnavailableError(
+        absl::StrCat("job '", options_.job_id, "' has chunks moving to a new placement"));
+  }
   int64_t lowest = std::numeric_limits<int64_t>::max(), highest = 0;
   for (const v1::PlacementRow& row : placement.rows()) {
     if (row.applied_step() < 0) {

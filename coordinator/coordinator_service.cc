@@ -185,6 +185,11 @@ absl::StatusOr<v1::JobInfo> CoordinatorService::FindJob(const std::string& job_i
   return it->second;
 }
 
+bool CoordinatorService::IsMoving(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  return moving_.contains(job_id);
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerContext* ctx,
                                                         const v1::DeleteJobRequest* request,
                                                         v1::DeleteJobResponse* response) {
@@ -349,10 +354,16 @@ grpc::ServerUnaryReactor* CoordinatorService::GetPlacement(grpc::CallbackServerC
       if (it != servers_.end()) *response->add_servers() = it->second;
     }
   }
+  const bool moving_before = IsMoving(request->job_id());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   fleet_.ListChunks(
       ServersOf(*job), job->spec().job_id(), /*wait_for_ready=*/false,
-      [reactor, response, job, layout = *std::move(layout)](auto& results) {
+      [this, reactor, response, job, moving_before, layout = *std::move(layout)](auto& results) {
+        // A move that began before the last answer, or ended after the
+        // first ask, may have left any mix of steps on the servers.
+        absl::StatusOr<v1::JobInfo> now = FindJob(job->spec().job_id());
+        response->set_moving(moving_before || IsMoving(job->spec().job_id()) ||
+                             (now.ok() && now->placement_version() != job->placement_version()));
         // (address, chunk id) -> what that server reports.
         std::map<std::pair<std::string, uint32_t>, const v1::ChunkStatus*> reported;
         for (auto& r : results) {

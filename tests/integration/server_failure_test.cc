@@ -8,12 +8,17 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
+#include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -184,6 +189,48 @@ TEST(ServerFailureTest, TheJobResumesFromItsLastCheckpointOnTheLiveServers) {
   ExpectResumedFromStep10(run, coordinator, checkpoints);
 }
 
+// Asks the coordinator for the placement of job "failover" as fast as it
+// answers until destroyed, and counts the answers: moving, and those that
+// say the job is not moving while its chunks are at steps more than one
+// apart (a worker would take such a mix for a broken job).
+class PlacementWatcher {
+ public:
+  explicit PlacementWatcher(std::string coordinator)
+      : coordinator_(std::move(coordinator)), thread_([this] { Run(); }) {}
+  ~PlacementWatcher() {
+    stop_ = true;
+    thread_.join();
+  }
+  int answers() const { return answers_; }
+  int moving() const { return moving_; }
+  int mixed() const { return mixed_; }
+
+ private:
+  void Run() {
+    while (!stop_) {
+      auto placement = testing::Placement(coordinator_, "failover");
+      if (!placement.ok()) continue;
+      ++answers_;
+      int64_t lowest = std::numeric_limits<int64_t>::max(), highest = -1;
+      for (const v1::PlacementRow& row : placement->rows()) {
+        if (row.applied_step() < 0) continue;
+        lowest = std::min(lowest, row.applied_step());
+        highest = std::max(highest, row.applied_step());
+      }
+      if (placement->moving()) {
+        ++moving_;
+      } else if (highest > lowest + 1) {
+        ++mixed_;
+      }
+    }
+  }
+
+  const std::string coordinator_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> answers_{0}, moving_{0}, mixed_{0};
+  std::thread thread_;
+};
+
 // Test 2 of the routine faults: a server holding host-memory chunks is
 // SIGKILLed during step 13 and restarted at once on its directories and
 // address, well within the server timeout: it comes back without the job's
@@ -200,13 +247,23 @@ TEST(ServerFailureTest, AServerBackWithoutItsChunksHasTheJobResumeFromItsCheckpo
   const std::string checkpoints = dir + "/checkpoints";
   testing::ServerProcess& victim = cluster.servers[1];
   const std::string address = victim.address;
+  std::optional<PlacementWatcher> watcher;
   const testing::KilledRun run =
       TrainThroughAKill(coordinator, checkpoints, &victim, &daemons, [&] {
+        watcher.emplace(coordinator);
         victim = testing::StartServer(STRATA_BIN_DIR, dir, "server-1", coordinator,
                                       {"--host_budget_mib=64", "--listen=" + address}, &daemons);
         EXPECT_EQ(victim.address, address);
       });
   ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_TRUE(watcher.has_value());
+  // The move drops the job's chunks, makes them anew and loads them; while
+  // it does, the placement is marked moving.
+  EXPECT_EQ(watcher->mixed(), 0) << watcher->moving() << " of " << watcher->answers()
+                                 << " placements marked moving";
+  std::printf("%d of %d placements asked during the run marked moving\n", watcher->moving(),
+              watcher->answers());
+  watcher.reset();
   auto placement = testing::Placement(coordinator, "failover");
   ASSERT_TRUE(placement.ok()) << placement.status();
   for (const v1::PlacementRow& row : placement->rows()) {
