@@ -23,6 +23,7 @@
 #include "strata/flat_layout.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
+#include "tools/ctl_views.h"
 #include "tools/model_export.h"
 #include "tools/placement_view.h"
 #include "tools/table.h"
@@ -181,6 +182,10 @@ class Ctl {
       v1::GetPlacementResponse response;
       absl::Status s = Call(&v1::Coordinator::Stub::GetPlacement, request, &response);
       if (!s.ok()) return s;
+      if (response.moving()) {
+        std::fprintf(stderr, "job %s: its chunks are moving; these rows are the old placement's\n",
+                     id.c_str());
+      }
       view.Add(response);
     }
     if (absl::GetFlag(FLAGS_json)) {
@@ -383,25 +388,12 @@ class Ctl {
   // a line ending with `done`.
   static void EmitMoved(json out, const v1::CopiesMoved& moved, const std::string& done) {
     if (absl::GetFlag(FLAGS_json)) {
-      out["jobs"] = moved.jobs();
-      out["copies"] = moved.copies();
-      out["torn"] = moved.torn();
-      out["bytes"] = moved.bytes();
-      out["seconds"] = moved.seconds();
-      out["built_aside"] = moved.prepared();
-      out["paused_seconds"] = moved.fenced_seconds();
-      std::printf("%s\n", out.dump().c_str());
-      return;
-    }
-    if (done.empty()) {
+      std::printf("%s\n", MovedJson(std::move(out), moved).dump().c_str());
+    } else if (done.empty()) {
       std::printf("%s takes chunks again\n", out["server"].get<std::string>().c_str());
-      return;
+    } else {
+      std::printf("%s\n", MovedLine(moved, done).c_str());
     }
-    std::printf(
-        "%u chunk copies of %u job(s) moved (%llu bytes; %u built while training) in %.2f s, "
-        "training paused %.2f s; %s\n",
-        moved.copies(), moved.jobs(), static_cast<unsigned long long>(moved.bytes()),
-        moved.prepared(), moved.seconds(), moved.fenced_seconds(), done.c_str());
   }
 
   // --dir made absolute (the coordinator and servers may run elsewhere).
@@ -413,29 +405,11 @@ class Ctl {
     return absl::OkStatus();
   }
 
-  void EmitCheckpoints(const std::vector<v1::CheckpointInfo>& checkpoints) {
-    json out = json::array();
-    Table table({"JOB", "STEP", "PATH", "BYTES", "FILES", "CREATED", "SAVE_S", "WRITE_S"});
-    for (const v1::CheckpointInfo& c : checkpoints) {
-      out.push_back({{"job", c.job_id()},
-                     {"step", c.step()},
-                     {"path", c.path()},
-                     {"bytes", c.num_bytes()},
-                     {"files", c.num_files()},
-                     {"created_unix_ms", c.created_unix_ms()},
-                     {"save_seconds", c.save_seconds()},
-                     {"write_seconds", c.write_seconds()}});
-      table.Add({c.job_id(), absl::StrCat(c.step()), c.path(), absl::StrCat(c.num_bytes()),
-                 absl::StrCat(c.num_files()),
-                 absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(c.created_unix_ms()),
-                                  absl::LocalTimeZone()),
-                 absl::StrFormat("%.3f", c.save_seconds()),
-                 absl::StrFormat("%.3f", c.write_seconds())});
-    }
-    Emit(out, table);
+  static void EmitCheckpoints(const std::vector<v1::CheckpointInfo>& checkpoints) {
+    Emit(CheckpointsJson(checkpoints), CheckpointsTable(checkpoints));
   }
 
-  void Emit(const json& out, const Table& table) {
+  static void Emit(const json& out, const Table& table) {
     if (absl::GetFlag(FLAGS_json)) {
       std::printf("%s\n", out.dump().c_str());
     } else {
