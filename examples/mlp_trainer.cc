@@ -193,6 +193,34 @@ absl::Status HandOver(strata::Client& c, const FlatLayout& layout, const std::ve
   return absl::OkStatus();
 }
 
+// How a step's samples are cut: `batch` samples a step, in `accumulation`
+// micro-batches of `per_worker` samples on each worker.
+struct Batching {
+  int batch;
+  int accumulation;
+  int per_worker;
+};
+
+// Runs the micro-batches of the client's current step on this worker's
+// samples, handing their gradients over; the mean loss of its samples.
+absl::StatusOr<double> RunMicroBatches(strata::Client& c, const Mlp& m, const Mlp& teacher,
+                                       const Dims& d, strata::DType dtype, const FlatLayout& layout,
+                                       const Batching& b, std::vector<float>* grads) {
+  double loss_sum = 0;
+  for (int micro = 0; micro < b.accumulation; ++micro) {
+    std::fill(grads->begin(), grads->end(), 0.0f);
+    for (int i = 0; i < b.per_worker; ++i) {
+      uint64_t index = (static_cast<uint64_t>(c.step()) * b.accumulation + micro) * b.batch +
+                       c.rank() * b.per_worker + i;
+      loss_sum += AddSampleGradient(m, teacher, d, Sample(index, d.in, dtype), dtype, b.per_worker,
+                                    layout, grads);
+    }
+    absl::Status handed = HandOver(c, layout, *grads, micro + 1 == b.accumulation);
+    if (!handed.ok()) return handed;
+  }
+  return loss_sum / b.per_worker / b.accumulation;
+}
+
 // Rank 0's JSON summary line, to --summary_file or stdout.
 void WriteSummary(int workers, int servers, int steps, double loss_first, double loss_last,
                   std::vector<double> step_ms) {
@@ -247,12 +275,11 @@ int main(int argc, char** argv) {
   strata::Client& c = **client;
   const int rank = c.rank();
   const int workers = c.world_size();
-  const int batch = absl::GetFlag(FLAGS_batch);
-  const int accumulation = absl::GetFlag(FLAGS_accumulation);
-  const int per_worker = batch / workers / accumulation;
-  if (per_worker < 1) {
+  Batching batching{absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_accumulation), 0};
+  batching.per_worker = batching.batch / workers / batching.accumulation;
+  if (batching.per_worker < 1) {
     std::fprintf(stderr, "mlp_trainer: --batch %d is too small for %d workers x %d micro-batches\n",
-                 batch, workers, accumulation);
+                 batching.batch, workers, batching.accumulation);
     return 2;
   }
 
@@ -263,23 +290,13 @@ int main(int argc, char** argv) {
   for (int s = 0; s < steps; ++s) {
     auto started = std::chrono::steady_clock::now();
     if (!c.CopyParams(absl::MakeSpan(params)).ok()) return 1;
-    const Mlp m = View(params, *layout);
-    double loss_sum = 0;
-    for (int micro = 0; micro < accumulation; ++micro) {
-      std::fill(grads.begin(), grads.end(), 0.0f);
-      for (int b = 0; b < per_worker; ++b) {
-        uint64_t index = (static_cast<uint64_t>(c.step()) * accumulation + micro) * batch +
-                         rank * per_worker + b;
-        loss_sum += AddSampleGradient(m, teacher, d, Sample(index, d.in, dtype), dtype, per_worker,
-                                      *layout, &grads);
-      }
-      if (absl::Status handed = HandOver(c, *layout, grads, micro + 1 == accumulation);
-          !handed.ok()) {
-        std::fprintf(stderr, "mlp_trainer: gradients: %s\n", handed.ToString().c_str());
-        return 1;
-      }
+    absl::StatusOr<double> mean_loss =
+        RunMicroBatches(c, View(params, *layout), teacher, d, dtype, *layout, batching, &grads);
+    if (!mean_loss.ok()) {
+      std::fprintf(stderr, "mlp_trainer: gradients: %s\n", mean_loss.status().ToString().c_str());
+      return 1;
     }
-    double loss = loss_sum / per_worker / accumulation;
+    double loss = *mean_loss;
     if (!c.AllReduceSum(absl::MakeSpan(&loss, 1)).ok()) return 1;
     loss /= workers;
     auto result = c.Step();

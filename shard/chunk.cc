@@ -8,7 +8,6 @@
 #include "core/status_macros.h"
 #include "kernels/adam.h"
 #include "kernels/elementwise.h"
-#include "strata/v1/shard.pb.h"
 
 namespace strata {
 

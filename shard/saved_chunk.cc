@@ -24,6 +24,39 @@ constexpr size_t kDirectBlockBytes = 4096;
 constexpr size_t kPieceBytes = size_t{8} << 20;
 constexpr unsigned kPiecesInFlight = 4;
 
+// One piece of a transfer: `n` bytes at `data`, at `offset` of the file.
+struct Transfer {
+  size_t offset;
+  std::byte* data;
+  size_t n;
+};
+
+// Bytes [from, to) of the state at `data`, cut at piece boundaries.
+std::vector<Transfer> CutIntoPieces(std::byte* data, size_t from, size_t to) {
+  std::vector<Transfer> transfers;
+  for (size_t at = from; at < to;) {
+    const size_t n = std::min(to, (at / kPieceBytes + 1) * kPieceBytes) - at;
+    transfers.push_back({at, data + at, n});
+    at += n;
+  }
+  return transfers;
+}
+
+// The rest of `t` after io_uring moved its first `moved` bytes, at once.
+absl::Status FinishShortTransfer(bool read, int fd, const Transfer& t, size_t moved,
+                                 const std::string& path) {
+  std::byte* rest = t.data + moved;
+  const size_t left = t.n - moved;
+  const off_t at = static_cast<off_t>(t.offset + moved);
+  ssize_t r = read ? pread(fd, rest, left, at) : pwrite(fd, rest, left, at);
+  if (r < 0) return ErrnoError(absl::StrCat("cannot ", read ? "read" : "write"), path);
+  if (static_cast<size_t>(r) < left) {
+    return read ? absl::DataLossError(absl::StrCat("chunk file ", path, " is truncated"))
+                : ErrnoError("cannot write", path);
+  }
+  return absl::OkStatus();
+}
+
 // Writes bytes [from, to) of the state at `data` at the same offsets of
 // `fd` (or reads them into it: `read`), in pieces of kPieceBytes with
 // kPiecesInFlight in flight (io_uring), and adds them to `hash` in order
@@ -32,18 +65,7 @@ constexpr unsigned kPiecesInFlight = 4;
 absl::Status TransferInFlight(bool read, int fd, std::byte* data, size_t from, size_t to,
                               const std::string& path, XXH3_state_t* hash) {
   if (from == to) return absl::OkStatus();
-  // The transfers: [from, to) cut at piece boundaries.
-  struct Transfer {
-    size_t offset;
-    std::byte* data;
-    size_t n;
-  };
-  std::vector<Transfer> transfers;
-  for (size_t at = from; at < to;) {
-    const size_t n = std::min(to, (at / kPieceBytes + 1) * kPieceBytes) - at;
-    transfers.push_back({at, data + at, n});
-    at += n;
-  }
+  const std::vector<Transfer> transfers = CutIntoPieces(data, from, to);
   io_uring ring;
   if (int r = io_uring_queue_init(kPiecesInFlight, &ring, 0); r < 0) {
     errno = -r;
@@ -83,22 +105,11 @@ absl::Status TransferInFlight(bool read, int fd, std::byte* data, size_t from, s
       break;
     }
     const size_t index = io_uring_cqe_get_data64(cqe);
-    const Transfer& t = transfers[index];
     if (cqe->res < 0) {
       errno = -cqe->res;
       status = ErrnoError(absl::StrCat("cannot ", verb), path);
-    } else if (static_cast<size_t>(cqe->res) < t.n) {
-      // A short transfer: the rest of it at once.
-      std::byte* rest = t.data + cqe->res;
-      const size_t left = t.n - cqe->res;
-      const off_t at = static_cast<off_t>(t.offset + cqe->res);
-      ssize_t r = read ? pread(fd, rest, left, at) : pwrite(fd, rest, left, at);
-      if (r < 0) {
-        status = ErrnoError(absl::StrCat("cannot ", verb), path);
-      } else if (static_cast<size_t>(r) < left) {
-        status = read ? absl::DataLossError(absl::StrCat("chunk file ", path, " is truncated"))
-                      : ErrnoError("cannot write", path);
-      }
+    } else if (static_cast<size_t>(cqe->res) < transfers[index].n) {
+      status = FinishShortTransfer(read, fd, transfers[index], cqe->res, path);
     }
     io_uring_cqe_seen(&ring, cqe);
     --in_flight;

@@ -298,6 +298,27 @@ std::vector<Tally> Drive(const LoadBenchOptions& options, const std::string& coo
   return tallies;
 }
 
+// Starts a coordinator and two shard servers of kServerHostBudgetBytes in `dir`.
+absl::Status StartCluster(const std::string& dir, Daemon* coordinator,
+                          std::vector<std::unique_ptr<Daemon>>* servers) {
+  const std::string bin = BinDir();
+  RETURN_IF_ERROR(Start(coordinator,
+                        {bin + "/strata-coordinator", "--listen=127.0.0.1:0",
+                         "--data_dir=" + dir + "/coordinator", "--checkpoint_dir=" + dir},
+                        dir, "coordinator"));
+  for (int i = 0; i < 2; ++i) {
+    servers->push_back(std::make_unique<Daemon>());
+    RETURN_IF_ERROR(Start(
+        servers->back().get(),
+        {bin + "/strata-server", "--listen=127.0.0.1:0", "--coordinator=" + coordinator->address,
+         absl::StrCat("--data_dir=", dir, "/server", i), "--checkpoint_root=" + dir,
+         absl::StrCat("--host_budget_mib=", kServerHostBudgetBytes >> 20),
+         "--pin_host_memory=false"},
+        dir, absl::StrCat("server", i)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<json> BenchLoad(const LoadBenchOptions& options) {
@@ -307,24 +328,9 @@ absl::StatusOr<json> BenchLoad(const LoadBenchOptions& options) {
   char pattern[] = "/tmp/strata-load-XXXXXX";
   if (mkdtemp(pattern) == nullptr) return absl::InternalError("mkdtemp failed");
   const std::string dir = pattern;
-  const std::string bin = BinDir();
   auto coordinator = std::make_unique<Daemon>();
   std::vector<std::unique_ptr<Daemon>> servers;
-  absl::Status started = Start(coordinator.get(),
-                               {bin + "/strata-coordinator", "--listen=127.0.0.1:0",
-                                "--data_dir=" + dir + "/coordinator", "--checkpoint_dir=" + dir},
-                               dir, "coordinator");
-  for (int i = 0; started.ok() && i < 2; ++i) {
-    servers.push_back(std::make_unique<Daemon>());
-    started = Start(
-        servers.back().get(),
-        {bin + "/strata-server", "--listen=127.0.0.1:0", "--coordinator=" + coordinator->address,
-         absl::StrCat("--data_dir=", dir, "/server", i), "--checkpoint_root=" + dir,
-         absl::StrCat("--host_budget_mib=", kServerHostBudgetBytes >> 20),
-         "--pin_host_memory=false"},
-        dir, absl::StrCat("server", i));
-  }
-  if (!started.ok()) return started;
+  RETURN_IF_ERROR(StartCluster(dir, coordinator.get(), &servers));
   std::vector<std::string> server_addresses;
   for (const auto& s : servers) server_addresses.push_back(s->address);
 
