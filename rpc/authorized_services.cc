@@ -1,6 +1,7 @@
 #include "rpc/authorized_services.h"
 
 #include "rpc/auth_policy.h"
+#include "rpc/certified_host.h"
 #include "rpc/grpc_status.h"
 #include "rpc/rendezvous_keys.h"
 
@@ -50,7 +51,13 @@ using CoordinatorBase = v1::Coordinator::CallbackService;
 grpc::ServerUnaryReactor* AuthorizedCoordinator::RegisterServer(
     grpc::CallbackServerContext* ctx, const v1::RegisterServerRequest* request,
     v1::RegisterServerResponse* response) {
-  return STRATA_GATED(CoordinatorBase, RegisterServer, "");
+  if (absl::Status s = gate_.Admit(*ctx, "RegisterServer", ""); !s.ok()) {
+    return FinishUnary(ctx, s);
+  }
+  // The coordinator dials the address: one the server's certificate names.
+  absl::Status certified = CheckCertifiedHost(*ctx, "server.address", request->server().address());
+  if (!certified.ok()) return FinishUnary(ctx, certified);
+  return service_->RegisterServer(ctx, request, response);
 }
 grpc::ServerUnaryReactor* AuthorizedCoordinator::CreateJob(grpc::CallbackServerContext* ctx,
                                                            const v1::CreateJobRequest* request,

@@ -471,6 +471,41 @@ TEST_F(AuthTest, ADrainSeedsCopiesServerToServerWithTheJobsToken) {
   });
 }
 
+// A shard server registers only an address its certificate names (the
+// test certificates name 127.0.0.1 and localhost): the coordinator, which
+// dials it, is never pointed at another host by a server certificate.
+TEST_F(AuthTest, AServerRegistersOnlyAnAddressItsCertificateNames) {
+  using C = v1::Coordinator::Stub;
+  auto as_server = v1::Coordinator::NewStub(
+      MakeChannel(cluster_->coordinator_address(), CredentialsOf(kServer)));
+  auto as_operator = v1::Coordinator::NewStub(
+      MakeChannel(cluster_->coordinator_address(), CredentialsOf(kOperator)));
+  auto registered = [&](const std::string& address) {
+    v1::DrainServerRequest request;
+    request.set_address(address);
+    request.set_cancel(true);
+    return CallUnary(as_operator.get(), &C::DrainServer, request).code() !=
+           absl::StatusCode::kNotFound;
+  };
+  auto register_as = [&](const std::string& address) {
+    v1::RegisterServerRequest request;
+    request.mutable_server()->set_address(address);
+    request.mutable_server()->set_host_budget_bytes(64 << 20);
+    return CallUnary(as_server.get(), &C::RegisterServer, request);
+  };
+  for (const std::string address : {"10.9.8.7:7701", "evil.example:7701", "[::1]:7701"}) {
+    const absl::Status s = register_as(address);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << address << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr("server.address")) << s;
+    EXPECT_FALSE(registered(address)) << address;
+  }
+  for (const std::string address : {"127.0.0.1:1", "LOCALHOST:2"}) {
+    const absl::Status s = register_as(address);
+    EXPECT_TRUE(s.ok()) << address << ": " << s;
+    EXPECT_TRUE(registered(address)) << address;
+  }
+}
+
 TEST_F(AuthTest, EveryRpcAsEveryCallerGetsWhatThePolicySays) {
   testing::RunWorkers(Job("a", "alice"), kSteps, 1, Gradient);
   testing::RunWorkers(Job("b", "bob"), 1, 1, Gradient);
