@@ -47,7 +47,7 @@ hosts-test: build
 
 fuzz: deps
 	@test -f build-fuzz/build.ninja || cmake --preset fuzz
-	cmake --build --preset fuzz -j $(JOBS)
+	cmake --build --preset fuzz -j $(JOBS) --target $(FUZZERS)
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZERS)
 
 bench: build
