@@ -208,7 +208,10 @@ TEST_P(CollectiveTest, AbortEndsAnOperationThatWaitsForAHungPeer) {
          return c.AllReduceSum(absl::MakeSpan(sum));
        }},
   };
-  for (const auto& [name, op] : ops) {
+  for (const auto& entry : ops) {
+    // Named, not bound: a lambda cannot capture a structured binding in C++17.
+    const std::string& name = entry.first;
+    const auto& op = entry.second;
     absl::Notification others_done;
     std::atomic<int> running{world - 1};
     RunRanks("abort-" + name, [&](int rank, Collective& c) {
