@@ -185,9 +185,11 @@ absl::StatusOr<v1::JobInfo> CoordinatorService::FindJob(const std::string& job_i
   return it->second;
 }
 
-bool CoordinatorService::IsMoving(const std::string& job_id) const {
+bool CoordinatorService::MovingSince(const std::string& job_id, uint64_t placement_version) const {
   absl::MutexLock lock(&mu_);
-  return moving_.contains(job_id);
+  auto it = jobs_.find(job_id);
+  return moving_.contains(job_id) ||
+         (it != jobs_.end() && it->second.placement_version() != placement_version);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerContext* ctx,
@@ -354,16 +356,15 @@ grpc::ServerUnaryReactor* CoordinatorService::GetPlacement(grpc::CallbackServerC
       if (it != servers_.end()) *response->add_servers() = it->second;
     }
   }
-  const bool moving_before = IsMoving(request->job_id());
+  const bool moving_before = MovingSince(job->spec().job_id(), job->placement_version());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   fleet_.ListChunks(
       ServersOf(*job), job->spec().job_id(), /*wait_for_ready=*/false,
       [this, reactor, response, job, moving_before, layout = *std::move(layout)](auto& results) {
-        // A move that began before the last answer, or ended after the
-        // first ask, may have left any mix of steps on the servers.
-        absl::StatusOr<v1::JobInfo> now = FindJob(job->spec().job_id());
-        response->set_moving(moving_before || IsMoving(job->spec().job_id()) ||
-                             (now.ok() && now->placement_version() != job->placement_version()));
+        // A move under way at any time while the servers were asked may
+        // have left any mix of steps on them.
+        response->set_moving(moving_before ||
+                             MovingSince(job->spec().job_id(), job->placement_version()));
         // (address, chunk id) -> what that server reports.
         std::map<std::pair<std::string, uint32_t>, const v1::ChunkStatus*> reported;
         for (auto& r : results) {

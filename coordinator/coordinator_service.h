@@ -160,8 +160,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // Every job, for placement.
   std::vector<const v1::JobInfo*> PlacedJobs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::JobInfo> FindJob(const std::string& job_id) const;
-  // Whether a move (MoveJob, MoveCopies) of the job is under way.
-  bool IsMoving(const std::string& job_id) const;
+  // Whether a move (MoveJob, MoveCopies) of the job is under way, or one
+  // ended since its placement was `placement_version`.
+  bool MovingSince(const std::string& job_id, uint64_t placement_version) const;
 
   // Job moves (coordinator/job_mover.cc). ServerMonitor callbacks (its
   // thread): a lost server's jobs go on from the other copies of its
