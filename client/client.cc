@@ -57,7 +57,8 @@ v1::JobSpec SpecFromOptions(const ClientOptions& o) {
 
 }  // namespace
 
-ClientImpl::ClientImpl(ClientOptions options, FlatLayout layout, ChannelCredentials credentials)
+ClientImpl::ClientImpl(ClientOptions options, FlatLayout layout, ChannelCredentials credentials,
+                       std::unique_ptr<Device> device)
     : options_(std::move(options)),
       worker_id_(options_.worker_id.empty() ? DefaultWorkerId() : options_.worker_id),
       layout_(std::move(layout)),
@@ -67,7 +68,8 @@ ClientImpl::ClientImpl(ClientOptions options, FlatLayout layout, ChannelCredenti
       scaler_(options_.loss_scale),
       coordinator_(
           v1::Coordinator::NewStub(MakeChannel(options_.coordinator_address, credentials_))),
-      grads_(options_.params == ParamResidency::kOnDemand),
+      device_(std::move(device)),
+      grads_(device_.get(), options_.params == ParamResidency::kOnDemand),
       gatherer_(&collective_thread_) {}
 
 absl::Status ClientImpl::CreateJob() {
@@ -199,6 +201,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     return absl::InvalidArgumentError(
         absl::StrCat("collective '", options.collective, "' is not gloo or nccl"));
   }
+  ASSIGN_OR_RETURN(std::unique_ptr<Device> device, OpenDevice(options.device));
+  if (!device->is_host() && options.collective != "nccl") {
+    return absl::InvalidArgumentError(absl::StrCat("device ", device->name(),
+                                                   " needs collective "
+                                                   "nccl; collective '",
+                                                   options.collective,
+                                                   "' works on host memory (device cpu)"));
+  }
   ASSIGN_OR_RETURN(FlatLayout layout,
                    FlatLayout::Create(options.tensors, options.chunk_num_params));
   if (!options.initial_params.empty() + !options.initial_state_path.empty() +
@@ -218,8 +228,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   }
   ASSIGN_OR_RETURN(ChannelCredentials credentials,
                    MakeChannelCredentials(TlsFilesOf(options), token));
-  auto client =
-      std::make_unique<ClientImpl>(std::move(options), std::move(layout), std::move(credentials));
+  auto client = std::make_unique<ClientImpl>(std::move(options), std::move(layout),
+                                             std::move(credentials), std::move(device));
   RETURN_IF_ERROR(client->Init());
   return std::unique_ptr<Client>(std::move(client));
 }

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "client/buckets.h"
 #include "client/collective.h"
+#include "client/device.h"
 #include "client/gradient_memory.h"
 #include "client/gradient_stream.h"
 #include "client/param_gatherer.h"
@@ -29,7 +30,6 @@
 #include "client/worker_membership.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
-#include "kernels/elementwise.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 
@@ -46,8 +46,10 @@ inline bool IsRetryable(const absl::Status& s) {
 
 class ClientImpl : public Client {
  public:
-  // Channels to the coordinator and the servers are made with `credentials`.
-  ClientImpl(ClientOptions options, FlatLayout layout, ChannelCredentials credentials);
+  // Channels to the coordinator and the servers are made with
+  // `credentials`; the buffers live on `device` (options.device's).
+  ClientImpl(ClientOptions options, FlatLayout layout, ChannelCredentials credentials,
+             std::unique_ptr<Device> device);
 
   absl::Status Init();
 
@@ -105,8 +107,7 @@ class ClientImpl : public Client {
           absl::StrCat("CopyParams needs ", layout_.num_params(), " floats, got ", out.size()));
     }
     if (param_stream_ != nullptr) RETURN_IF_ERROR(param_stream_->WaitAll());
-    CastToFloat(options_.dtype, params_.data(), out.data(), out.size());
-    return absl::OkStatus();
+    return device_->CastToFloat(options_.dtype, params_.data(), out.data(), out.size());
   }
 
   uint64_t resident_param_bytes() const override { return params_.size(); }
@@ -163,7 +164,9 @@ class ClientImpl : public Client {
       return absl::InvalidArgumentError(absl::StrCat(
           "gradients have ", grads.size(), " elements; the model has ", layout_.num_params()));
     }
-    AccumulateScaled(options_.dtype, grads.data(), multiplier, grads_.Whole(), grads.size());
+    ASSIGN_OR_RETURN(uint8_t * whole, grads_.Whole());
+    RETURN_IF_ERROR(
+        device_->AccumulateScaled(options_.dtype, grads.data(), multiplier, whole, grads.size()));
     ++micro_batches_;
     return absl::OkStatus();
   }
@@ -200,8 +203,8 @@ class ClientImpl : public Client {
   absl::Status ReformOnce(uint64_t* than, absl::Time started, absl::Time deadline);
   // Cuts the buffers for the group just formed (rank_, world_size_): the
   // padded space, the parameters held, the buckets, the gradient memory
-  // and the slice's pieces.
-  void CutBuffers();
+  // and the slice's pieces. Errors are the device's.
+  absl::Status CutBuffers();
   // With the group just formed: the step every chunk has applied and the
   // loss scale, as rank 0 sees them (written first when the job is new);
   // the scaler takes the scale.
@@ -270,9 +273,15 @@ class ClientImpl : public Client {
   // The slice's pieces, cut at chunk and bucket boundaries (a streamed step
   // and its retries push the same pieces).
   std::vector<Piece> slice_pieces_;
-  // The parameters from flat index params_base_ on: all (replicated) or the slice (on demand).
-  std::vector<uint8_t> params_;
+  // The buffers' device; declared before the buffers, which it frees.
+  const std::unique_ptr<Device> device_;
+  // The parameters from flat index params_base_ on, on the device: all
+  // (replicated) or the slice (on demand).
+  DeviceMemory params_;
   uint64_t params_base_ = 0;
+  // Where the slice's parameters are pulled to when the device is not the
+  // host (pinned host memory), copied into params_ once pulled.
+  DeviceMemory pulled_;
   GradientMemory grads_;
   int64_t step_ = 0;
   int micro_batches_ = 0;

@@ -61,6 +61,7 @@ struct CollectiveOptions {
   int rank = 0;
   int size = 1;
   std::string hostname = "127.0.0.1";  // Gloo: address this rank listens on
+  int cuda_device = -1;                // NCCL: the GPU; -1: rank % NcclDeviceCount()
   absl::Duration timeout = absl::Seconds(60);
   // Polled while waiting for peers at rendezvous: true gives up (ABORTED),
   // e.g. because a newer generation formed. Empty: never.
@@ -75,8 +76,9 @@ struct CollectiveOptions {
 // collective, not the end of this process.
 absl::StatusOr<std::unique_ptr<Collective>> CreateGlooCollective(const CollectiveOptions& options);
 // FAILED_PRECONDITION where strata was built without CUDA or no GPU is
-// present. Rank r uses GPU r % NcclDeviceCount(); NCCL refuses (UNAVAILABLE)
-// two ranks of one group on one GPU.
+// present. Rank r uses options.cuda_device, or else GPU r % NcclDeviceCount();
+// NCCL refuses (UNAVAILABLE) two ranks of one group on one GPU. Buffers in
+// that GPU's memory are operated on in place; host buffers are staged.
 absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(const CollectiveOptions& options);
 // The GPUs this process can use for NCCL: 0 without CUDA or a device.
 int NcclDeviceCount();

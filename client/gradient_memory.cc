@@ -2,65 +2,81 @@
 
 #include <algorithm>
 
+#include "core/status_macros.h"
+
 namespace strata {
 
-void GradientMemory::Reset(const Buckets& buckets, FlatRange slice, size_t esize) {
+absl::Status GradientMemory::Reset(const Buckets& buckets, FlatRange slice, size_t esize) {
   absl::MutexLock lock(&mu_);
   buckets_ = buckets;
   slice_range_ = slice;
   esize_ = esize;
   const uint64_t padded_bytes = buckets.padded_num_params() * esize;
-  if (!sharded_ || !whole_.empty()) whole_.resize(padded_bytes, 0);
-  if (sharded_) slice_.assign(slice.size() * esize, 0);
+  if ((!sharded_ || !whole_.empty()) && whole_.size() != padded_bytes) {
+    // The padding is at the end: every flat position keeps its offset.
+    ASSIGN_OR_RETURN(DeviceMemory whole, device_->Allocate(padded_bytes));
+    RETURN_IF_ERROR(
+        device_->Copy(whole.data(), whole_.data(), std::min<size_t>(whole.size(), whole_.size())));
+    whole_ = std::move(whole);
+  }
+  slice_.Reset();
+  if (separate_slice()) {
+    ASSIGN_OR_RETURN(slice_, device_->AllocateHost(slice.size() * esize));
+  }
   own_.clear();
   own_.resize(buckets.size());
   held_bytes_ = 0;
   Account(static_cast<int64_t>(whole_.size() + slice_.size()));
+  return absl::OkStatus();
 }
 
-uint8_t* GradientMemory::Whole() {
+absl::StatusOr<uint8_t*> GradientMemory::Whole() {
   if (whole_.empty()) {
     absl::MutexLock lock(&mu_);
-    whole_.resize(buckets_.padded_num_params() * esize_, 0);
+    ASSIGN_OR_RETURN(whole_, device_->Allocate(buckets_.padded_num_params() * esize_));
     Account(static_cast<int64_t>(whole_.size()));
   }
   return whole_.data();
 }
 
-uint8_t* GradientMemory::Bucket(size_t i) {
+absl::StatusOr<uint8_t*> GradientMemory::Bucket(size_t i) {
   if (!whole_.empty()) return whole_.data() + buckets_.bucket(i).begin * esize_;
   absl::MutexLock lock(&mu_);
-  if (own_[i] == nullptr) {
-    const uint64_t bytes = buckets_.bucket(i).size() * esize_;
-    own_[i] = std::make_unique<uint8_t[]>(bytes);  // zeros
-    Account(static_cast<int64_t>(bytes));
+  if (own_[i].empty()) {
+    ASSIGN_OR_RETURN(own_[i], device_->Allocate(buckets_.bucket(i).size() * esize_));
+    Account(static_cast<int64_t>(own_[i].size()));
   }
-  return own_[i].get();
+  return own_[i].data();
 }
 
 void GradientMemory::ReleaseBucket(size_t i) {
   absl::MutexLock lock(&mu_);
-  if (own_[i] == nullptr) return;
-  own_[i].reset();
-  Account(-static_cast<int64_t>(buckets_.bucket(i).size() * esize_));
+  if (own_[i].empty()) return;
+  Account(-static_cast<int64_t>(own_[i].size()));
+  own_[i].Reset();
 }
 
-void GradientMemory::Clear() {
+absl::Status GradientMemory::KeepReduced(FlatRange part, const uint8_t* reduced) {
+  uint8_t* to = Slice() + (part.begin - slice_range_.begin) * esize_;
+  if (to == reduced) return absl::OkStatus();
+  return device_->Copy(to, reduced, part.size() * esize_);
+}
+
+absl::Status GradientMemory::Clear() {
   if (!sharded_) {
-    std::fill(whole_.begin(), whole_.end(), 0);
-    return;
+    RETURN_IF_ERROR(device_->Zero(whole_.data(), whole_.size()));
+    if (separate_slice()) std::fill(slice_.data(), slice_.data() + slice_.size(), 0);
+    return absl::OkStatus();
   }
   absl::MutexLock lock(&mu_);
-  std::fill(slice_.begin(), slice_.end(), 0);
-  for (size_t i = 0; i < own_.size(); ++i) {
-    if (own_[i] == nullptr) continue;
-    own_[i].reset();
-    Account(-static_cast<int64_t>(buckets_.bucket(i).size() * esize_));
+  std::fill(slice_.data(), slice_.data() + slice_.size(), 0);
+  for (DeviceMemory& own : own_) {
+    Account(-static_cast<int64_t>(own.size()));
+    own.Reset();
   }
-  if (!whole_.empty()) {
-    Account(-static_cast<int64_t>(whole_.size()));
-    std::vector<uint8_t>().swap(whole_);
-  }
+  Account(-static_cast<int64_t>(whole_.size()));
+  whole_.Reset();
+  return absl::OkStatus();
 }
 
 uint64_t GradientMemory::peak_bytes() const {

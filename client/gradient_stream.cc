@@ -1,13 +1,11 @@
 #include "client/gradient_stream.h"
 
 #include <algorithm>
-#include <cstring>
 #include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "kernels/elementwise.h"
 #include "rpc/grpc_util.h"
 
 namespace strata {
@@ -73,8 +71,10 @@ absl::Status GradientStream::Add(FlatRange range, absl::Span<const float> grads,
     }
     const FlatRange bucket = buckets.bucket(i);
     const FlatRange part = Intersect(bucket, range);
-    AccumulateScaled(context_.dtype, grads.data() + (part.begin - range.begin), multiplier,
-                     context_.grads->Bucket(i) + (part.begin - bucket.begin) * esize, part.size());
+    ASSIGN_OR_RETURN(uint8_t * acc, context_.grads->Bucket(i));
+    RETURN_IF_ERROR(context_.device->AccumulateScaled(
+        context_.dtype, grads.data() + (part.begin - range.begin), multiplier,
+        acc + (part.begin - bucket.begin) * esize, part.size()));
     missing_[i] -= TensorParamsIn(*context_.layout, part);
     SendReady(/*all=*/false);
   }
@@ -105,7 +105,7 @@ absl::Status GradientStream::Reduce(size_t bucket) {
   const FlatRange range = context_.buckets.bucket(bucket);
   const size_t esize = DTypeSize(context_.dtype);
   GradientMemory& memory = *context_.grads;
-  uint8_t* grads = memory.Bucket(bucket);
+  ASSIGN_OR_RETURN(uint8_t * grads, memory.Bucket(bucket));
   RETURN_IF_ERROR(context_.collective->ReduceScatterSumV(
       context_.dtype, grads, context_.layout->SliceParts(range, context_.world_size)));
   const FlatRange mine = Intersect(range, slice_);
@@ -113,10 +113,9 @@ absl::Status GradientStream::Reduce(size_t bucket) {
     memory.ReleaseBucket(bucket);
     return absl::OkStatus();
   }
-  uint8_t* slice_grads = memory.Slice() + (mine.begin - slice_.begin) * esize;
-  const uint8_t* reduced = grads + (mine.begin - range.begin) * esize;
-  if (slice_grads != reduced) std::memcpy(slice_grads, reduced, mine.size() * esize);
+  RETURN_IF_ERROR(memory.KeepReduced(mine, grads + (mine.begin - range.begin) * esize));
   memory.ReleaseBucket(bucket);
+  const uint8_t* slice_grads = memory.Slice() + (mine.begin - slice_.begin) * esize;
   stats_[bucket] = ComputeGradStats(context_.dtype, slice_grads, mine.size());
   for (const Piece& piece : context_.transport->PiecesOf(mine, kMaxPayloadBytes / esize)) {
     context_.pushes->Send(piece, memory.Slice() + (piece.begin - slice_.begin) * esize);

@@ -50,6 +50,7 @@ class GradientStream {
     uint32_t world_size = 1;
     Buckets buckets{0, 1};
     GradientMemory* grads = nullptr;  // the step's, micro-batches accumulated
+    Device* device = nullptr;         // where `grads` and Add()'s gradients are
     ThreadPool* thread = nullptr;
     PushStream* pushes = nullptr;
   };
@@ -61,8 +62,9 @@ class GradientStream {
   GradientStream(const GradientStream&) = delete;
   GradientStream& operator=(const GradientStream&) = delete;
 
-  // Adds `grads` (range.size() FP32 values) times `multiplier` to the
-  // gradient of `range`, then sends the buckets it completes.
+  // Adds `grads` (range.size() FP32 values in the device's memory) times
+  // `multiplier` to the gradient of `range`, then sends the buckets it
+  // completes.
   // INVALID_ARGUMENT for a range outside the flat space, a span of another
   // size, a range that overlaps one added before, or an Add() after Finish().
   absl::Status Add(FlatRange range, absl::Span<const float> grads, float multiplier);

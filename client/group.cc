@@ -100,6 +100,7 @@ absl::Status ClientImpl::ReformOnce(uint64_t* than, absl::Time started, absl::Ti
   collective.rank = static_cast<int>(std::find(ids.begin(), ids.end(), worker_id_) - ids.begin());
   collective.size = ids.size();
   collective.hostname = options_.collective_hostname;
+  collective.cuda_device = device_->cuda_ordinal();
   collective.timeout = options_.collective_timeout;
   // A member that never comes (lost before it formed) leads to the next one.
   collective.abandon = [this, number = generation.number()] {
@@ -120,7 +121,7 @@ absl::Status ClientImpl::ReformOnce(uint64_t* than, absl::Time started, absl::Ti
   if (generation_.placement_version() != transport_.job().placement_version()) {
     RETURN_IF_ERROR(FollowPlacement(deadline));
   }
-  CutBuffers();
+  RETURN_IF_ERROR(CutBuffers());
   ASSIGN_OR_RETURN(const int64_t step, AgreeOnStep(deadline));
   RETURN_IF_ERROR(collective_->Barrier());
   const absl::Time pull_started = absl::Now();
@@ -140,14 +141,23 @@ absl::Status ClientImpl::ReformOnce(uint64_t* than, absl::Time started, absl::Ti
   return absl::OkStatus();
 }
 
-void ClientImpl::CutBuffers() {
-  // Accumulated gradients keep their flat positions in the new world's buffer.
+absl::Status ClientImpl::CutBuffers() {
   padded_num_params_ = layout_.PaddedNumParams(world_size_);
   const FlatRange slice = layout_.WorkerSlice(rank_, world_size_);
   params_base_ = on_demand() ? slice.begin : 0;
-  params_.resize((on_demand() ? slice.size() : padded_num_params_) * esize_, 0);
+  // The slice is pulled and the rest gathered: no value is kept.
+  const uint64_t params_bytes = (on_demand() ? slice.size() : padded_num_params_) * esize_;
+  if (params_.size() != params_bytes) {
+    params_.Reset();
+    ASSIGN_OR_RETURN(params_, device_->Allocate(params_bytes));
+  }
+  pulled_.Reset();
+  if (!device_->is_host()) {
+    ASSIGN_OR_RETURN(pulled_, device_->AllocateHost(slice.size() * esize_));
+  }
   buckets_ = Buckets(padded_num_params_, options_.bucket_num_params);
-  grads_.Reset(buckets_, slice, esize_);
+  // Accumulated gradients keep their flat positions in the new world's buffer.
+  RETURN_IF_ERROR(grads_.Reset(buckets_, slice, esize_));
   slice_pieces_.clear();
   for (size_t i = buckets_.BucketOf(slice.begin); !slice.empty() && i < buckets_.size(); ++i) {
     FlatRange part = Intersect(buckets_.bucket(i), slice);
@@ -156,6 +166,7 @@ void ClientImpl::CutBuffers() {
       slice_pieces_.push_back(std::move(piece));
     }
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> ClientImpl::AgreeOnStep(absl::Time deadline) {

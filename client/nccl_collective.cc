@@ -1,5 +1,6 @@
-// The NCCL implementation of Collective (GPU). The client's buffers are in
-// host memory, so each operation stages through one device buffer. Built
+// The NCCL implementation of Collective (GPU). Buffers in device memory are
+// reduced and gathered in place; host buffers are staged through one device
+// buffer of the collective's (copied in, operated on, copied out). Built
 // only where the CUDA toolkit is found; see collective.h.
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -23,6 +24,16 @@ absl::Status NcclStatus(ncclResult_t r, const char* what) {
   return absl::UnavailableError(absl::StrCat("NCCL ", what, ": ", ncclGetErrorString(r)));
 }
 
+// Whether NCCL can work on `data` in place: memory of a CUDA device.
+bool IsDeviceMemory(const void* data) {
+  cudaPointerAttributes attributes;
+  if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
+    cudaGetLastError();  // not sticky
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
+
 ncclDataType_t NcclType(DType dtype) {
   switch (dtype) {
     case DType::kFp16:
@@ -37,8 +48,8 @@ ncclDataType_t NcclType(DType dtype) {
 
 class NcclCollective : public Collective {
  public:
-  NcclCollective(int rank, int size, ncclComm_t comm, cudaStream_t stream)
-      : rank_(rank), size_(size), comm_(comm), stream_(stream) {}
+  NcclCollective(int rank, int size, int device, ncclComm_t comm, cudaStream_t stream)
+      : rank_(rank), size_(size), device_ordinal_(device), comm_(comm), stream_(stream) {}
   ~NcclCollective() override {
     if (device_ != nullptr) cudaFree(device_);
     absl::MutexLock lock(&comm_mu_);
@@ -58,20 +69,14 @@ class NcclCollective : public Collective {
 
   absl::Status ReduceScatterSum(DType dtype, void* data, size_t num_elements) override {
     return Run([&]() -> absl::Status {
-      size_t slice = num_elements / size_;
-      size_t esize = DTypeSize(dtype);
-      ASSIGN_OR_RETURN(char* dev, DeviceBuffer(num_elements * esize));
-      RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpyAsync(dev, data, num_elements * esize, cudaMemcpyHostToDevice, stream_),
-          "copy in"));
-      RETURN_IF_ERROR(NcclStatus(ncclReduceScatter(dev, dev + rank_ * slice * esize, slice,
-                                                   NcclType(dtype), ncclSum, comm_, stream_),
-                                 "reduce-scatter"));
-      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(static_cast<char*>(data) + rank_ * slice * esize,
-                                                 dev + rank_ * slice * esize, slice * esize,
-                                                 cudaMemcpyDeviceToHost, stream_),
-                                 "copy out"));
-      return absl::OkStatus();
+      const size_t esize = DTypeSize(dtype);
+      const size_t slice_bytes = num_elements / size_ * esize;
+      ASSIGN_OR_RETURN(char* work, Workspace(data, num_elements * esize, /*copy_in=*/true));
+      RETURN_IF_ERROR(
+          NcclStatus(ncclReduceScatter(work, work + rank_ * slice_bytes, num_elements / size_,
+                                       NcclType(dtype), ncclSum, comm_, stream_),
+                     "reduce-scatter"));
+      return CopyOut(work, data, rank_ * slice_bytes, slice_bytes);
     });
   }
 
@@ -82,9 +87,7 @@ class NcclCollective : public Collective {
       const size_t esize = DTypeSize(dtype);
       const auto [total, mine] = SegmentBytes(counts, esize);
       if (total == 0) return absl::OkStatus();
-      ASSIGN_OR_RETURN(char* dev, DeviceBuffer(total));
-      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dev, data, total, cudaMemcpyHostToDevice, stream_),
-                                 "copy in"));
+      ASSIGN_OR_RETURN(char* dev, Workspace(data, total, /*copy_in=*/true));
       RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "group start"));
       size_t offset = 0;
       for (int r = 0; r < size_; ++r) {
@@ -99,29 +102,21 @@ class NcclCollective : public Collective {
         offset += counts[r] * esize;
       }
       RETURN_IF_ERROR(NcclStatus(ncclGroupEnd(), "group end"));
-      RETURN_IF_ERROR(
-          CudaStatus(cudaMemcpyAsync(static_cast<char*>(data) + mine, dev + mine,
-                                     counts[rank_] * esize, cudaMemcpyDeviceToHost, stream_),
-                     "copy out"));
-      return absl::OkStatus();
+      return CopyOut(dev, data, mine, counts[rank_] * esize);
     });
   }
 
   absl::Status AllGather(DType dtype, void* data, size_t num_elements) override {
     return Run([&]() -> absl::Status {
-      size_t slice_bytes = num_elements / size_ * DTypeSize(dtype);
-      ASSIGN_OR_RETURN(char* dev, DeviceBuffer(slice_bytes * size_));
-      char* mine = dev + rank_ * slice_bytes;
-      RETURN_IF_ERROR(
-          CudaStatus(cudaMemcpyAsync(mine, static_cast<char*>(data) + rank_ * slice_bytes,
-                                     slice_bytes, cudaMemcpyHostToDevice, stream_),
-                     "copy in"));
-      RETURN_IF_ERROR(NcclStatus(ncclAllGather(mine, dev, slice_bytes, ncclUint8, comm_, stream_),
+      const size_t slice_bytes = num_elements / size_ * DTypeSize(dtype);
+      ASSIGN_OR_RETURN(char* work, Workspace(data, slice_bytes * size_, /*copy_in=*/false));
+      char* mine = work + rank_ * slice_bytes;
+      if (work != data) {
+        RETURN_IF_ERROR(Stage(mine, static_cast<char*>(data) + rank_ * slice_bytes, slice_bytes));
+      }
+      RETURN_IF_ERROR(NcclStatus(ncclAllGather(mine, work, slice_bytes, ncclUint8, comm_, stream_),
                                  "all-gather"));
-      RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpyAsync(data, dev, slice_bytes * size_, cudaMemcpyDeviceToHost, stream_),
-          "copy out"));
-      return absl::OkStatus();
+      return CopyOut(work, data, 0, slice_bytes * size_);
     });
   }
 
@@ -131,10 +126,8 @@ class NcclCollective : public Collective {
     return Run([&]() -> absl::Status {
       const size_t esize = DTypeSize(dtype);
       const auto [total, mine] = SegmentBytes(counts, esize);
-      ASSIGN_OR_RETURN(char* dev, DeviceBuffer(total));
-      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dev + mine, input, counts[rank_] * esize,
-                                                 cudaMemcpyHostToDevice, stream_),
-                                 "copy in"));
+      ASSIGN_OR_RETURN(char* dev, Workspace(output, total, /*copy_in=*/false));
+      RETURN_IF_ERROR(Stage(dev + mine, input, counts[rank_] * esize));
       RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "group start"));
       size_t offset = 0;
       for (int r = 0; r < size_; ++r) {
@@ -150,24 +143,18 @@ class NcclCollective : public Collective {
         offset += bytes;
       }
       RETURN_IF_ERROR(NcclStatus(ncclGroupEnd(), "group end"));
-      RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpyAsync(output, dev, total, cudaMemcpyDeviceToHost, stream_), "copy out"));
-      return absl::OkStatus();
+      return CopyOut(dev, output, 0, total);
     });
   }
 
   absl::Status AllReduceSum(absl::Span<double> values) override {
     return Run([&]() -> absl::Status {
-      size_t bytes = values.size() * sizeof(double);
-      ASSIGN_OR_RETURN(char* dev, DeviceBuffer(bytes));
-      RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpyAsync(dev, values.data(), bytes, cudaMemcpyHostToDevice, stream_), "copy in"));
+      const size_t bytes = values.size() * sizeof(double);
+      ASSIGN_OR_RETURN(char* dev, Workspace(values.data(), bytes, /*copy_in=*/true));
       RETURN_IF_ERROR(
           NcclStatus(ncclAllReduce(dev, dev, values.size(), ncclFloat64, ncclSum, comm_, stream_),
                      "all-reduce"));
-      RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpyAsync(values.data(), dev, bytes, cudaMemcpyDeviceToHost, stream_), "copy out"));
-      return absl::OkStatus();
+      return CopyOut(dev, values.data(), 0, bytes);
     });
   }
 
@@ -195,9 +182,32 @@ class NcclCollective : public Collective {
     {
       absl::ReaderMutexLock lock(&comm_mu_);
       if (aborted_) return absl::AbortedError("NCCL group aborted: the group was abandoned");
+      // The current device is per thread; the group's may not be this thread's.
+      RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_ordinal_), "set device"));
       RETURN_IF_ERROR(enqueue());
     }
     return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
+  }
+
+  // Where an operation over `size_bytes` at `data` runs: `data` itself when
+  // it is device memory (in place), else the staging buffer, filled from
+  // `data` when `copy_in`.
+  absl::StatusOr<char*> Workspace(void* data, size_t size_bytes, bool copy_in) {
+    if (IsDeviceMemory(data)) return static_cast<char*>(data);
+    ASSIGN_OR_RETURN(char* staging, DeviceBuffer(size_bytes));
+    if (copy_in) RETURN_IF_ERROR(Stage(staging, data, size_bytes));
+    return staging;
+  }
+  // Queues a copy of `size_bytes` from `from` to `to` (host or device memory).
+  absl::Status Stage(void* to, const void* from, size_t size_bytes) {
+    if (size_bytes == 0) return absl::OkStatus();
+    return CudaStatus(cudaMemcpyAsync(to, from, size_bytes, cudaMemcpyDefault, stream_), "copy");
+  }
+  // After an operation in `work`: the result's `size_bytes` at `offset` back
+  // to `data` when `work` is the staging buffer.
+  absl::Status CopyOut(char* work, void* data, size_t offset, size_t size_bytes) {
+    if (work == data) return absl::OkStatus();
+    return Stage(static_cast<char*>(data) + offset, work + offset, size_bytes);
   }
 
   absl::StatusOr<char*> DeviceBuffer(size_t num_bytes) {
@@ -215,6 +225,7 @@ class NcclCollective : public Collective {
   bool aborted_ ABSL_GUARDED_BY(comm_mu_) = false;
   const int rank_;
   const int size_;
+  const int device_ordinal_;
   ncclComm_t comm_;
   cudaStream_t stream_;
   void* device_ = nullptr;
@@ -233,7 +244,12 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(const Collectiv
   if (devices == 0) {
     return absl::FailedPreconditionError("NCCL collective: no CUDA device is present");
   }
-  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options.rank % devices), "set device"));
+  const int device = options.cuda_device >= 0 ? options.cuda_device : options.rank % devices;
+  if (device >= devices) {
+    return absl::FailedPreconditionError(absl::StrCat("NCCL collective: CUDA device ", device,
+                                                      " asked for; this machine has ", devices));
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "set device"));
   CoordinatorStore store(options.coordinator_address, options.coordinator_credentials,
                          options.key_prefix, options.abandon);
   ncclUniqueId id;
@@ -256,7 +272,8 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(const Collectiv
     cudaStreamDestroy(stream);
     return s;
   }
-  return std::unique_ptr<Collective>(new NcclCollective(options.rank, options.size, comm, stream));
+  return std::unique_ptr<Collective>(
+      new NcclCollective(options.rank, options.size, device, comm, stream));
 }
 
 }  // namespace strata

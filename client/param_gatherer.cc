@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/synchronization/notification.h"
-#include "kernels/elementwise.h"
+#include "core/status_macros.h"
 
 namespace strata {
 
@@ -67,10 +67,12 @@ absl::Status ParamGatherer::Gather(const Source& source, FlatRange range, absl::
   if (source.dtype == DType::kFp32) {  // straight into the caller's floats
     return source.collective->AllGatherV(source.dtype, input, out.data(), counts);
   }
-  scratch_.resize(range.size() * esize);
-  absl::Status s = source.collective->AllGatherV(source.dtype, input, scratch_.data(), counts);
-  if (s.ok()) CastToFloat(source.dtype, scratch_.data(), out.data(), out.size());
-  return s;
+  if (scratch_.size() < range.size() * esize) {
+    scratch_.Reset();
+    ASSIGN_OR_RETURN(scratch_, source.device->Allocate(range.size() * esize));
+  }
+  RETURN_IF_ERROR(source.collective->AllGatherV(source.dtype, input, scratch_.data(), counts));
+  return source.device->CastToFloat(source.dtype, scratch_.data(), out.data(), out.size());
 }
 
 }  // namespace strata

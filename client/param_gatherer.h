@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "client/collective.h"
+#include "client/device.h"
 #include "core/thread_pool.h"
 #include "strata/client.h"
 
@@ -37,6 +38,7 @@ class ParamGatherer {
     uint32_t world_size = 1;
     FlatRange slice;
     const uint8_t* slice_bytes = nullptr;
+    Device* device = nullptr;  // where `slice_bytes` and the gathers' output are
   };
 
   // Gathers run on `thread` (which outlives the gatherer), in the order
@@ -45,8 +47,9 @@ class ParamGatherer {
   ParamGatherer(const ParamGatherer&) = delete;
   ParamGatherer& operator=(const ParamGatherer&) = delete;
 
-  // Queues the gather of `range` into `out` (range.size() floats); `range`
-  // and `out` have been checked. `out` stays valid until the result's Wait().
+  // Queues the gather of `range` into `out` (range.size() floats in the
+  // device's memory); `range` and `out` have been checked. `out` stays valid until the result's
+  // Wait().
   std::unique_ptr<PendingGather> Start(const Source& source, FlatRange range,
                                        absl::Span<float> out);
   // A gather that finished at once with `status` (refused, or local).
@@ -61,7 +64,7 @@ class ParamGatherer {
 
   absl::Status Gather(const Source& source, FlatRange range, absl::Span<float> out);
 
-  std::vector<uint8_t> scratch_;  // the gathered range in the job's dtype; gather thread only
+  DeviceMemory scratch_;          // the gathered range in the job's dtype; gather thread only
   std::shared_ptr<Result> last_;  // the newest gather started
   absl::Mutex mu_;
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);

@@ -1,7 +1,8 @@
 #include "client/param_stream.h"
 
-#include <cstring>
 #include <utility>
+
+#include "core/status_macros.h"
 
 namespace strata {
 
@@ -33,10 +34,12 @@ absl::Status ParamStream::Gather(size_t i) {
   const FlatRange mine = Intersect(bucket, slice_);
   // AllGatherV's input and output do not overlap: this worker's part goes
   // through a copy.
-  scratch_.resize(mine.size() * esize);
-  if (!mine.empty()) {
-    std::memcpy(scratch_.data(), context_.params + mine.begin * esize, scratch_.size());
+  if (scratch_.size() < mine.size() * esize) {
+    scratch_.Reset();
+    ASSIGN_OR_RETURN(scratch_, context_.device->Allocate(mine.size() * esize));
   }
+  RETURN_IF_ERROR(context_.device->Copy(scratch_.data(), context_.params + mine.begin * esize,
+                                        mine.size() * esize));
   return context_.collective->AllGatherV(context_.dtype, scratch_.data(),
                                          context_.params + bucket.begin * esize,
                                          context_.layout->SliceParts(bucket, context_.world_size));

@@ -3,7 +3,8 @@
 // worker's slice is pulled and the next forward waits only for the buckets
 // of the ranges it reads (per-layer readiness). Each bucket is one
 // AllGatherV of the workers' parts of it (their slices are contiguous in
-// rank order), in place in the whole-model parameter buffer.
+// rank order), in place in the whole-model parameter buffer, on the
+// worker's device.
 //
 // Thread-safety: WaitFor() and WaitAll() from any thread; the buckets' work
 // runs on the collective thread. Until WaitAll() has returned, nobody else
@@ -19,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/buckets.h"
 #include "client/collective.h"
+#include "client/device.h"
 #include "core/thread_pool.h"
 #include "strata/flat_layout.h"
 
@@ -34,6 +36,7 @@ class ParamStream {
     uint32_t world_size = 1;
     Buckets buckets{0, 1};
     uint8_t* params = nullptr;  // the padded flat parameters; this worker's slice pulled
+    Device* device = nullptr;   // where `params` are
     ThreadPool* thread = nullptr;
   };
 
@@ -57,7 +60,7 @@ class ParamStream {
 
   const Context context_;
   const FlatRange slice_;
-  std::vector<uint8_t> scratch_;  // this worker's part of a bucket; collective thread only
+  DeviceMemory scratch_;  // this worker's part of a bucket; collective thread only
   mutable absl::Mutex mu_;
   uint64_t gathered_end_ ABSL_GUARDED_BY(mu_) = 0;  // [0, gathered_end_) is gathered
   size_t pending_ ABSL_GUARDED_BY(mu_);             // buckets not done

@@ -3,7 +3,6 @@
 // not -- and the on-demand gathers.
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -31,14 +30,19 @@ absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
   transfer.push = push;
   transfer.grads = grads_.Slice();
   transfer.grads_base = layout_.WorkerSlice(rank_, world_size_).begin;
-  transfer.params = params_.data();
-  transfer.params_base = params_base_;
+  const FlatRange slice = layout_.WorkerSlice(rank_, world_size_);
+  // Pulled into params_, or into pulled_ and from there to the device.
+  transfer.params = pulled_.empty() ? params_.data() : pulled_.data();
+  transfer.params_base = pulled_.empty() ? params_base_ : slice.begin;
   // At least two chunks and a piece, so that a chunk that waits for another
   // worker's pushes never stalls the rest.
   transfer.window_bytes = std::max(options_.max_step_bytes_in_flight,
                                    2 * options_.chunk_num_params * esize_ + kMaxPayloadBytes);
   transfer.timeout = options_.step_timeout;
-  return transport_.PushPull(transfer);
+  RETURN_IF_ERROR(transport_.PushPull(transfer));
+  if (pulled_.empty()) return absl::OkStatus();
+  return device_->Copy(params_.data() + (slice.begin - params_base_) * esize_, pulled_.data(),
+                       pulled_.size());
 }
 
 uint32_t ClientImpl::Attempt() {
@@ -83,6 +87,7 @@ absl::Status ClientImpl::StreamGradients(FlatRange range, absl::Span<const float
     context.world_size = world_size_;
     context.buckets = buckets_;
     context.grads = &grads_;
+    context.device = device_.get();
     context.thread = &collective_thread_;
     context.pushes = push_stream_.get();
     stream_ = std::make_unique<GradientStream>(std::move(context));
@@ -141,13 +146,11 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   if (streamed) {
     ASSIGN_OR_RETURN(per_bucket, stream_->Finish());
   } else {
-    RETURN_IF_ERROR(collective_->ReduceScatterSum(dtype, grads_.Whole(), padded_num_params_));
+    ASSIGN_OR_RETURN(uint8_t * whole, grads_.Whole());
+    RETURN_IF_ERROR(collective_->ReduceScatterSum(dtype, whole, padded_num_params_));
     const FlatRange slice = layout_.WorkerSlice(rank_, world_size_);
-    uint8_t* slice_grads = grads_.Slice();
-    if (grads_.sharded()) {
-      std::memcpy(slice_grads, grads_.Whole() + slice.begin * esize_, slice.size() * esize_);
-    }
-    per_bucket = SliceGradStats(buckets_, slice, dtype, slice_grads);
+    RETURN_IF_ERROR(grads_.KeepReduced(slice, whole + slice.begin * esize_));
+    per_bucket = SliceGradStats(buckets_, slice, dtype, grads_.Slice());
   }
   const GradStats stats = SumGradStats(per_bucket);
   double global[2] = {stats.sum_squares, stats.all_finite ? 0.0 : 1.0};
@@ -162,7 +165,7 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
     Attempt();
     ++attempt_;
     DropStream();
-    grads_.Clear();
+    RETURN_IF_ERROR(grads_.Clear());
     scaler_.Update(/*overflow=*/true);
     result.step = step_;
     result.skipped = true;
@@ -186,7 +189,7 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
   RETURN_IF_ERROR(PushPullEverywhere(step_ + 1, push, streamed));
   result.push_pull_seconds = absl::ToDoubleSeconds(absl::Now() - started);
   DropStream();
-  grads_.Clear();
+  RETURN_IF_ERROR(grads_.Clear());
   if (!on_demand()) {  // the all-gather goes on while the trainer starts the next step
     ParamStream::Context context;
     context.collective = collective_.get();
@@ -196,6 +199,7 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
     context.world_size = world_size_;
     context.buckets = buckets_;
     context.params = params_.data();
+    context.device = device_.get();
     context.thread = &collective_thread_;
     param_stream_ = std::make_unique<ParamStream>(std::move(context));
   }
@@ -235,7 +239,8 @@ std::unique_ptr<PendingGather> ClientImpl::StartGather(FlatRange range, absl::Sp
   } else if (!on_demand()) {
     refused = param_stream_ == nullptr ? absl::OkStatus() : param_stream_->WaitFor(range);
     if (refused.ok()) {
-      CastToFloat(options_.dtype, params_.data() + range.begin * esize_, out.data(), out.size());
+      refused = device_->CastToFloat(options_.dtype, params_.data() + range.begin * esize_,
+                                     out.data(), out.size());
     } else if (IsRetryable(refused)) {
       broken_ = true;
     }
@@ -248,6 +253,7 @@ std::unique_ptr<PendingGather> ClientImpl::StartGather(FlatRange range, absl::Sp
     source.world_size = world_size_;
     source.slice = layout_.WorkerSlice(rank_, world_size_);
     source.slice_bytes = params_.data();
+    source.device = device_.get();
     return gatherer_.Start(source, range, out);
   }
   return ParamGatherer::Done(refused);
@@ -265,8 +271,9 @@ absl::StatusOr<StepResult> ClientImpl::Step() {
   if (!result.ok()) {
     broken_ = broken_ || IsRetryable(result.status());
     DropStream();
-    grads_.Clear();
     micro_batches_ = 0;
+    // Gradients that could not be zeroed must not reach the next step.
+    RETURN_IF_ERROR(grads_.Clear());
   }
   return result;
 }
@@ -299,7 +306,7 @@ absl::StatusOr<StepResult> ClientImpl::Step(const GradientFn& compute) {
     const uint64_t micro = options_.micro_batch_samples > 0 ? options_.micro_batch_samples
                                                             : std::max<uint64_t>(end - begin, 1);
     DropStream();
-    grads_.Clear();
+    RETURN_IF_ERROR(grads_.Clear());
     micro_batches_ = 0;
     absl::Status computed;
     computing_step_ = true;

@@ -191,6 +191,16 @@ __global__ void CastKernel(const void* from, void* to, size_t n) {
   }
 }
 
+template <DType D>
+__global__ void AccumulateScaledKernel(const float* x, float scale, void* acc, size_t n) {
+  using E = Element<D>;
+  auto* a = static_cast<typename E::T*>(acc);
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    E::Store(a, i, __fadd_rn(E::Load(a, i), __fmul_rn(scale, x[i])));
+  }
+}
+
 unsigned Blocks(size_t n) {
   size_t blocks = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(blocks < 65535 ? (blocks == 0 ? 1 : blocks) : 65535);
@@ -300,6 +310,16 @@ absl::Status CudaCastToFloat(DType dtype, const void* from, float* to, size_t n,
         <<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(from, to, n);
   });
   return CudaStatus(cudaGetLastError(), "cast launch");
+}
+
+absl::Status CudaAccumulateScaled(DType dtype, const float* x, float scale, void* acc, size_t n,
+                                  void* stream) {
+  if (n == 0) return absl::OkStatus();
+  WithDType(dtype, [&](auto d) {
+    AccumulateScaledKernel<decltype(d)::value>
+        <<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, scale, acc, n);
+  });
+  return CudaStatus(cudaGetLastError(), "accumulate launch");
 }
 
 }  // namespace strata

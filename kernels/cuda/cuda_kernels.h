@@ -1,5 +1,6 @@
 // The kernels on a CUDA device: the same fused AdamW (FP32 and 8-bit
-// states), gradient statistics and casts as the CPU variants, over device pointers, on a stream.
+// states), gradient statistics, casts and accumulation as the CPU variants, over device pointers,
+// on a stream.
 // Built only where the CUDA toolkit is found (STRATA_HAVE_CUDA). Compiled without FMA contraction
 // and with IEEE division and square root, so AdamW and the casts give the same bits as the CPU
 // kernels; the sum of squares adds every square in double, in another order (relative difference
@@ -38,6 +39,10 @@ absl::Status CudaGradStats(DType dtype, const void* grads, size_t n, GradStats* 
                            void* stream);
 absl::Status CudaCastFromFloat(const float* from, DType dtype, void* to, size_t n, void* stream);
 absl::Status CudaCastToFloat(DType dtype, const void* from, float* to, size_t n, void* stream);
+// kernels/elementwise.h's AccumulateScaled: acc[i] = round(float(acc[i]) +
+// scale * x[i]) in `dtype`, the same bits.
+absl::Status CudaAccumulateScaled(DType dtype, const float* x, float scale, void* acc, size_t n,
+                                  void* stream);
 
 }  // namespace strata
 

@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/collective.h"
+#include "client/device.h"
 #include "coordinator/coordinator_server.h"
 #include "gtest/gtest.h"
 #include "kernels/elementwise.h"
@@ -175,6 +176,74 @@ TEST_P(CollectiveTest, AllGatherVConcatenatesTheRanksInputsInRankOrder) {
       }
     });
   }
+}
+
+// NCCL on buffers in GPU memory works in place (no staging): each operation
+// gives the bits it gives on host buffers. Random BF16 values, so that the
+// order of the additions shows.
+TEST_P(CollectiveTest, NcclOnGpuBuffersGivesTheBitsOfHostBuffers) {
+  if (GetParam().backend != Backend::kNccl) GTEST_SKIP() << "NCCL only";
+  const int world = GetParam().size;
+  const size_t n = 64 * 3 * 5 * 4, slice = n / world, esize = 2;
+  const uint32_t seed = static_cast<uint32_t>(absl::ToUnixMicros(absl::Now()));
+  std::cout << "seed " << seed << "\n";
+  const DType dtype = DType::kBf16;
+  RunRanks("on-gpu", [&](int rank, Collective& c) {
+    absl::StatusOr<std::unique_ptr<Device>> gpu = OpenCudaDevice(rank);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    std::mt19937 random(seed + rank);
+    std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+    std::vector<float> values(n);
+    for (float& v : values) v = value(random);
+    std::vector<uint8_t> host(n * esize);
+    CastFromFloat(values.data(), dtype, host.data(), n);
+    absl::StatusOr<DeviceMemory> on_gpu = (*gpu)->Allocate(host.size());
+    ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
+    auto to_gpu = [&] { ASSERT_TRUE((*gpu)->Copy(on_gpu->data(), host.data(), host.size()).ok()); };
+    auto from_gpu = [&] {
+      std::vector<uint8_t> bytes(host.size());
+      EXPECT_TRUE((*gpu)->Copy(bytes.data(), on_gpu->data(), bytes.size()).ok());
+      return bytes;
+    };
+    auto mine = [&](const std::vector<uint8_t>& bytes) {
+      return std::vector<uint8_t>(bytes.begin() + rank * slice * esize,
+                                  bytes.begin() + (rank + 1) * slice * esize);
+    };
+    to_gpu();
+    ASSERT_TRUE(c.ReduceScatterSum(dtype, host.data(), n).ok());
+    ASSERT_TRUE(c.ReduceScatterSum(dtype, on_gpu->data(), n).ok());
+    EXPECT_EQ(mine(from_gpu()), mine(host)) << "reduce-scatter, seed " << seed;
+    CastFromFloat(values.data(), dtype, host.data(), n);
+    to_gpu();
+    const std::vector<size_t> counts = {slice / 3, slice - slice / 3};  // world 1 or 2
+    ASSERT_TRUE(
+        c.ReduceScatterSumV(dtype, host.data(), absl::MakeConstSpan(counts).first(world)).ok());
+    ASSERT_TRUE(
+        c.ReduceScatterSumV(dtype, on_gpu->data(), absl::MakeConstSpan(counts).first(world)).ok());
+    const size_t mine_begin = rank == 0 ? 0 : counts[0];
+    std::vector<uint8_t> got = from_gpu();
+    EXPECT_TRUE(std::equal(host.begin() + mine_begin * esize,
+                           host.begin() + (mine_begin + counts[rank]) * esize,
+                           got.begin() + mine_begin * esize))
+        << "reduce-scatter-v, seed " << seed;
+    CastFromFloat(values.data(), dtype, host.data(), n);
+    to_gpu();
+    ASSERT_TRUE(c.AllGather(dtype, host.data(), n).ok());
+    ASSERT_TRUE(c.AllGather(dtype, on_gpu->data(), n).ok());
+    EXPECT_EQ(from_gpu(), host) << "all-gather";
+    // All-gather-v from this rank's slice on the GPU into GPU memory.
+    absl::StatusOr<DeviceMemory> input = (*gpu)->Allocate(slice * esize);
+    ASSERT_TRUE(input.ok());
+    ASSERT_TRUE(
+        (*gpu)->Copy(input->data(), host.data() + rank * slice * esize, slice * esize).ok());
+    std::vector<uint8_t> gathered(n * esize);
+    const std::vector<size_t> slices(world, slice);
+    ASSERT_TRUE(
+        c.AllGatherV(dtype, host.data() + rank * slice * esize, gathered.data(), slices).ok());
+    ASSERT_TRUE((*gpu)->Zero(on_gpu->data(), on_gpu->size()).ok());
+    ASSERT_TRUE(c.AllGatherV(dtype, input->data(), on_gpu->data(), slices).ok());
+    EXPECT_EQ(from_gpu(), gathered) << "all-gather-v";
+  });
 }
 
 // The last rank hangs (never calls the operation); Abort() from another

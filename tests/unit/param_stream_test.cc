@@ -82,6 +82,7 @@ class ParamStreamTest : public ::testing::Test {
     context.world_size = 2;
     context.buckets = buckets_;
     context.params = reinterpret_cast<uint8_t*>(params_.data());
+    context.device = device_.get();
     context.thread = &thread_;
     return context;
   }
@@ -98,6 +99,7 @@ class ParamStreamTest : public ::testing::Test {
   const FlatRange slice_;
   const Buckets buckets_;
   std::vector<float> params_;
+  const std::unique_ptr<Device> device_ = HostDevice();
   ThreadPool thread_{1};
 };
 

@@ -17,8 +17,8 @@
 // every worker holds the whole model after each step; on demand: only its
 // slice, and the trainer gathers the ranges it is about to use) and the
 // flat gradient accumulator (on demand: its slice and the buckets of a
-// streamed step in flight), both in the job's dtype and laid out by
-// FlatLayout.
+// streamed step in flight), both in the job's dtype, laid out by FlatLayout
+// and kept on ClientOptions::device (host memory, or a GPU's).
 //
 // Not thread-safe: one thread drives a Client (on-demand gathers run on the
 // client's own thread). Every worker of a job must call Step(),
@@ -106,6 +106,14 @@ struct ClientOptions {
   // SIGPIPE unless it handles it itself: a peer that dies while this worker
   // writes to it is then an error of the step, not the end of this worker.
   std::string collective = "gloo";
+  // Where the flat parameter and gradient buffers live: "cpu" (host memory),
+  // or "cuda" / "cuda:N" (that GPU's memory; needs collective "nccl", which
+  // then reduces and gathers in place, and only this worker's slice crosses
+  // to pinned host memory for the shard servers). With a GPU, every float
+  // span given to or filled by the client (gradients, CopyParams,
+  // StartGather) is that GPU's memory, complete before the call (computed on
+  // the legacy default stream, or the trainer's stream synchronized).
+  std::string device = "cpu";
   // Address this worker's Gloo pairs listen on.
   std::string collective_hostname = "127.0.0.1";
   absl::Duration collective_timeout = absl::Seconds(60);

@@ -1,0 +1,118 @@
+// The CUDA Device (device.h): device memory from cudaMalloc, pinned host
+// memory from cudaHostAlloc, and one stream of its own on which every copy
+// and kernel runs and is waited for. Built where the CUDA toolkit is found.
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/device.h"
+#include "core/status_macros.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace strata {
+namespace {
+
+void FreeDevice(void* data) { cudaFree(data); }
+void FreePinned(void* data) { cudaFreeHost(data); }
+
+class Cuda : public Device {
+ public:
+  Cuda(int ordinal, cudaStream_t stream) : ordinal_(ordinal), stream_(stream) {}
+  ~Cuda() override {
+    cudaSetDevice(ordinal_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return absl::StrCat("cuda:", ordinal_); }
+  bool is_host() const override { return false; }
+  int cuda_ordinal() const override { return ordinal_; }
+
+  absl::StatusOr<DeviceMemory> Allocate(size_t size_bytes) override {
+    if (size_bytes == 0) return DeviceMemory();
+    RETURN_IF_ERROR(Select());
+    void* data = nullptr;
+    if (cudaMalloc(&data, size_bytes) != cudaSuccess) {
+      cudaGetLastError();  // not sticky: the next call may succeed
+      return absl::ResourceExhaustedError(
+          absl::StrCat(name(), ": cannot allocate ", size_bytes, " bytes of device memory"));
+    }
+    DeviceMemory memory(data, size_bytes, &FreeDevice);
+    RETURN_IF_ERROR(Zero(data, size_bytes));
+    return memory;
+  }
+
+  absl::StatusOr<DeviceMemory> AllocateHost(size_t size_bytes) override {
+    if (size_bytes == 0) return DeviceMemory();
+    RETURN_IF_ERROR(Select());
+    void* data = nullptr;
+    if (cudaHostAlloc(&data, size_bytes, cudaHostAllocPortable) != cudaSuccess) {
+      cudaGetLastError();
+      return absl::ResourceExhaustedError(
+          absl::StrCat(name(), ": cannot allocate ", size_bytes, " bytes of pinned host memory"));
+    }
+    std::memset(data, 0, size_bytes);
+    return DeviceMemory(data, size_bytes, &FreePinned);
+  }
+
+  absl::Status Copy(void* to, const void* from, size_t size_bytes) override {
+    if (size_bytes == 0) return absl::OkStatus();
+    return OnStream([&] {
+      return CudaStatus(cudaMemcpyAsync(to, from, size_bytes, cudaMemcpyDefault, stream_), "copy");
+    });
+  }
+
+  absl::Status Zero(void* to, size_t size_bytes) override {
+    if (size_bytes == 0) return absl::OkStatus();
+    return OnStream(
+        [&] { return CudaStatus(cudaMemsetAsync(to, 0, size_bytes, stream_), "memset"); });
+  }
+
+  absl::Status AccumulateScaled(DType dtype, const float* x, float scale, void* acc,
+                                size_t n) override {
+    return OnStream([&] { return CudaAccumulateScaled(dtype, x, scale, acc, n, stream_); });
+  }
+
+  absl::Status CastToFloat(DType dtype, const void* from, float* to, size_t n) override {
+    return OnStream([&] { return CudaCastToFloat(dtype, from, to, n, stream_); });
+  }
+
+ private:
+  absl::Status Select() { return CudaStatus(cudaSetDevice(ordinal_), "set device"); }
+
+  // Queues `enqueue`'s work on the stream and waits for it. One caller at a
+  // time, so that each waits for its own work only.
+  template <typename Fn>
+  absl::Status OnStream(Fn enqueue) {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(Select());
+    RETURN_IF_ERROR(enqueue());
+    return CudaStatus(cudaStreamSynchronize(stream_), "synchronize");
+  }
+
+  const int ordinal_;
+  absl::Mutex mu_;
+  cudaStream_t stream_;  // blocking: waits for the legacy default stream
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Device>> OpenCudaDevice(int ordinal) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    count = 0;
+  }
+  if (ordinal < 0 || ordinal >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("device cuda:", ordinal, ": this machine has ", count, " CUDA device(s)"));
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "set device"));
+  cudaStream_t stream;
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreate(&stream), "stream"));
+  return std::unique_ptr<Device>(new Cuda(ordinal, stream));
+}
+
+}  // namespace strata
