@@ -8,13 +8,15 @@
 #
 # DATA_DIR (default: a fresh temporary directory, removed afterwards) holds
 # the daemons' RocksDB data and logs. Environment: STRATA_BIN (default
-# build/bin), STEPS (default 100), WORKERS (2), SERVERS (2).
+# build/bin), STEPS (default 100), WORKERS (2), SERVERS (2), DEVICE (cpu;
+# cuda:N trains on that GPU, one worker per GPU).
 set -euo pipefail
 
 BIN=${STRATA_BIN:-build/bin}
 STEPS=${STEPS:-100}
 WORKERS=${WORKERS:-2}
 SERVERS=${SERVERS:-2}
+DEVICE=${DEVICE:-cpu}
 if [ $# -ge 1 ]; then
   DATA=$1
   mkdir -p "$DATA"
@@ -70,7 +72,8 @@ trainers=()
 for w in $(seq 0 $((WORKERS - 1))); do
   # Only rank 0 (whichever worker joins first) prints and writes the summary.
   "$BIN/mlp_trainer" --coordinator="$COORDINATOR" --job=mlp-demo --workers="$WORKERS" \
-    --worker_id="worker-$w" --steps="$STEPS" --chunk_params=1024 --summary_file="$DATA/summary.json" \
+    --worker_id="worker-$w" --steps="$STEPS" --chunk_params=1024 --device="$DEVICE" \
+    --summary_file="$DATA/summary.json" \
     2>"$DATA/trainer$w.log" &
   trainers+=($!)
   pids+=($!)

@@ -1,19 +1,27 @@
 // mlp_trainer: an example trainer that links strata::Client. It trains a
 // two-layer MLP student to imitate a fixed random teacher MLP on generated
 // inputs (a teacher-student task), with FP16 (or BF16) forward and backward,
-// one process per worker. Rank 0 prints the loss of every step.
+// one process per worker, on the CPU or on a GPU (gpu_mlp.h: the client's
+// buffers then live on the GPU too, reduced with NCCL). Rank 0 prints the
+// loss of every step.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/command_line.h"
+#include "examples/gpu_mlp.h"
 #include "kernels/half.h"
 #include "strata/client.h"
 
@@ -36,6 +44,10 @@ ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate");
 ABSL_FLAG(double, weight_decay, 0.0, "AdamW weight decay");
 ABSL_FLAG(double, max_grad_norm, 1.0, "clip the global gradient norm (0: off)");
 ABSL_FLAG(std::string, dtype, "fp16", "fp16 or bf16");
+ABSL_FLAG(std::string, device, "auto",
+          "where forward and backward run: cpu; cuda or cuda:N (GPU N, default 0: 16-bit cuBLAS "
+          "products, the client's buffers on that GPU, NCCL among the workers, one GPU each); "
+          "auto: cuda:0 where a GPU is found, else cpu");
 ABSL_FLAG(uint64_t, chunk_params, 4096, "chunk size in parameters (multiple of 64)");
 ABSL_FLAG(uint32_t, replicas, 1,
           "copies of each chunk on distinct shard servers (1-3): with 2, a lost server costs "
@@ -55,10 +67,8 @@ ABSL_FLAG(std::string, summary_file, "",
 namespace {
 
 using strata::FlatLayout;
-
-struct Dims {
-  int in, hidden, out;
-};
+using Dims = strata::examples::MlpDims;
+using strata::examples::GpuMlp;
 
 // Rounds to the compute dtype: the forward and backward run on 16-bit values.
 float Round(float x, strata::DType dtype) {
@@ -181,13 +191,12 @@ strata::ClientOptions OptionsFromFlags(const Dims& d, strata::DType dtype) {
 // tensor by tensor, last layer first, when --stream (this trainer's
 // per-sample backward completes every tensor at once; one that runs layer
 // by layer would hand each over as it completes).
-absl::Status HandOver(strata::Client& c, const FlatLayout& layout, const std::vector<float>& grads,
+absl::Status HandOver(strata::Client& c, const FlatLayout& layout, absl::Span<const float> grads,
                       bool last_micro_batch) {
   if (!absl::GetFlag(FLAGS_stream) || !last_micro_batch) return c.AccumulateGradients(grads);
   for (size_t t = layout.tensors().size(); t-- > 0;) {
     const strata::FlatRange r = layout.tensor_range(t);
-    absl::Status handed =
-        c.GradientsReady(r, absl::MakeConstSpan(grads).subspan(r.begin, r.size()));
+    absl::Status handed = c.GradientsReady(r, grads.subspan(r.begin, r.size()));
     if (!handed.ok()) return handed;
   }
   return absl::OkStatus();
@@ -201,24 +210,74 @@ struct Batching {
   int per_worker;
 };
 
+// The forward and backward of one micro-batch: samples [first, first +
+// count) of the global sample space; the gradient (divided by count) goes
+// into `grads`, the samples' summed loss is returned.
+using MicroBatchFn = std::function<absl::StatusOr<double>(uint64_t first, int count)>;
+
+// The CPU's MicroBatchFn over the student `params` (host memory), one
+// sample at a time.
+MicroBatchFn CpuMicroBatch(const std::vector<float>& params, const Mlp& teacher, const Dims& d,
+                           strata::DType dtype, const FlatLayout& layout,
+                           std::vector<float>* grads) {
+  return [&params, teacher, d, dtype, &layout, grads](uint64_t first,
+                                                      int count) -> absl::StatusOr<double> {
+    std::fill(grads->begin(), grads->end(), 0.0f);
+    double loss = 0;
+    for (int i = 0; i < count; ++i) {
+      loss += AddSampleGradient(View(params, layout), teacher, d, Sample(first + i, d.in, dtype),
+                                dtype, count, layout, grads);
+    }
+    return loss;
+  };
+}
+
 // Runs the micro-batches of the client's current step on this worker's
-// samples, handing their gradients over; the mean loss of its samples.
-absl::StatusOr<double> RunMicroBatches(strata::Client& c, const Mlp& m, const Mlp& teacher,
-                                       const Dims& d, strata::DType dtype, const FlatLayout& layout,
-                                       const Batching& b, std::vector<float>* grads) {
+// samples, handing their gradients (`grads`, which `micro_batch` fills)
+// over; the mean loss of its samples.
+absl::StatusOr<double> RunMicroBatches(strata::Client& c, const MicroBatchFn& micro_batch,
+                                       absl::Span<const float> grads, const FlatLayout& layout,
+                                       const Batching& b) {
   double loss_sum = 0;
   for (int micro = 0; micro < b.accumulation; ++micro) {
-    std::fill(grads->begin(), grads->end(), 0.0f);
-    for (int i = 0; i < b.per_worker; ++i) {
-      uint64_t index = (static_cast<uint64_t>(c.step()) * b.accumulation + micro) * b.batch +
-                       c.rank() * b.per_worker + i;
-      loss_sum += AddSampleGradient(m, teacher, d, Sample(index, d.in, dtype), dtype, b.per_worker,
-                                    layout, grads);
-    }
-    absl::Status handed = HandOver(c, layout, *grads, micro + 1 == b.accumulation);
+    const uint64_t first = (static_cast<uint64_t>(c.step()) * b.accumulation + micro) * b.batch +
+                           c.rank() * b.per_worker;
+    absl::StatusOr<double> loss = micro_batch(first, b.per_worker);
+    if (!loss.ok()) return loss.status();
+    loss_sum += *loss;
+    absl::Status handed = HandOver(c, layout, grads, micro + 1 == b.accumulation);
     if (!handed.ok()) return handed;
   }
   return loss_sum / b.per_worker / b.accumulation;
+}
+
+// The model on a GPU where --device asks for one (auto: where one is
+// found); null for the CPU. Exits where --device=cuda finds none.
+std::unique_ptr<GpuMlp> GpuModel(const Dims& d, strata::DType dtype, const FlatLayout& layout,
+                                 const std::vector<float>& teacher, int* ordinal) {
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device == "cpu") return nullptr;
+  *ordinal = 0;
+  if (device != "auto" && device != "cuda" &&
+      !(absl::StartsWith(device, "cuda:") && absl::SimpleAtoi(device.substr(5), ordinal) &&
+        *ordinal >= 0)) {
+    std::fprintf(stderr, "mlp_trainer: --device must be cpu, cuda, cuda:N or auto, not %s\n",
+                 device.c_str());
+    std::exit(2);
+  }
+  const int max_samples =
+      std::max(absl::GetFlag(FLAGS_batch) / absl::GetFlag(FLAGS_accumulation), 1);
+  absl::StatusOr<std::unique_ptr<GpuMlp>> gpu =
+      GpuMlp::Create(*ordinal, d, dtype, layout, teacher, max_samples);
+  if (gpu.ok()) return *std::move(gpu);
+  if (device != "auto") {
+    std::fprintf(stderr, "mlp_trainer: --device=%s: %s\n", device.c_str(),
+                 gpu.status().ToString().c_str());
+    std::exit(1);
+  }
+  std::fprintf(stderr, "mlp_trainer: no GPU (%s): forward and backward on the CPU\n",
+               std::string(gpu.status().message()).c_str());
+  return nullptr;
 }
 
 // Rank 0's JSON summary line, to --summary_file or stdout.
@@ -266,6 +325,12 @@ int main(int argc, char** argv) {
   const std::vector<float> teacher_flat =
       RandomMlp(*layout, 7, std::sqrt(2.0f / d.in), std::sqrt(2.0f / d.hidden));
   const Mlp teacher = View(teacher_flat, *layout);
+  int ordinal = -1;
+  const std::unique_ptr<GpuMlp> gpu = GpuModel(d, dtype, *layout, teacher_flat, &ordinal);
+  if (gpu != nullptr) {
+    options.device = absl::StrCat("cuda:", ordinal);
+    options.collective = "nccl";
+  }
 
   auto client = strata::Client::Connect(options);
   if (!client.ok()) {
@@ -283,15 +348,19 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::vector<float> params(layout->num_params()), grads(layout->num_params());
+  std::vector<float> host_params(layout->num_params()), host_grads(layout->num_params());
+  const absl::Span<float> params = gpu ? gpu->params() : absl::MakeSpan(host_params);
+  const absl::Span<float> grads = gpu ? gpu->grads() : absl::MakeSpan(host_grads);
+  const MicroBatchFn micro_batch =
+      gpu ? [&gpu](uint64_t first, int count) { return gpu->MicroBatch(first, count, count); }
+          : CpuMicroBatch(host_params, teacher, d, dtype, *layout, &host_grads);
   std::vector<double> step_ms;
   double loss_first = 0, loss_last = 0;
   const int steps = absl::GetFlag(FLAGS_steps);
   for (int s = 0; s < steps; ++s) {
     auto started = std::chrono::steady_clock::now();
-    if (!c.CopyParams(absl::MakeSpan(params)).ok()) return 1;
-    absl::StatusOr<double> mean_loss =
-        RunMicroBatches(c, View(params, *layout), teacher, d, dtype, *layout, batching, &grads);
+    if (!c.CopyParams(params).ok()) return 1;
+    absl::StatusOr<double> mean_loss = RunMicroBatches(c, micro_batch, grads, *layout, batching);
     if (!mean_loss.ok()) {
       std::fprintf(stderr, "mlp_trainer: gradients: %s\n", mean_loss.status().ToString().c_str());
       return 1;

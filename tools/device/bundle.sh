@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Packs built binaries with the shared libraries they load, so that they run
 # on a machine that has a GPU driver but not the build's packages (gRPC,
-# RocksDB, Gloo, liburing, ...): glibc, the driver (libcuda) and NCCL (180
-# MB; GPU hosts have it, e.g. in PyTorch's nvidia-nccl package, which `run`
-# finds) are the target's own, everything else travels. Debug info is
-# stripped.
+# RocksDB, Gloo, liburing, ...): glibc, the driver (libcuda), NCCL and
+# cuBLAS (180 and 700 MB; GPU hosts have them, e.g. in PyTorch's nvidia-nccl
+# and nvidia-cublas packages, which `run` finds) are the target's own,
+# everything else travels. Debug info is stripped.
 #
 #   tools/device/bundle.sh OUT_DIR BINARY...
 #   OUT_DIR/run BINARY_NAME [ARGS...]     (on the target)
@@ -17,7 +17,7 @@ out=$1
 shift
 mkdir -p "$out/bin" "$out/lib"
 # The target's own: the C library, the GPU driver and NCCL.
-system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libcuda|libnvidia|libnccl)[.-]'
+system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libcuda|libnvidia|libnccl|libcublas|libcublasLt)[.-]'
 for binary in "$@"; do
   strip --strip-debug -o "$out/bin/$(basename "$binary")" "$binary"
   ldd "$binary" | awk '$3 ~ /^\// {print $1, $3}' | while read -r name path; do
@@ -31,10 +31,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 name=$1
 shift
 libs=$here/lib
-if ! ldconfig -p | grep -q libnccl.so.2; then
-  nccl=$(find / -xdev -name libnccl.so.2 -path '*nvidia*' 2>/dev/null | head -1)
-  [[ -n $nccl ]] && libs=$libs:$(dirname "$nccl")
-fi
+for lib in libnccl.so.2 libcublas.so.13 libcublasLt.so.13; do
+  if ! ldconfig -p | grep -q "$lib"; then
+    found=$(find / -xdev -name "$lib" -path '*nvidia*' 2>/dev/null | head -1)
+    [[ -n $found ]] && libs=$libs:$(dirname "$found")
+  fi
+done
 LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/bin/$name" "$@"
 RUN
 chmod +x "$out/run"
