@@ -10,6 +10,7 @@
 #include "tools/bench/elastic_bench.h"
 #include "tools/bench/failover_bench.h"
 #include "tools/bench/gpu_step_bench.h"
+#include "tools/bench/gpu_worker_bench.h"
 #include "tools/bench/kernel_bench.h"
 #include "tools/bench/load_bench.h"
 #include "tools/bench/nvme_step_bench.h"
@@ -39,7 +40,8 @@ ABSL_FLAG(int, workers, 2, "step: workers (threads with their own client and Glo
 ABSL_FLAG(int, servers, 2,
           "step, checkpoint: shard servers (in this process, on loopback; step with "
           "--coordinator: that cluster's)");
-ABSL_FLAG(int, executor_threads, 1, "step, checkpoint: optimizer threads per shard server");
+ABSL_FLAG(int, executor_threads, 1,
+          "step, checkpoint, gpu-worker: optimizer threads per shard server");
 ABSL_FLAG(
     uint64_t, checkpoint_buffer_mib, 384,
     "checkpoint: host memory per shard server kept for the states checkpoints keep aside (the "
@@ -48,8 +50,8 @@ ABSL_FLAG(uint64_t, checkpoint_memory_limit_mib,
           strata::ShardServerOptions::kDefaultCheckpointMemoryLimitBytes >> 20,
           "checkpoint: the most host memory per shard server for the states checkpoints keep "
           "aside (the server's --checkpoint_memory_limit_mib)");
-ABSL_FLAG(std::string, dtype, "fp16", "step: fp16 or bf16");
-ABSL_FLAG(int, steps, 5, "step, failover: timed steps (after one warm-up step)");
+ABSL_FLAG(std::string, dtype, "fp16", "step, gpu-worker: fp16 or bf16");
+ABSL_FLAG(int, steps, 5, "step, failover, gpu-worker: timed steps (after warm-up steps)");
 ABSL_FLAG(int64_t, server_timeout_ms, 1000, "failover: the coordinator's --server_timeout_ms");
 ABSL_FLAG(std::string, tls_dir, "",
           "step: also time the steps with TLS on every channel (a test CA and certificates "
@@ -86,6 +88,10 @@ constexpr char kUsage[] =
     "  strata-bench gpu-step --params N --threads T [--grad fp16|bf16]\n"
     "      the same over chunks in a GPU tier (AdamW on the GPU), against the copies\n"
     "      to and from the GPU it needs and beside the host-tier step, in the same run\n"
+    "  strata-bench gpu-worker --params N [--servers S] [--executor_threads T] [--dtype ...]\n"
+    "      one worker's whole step (gradients in, Step, CopyParams) with its buffers on\n"
+    "      GPU 0 (NCCL in place) and with them in host memory (Gloo), servers in host\n"
+    "      memory on loopback, against one fused AdamW with its states on the GPU\n"
     "  strata-bench nvme-step --params N --dir DIR [--queue_depth Q] [--io_bytes B]\n"
     "                    [--host_params M]\n"
     "      the same over NVMe-resident chunks (read p m v, apply, write back),\n"
@@ -165,6 +171,17 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
     o.checkpoint_buffer_bytes = absl::GetFlag(FLAGS_checkpoint_buffer_mib) << 20;
     o.checkpoint_memory_limit_bytes = absl::GetFlag(FLAGS_checkpoint_memory_limit_mib) << 20;
     return strata::BenchCheckpoint(o);
+  }
+  if (command == "gpu-worker") {
+    strata::GpuWorkerBenchOptions o;
+    if (absl::GetFlag(FLAGS_params) != 0) o.num_params = absl::GetFlag(FLAGS_params);
+    o.servers = absl::GetFlag(FLAGS_servers);
+    o.executor_threads = absl::GetFlag(FLAGS_executor_threads);
+    absl::StatusOr<strata::DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
+    if (!dtype.ok()) return dtype.status();
+    o.dtype = *dtype;
+    if (absl::GetFlag(FLAGS_steps) > 0) o.steps = absl::GetFlag(FLAGS_steps);
+    return strata::BenchGpuWorker(o);
   }
   if (command == "step") {
     strata::StepBenchOptions o;
