@@ -1,6 +1,9 @@
 // strata._strata: the Python binding of strata::Client (pybind11), on which
-// the pure-Python package (strata.torch, strata.launch) is built. Arrays are
-// NumPy arrays (torch tensors pass through .numpy() without a copy). Errors
+// the pure-Python package (strata.torch, strata.launch) is built. Float
+// buffers are NumPy arrays (CPU torch tensors pass through .numpy() without
+// a copy) or, for a worker whose device is a GPU, objects with
+// __cuda_array_interface__ (torch CUDA tensors, CuPy arrays) whose memory
+// the client reads and writes in place. Errors
 // are strata.StrataError whose message starts with the status code name
 // ("INVALID_ARGUMENT: ..."). Every call that waits (for peers, servers or
 // collectives) releases the GIL.
@@ -11,6 +14,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -63,26 +67,83 @@ DType ParseDType(const std::string& name) {
       absl::StrCat("dtype '", name, "' is not one of fp16, bf16, fp32")));
 }
 
-// A contiguous float32 array of exactly `n` elements, or INVALID_ARGUMENT.
-void CheckSize(const py::buffer_info& info, uint64_t n, const char* what) {
-  if (static_cast<uint64_t>(info.size) != n) {
+// A flat float32 buffer from Python.
+struct FloatBuffer {
+  float* data;
+  uint64_t size;
+};
+
+FloatBuffer FromCudaArrayInterface(const py::dict& interface, const char* what, bool writable) {
+  auto refuse = [what](absl::string_view why) {
+    return StatusError(
+        absl::InvalidArgumentError(absl::StrCat(what, ": __cuda_array_interface__ ", why)));
+  };
+  if (!interface.contains("typestr") || interface["typestr"].cast<std::string>() != "<f4") {
+    throw refuse("is not of float32 ('<f4')");
+  }
+  const auto data = interface["data"].cast<std::pair<uintptr_t, bool>>();
+  if (writable && data.second) throw refuse("is read-only");
+  uint64_t size = 1;
+  std::vector<int64_t> shape;
+  for (py::handle d : interface["shape"].cast<py::tuple>()) {
+    const int64_t n = d.cast<int64_t>();
+    if (n < 0 || (n > 0 && size > std::numeric_limits<uint64_t>::max() / n)) {
+      throw refuse("has a bad shape");
+    }
+    shape.push_back(n);
+    size *= static_cast<uint64_t>(n);
+  }
+  if (interface.contains("strides") && !interface["strides"].is_none()) {
+    int64_t expected = sizeof(float);
+    const auto strides = interface["strides"].cast<std::vector<int64_t>>();
+    for (size_t i = shape.size(); i-- > 0;) {
+      if (i >= strides.size() || (shape[i] > 1 && strides[i] != expected)) {
+        throw refuse("is not C-contiguous");
+      }
+      expected *= shape[i];
+    }
+  }
+  if (size > 0 && data.first == 0) throw refuse("has a null pointer");
+  return FloatBuffer{reinterpret_cast<float*>(data.first), size};
+}
+
+// `obj` as a flat float32 buffer: a C-contiguous float32 NumPy array, or an
+// object with __cuda_array_interface__ (GPU memory); else INVALID_ARGUMENT
+// naming `what`.
+FloatBuffer ToFloatBuffer(const py::object& obj, const char* what, bool writable) {
+  if (py::hasattr(obj, "__cuda_array_interface__")) {
+    return FromCudaArrayInterface(obj.attr("__cuda_array_interface__").cast<py::dict>(), what,
+                                  writable);
+  }
+  if (!py::isinstance<py::array>(obj) || !py::isinstance<FloatArray>(obj) ||
+      !(py::cast<py::array>(obj).flags() & py::array::c_style)) {
     throw StatusError(absl::InvalidArgumentError(
-        absl::StrCat(what, " has ", info.size, " elements; the model has ", n)));
+        absl::StrCat(what,
+                     " must be a C-contiguous float32 NumPy array or a GPU array "
+                     "(__cuda_array_interface__)")));
+  }
+  py::buffer_info info = py::cast<py::array>(obj).request(writable);
+  return FloatBuffer{static_cast<float*>(info.ptr), static_cast<uint64_t>(info.size)};
+}
+
+// A buffer of exactly `n` elements, or INVALID_ARGUMENT.
+void CheckSize(const FloatBuffer& buffer, uint64_t n, const char* what) {
+  if (buffer.size != n) {
+    throw StatusError(absl::InvalidArgumentError(
+        absl::StrCat(what, " has ", buffer.size, " elements; the model has ", n)));
   }
 }
 
-std::unique_ptr<Client> Connect(const std::string& coordinator, const std::string& job,
-                                const std::string& worker_id, const TensorList& tensors,
-                                uint32_t world_size, uint64_t chunk_params, float lr,
-                                std::pair<float, float> betas, float eps, float weight_decay,
-                                bool adamw, const std::string& dtype, const std::string& params,
-                                py::object loss_scale, double max_grad_norm,
-                                py::object initial_params, const std::string& restore_from,
-                                double timeout_s, const std::string& tls_ca,
-                                const std::string& tls_cert, const std::string& tls_key,
-                                const std::string& token_file, const std::string& collective_host,
-                                uint64_t bucket_params, const std::vector<uint32_t>& tensor_groups,
-                                const std::vector<float>& group_weight_decays, uint32_t replicas) {
+std::unique_ptr<Client> Connect(
+    const std::string& coordinator, const std::string& job, const std::string& worker_id,
+    const TensorList& tensors, uint32_t world_size, uint64_t chunk_params, float lr,
+    std::pair<float, float> betas, float eps, float weight_decay, bool adamw,
+    const std::string& dtype, const std::string& params, py::object loss_scale,
+    double max_grad_norm, py::object initial_params, const std::string& restore_from,
+    double timeout_s, const std::string& tls_ca, const std::string& tls_cert,
+    const std::string& tls_key, const std::string& token_file, const std::string& collective_host,
+    uint64_t bucket_params, const std::vector<uint32_t>& tensor_groups,
+    const std::vector<float>& group_weight_decays, uint32_t replicas, const std::string& device) {
   ClientOptions options;
   options.coordinator_address = coordinator;
   options.tls_ca_file = tls_ca;
@@ -128,6 +189,9 @@ std::unique_ptr<Client> Connect(const std::string& coordinator, const std::strin
     options.initial_params.assign(params.data(), params.data() + params.size());
   }
   options.restore_from = restore_from;
+  // The buffers on a GPU are reduced by NCCL there; host buffers by Gloo.
+  options.device = device;
+  options.collective = device == "cpu" ? "gloo" : "nccl";
   options.rendezvous_timeout = absl::Seconds(timeout_s);
   options.collective_timeout = absl::Seconds(timeout_s);
   py::gil_scoped_release release;
@@ -197,55 +261,54 @@ void BindClientProperties(py::class_<Client>& cls) {
 void BindClientTransfers(py::class_<Client>& cls) {
   cls.def(
          "copy_params",
-         [](const Client& c, FloatArray out) {
-           py::buffer_info info = out.request(/*writable=*/true);
-           CheckSize(info, c.layout().num_params(), "copy_params' array");
-           ThrowIfError(c.CopyParams(absl::MakeSpan(static_cast<float*>(info.ptr), info.size)));
+         [](const Client& c, py::object out) {
+           FloatBuffer buffer = ToFloatBuffer(out, "copy_params' array", /*writable=*/true);
+           CheckSize(buffer, c.layout().num_params(), "copy_params' array");
+           py::gil_scoped_release release;
+           ThrowIfError(c.CopyParams(absl::MakeSpan(buffer.data, buffer.size)));
          },
-         py::arg("out").noconvert(),
-         "Writes the current parameters (the job's dtype, as float32) into `out`")
+         py::arg("out"), "Writes the current parameters (the job's dtype, as float32) into `out`")
       .def(
           "start_gather",
-          [](Client& c, uint64_t begin, uint64_t end, FloatArray out) {
-            py::buffer_info info = out.request(/*writable=*/true);
-            return c.StartGather(FlatRange{begin, end},
-                                 absl::MakeSpan(static_cast<float*>(info.ptr), info.size));
+          [](Client& c, uint64_t begin, uint64_t end, py::object out) {
+            FloatBuffer buffer = ToFloatBuffer(out, "start_gather's array", /*writable=*/true);
+            return c.StartGather(FlatRange{begin, end}, absl::MakeSpan(buffer.data, buffer.size));
           },
-          py::arg("begin"), py::arg("end"), py::arg("out").noconvert(), py::keep_alive<0, 1>(),
+          py::arg("begin"), py::arg("end"), py::arg("out"), py::keep_alive<0, 1>(),
           py::keep_alive<0, 4>(),
           "Starts gathering parameters [begin, end) as float32 into `out`; returns a "
           "PendingGather (on demand: a collective every worker starts in the same order)")
       .def(
           "accumulate_gradients",
-          [](Client& c, FloatArray grads, bool scaled) {
-            py::buffer_info info = grads.request();
-            CheckSize(info, c.layout().num_params(), "accumulate_gradients' array");
-            auto span = absl::MakeConstSpan(static_cast<const float*>(info.ptr), info.size);
+          [](Client& c, py::object grads, bool scaled) {
+            FloatBuffer buffer =
+                ToFloatBuffer(grads, "accumulate_gradients' array", /*writable=*/false);
+            CheckSize(buffer, c.layout().num_params(), "accumulate_gradients' array");
+            auto span = absl::MakeConstSpan(buffer.data, buffer.size);
+            py::gil_scoped_release release;
             ThrowIfError(scaled ? c.AccumulateScaledGradients(span) : c.AccumulateGradients(span));
           },
-          py::arg("grads").noconvert(), py::arg("scaled") = false,
+          py::arg("grads"), py::arg("scaled") = false,
           "Adds one micro-batch's float32 gradient (flat) to the accumulator; scaled: it is "
           "already multiplied by the loss scale")
       .def(
           "gradients_ready",
-          [](Client& c, uint64_t begin, FloatArray grads, bool scaled) {
-            py::buffer_info info = grads.request();
-            if (info.ndim != 1) {
-              throw StatusError(absl::InvalidArgumentError("gradients_ready's array is not flat"));
-            }
-            const uint64_t n = static_cast<uint64_t>(info.size);
+          [](Client& c, uint64_t begin, py::object grads, bool scaled) {
+            FloatBuffer buffer =
+                ToFloatBuffer(grads, "gradients_ready's array", /*writable=*/false);
+            const uint64_t n = buffer.size;
             if (begin > c.layout().num_params() || n > c.layout().num_params() - begin) {
               throw StatusError(absl::InvalidArgumentError(
                   absl::StrCat("gradients_ready of [", begin, ", +", n, "): the flat space has ",
                                c.layout().num_params(), " parameters")));
             }
-            auto span = absl::MakeConstSpan(static_cast<const float*>(info.ptr), n);
+            auto span = absl::MakeConstSpan(buffer.data, n);
             FlatRange range{begin, begin + n};
             py::gil_scoped_release release;
             ThrowIfError(scaled ? c.ScaledGradientsReady(range, span)
                                 : c.GradientsReady(range, span));
           },
-          py::arg("begin"), py::arg("grads").noconvert(), py::arg("scaled") = false,
+          py::arg("begin"), py::arg("grads"), py::arg("scaled") = false,
           "The streamed step: the last micro-batch's float32 gradient of the flat range from "
           "`begin` (Client::GradientsReady); scaled: already multiplied by the loss scale");
 }
@@ -333,7 +396,9 @@ void BindFunctions(py::module_& m) {
         py::arg("bucket_params") = uint64_t{1} << 20,
         py::arg("tensor_groups") = std::vector<uint32_t>(),
         py::arg("group_weight_decays") = std::vector<float>(), py::arg("replicas") = 1,
-        "Creates or joins a job and returns its Client (strata::Client::Connect)");
+        py::arg("device") = "cpu",
+        "Creates or joins a job and returns its Client (strata::Client::Connect); device: "
+        "where the client's buffers are (\"cpu\", or \"cuda:N\" with NCCL among the workers)");
 }
 
 }  // namespace

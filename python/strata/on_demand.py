@@ -97,7 +97,7 @@ class _Group:
         self.begin = offsets[0]
         self.end = offsets[-1] + params[-1].numel()
         self.offsets = [o - self.begin for o in offsets]
-        self.buffer = None    # float32 numpy array of [begin, end) while gathered
+        self.buffer = None    # float32 array of [begin, end) while gathered (NumPy or CUDA)
         self.copies_bytes = 0  # of parameters converted to another dtype or device
         self.pending = None   # the client's PendingGather until waited for
         self.materialised = False
@@ -115,11 +115,13 @@ class OnDemandParams:
     """Gathers and releases `model`'s parameters around their use.
 
     `named` are the (name, parameter) pairs of the job in flat order and
-    `offsets` their flat offsets. ValueError for a tied parameter or a module
-    whose parameters are not contiguous in that order."""
+    `offsets` their flat offsets; `device` is the model's (and the client's):
+    gathers land there. ValueError for a tied parameter or a module whose
+    parameters are not contiguous in that order."""
 
-    def __init__(self, client, model, named, offsets):
+    def __init__(self, client, model, named, offsets, device=torch.device("cpu")):
         self._client = client
+        self._device = device
         position = {id(p): i for i, (_, p) in enumerate(named)}
         owner = {}
         self._groups = []
@@ -219,7 +221,11 @@ class OnDemandParams:
             self._release(group)
 
     def _start(self, group):
-        group.buffer = np.empty(group.end - group.begin, dtype=np.float32)
+        n = group.end - group.begin
+        if self._device.type == "cpu":
+            group.buffer = np.empty(n, dtype=np.float32)
+        else:  # gathered on the GPU, in place (__cuda_array_interface__)
+            group.buffer = torch.empty(n, dtype=torch.float32, device=self._device)
         self._buffers.append((weakref.ref(group.buffer), group.nbytes()))
         group.pending = self._client.start_gather(group.begin, group.end, group.buffer)
         self.gathers += 1
@@ -231,10 +237,11 @@ class OnDemandParams:
             group.pending = None
         if group.materialised:
             return
-        flat = torch.from_numpy(group.buffer)
+        flat = (torch.from_numpy(group.buffer) if isinstance(group.buffer, np.ndarray)
+                else group.buffer)
         for p, shape, offset in zip(group.params, group.shapes, group.offsets):
             view = flat[offset:offset + shape.numel()].view(shape)
-            if p.dtype == torch.float32 and p.device.type == "cpu":
+            if p.dtype == torch.float32 and p.device == flat.device:
                 p.data = view
             else:
                 p.data = view.to(device=p.device, dtype=p.dtype)

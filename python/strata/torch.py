@@ -53,6 +53,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
     raises ValueError). Rank 0's model weights initialise a new job; joining an
     existing job (or `restore_from`, a checkpoint directory) takes its weights.
 
+    A model on a CUDA GPU (every trainable parameter on one GPU) keeps the
+    client's buffers on that GPU: the workers reduce and gather them with
+    NCCL in place (one GPU per worker), and only this worker's slice crosses
+    to host memory for the shard servers. An FP32 model's parameters and
+    gradients are views of those buffers, on the CPU or the GPU alike: no
+    copy per step.
+
     replicas=2 (or 3) keeps that many copies of each chunk on distinct shard
     servers (a job setting): a server lost for good then costs no step.
 
@@ -103,6 +110,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
         if not named:
             raise ValueError("the model has no trainable parameters")
+        self._device = _device_of(named)
         groups, tensor_groups = _groups_of(named, param_groups)
         super().__init__(groups, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay))
@@ -125,20 +133,20 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._params = [p for _, p in named]
         self._offsets = offsets
         self._num_params = num_params
-        self._flat = np.zeros(num_params, dtype=np.float32)
-        flat_t = torch.from_numpy(self._flat)
-        self._views = [flat_t[o:o + p.numel()].view(p.shape) for o, p in zip(offsets, self._params)]
+        self._flat = torch.zeros(num_params, dtype=torch.float32, device=self._device)
+        self._views = [self._flat[o:o + p.numel()].view(p.shape)
+                       for o, p in zip(offsets, self._params)]
         # The FP32 flat gradient that micro-batches go through when not
         # streamed; made at first use.
         self._grad_flat = self._grad_views = None
         with torch.no_grad():
             for view, p in zip(self._views, self._params):
                 view.copy_(p.detach().float())
-        # An FP32 model on the CPU keeps its parameters and gradients in the
-        # flat buffers the client reads and writes (no copies); others are
-        # copied in and out.
+        # An FP32 model keeps its parameters and gradients in the flat
+        # buffers the client reads and writes on the model's device (no
+        # copies); others are copied in and out.
         self._in_place = params == "replicated" and all(
-            p.dtype == torch.float32 and p.device.type == "cpu" for p in self._params)
+            p.dtype == torch.float32 for p in self._params)
         self._stream = stream
         if self._in_place:
             self._make_grad_flat()
@@ -169,16 +177,18 @@ class ShardedOptimizer(torch.optim.Optimizer):
             world_size=world_size, chunk_params=chunk_params, lr=lr, betas=tuple(betas), eps=eps,
             weight_decay=weight_decay, adamw=adamw, dtype=_DTYPE_NAMES[dtype], params=params,
             loss_scale=loss_scale, max_grad_norm=max_grad_norm,
-            initial_params=None if restore_from else self._flat, restore_from=restore_from,
+            initial_params=None if restore_from else self._flat.cpu().numpy(),
+            restore_from=restore_from,
             timeout_s=timeout_s, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
             token_file=token_file, collective_host=collective_host, bucket_params=bucket_params,
             tensor_groups=tensor_groups if self._grouped else [], replicas=replicas,
             group_weight_decays=([float(group["weight_decay"]) for group in self.param_groups]
-                                 if self._grouped else []))
+                                 if self._grouped else []),
+            device=_device_name(self._device))
         self._on_demand = None
         if params == "on_demand":
             self._flat = self._views = None  # the model's copy goes; gathers bring it back
-            self._on_demand = OnDemandParams(self._client, model, named, offsets)
+            self._on_demand = OnDemandParams(self._client, model, named, offsets, self._device)
         self._pull_into_model()
 
     # Where this worker stands in the job's current generation.
@@ -232,7 +242,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """Drops gradients not yet taken by backward() or step()."""
         if self._in_place:
             if self._grads_pending[0]:  # else _accumulate() left the buffer zero
-                self._grad_flat.fill(0)
+                self._grad_flat.zero_()
             self._prepare_grads()
         else:
             for p in self._params:
@@ -353,10 +363,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 view.copy_(p.grad)
             if not self._in_place:
                 p.grad = None
-        self._client.accumulate_gradients(self._grad_flat, scaled=scaled)
+        self._client.accumulate_gradients(_buffer(self._grad_flat), scaled=scaled)
         self._micro_batches += 1
         if self._in_place:  # backward adds into the buffer: clear it for the next
-            self._grad_flat.fill(0)
+            self._grad_flat.zero_()
             self._prepare_grads()
 
     def _streaming(self):
@@ -386,17 +396,18 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def _hand_over(self, index):
         g = self._held.pop(index)
-        if g.dtype != torch.float32 or g.device.type != "cpu":
-            g = g.to(device="cpu", dtype=torch.float32)
-        self._client.gradients_ready(self._offsets[index], g.contiguous().view(-1).numpy(),
+        if g.dtype != torch.float32 or g.device != self._device:
+            g = g.to(device=self._device, dtype=torch.float32)
+        self._client.gradients_ready(self._offsets[index], _buffer(g.contiguous().view(-1)),
                                      scaled=self._backward_scaled)
 
     def _make_grad_flat(self):
         if self._grad_flat is None:
-            self._grad_flat = np.zeros(self._num_params, dtype=np.float32)
-            flat = torch.from_numpy(self._grad_flat)
-            self._grad_views = [flat[o:o + self._shapes[name].numel()].view(self._shapes[name])
-                                for o, name in zip(self._offsets, self._names)]
+            self._grad_flat = torch.zeros(self._num_params, dtype=torch.float32,
+                                          device=self._device)
+            self._grad_views = [
+                self._grad_flat[o:o + self._shapes[name].numel()].view(self._shapes[name])
+                for o, name in zip(self._offsets, self._names)]
 
     def _prepare_grads(self):
         """In place, autograd accumulates the next backward's gradients into
@@ -415,10 +426,36 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def _pull_into_model(self):
         if self._on_demand is not None:
             return  # gathered when used
-        self._client.copy_params(self._flat)
+        self._client.copy_params(_buffer(self._flat))
         if not self._in_place:
             for p, view in zip(self._params, self._views):
                 p.copy_(view)
+
+
+def _device_of(named):
+    """The one device (CPU or a CUDA GPU) of the model's trainable parameters."""
+    devices = {p.device for _, p in named}
+    if len(devices) != 1:
+        raise ValueError("the model's parameters are on %s: strata trains a model on one device"
+                         % ", ".join(sorted(str(d) for d in devices)))
+    device = devices.pop()
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError("the model is on %s: strata trains on the CPU or a CUDA GPU" % device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _device_name(device):
+    """The client's name of `device`: "cpu" or "cuda:N"."""
+    return "cpu" if device.type == "cpu" else "cuda:%d" % device.index
+
+
+def _buffer(tensor):
+    """A flat FP32 tensor as the client takes it: a NumPy view of CPU memory,
+    or the CUDA tensor itself (__cuda_array_interface__), read and written in
+    place on the GPU."""
+    return tensor.numpy() if tensor.device.type == "cpu" else tensor
 
 
 def _groups_of(named, param_groups):

@@ -282,8 +282,9 @@ class OptimizerApiTest(unittest.TestCase):
             for p in model.parameters():
                 p.register_hook(lambda grad: seen.append(grad.data_ptr()))
 
-            def inside(tensor, array):
-                return array.ctypes.data <= tensor.data_ptr() < array.ctypes.data + array.nbytes
+            def inside(tensor, flat):
+                begin = flat.data_ptr()
+                return begin <= tensor.data_ptr() < begin + flat.numel() * flat.element_size()
 
             before = [p.data_ptr() for p in model.parameters()]
             self.train(opt, model, 3)
@@ -393,6 +394,97 @@ class OptimizerApiTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "betas and eps"):
             self.optimizer(model, "groups-betas", param_groups=[
                 dict(params=weights), dict(params=biases, betas=(0.5, 0.9))])
+
+
+    def test_gpu_arrays_are_taken_by_their_cuda_array_interface(self):
+        """The binding reads a buffer through __cuda_array_interface__ (torch
+        CUDA tensors, CuPy) where a NumPy array is not given; a CPU worker
+        reads such a view of host memory as it reads the array itself, and
+        a view it cannot use is refused, naming the call."""
+        model = digits.make_model(hidden=16)
+        opt = self.optimizer(model, "cuda-array-interface", dtype=torch.float32)
+        client = opt._client
+        n = opt._num_params
+
+        class View:  # __cuda_array_interface__ over a tensor's memory
+            def __init__(self, tensor, **overrides):
+                self.tensor = tensor
+                self.__cuda_array_interface__ = dict(
+                    shape=tuple(tensor.shape), typestr="<f4",
+                    data=(tensor.data_ptr(), False), version=3, strides=None)
+                self.__cuda_array_interface__.update(overrides)
+
+        grads = torch.randn(n, generator=torch.Generator().manual_seed(5))
+        client.accumulate_gradients(View(grads))
+        client.step()
+        out = torch.full((n,), float("nan"))
+        client.copy_params(View(out))
+        want = torch.zeros(n)
+        client.copy_params(want.numpy())
+        self.assertTrue(torch.equal(out, want))
+        for overrides, message in ((dict(typestr="<f8"), "float32"),
+                                   (dict(data=(out.data_ptr(), True)), "read-only"),
+                                   (dict(strides=(8,)), "C-contiguous"),
+                                   (dict(shape=(n - 1,)), "elements")):
+            with self.assertRaisesRegex(strata.StrataError, "INVALID_ARGUMENT: copy_params"):
+                client.copy_params(View(out, **overrides))
+            with self.assertRaisesRegex(strata.StrataError, message):
+                client.copy_params(View(out, **overrides))
+        with self.assertRaisesRegex(strata.StrataError, "float32 NumPy array"):
+            client.accumulate_gradients(grads.double().numpy())
+        self.assertEqual(opt.step_count, 1)
+
+    def test_a_model_on_a_device_strata_cannot_use_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "CPU or a CUDA GPU"):
+            self.optimizer(digits.make_model(hidden=16).to("meta"), "on-meta")
+
+
+@unittest.skipUnless(torch.cuda.is_available(), "no CUDA GPU")
+class CudaTest(unittest.TestCase):
+    """A model on a GPU: the client's buffers on the GPU (NCCL, a group of
+    one), FP32 parameters and gradients in them; against torch.optim.AdamW
+    on the same GPU."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = LocalCluster(servers=2)
+        cls.cluster.__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.__exit__(None, None, None)
+
+    def train(self, stream, steps=30, batch=64, lr=2e-3, weight_decay=0.01):
+        x, y, _, _ = digits.load_data()
+        x, y = x.cuda(), y.cuda()
+        model = digits.make_model().cuda()
+        reference = digits.make_model().cuda()
+        opt = strata.torch.ShardedOptimizer(
+            model, coordinator=self.cluster.coordinator, job="cuda-stream-%s" % stream,
+            world_size=1, dtype=torch.float32, lr=lr, weight_decay=weight_decay, stream=stream,
+            bucket_params=4096)
+        torch_opt = torch.optim.AdamW(reference.parameters(), lr=lr, weight_decay=weight_decay)
+        before = [p.data_ptr() for p in model.parameters()]
+        for step in range(1, steps + 1):
+            idx = torch.as_tensor(digits.batch_indices(step, batch, len(x)), device="cuda")
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+            torch_opt.zero_grad()
+            torch.nn.functional.cross_entropy(reference(x[idx]), y[idx]).backward()
+            torch_opt.step()
+        # The parameters stayed in the client's flat buffer on the GPU.
+        self.assertEqual([p.data_ptr() for p in model.parameters()], before)
+        self.assertTrue(all(p.is_cuda for p in model.parameters()))
+        self.assertEqual(opt.step_count, steps)
+        return dict(model.named_parameters()), dict(reference.named_parameters())
+
+    def test_fp32_on_the_gpu_equals_torch_adamw_on_the_gpu(self):
+        for stream in (False, True):
+            got, want = self.train(stream)
+            error = max_relative_error(got, want)
+            print("stream=%s: max relative error %.3g" % (stream, error))
+            self.assertLessEqual(error, 1e-5)
 
 
 class LauncherTest(unittest.TestCase):
