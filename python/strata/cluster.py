@@ -38,13 +38,14 @@ def binaries_dir():
 
 class LocalCluster:
     def __init__(self, servers=2, host_budget_mib=1024, data_dir=None, start_timeout_s=30.0,
-                 tls_dir=None, auth_file=None):
+                 tls_dir=None, auth_file=None, gpu_budget_mib=None):
         if auth_file and not tls_dir:
             raise ValueError("auth_file needs tls_dir: tokens travel over TLS only")
         self.servers = servers
         self.tls_dir = tls_dir
         self.auth_file = auth_file
         self.host_budget_mib = host_budget_mib
+        self.gpu_budget_mib = gpu_budget_mib  # None: the server's default (GPU tier where found)
         self.start_timeout_s = start_timeout_s
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="strata-cluster-")
@@ -87,6 +88,8 @@ class LocalCluster:
                  "--data_dir=" + os.path.join(self.data_dir, name),
                  "--checkpoint_root=" + self.data_dir,
                  "--host_budget_mib=%d" % self.host_budget_mib]
+                + ([] if self.gpu_budget_mib is None
+                   else ["--gpu_budget_mib=%d" % self.gpu_budget_mib])
                 + self._tls_flags("server") + (["--auth"] if self.auth_file else [])))
 
     def _start_daemon(self, name, argv):
