@@ -106,6 +106,7 @@ class ClientImpl : public Client {
       return absl::InvalidArgumentError(
           absl::StrCat("CopyParams needs ", layout_.num_params(), " floats, got ", out.size()));
     }
+    RETURN_IF_ERROR(CheckOnDevice(out, "CopyParams' floats"));
     if (param_stream_ != nullptr) RETURN_IF_ERROR(param_stream_->WaitAll());
     return device_->CastToFloat(options_.dtype, params_.data(), out.data(), out.size());
   }
@@ -145,6 +146,13 @@ class ClientImpl : public Client {
 
  private:
   bool on_demand() const { return options_.params == ParamResidency::kOnDemand; }
+  // INVALID_ARGUMENT unless the caller's `floats` (`what`) are in the
+  // device's memory, where the client reads and writes them.
+  absl::Status CheckOnDevice(absl::Span<const float> floats, absl::string_view what) const {
+    if (floats.empty() || device_->Holds(floats.data())) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " are not in ", device_->name(), "'s memory (ClientOptions::device)"));
+  }
   // Waits for the gathers started and the last step's all-gather; their
   // first error, which also marks the group broken when retryable (a lost
   // worker).
@@ -164,6 +172,7 @@ class ClientImpl : public Client {
       return absl::InvalidArgumentError(absl::StrCat(
           "gradients have ", grads.size(), " elements; the model has ", layout_.num_params()));
     }
+    RETURN_IF_ERROR(CheckOnDevice(grads, "gradients"));
     ASSIGN_OR_RETURN(uint8_t * whole, grads_.Whole());
     RETURN_IF_ERROR(
         device_->AccumulateScaled(options_.dtype, grads.data(), multiplier, whole, grads.size()));
@@ -298,7 +307,8 @@ class ClientImpl : public Client {
   absl::Status stream_failure_;
   bool computing_step_ = false;  // Step(GradientFn) is calling its GradientFn
   // The last step's all-gather (replicated), until the next use of the
-  // collective.
+  // collective, and its scratch.
+  DeviceMemory param_stream_scratch_;
   std::unique_ptr<ParamStream> param_stream_;
   ParamGatherer gatherer_;
   // Declared last: destroyed first, finishing the gathers and the buckets'

@@ -29,6 +29,15 @@ class Cuda : public Device {
   std::string name() const override { return absl::StrCat("cuda:", ordinal_); }
   bool is_host() const override { return false; }
   int cuda_ordinal() const override { return ordinal_; }
+  bool Holds(const void* data) const override {
+    cudaPointerAttributes attributes;
+    if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
+      cudaGetLastError();  // not sticky
+      return false;
+    }
+    return (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged) &&
+           attributes.device == ordinal_;
+  }
 
   absl::StatusOr<DeviceMemory> Allocate(size_t size_bytes) override {
     if (size_bytes == 0) return DeviceMemory();

@@ -83,6 +83,10 @@ class Device {
   virtual bool is_host() const = 0;
   // The CUDA device ordinal; -1 for the host.
   virtual int cuda_ordinal() const = 0;
+  // Whether `data` is in this device's memory, where the caller's spans must
+  // be (the host device cannot tell host memory from another device's and
+  // says true).
+  virtual bool Holds(const void* data) const = 0;
 
   // `size_bytes` zeroed bytes of this device's memory (none for 0).
   // RESOURCE_EXHAUSTED naming the size when the device has too little.

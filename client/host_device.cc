@@ -16,6 +16,7 @@ class Host : public Device {
   std::string name() const override { return "cpu"; }
   bool is_host() const override { return true; }
   int cuda_ordinal() const override { return -1; }
+  bool Holds(const void*) const override { return true; }
 
   absl::StatusOr<DeviceMemory> Allocate(size_t size_bytes) override {
     if (size_bytes == 0) return DeviceMemory();

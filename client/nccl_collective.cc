@@ -264,8 +264,11 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateNcclCollective(const Collectiv
     }
     std::memcpy(id.internal, bytes.data(), bytes.size());
   }
+  // Non-blocking: the trainer's work on the legacy default stream neither
+  // waits for the group's operations nor holds them up (every operation is
+  // waited for by its caller, so nothing relies on that ordering).
   cudaStream_t stream;
-  RETURN_IF_ERROR(CudaStatus(cudaStreamCreate(&stream), "stream"));
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"));
   ncclComm_t comm;
   absl::Status s = NcclStatus(ncclCommInitRank(&comm, options.size, id, options.rank), "init rank");
   if (!s.ok()) {

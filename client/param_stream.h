@@ -37,6 +37,10 @@ class ParamStream {
     Buckets buckets{0, 1};
     uint8_t* params = nullptr;  // the padded flat parameters; this worker's slice pulled
     Device* device = nullptr;   // where `params` are
+    // This worker's part of a bucket, grown as needed; kept from step to step
+    // (device memory is slow to allocate) by the caller, who uses it only
+    // while no stream runs.
+    DeviceMemory* scratch = nullptr;
     ThreadPool* thread = nullptr;
   };
 
@@ -60,7 +64,6 @@ class ParamStream {
 
   const Context context_;
   const FlatRange slice_;
-  DeviceMemory scratch_;  // this worker's part of a bucket; collective thread only
   mutable absl::Mutex mu_;
   uint64_t gathered_end_ ABSL_GUARDED_BY(mu_) = 0;  // [0, gathered_end_) is gathered
   size_t pending_ ABSL_GUARDED_BY(mu_);             // buckets not done

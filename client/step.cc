@@ -57,6 +57,7 @@ uint32_t ClientImpl::Attempt() {
 absl::Status ClientImpl::StreamGradients(FlatRange range, absl::Span<const float> grads,
                                          float multiplier) {
   if (collective_ == nullptr) return absl::FailedPreconditionError("gradients after Leave()");
+  RETURN_IF_ERROR(CheckOnDevice(grads, "gradients"));
   if (stream_ == nullptr) {
     if (!stream_failure_.ok()) return stream_failure_;
     // Step(GradientFn) checked the generation before it computed the step's
@@ -200,6 +201,7 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
     context.buckets = buckets_;
     context.params = params_.data();
     context.device = device_.get();
+    context.scratch = &param_stream_scratch_;
     context.thread = &collective_thread_;
     param_stream_ = std::make_unique<ParamStream>(std::move(context));
   }
@@ -236,6 +238,8 @@ std::unique_ptr<PendingGather> ClientImpl::StartGather(FlatRange range, absl::Sp
         absl::StrCat("gather of ", range.size(), " parameters into ", out.size(), " floats"));
   } else if (collective_ == nullptr) {
     refused = absl::FailedPreconditionError("gather after Leave()");
+  } else if (absl::Status on_device = CheckOnDevice(out, "gathered floats"); !on_device.ok()) {
+    refused = on_device;
   } else if (!on_demand()) {
     refused = param_stream_ == nullptr ? absl::OkStatus() : param_stream_->WaitFor(range);
     if (refused.ok()) {

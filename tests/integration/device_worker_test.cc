@@ -153,6 +153,37 @@ INSTANTIATE_TEST_SUITE_P(Modes, DeviceWorkerTest,
                                            Mode{DType::kBf16, ParamResidency::kOnDemand, true}),
                          ModeName);
 
+// A GPU worker reads and writes the caller's floats on the GPU: host memory
+// is refused, naming the device, and changes nothing.
+TEST(DeviceOptionTest, AGpuWorkerRefusesHostMemory) {
+  absl::StatusOr<std::unique_ptr<Device>> gpu = OpenDevice("cuda:0");
+  if (!gpu.ok()) GTEST_SKIP() << gpu.status();
+  auto cluster = LocalCluster::Start({1, uint64_t{64} << 20, 1});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "host-memory");
+  o.world_size = 1;
+  o.device = "cuda:0";
+  o.collective = "nccl";
+  absl::StatusOr<std::unique_ptr<Client>> connected = Client::Connect(o);
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  Client& c = **connected;
+  const uint64_t n = c.layout().num_params();
+  std::vector<float> host(n, 1.0f);
+  for (absl::Status s :
+       {c.AccumulateGradients(host), c.GradientsReady({0, n}, host),
+        c.CopyParams(absl::MakeSpan(host)), c.StartGather({0, n}, absl::MakeSpan(host))->Wait()}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_NE(s.message().find("cuda:0's memory"), std::string::npos) << s;
+  }
+  EXPECT_EQ(host, std::vector<float>(n, 1.0f));
+  // Nothing was accumulated: a step now has no gradients.
+  EXPECT_TRUE(absl::IsFailedPrecondition(c.Step().status()));
+  Floats grads(gpu->get(), n);
+  grads.Set(Gradient(n, 0, 1, 0));
+  ASSERT_TRUE(c.AccumulateGradients(grads.span()).ok());
+  ASSERT_TRUE(c.Step().ok());
+}
+
 TEST(DeviceOptionTest, ConnectRefusesADeviceItCannotUseAndNamesIt) {
   auto cluster = LocalCluster::Start({1, uint64_t{64} << 20, 1});
   ASSERT_TRUE(cluster.ok()) << cluster.status();

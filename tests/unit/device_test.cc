@@ -97,6 +97,19 @@ TEST_P(DeviceTest, RefusesAnAllocationLargerThanItsMemory) {
   ASSERT_TRUE(small.ok()) << small.status();
 }
 
+TEST_P(DeviceTest, TellsItsMemoryFromHostMemory) {
+  absl::StatusOr<DeviceMemory> mine = device_->Allocate(64);
+  ASSERT_TRUE(mine.ok());
+  EXPECT_TRUE(device_->Holds(mine->data()));
+  EXPECT_TRUE(device_->Holds(mine->data() + 63));
+  std::vector<float> host(16);
+  absl::StatusOr<DeviceMemory> pinned = device_->AllocateHost(64);
+  ASSERT_TRUE(pinned.ok());
+  // Host memory is the host device's own; a GPU's is not.
+  EXPECT_EQ(device_->Holds(host.data()), device_->is_host());
+  EXPECT_EQ(device_->Holds(pinned->data()), device_->is_host());
+}
+
 TEST_P(DeviceTest, CopiesInEveryDirection) {
   for (size_t n : kSizes) {
     const std::vector<uint8_t> bytes = RandomBytes(n);

@@ -83,6 +83,7 @@ class ParamStreamTest : public ::testing::Test {
     context.buckets = buckets_;
     context.params = reinterpret_cast<uint8_t*>(params_.data());
     context.device = device_.get();
+    context.scratch = &scratch_;
     context.thread = &thread_;
     return context;
   }
@@ -100,6 +101,7 @@ class ParamStreamTest : public ::testing::Test {
   const Buckets buckets_;
   std::vector<float> params_;
   const std::unique_ptr<Device> device_ = HostDevice();
+  DeviceMemory scratch_;
   ThreadPool thread_{1};
 };
 
