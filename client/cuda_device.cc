@@ -1,6 +1,10 @@
 // The CUDA Device (device.h): device memory from cudaMalloc, pinned host
-// memory from cudaHostAlloc, and one stream of its own on which every copy
-// and kernel runs and is waited for. Built where the CUDA toolkit is found.
+// memory from cudaHostAlloc, and one non-blocking stream of its own on which
+// every copy and kernel runs and is waited for. The kernels, which read or
+// write the trainer's buffers, first wait for the work queued on the legacy
+// default stream (an event); copies between the client's own buffers do
+// not, so that they overlap the trainer's compute. Built where the CUDA
+// toolkit is found.
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -20,9 +24,11 @@ void FreePinned(void* data) { cudaFreeHost(data); }
 
 class Cuda : public Device {
  public:
-  Cuda(int ordinal, cudaStream_t stream) : ordinal_(ordinal), stream_(stream) {}
+  Cuda(int ordinal, cudaStream_t stream, cudaEvent_t trainer_done)
+      : ordinal_(ordinal), stream_(stream), trainer_done_(trainer_done) {}
   ~Cuda() override {
     cudaSetDevice(ordinal_);
+    cudaEventDestroy(trainer_done_);
     cudaStreamDestroy(stream_);
   }
 
@@ -81,15 +87,29 @@ class Cuda : public Device {
 
   absl::Status AccumulateScaled(DType dtype, const float* x, float scale, void* acc,
                                 size_t n) override {
-    return OnStream([&] { return CudaAccumulateScaled(dtype, x, scale, acc, n, stream_); });
+    return OnStream([&]() -> absl::Status {
+      RETURN_IF_ERROR(AfterTrainersWork());
+      return CudaAccumulateScaled(dtype, x, scale, acc, n, stream_);
+    });
   }
 
   absl::Status CastToFloat(DType dtype, const void* from, float* to, size_t n) override {
-    return OnStream([&] { return CudaCastToFloat(dtype, from, to, n, stream_); });
+    return OnStream([&]() -> absl::Status {
+      RETURN_IF_ERROR(AfterTrainersWork());
+      return CudaCastToFloat(dtype, from, to, n, stream_);
+    });
   }
 
  private:
   absl::Status Select() { return CudaStatus(cudaSetDevice(ordinal_), "set device"); }
+
+  // Has stream_ wait for the work queued so far on the legacy default stream
+  // (where the trainer computed the gradients it hands over, or still reads
+  // the parameters about to be written).
+  absl::Status AfterTrainersWork() {
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(trainer_done_, cudaStreamLegacy), "record"));
+    return CudaStatus(cudaStreamWaitEvent(stream_, trainer_done_, 0), "wait event");
+  }
 
   // Queues `enqueue`'s work on the stream and waits for it. One caller at a
   // time, so that each waits for its own work only.
@@ -103,7 +123,8 @@ class Cuda : public Device {
 
   const int ordinal_;
   absl::Mutex mu_;
-  cudaStream_t stream_;  // blocking: waits for the legacy default stream
+  cudaStream_t stream_;       // non-blocking
+  cudaEvent_t trainer_done_;  // the legacy default stream's work; under mu_
 };
 
 }  // namespace
@@ -120,8 +141,15 @@ absl::StatusOr<std::unique_ptr<Device>> OpenCudaDevice(int ordinal) {
   }
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "set device"));
   cudaStream_t stream;
-  RETURN_IF_ERROR(CudaStatus(cudaStreamCreate(&stream), "stream"));
-  return std::unique_ptr<Device>(new Cuda(ordinal, stream));
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"));
+  cudaEvent_t trainer_done;
+  if (absl::Status s =
+          CudaStatus(cudaEventCreateWithFlags(&trainer_done, cudaEventDisableTiming), "event");
+      !s.ok()) {
+    cudaStreamDestroy(stream);
+    return s;
+  }
+  return std::unique_ptr<Device>(new Cuda(ordinal, stream, trainer_done));
 }
 
 }  // namespace strata

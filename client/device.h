@@ -13,9 +13,10 @@
 //
 // Every call returns once its work is done, so its results are visible to the
 // caller's next read, copy or NCCL operation. CUDA: work runs on the device's
-// own stream, which waits for the legacy default stream (where a trainer that
-// names no stream computes), so gradients computed there are complete before
-// they are read.
+// own stream; the kernels (which read the trainer's gradients or write its
+// parameters) first wait for the work queued on the legacy default stream,
+// where a trainer that names no stream computes; copies do not, so that the
+// client's own traffic overlaps the trainer's compute.
 //
 // Thread-safe: any thread may call any method; calls from two threads run in
 // some order.
