@@ -10,6 +10,9 @@
 #   make slurm-test  deploy/slurm/strata.sbatch on a one-machine Slurm cluster (root)
 
 CTEST_ARGS ?=
+# Extra cmake arguments when a build tree is first configured (CI:
+# -DSTRATA_DEBUG_LEVEL=1).
+CMAKE_ARGS ?=
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 FUZZERS = safetensors_fuzz checkpoint_manifest_fuzz saved_chunk_fuzz nvme_extent_fuzz services_fuzz
@@ -20,7 +23,7 @@ deps:
 	@bash deploy/install-deps.sh
 
 build: deps
-	@test -f build/build.ninja || cmake --preset default
+	@test -f build/build.ninja || cmake --preset default $(CMAKE_ARGS)
 	cmake --build --preset default -j $(JOBS)
 
 test: build
@@ -33,7 +36,7 @@ format-check: deps
 	git ls-files '*.h' '*.cc' '*.cu' | xargs clang-format --dry-run --Werror
 
 check: format-check
-	@test -f build-asan/build.ninja || cmake --preset asan
+	@test -f build-asan/build.ninja || cmake --preset asan $(CMAKE_ARGS)
 	cmake --build --preset asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --preset asan -j $(JOBS) $(CTEST_ARGS)
 
@@ -46,7 +49,7 @@ hosts-test: build
 	bash deploy/hosts-test.sh
 
 fuzz: deps
-	@test -f build-fuzz/build.ninja || cmake --preset fuzz
+	@test -f build-fuzz/build.ninja || cmake --preset fuzz $(CMAKE_ARGS)
 	cmake --build --preset fuzz -j $(JOBS) --target $(FUZZERS)
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZERS)
 

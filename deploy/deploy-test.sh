@@ -3,7 +3,8 @@
 # Starts dockerd if none is running (without bridge or firewall rules: the
 # services use the host's network), makes the debian:bookworm-slim base image
 # with debootstrap when it is missing (no registry is needed), builds the
-# images, starts the coordinator, two shard servers (state on their NVMe
+# images (from this host's build/bin: deploy/Dockerfile's STRATA_PREBUILT,
+# so that the compiler's work is not done twice), starts the coordinator, two shard servers (state on their NVMe
 # tiers) and Prometheus with TLS and tokens on (certificates and tokens from
 # the compose file's certs service), waits for their health checks, checks
 # that a plaintext client and one without a token are refused, trains the
@@ -18,6 +19,7 @@ export PATH=/usr/sbin:/usr/bin:$PATH  # Debian's docker client and compose, not 
 export DOCKER_BUILDKIT=0 COMPOSE_DOCKER_CLI_BUILD=0
 
 project=strata-deploy-test
+prebuilt=.docker-prebuilt  # in the build context; .gitignore'd
 work=$(mktemp -d /tmp/strata-deploy-test.XXXXXX)
 # Ports away from the defaults, so that a cluster running here is not disturbed.
 export STRATA_COORDINATOR_PORT=17700 STRATA_SERVER0_PORT=17701 STRATA_SERVER1_PORT=17702
@@ -54,7 +56,7 @@ cleanup() {
     kill "$started_dockerd" 2>/dev/null || true
     wait "$started_dockerd" 2>/dev/null || true
   fi
-  rm -rf "$work"
+  rm -rf "$work" "$prebuilt"
   if [ $status -eq 0 ]; then log "passed"; else log "FAILED"; fi
   exit $status
 }
@@ -79,7 +81,21 @@ if ! docker image inspect debian:bookworm-slim >/dev/null 2>&1; then
   tar -C "$work/rootfs" -c . | docker import - debian:bookworm-slim >/dev/null
 fi
 
+# The daemons the image runs are this host's (same Debian release), with the
+# libraries they load that Debian's packages do not provide (CUDA's runtime).
 log "building images"
+rm -rf "$prebuilt"
+mkdir -p "$prebuilt/bin" "$prebuilt/lib"
+for binary in strata-server strata-coordinator stratactl; do
+  strip --strip-debug -o "$prebuilt/bin/$binary" "build/bin/$binary"
+  ldd "build/bin/$binary" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
+    case $(readlink -f "$lib") in
+      /lib/* | /usr/lib/*) ;;
+      *) cp -Ln "$lib" "$prebuilt/lib/" ;;
+    esac
+  done
+done
+export STRATA_PREBUILT=$prebuilt
 compose build --quiet
 log "starting the cluster"
 compose up -d
