@@ -28,9 +28,9 @@ absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
   transfer.attempt = Attempt();
   transfer.pieces = &slice_pieces_;
   transfer.push = push;
-  transfer.grads = grads_.Slice();
-  transfer.grads_base = layout_.WorkerSlice(rank_, world_size_).begin;
   const FlatRange slice = layout_.WorkerSlice(rank_, world_size_);
+  transfer.grads = grads_.Slice();
+  transfer.grads_base = slice.begin;
   // Pulled into params_, or into pulled_ and from there to the device.
   transfer.params = pulled_.empty() ? params_.data() : pulled_.data();
   transfer.params_base = pulled_.empty() ? params_base_ : slice.begin;

@@ -231,7 +231,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         memory = dict(resident=self._client.resident_param_bytes,
                       model=self._client.num_params * self._job_dtype_bytes,
                       peak_grad=self._client.peak_grad_bytes,
-                      grad_staging=0 if self._grad_flat is None else self._grad_flat.nbytes)
+                      grad_staging=(0 if self._grad_flat is None else
+                                    self._grad_flat.numel() * self._grad_flat.element_size()))
         if self._on_demand is not None:
             memory.update(peak_gathered=self._on_demand.peak_bytes,
                           largest_group=self._on_demand.largest_group_bytes,

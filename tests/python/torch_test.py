@@ -231,8 +231,9 @@ class StreamedTest(unittest.TestCase):
                 "0.weight"]))  # it trained
 
 
-class OptimizerApiTest(unittest.TestCase):
-    """One worker in this process against a local cluster."""
+class ClusterTestCase(unittest.TestCase):
+    """Tests of workers in this process against one local cluster of two
+    shard servers, shared by the class's tests."""
 
     @classmethod
     def setUpClass(cls):
@@ -242,6 +243,10 @@ class OptimizerApiTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.cluster.__exit__(None, None, None)
+
+
+class OptimizerApiTest(ClusterTestCase):
+    """One worker in this process against a local cluster."""
 
     def optimizer(self, model, job, **kwargs):
         return strata.torch.ShardedOptimizer(model, coordinator=self.cluster.coordinator, job=job,
@@ -440,19 +445,10 @@ class OptimizerApiTest(unittest.TestCase):
 
 
 @unittest.skipUnless(torch.cuda.is_available(), "no CUDA GPU")
-class CudaTest(unittest.TestCase):
+class CudaTest(ClusterTestCase):
     """A model on a GPU: the client's buffers on the GPU (NCCL, a group of
     one), FP32 parameters and gradients in them; against torch.optim.AdamW
     on the same GPU."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.cluster = LocalCluster(servers=2)
-        cls.cluster.__enter__()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.__exit__(None, None, None)
 
     def train(self, stream, steps=30, batch=64, lr=2e-3, weight_decay=0.01):
         x, y, _, _ = digits.load_data()
