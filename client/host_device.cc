@@ -1,4 +1,7 @@
 // The host Device (device.h) and OpenDevice()'s parsing of a device's name.
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,6 +14,13 @@
 namespace strata {
 namespace {
 
+// This machine's memory in bytes (the most any allocation can get).
+uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_bytes <= 0) return UINT64_MAX;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_bytes);
+}
+
 class Host : public Device {
  public:
   std::string name() const override { return "cpu"; }
@@ -20,10 +30,11 @@ class Host : public Device {
 
   absl::StatusOr<DeviceMemory> Allocate(size_t size_bytes) override {
     if (size_bytes == 0) return DeviceMemory();
-    void* data = std::calloc(size_bytes, 1);
+    const uint64_t physical = PhysicalMemoryBytes();
+    void* data = size_bytes > physical ? nullptr : std::calloc(size_bytes, 1);
     if (data == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("host memory: cannot allocate ", size_bytes, " bytes"));
+      return absl::ResourceExhaustedError(absl::StrCat("host memory: cannot allocate ", size_bytes,
+                                                       " bytes (this machine has ", physical, ")"));
     }
     return DeviceMemory(data, size_bytes, &std::free);
   }

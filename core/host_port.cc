@@ -49,4 +49,10 @@ absl::Status ValidateHostPort(absl::string_view field, absl::string_view address
   return absl::OkStatus();
 }
 
+absl::string_view HostOf(absl::string_view address) {
+  absl::string_view host = address.substr(0, address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
 }  // namespace strata

@@ -14,13 +14,6 @@
 namespace strata {
 namespace {
 
-// The host of a valid HOST:PORT, without the brackets of an IPv6 one.
-absl::string_view HostOf(absl::string_view address) {
-  absl::string_view host = address.substr(0, address.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  return host;
-}
-
 // The most names an error lists.
 constexpr size_t kMaxNamesShown = 8;
 
