@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/file_io.h"
 #include "core/status_macros.h"
+#include "storage/uring_submit.h"
 
 namespace strata {
 namespace {
@@ -91,7 +92,12 @@ absl::Status TransferInFlight(bool read, int fd, std::byte* data, size_t from, s
       ++submitted;
       ++in_flight;
     }
-    io_uring_submit(&ring);
+    if (int r = SubmitQueued(&ring); r < 0) {
+      in_flight -= io_uring_sq_ready(&ring);  // never handed over: will not complete
+      errno = -r;
+      status = ErrnoError(absl::StrCat("cannot submit a ", verb, " of"), path);
+      break;
+    }
     // What is in memory in order: all of it when writing, what arrived when reading.
     if (hashed < (read ? done : submitted)) {
       XXH3_64bits_update(hash, transfers[hashed].data, transfers[hashed].n);

@@ -14,7 +14,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/log.h"
 #include "core/status_macros.h"
+#include "storage/uring_submit.h"
 
 namespace strata {
 namespace {
@@ -164,7 +166,7 @@ NvmeTier::~NvmeTier() {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     io_uring_prep_nop(sqe);
     io_uring_sqe_set_data(sqe, nullptr);  // tells the completion loop to stop
-    io_uring_submit(&ring_);
+    SubmitQueuedParts();
   }
   if (completions_.joinable()) completions_.join();
   if (ring_ready_) io_uring_queue_exit(&ring_);
@@ -401,7 +403,15 @@ void NvmeTier::Prepare(Part* part) {
   }
   io_uring_sqe_set_flags(sqe, IOSQE_FIXED_FILE);
   io_uring_sqe_set_data(sqe, part);
-  io_uring_submit(&ring_);
+  SubmitQueuedParts();
+}
+
+void NvmeTier::SubmitQueuedParts() {
+  // Left queued on an error, a request goes with the next submission.
+  if (int r = SubmitQueued(&ring_); r < 0) {
+    LogEventCat("nvme", "io_uring submission to ", path_, " failed: ", ErrnoText(-r),
+                "; trying again with the next request");
+  }
 }
 
 void NvmeTier::FinishPart(Part* part, absl::Status status) {

@@ -99,8 +99,10 @@ class NvmeTier : public Tier {
   absl::StatusOr<uint64_t> Check(const Extent& extent, uint64_t offset, const void* buffer,
                                  uint64_t num_bytes);
   void Submit(std::unique_ptr<Op> op);
-  // Queues the part's remaining bytes.
+  // Queues the part's remaining bytes and submits them.
   void Prepare(Part* part) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sq_mu_);
+  // Hands the kernel every queued request (storage/uring_submit.h).
+  void SubmitQueuedParts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sq_mu_);
   // Records a part's outcome; the op's last part completes the op.
   void FinishPart(Part* part, absl::Status status);
   void CompletionLoop();
