@@ -71,6 +71,7 @@ DType ParseDType(const std::string& name) {
 struct FloatBuffer {
   float* data;
   uint64_t size;
+  size_t ndim;
 };
 
 FloatBuffer FromCudaArrayInterface(const py::dict& interface, const char* what, bool writable) {
@@ -104,7 +105,7 @@ FloatBuffer FromCudaArrayInterface(const py::dict& interface, const char* what, 
     }
   }
   if (size > 0 && data.first == 0) throw refuse("has a null pointer");
-  return FloatBuffer{reinterpret_cast<float*>(data.first), size};
+  return FloatBuffer{reinterpret_cast<float*>(data.first), size, shape.size()};
 }
 
 // `obj` as a flat float32 buffer: a C-contiguous float32 NumPy array, or an
@@ -123,7 +124,8 @@ FloatBuffer ToFloatBuffer(const py::object& obj, const char* what, bool writable
                      "(__cuda_array_interface__)")));
   }
   py::buffer_info info = py::cast<py::array>(obj).request(writable);
-  return FloatBuffer{static_cast<float*>(info.ptr), static_cast<uint64_t>(info.size)};
+  return FloatBuffer{static_cast<float*>(info.ptr), static_cast<uint64_t>(info.size),
+                     static_cast<size_t>(info.ndim)};
 }
 
 // A buffer of exactly `n` elements, or INVALID_ARGUMENT.
@@ -296,6 +298,9 @@ void BindClientTransfers(py::class_<Client>& cls) {
           [](Client& c, uint64_t begin, py::object grads, bool scaled) {
             FloatBuffer buffer =
                 ToFloatBuffer(grads, "gradients_ready's array", /*writable=*/false);
+            if (buffer.ndim != 1) {
+              throw StatusError(absl::InvalidArgumentError("gradients_ready's array is not flat"));
+            }
             const uint64_t n = buffer.size;
             if (begin > c.layout().num_params() || n > c.layout().num_params() - begin) {
               throw StatusError(absl::InvalidArgumentError(
