@@ -203,11 +203,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Device> device, OpenDevice(options.device));
   if (!device->is_host() && options.collective != "nccl") {
-    return absl::InvalidArgumentError(absl::StrCat("device ", device->name(),
-                                                   " needs collective "
-                                                   "nccl; collective '",
-                                                   options.collective,
-                                                   "' works on host memory (device cpu)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", device->name(), " needs collective nccl; collective '",
+                     options.collective, "' works on host memory (device cpu)"));
   }
   ASSIGN_OR_RETURN(FlatLayout layout,
                    FlatLayout::Create(options.tensors, options.chunk_num_params));

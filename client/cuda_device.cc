@@ -14,6 +14,7 @@
 #include "client/device.h"
 #include "core/status_macros.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_memory.h"
 #include "kernels/cuda/cuda_status.h"
 
 namespace strata {
@@ -35,15 +36,7 @@ class Cuda : public Device {
   std::string name() const override { return absl::StrCat("cuda:", ordinal_); }
   bool is_host() const override { return false; }
   int cuda_ordinal() const override { return ordinal_; }
-  bool Holds(const void* data) const override {
-    cudaPointerAttributes attributes;
-    if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
-      cudaGetLastError();  // not sticky
-      return false;
-    }
-    return (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged) &&
-           attributes.device == ordinal_;
-  }
+  bool Holds(const void* data) const override { return CudaDeviceOf(data) == ordinal_; }
 
   absl::StatusOr<DeviceMemory> Allocate(size_t size_bytes) override {
     if (size_bytes == 0) return DeviceMemory();

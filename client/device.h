@@ -110,6 +110,18 @@ class Device {
   virtual absl::Status CastToFloat(DType dtype, const void* from, float* to, size_t n) = 0;
 };
 
+// Makes `*scratch` at least `size_bytes` of `device`'s memory: a new,
+// zeroed block where it is smaller (what it held is not kept), else as it
+// is. Errors are Allocate()'s.
+inline absl::Status GrowScratch(Device& device, size_t size_bytes, DeviceMemory* scratch) {
+  if (scratch->size() >= size_bytes) return absl::OkStatus();
+  scratch->Reset();  // freed first: the old and the new block are not held at once
+  absl::StatusOr<DeviceMemory> grown = device.Allocate(size_bytes);
+  if (!grown.ok()) return grown.status();
+  *scratch = *std::move(grown);
+  return absl::OkStatus();
+}
+
 // The device a worker named: "cpu", "cuda" (device 0) or "cuda:N".
 // INVALID_ARGUMENT naming `device` for another name; FAILED_PRECONDITION
 // where strata was built without CUDA or the machine has no such GPU.

@@ -14,6 +14,7 @@
 #include "client/collective.h"
 #include "client/coordinator_store.h"
 #include "core/status_macros.h"
+#include "kernels/cuda/cuda_memory.h"
 #include "kernels/cuda/cuda_status.h"
 
 namespace strata {
@@ -22,16 +23,6 @@ namespace {
 absl::Status NcclStatus(ncclResult_t r, const char* what) {
   if (r == ncclSuccess) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat("NCCL ", what, ": ", ncclGetErrorString(r)));
-}
-
-// Whether NCCL can work on `data` in place: memory of a CUDA device.
-bool IsDeviceMemory(const void* data) {
-  cudaPointerAttributes attributes;
-  if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
-    cudaGetLastError();  // not sticky
-    return false;
-  }
-  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
 }
 
 ncclDataType_t NcclType(DType dtype) {
@@ -193,7 +184,7 @@ class NcclCollective : public Collective {
   // it is device memory (in place), else the staging buffer, filled from
   // `data` when `copy_in`.
   absl::StatusOr<char*> Workspace(void* data, size_t size_bytes, bool copy_in) {
-    if (IsDeviceMemory(data)) return static_cast<char*>(data);
+    if (CudaDeviceOf(data) >= 0) return static_cast<char*>(data);
     ASSIGN_OR_RETURN(char* staging, DeviceBuffer(size_bytes));
     if (copy_in) RETURN_IF_ERROR(Stage(staging, data, size_bytes));
     return staging;

@@ -67,10 +67,7 @@ absl::Status ParamGatherer::Gather(const Source& source, FlatRange range, absl::
   if (source.dtype == DType::kFp32) {  // straight into the caller's floats
     return source.collective->AllGatherV(source.dtype, input, out.data(), counts);
   }
-  if (scratch_.size() < range.size() * esize) {
-    scratch_.Reset();
-    ASSIGN_OR_RETURN(scratch_, source.device->Allocate(range.size() * esize));
-  }
+  RETURN_IF_ERROR(GrowScratch(*source.device, range.size() * esize, &scratch_));
   RETURN_IF_ERROR(source.collective->AllGatherV(source.dtype, input, scratch_.data(), counts));
   return source.device->CastToFloat(source.dtype, scratch_.data(), out.data(), out.size());
 }

@@ -34,14 +34,10 @@ absl::Status ParamStream::Gather(size_t i) {
   const FlatRange mine = Intersect(bucket, slice_);
   // AllGatherV's input and output do not overlap: this worker's part goes
   // through a copy.
-  DeviceMemory& scratch = *context_.scratch;
-  if (scratch.size() < mine.size() * esize) {
-    scratch.Reset();
-    ASSIGN_OR_RETURN(scratch, context_.device->Allocate(mine.size() * esize));
-  }
-  RETURN_IF_ERROR(context_.device->Copy(scratch.data(), context_.params + mine.begin * esize,
-                                        mine.size() * esize));
-  return context_.collective->AllGatherV(context_.dtype, scratch.data(),
+  RETURN_IF_ERROR(GrowScratch(*context_.device, mine.size() * esize, context_.scratch));
+  RETURN_IF_ERROR(context_.device->Copy(context_.scratch->data(),
+                                        context_.params + mine.begin * esize, mine.size() * esize));
+  return context_.collective->AllGatherV(context_.dtype, context_.scratch->data(),
                                          context_.params + bucket.begin * esize,
                                          context_.layout->SliceParts(bucket, context_.world_size));
 }

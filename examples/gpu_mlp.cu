@@ -12,16 +12,14 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "examples/gpu_mlp.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_status.h"
 
 namespace strata::examples {
 namespace {
 
 constexpr int kThreads = 256;
 
-absl::Status Cuda(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat("CUDA ", what, ": ", cudaGetErrorString(e)));
-}
 absl::Status Cublas(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat("cuBLAS ", what, ": ", cublasGetStatusString(s)));
@@ -58,11 +56,6 @@ __global__ void InputKernel(uint64_t first, int count, int dim, bool bf16, uint1
   const uint64_t bits = SplitMix((first + i / dim) * 0x100000001B3ull + i % dim);
   const float u1 = ((bits >> 40) + 1.0f) / 16777217.0f, u2 = (bits & 0xFFFFFF) / 16777216.0f;
   x[i] = To16(sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2), bf16);
-}
-
-__global__ void CastKernel(const float* from, size_t n, bool bf16, uint16_t* to) {
-  const size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
-  if (i < n) to[i] = To16(from[i], bf16);
 }
 
 // h = round(relu(pre + bias)) over rows of `dim`: 16-bit for the next product.
@@ -111,7 +104,7 @@ class Buffer {
  public:
   absl::Status Allocate(size_t n) {
     n_ = n;
-    return Cuda(cudaMalloc(&data_, std::max<size_t>(n, 1) * sizeof(T)), "malloc");
+    return CudaStatus(cudaMalloc(&data_, std::max<size_t>(n, 1) * sizeof(T)), "malloc");
   }
   ~Buffer() { cudaFree(data_); }
   T* get() const { return data_; }
@@ -134,7 +127,7 @@ class CudaMlp : public GpuMlp {
   }
 
   absl::Status Init(int ordinal, absl::Span<const float> teacher) {
-    RETURN_IF_ERROR(Cuda(cudaSetDevice(ordinal), "set device"));
+    RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "set device"));
     RETURN_IF_ERROR(Cublas(cublasCreate(&blas_), "create"));
     const size_t b = max_samples_;
     for (Buffer<float>* f : {&params_, &grads_, &teacher_}) RETURN_IF_ERROR(f->Allocate(n_));
@@ -153,13 +146,13 @@ class CudaMlp : public GpuMlp {
     RETURN_IF_ERROR(t_pre_.Allocate(b * d_.out));
     RETURN_IF_ERROR(dy_.Allocate(b * d_.out));
     RETURN_IF_ERROR(loss_.Allocate(b * d_.out));
-    RETURN_IF_ERROR(Cuda(cudaMemset(grads_.get(), 0, n_ * sizeof(float)), "memset"));
-    RETURN_IF_ERROR(
-        Cuda(cudaMemcpy(teacher_.get(), teacher.data(), n_ * sizeof(float), cudaMemcpyHostToDevice),
-             "copy"));
+    RETURN_IF_ERROR(CudaStatus(cudaMemset(grads_.get(), 0, n_ * sizeof(float)), "memset"));
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(teacher_.get(), teacher.data(), n_ * sizeof(float), cudaMemcpyHostToDevice),
+        "copy"));
     RETURN_IF_ERROR(Cast(teacher_.get() + offset_[0], tw1_));
     RETURN_IF_ERROR(Cast(teacher_.get() + offset_[2], tw2_));
-    return Cuda(cudaDeviceSynchronize(), "synchronize");
+    return CudaStatus(cudaDeviceSynchronize(), "synchronize");
   }
 
   absl::Span<float> params() override { return {params_.get(), n_}; }
@@ -191,8 +184,8 @@ class CudaMlp : public GpuMlp {
     RETURN_IF_ERROR(Gemm(true, false, d_.in, d_.hidden, b, x_.get(), dh16_.get(), g + offset_[0]));
     ColumnSumKernel<<<Blocks(d_.hidden), kThreads>>>(dh_.get(), b, d_.hidden, g + offset_[1]);
     std::vector<float> loss(size_t(b) * d_.out);
-    RETURN_IF_ERROR(Cuda(cudaGetLastError(), "launch"));
-    RETURN_IF_ERROR(Cuda(
+    RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "launch"));
+    RETURN_IF_ERROR(CudaStatus(
         cudaMemcpy(loss.data(), loss_.get(), loss.size() * sizeof(float), cudaMemcpyDeviceToHost),
         "copy"));
     double sum = 0;
@@ -202,8 +195,8 @@ class CudaMlp : public GpuMlp {
 
  private:
   absl::Status Cast(const float* from, Buffer<uint16_t>& to) {
-    CastKernel<<<Blocks(to.size()), kThreads>>>(from, to.size(), bf16_, to.get());
-    return Cuda(cudaGetLastError(), "cast launch");
+    return CudaCastFromFloat(from, bf16_ ? DType::kBf16 : DType::kFp16, to.get(), to.size(),
+                             /*stream=*/nullptr);
   }
 
   // pre = x w1; h = relu(pre + b1) in 16 bits; y_pre = h w2 (FP32).

@@ -1,7 +1,7 @@
 // GpuFusedAdamSeconds() (gpu_worker_bench.h) where the CUDA toolkit is found.
 #include <cuda_runtime.h>
 
-#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -9,6 +9,7 @@
 #include "kernels/adam.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_status.h"
+#include "tools/bench/bench_util.h"
 #include "tools/bench/gpu_worker_bench.h"
 
 namespace strata {
@@ -40,7 +41,7 @@ absl::StatusOr<double> GpuFusedAdamSeconds(uint64_t num_params, DType dtype) {
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
   };
-  std::vector<float> ms;
+  std::vector<double> ms;
   for (int i = 0; i < 8; ++i) {
     const AdamConstants c = MakeAdamConstants(AdamConfig{}, i + 1, 1.0f);
     RETURN_IF_ERROR(CudaStatus(cudaEventRecord(start), "record"));
@@ -52,8 +53,7 @@ absl::StatusOr<double> GpuFusedAdamSeconds(uint64_t num_params, DType dtype) {
     RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&elapsed, start, stop), "elapsed"));
     if (i >= 3) ms.push_back(elapsed);  // 3 warm-ups
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] / 1e3;
+  return Median(std::move(ms)) / 1e3;
 }
 
 }  // namespace strata

@@ -1,6 +1,5 @@
 #include "tools/bench/gpu_worker_bench.h"
 
-#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +10,7 @@
 #include "core/status_macros.h"
 #include "strata/client.h"
 #include "testing/local_cluster.h"
+#include "tools/bench/bench_util.h"
 
 namespace strata {
 namespace {
@@ -23,11 +23,6 @@ struct StepSeconds {
   double collective = 0;  // StepResult::collective_seconds: reduce-scatter, statistics
   double push_pull = 0;   // StepResult::push_pull_seconds
 };
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 // The median step of one worker on `device_name` ("cpu" with Gloo, or a GPU
 // with NCCL) of a job of o.num_params parameters on `cluster`.

@@ -27,12 +27,13 @@ its own forward+backward, minus 1) and where strata's step goes.
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from strata.bench.peers import free_port
 
 SYSTEMS = ("compute", "strata", "fsdp2", "plain")
 
@@ -76,12 +77,6 @@ def gpu_used_bytes():
     import torch
     free, total = torch.cuda.mem_get_info()
     return total - free
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_optimizer(args, model):
