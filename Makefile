@@ -3,10 +3,10 @@
 #   make demo    local cluster (1 coordinator, 2 servers) trains an MLP with 2 workers
 #   make test    build and run the whole test suite
 #   make build   configure and build everything into build/
-#   make check   clang-format check + the test suite under ASan/UBSan (build-asan/)
+#   make check   clang-format check + the test suite under ASan/UBSan (build-asan/, clang-14)
 #   make bench   strata-bench step on 64 Mi parameters (see README)
 #   make deploy-test  docker-compose on a real Docker engine (deploy/deploy-test.sh; root)
-#   make fuzz    libFuzzer harnesses (tests/fuzz; clang-14) for FUZZ_SECONDS each
+#   make fuzz    libFuzzer harnesses (tests/fuzz; build-asan/) for FUZZ_SECONDS each
 #   make slurm-test  deploy/slurm/strata.sbatch on a one-machine Slurm cluster (root)
 
 CTEST_ARGS ?=
@@ -17,7 +17,7 @@ JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 FUZZERS = safetensors_fuzz checkpoint_manifest_fuzz saved_chunk_fuzz nvme_extent_fuzz services_fuzz
 
-.PHONY: deps build test demo check format-check bench deploy-test slurm-test hosts-test fuzz clean
+.PHONY: deps build test demo asan-configure check format-check bench deploy-test slurm-test hosts-test fuzz clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -35,8 +35,14 @@ demo: build
 format-check: deps
 	git ls-files '*.h' '*.cc' '*.cu' | xargs clang-format --dry-run --Werror
 
-check: format-check
-	@test -f build-asan/build.ninja || cmake --preset asan $(CMAKE_ARGS)
+# The sanitizer tree (clang-14) also holds the fuzz harnesses: one build for
+# `make check` and `make fuzz`. A tree configured with another compiler is
+# configured afresh.
+asan-configure: deps
+	@grep -qs '^CMAKE_CXX_COMPILER:.*clang++-14$$' build-asan/CMakeCache.txt || \
+	  { rm -rf build-asan && cmake --preset asan $(CMAKE_ARGS); }
+
+check: format-check asan-configure
 	cmake --build --preset asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --preset asan -j $(JOBS) $(CTEST_ARGS)
 
@@ -48,9 +54,8 @@ hosts-test: build
 	@bash deploy/install-deps.sh --hosts
 	bash deploy/hosts-test.sh
 
-fuzz: deps
-	@test -f build-fuzz/build.ninja || cmake --preset fuzz $(CMAKE_ARGS)
-	cmake --build --preset fuzz -j $(JOBS) --target $(FUZZERS)
+fuzz: asan-configure
+	cmake --build --preset asan -j $(JOBS) --target $(FUZZERS)
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZERS)
 
 bench: build
@@ -61,4 +66,4 @@ deploy-test: build
 	bash deploy/deploy-test.sh
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan

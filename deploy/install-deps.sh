@@ -13,7 +13,7 @@ packages=(
   libgtest-dev libgmock-dev nlohmann-json3-dev prometheus-cpp-dev
   clang-format iperf3 fio procps openssl
   pybind11-dev python3-dev python3-venv python3-pip python3-setuptools libjemalloc2
-  clang-14 libclang-rt-14-dev libnetfilter-queue-dev
+  clang-14 libclang-rt-14-dev lld libnetfilter-queue-dev
 )
 # Installed without recommends: docker-compose would otherwise pull in a whole
 # container runtime (only `docker-compose config` is needed to validate), and

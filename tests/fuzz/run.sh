@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# run.sh SECONDS NAME...: runs each libFuzzer harness build-fuzz/fuzz/NAME for
+# run.sh SECONDS NAME...: runs each libFuzzer harness build-asan/fuzz/NAME for
 # SECONDS, starting from its seed corpus (tests/fuzz/corpus/NAME, copied into
-# build-fuzz/corpus/NAME, where what it finds accumulates), FUZZ_JOBS
+# build-asan/corpus/NAME, where what it finds accumulates), FUZZ_JOBS
 # harnesses at a time (default: one per core). Fails if any harness fails,
-# naming the input that made it fail (kept in build-fuzz/crashes/): add that
+# naming the input that made it fail (kept in build-asan/crashes/): add that
 # input to tests/fuzz/corpus/NAME once fixed, so that every later run
 # replays it.
 set -euo pipefail
@@ -12,19 +12,19 @@ cd "$(dirname "$0")/../.."
 seconds=$1
 shift
 jobs_max=${FUZZ_JOBS:-$(nproc)}
-mkdir -p build-fuzz/crashes
+mkdir -p build-asan/crashes
 
 # One harness; its exit status.
 fuzz() {
-  local name=$1 corpus=build-fuzz/corpus/$1 log=build-fuzz/$1.log leaks=1
+  local name=$1 corpus=build-asan/corpus/$1 log=build-asan/$1.log leaks=1
   mkdir -p "$corpus"
   cp -n tests/fuzz/corpus/"$name"/* "$corpus"/ 2>/dev/null || true
   # Leaks are checked per input only where the harness keeps no daemons
   # (their threads allocate across inputs).
   [ "$name" = services_fuzz ] && leaks=0
-  build-fuzz/fuzz/"$name" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=3072 \
+  build-asan/fuzz/"$name" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=3072 \
     -detect_leaks=$leaks -print_final_stats=1 \
-    -artifact_prefix=build-fuzz/crashes/"$name"- "$corpus" >"$log" 2>&1
+    -artifact_prefix=build-asan/crashes/"$name"- "$corpus" >"$log" 2>&1
 }
 
 declare -A running=()  # pid -> name
@@ -37,11 +37,11 @@ reap() {
   unset "running[$pid]"
   if [ $status -ne 0 ]; then
     failed+=("$name")
-    tail -60 "build-fuzz/$name.log"
-    echo "fuzz: $name FAILED; the input is in build-fuzz/crashes/ (log: build-fuzz/$name.log)"
+    tail -60 "build-asan/$name.log"
+    echo "fuzz: $name FAILED; the input is in build-asan/crashes/ (log: build-asan/$name.log)"
   else
     echo "fuzz: $name passed: $(grep -E "stat::number_of_executed_units|stat::peak_rss_mb" \
-      "build-fuzz/$name.log" | tr '\n' ' ')"
+      "build-asan/$name.log" | tr '\n' ' ')"
   fi
 }
 for name in "$@"; do
