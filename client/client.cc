@@ -31,27 +31,29 @@ std::string DefaultWorkerId() {
   return absl::StrCat(host, "-", getpid());
 }
 
-v1::JobSpec SpecFromOptions(const ClientOptions& o) {
+// The job's spec as the coordinator records it: the one conversion of
+// JobOptions.
+v1::JobSpec JobSpecOf(const std::string& job_id, const JobOptions& job) {
   v1::JobSpec spec;
-  spec.set_job_id(o.job_id);
-  for (const TensorSpec& t : o.tensors) {
+  spec.set_job_id(job_id);
+  for (const TensorSpec& t : job.tensors) {
     v1::TensorSpec* out = spec.add_tensors();
     out->set_name(t.name);
     for (int64_t d : t.shape) out->add_shape(d);
     out->set_group(t.group);
   }
-  for (const ParamGroup& g : o.groups) spec.add_groups()->set_weight_decay(g.weight_decay);
-  spec.set_world_size(o.world_size);
-  spec.set_samples_per_step(o.samples_per_step);
-  spec.set_chunk_num_params(o.chunk_num_params);
-  *spec.mutable_adam() = AdamToProto(o.adam);
-  spec.set_dtype(DTypeToProto(o.dtype));
-  spec.set_checkpoint_every_steps(o.checkpoint_every_steps);
-  spec.set_checkpoint_dir(o.checkpoint_dir);
-  spec.set_checkpoint_keep_last(o.checkpoint_keep_last);
+  for (const ParamGroup& g : job.groups) spec.add_groups()->set_weight_decay(g.weight_decay);
+  spec.set_world_size(job.world_size);
+  spec.set_samples_per_step(job.samples_per_step);
+  spec.set_chunk_num_params(job.chunk_num_params);
+  *spec.mutable_adam() = AdamToProto(job.adam);
+  spec.set_dtype(DTypeToProto(job.dtype));
+  spec.set_checkpoint_every_steps(job.checkpoint_every_steps);
+  spec.set_checkpoint_dir(job.checkpoint_dir);
+  spec.set_checkpoint_keep_last(job.checkpoint_keep_last);
   // One copy is the default, written as none (the specs of jobs made before
   // replicas existed compare equal).
-  if (o.replicas > 1) spec.set_replicas(o.replicas);
+  if (job.replicas > 1) spec.set_replicas(job.replicas);
   return spec;
 }
 
@@ -62,9 +64,9 @@ ClientImpl::ClientImpl(ClientOptions options, FlatLayout layout, ChannelCredenti
     : options_(std::move(options)),
       worker_id_(options_.worker_id.empty() ? DefaultWorkerId() : options_.worker_id),
       layout_(std::move(layout)),
-      esize_(DTypeSize(options_.dtype)),
+      esize_(DTypeSize(options_.job.dtype)),
       credentials_(std::move(credentials)),
-      transport_(options_.job_id, &layout_, options_.dtype, TlsFilesOf(options_)),
+      transport_(options_.job_id, &layout_, options_.job.dtype, TlsFilesOf(options_)),
       scaler_(options_.loss_scale),
       coordinator_(
           v1::Coordinator::NewStub(MakeChannel(options_.coordinator_address, credentials_))),
@@ -75,8 +77,8 @@ ClientImpl::ClientImpl(ClientOptions options, FlatLayout layout, ChannelCredenti
 absl::Status ClientImpl::CreateJob() {
   absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
   v1::CreateJobRequest create;
-  *create.mutable_spec() = SpecFromOptions(options_);
-  create.set_restore_from(options_.restore_from);
+  *create.mutable_spec() = JobSpecOf(options_.job_id, options_.job);
+  create.set_restore_from(options_.initial.checkpoint);
   v1::JobInfo job;
   while (true) {
     grpc::ClientContext context;
@@ -105,7 +107,7 @@ absl::Status ClientImpl::CreateJob() {
 }
 
 absl::Status ClientImpl::WriteInitialParams() {
-  const std::vector<float>& p = options_.initial_params;
+  const std::vector<float>& p = options_.initial.params;
   return transport_.SendPieces(
       sizeof(float), &v1::ShardServer::Stub::WriteParams,
       [&](const Piece& piece, v1::WriteParamsRequest* request) {
@@ -115,14 +117,14 @@ absl::Status ClientImpl::WriteInitialParams() {
 }
 
 absl::Status ClientImpl::WriteInitialState() {
-  const std::string& path = options_.initial_state_path;
+  const std::string& path = options_.initial.safetensors_path;
   ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path));
   const uint64_t n = layout_.num_params();
   std::vector<float> p(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
   // Moments come for every tensor or for none.
   std::optional<bool> with_moments;
-  for (size_t i = 0; i < options_.tensors.size(); ++i) {
-    const TensorSpec& spec = options_.tensors[i];
+  for (size_t i = 0; i < options_.job.tensors.size(); ++i) {
+    const TensorSpec& spec = options_.job.tensors[i];
     const FlatRange range = layout_.tensor_range(i);
     auto copy_tensor = [&](const std::string& name, std::vector<float>& to) -> absl::Status {
       auto it = file.tensors.find(name);
@@ -193,7 +195,7 @@ absl::Status ClientImpl::Leave() {
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (options.job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
-  if (options.world_size < 1) return absl::InvalidArgumentError("world_size must be >= 1");
+  if (options.job.world_size < 1) return absl::InvalidArgumentError("world_size must be >= 1");
   if (options.bucket_num_params == 0) {
     return absl::InvalidArgumentError("bucket_num_params must be > 0");
   }
@@ -208,16 +210,16 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
                      options.collective, "' works on host memory (device cpu)"));
   }
   ASSIGN_OR_RETURN(FlatLayout layout,
-                   FlatLayout::Create(options.tensors, options.chunk_num_params));
-  if (!options.initial_params.empty() + !options.initial_state_path.empty() +
-          !options.restore_from.empty() >
+                   FlatLayout::Create(options.job.tensors, options.job.chunk_num_params));
+  if (!options.initial.params.empty() + !options.initial.safetensors_path.empty() +
+          !options.initial.checkpoint.empty() >
       1) {
     return absl::InvalidArgumentError(
-        "give at most one of initial_params, initial_state_path and restore_from");
+        "give at most one of initial.params, initial.safetensors_path and initial.checkpoint");
   }
-  if (!options.initial_params.empty() && options.initial_params.size() != layout.num_params()) {
+  if (!options.initial.params.empty() && options.initial.params.size() != layout.num_params()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("initial_params has ", options.initial_params.size(),
+        absl::StrCat("initial.params has ", options.initial.params.size(),
                      " values; the flat layout has ", layout.num_params()));
   }
   std::string token;

@@ -80,7 +80,7 @@ class ClientImpl : public Client {
     return absl::OkStatus();
   }
   absl::Status SetGroupLearningRates(absl::Span<const float> lrs) override {
-    const size_t groups = std::max<size_t>(options_.groups.size(), 1);
+    const size_t groups = std::max<size_t>(options_.job.groups.size(), 1);
     if (lrs.size() != groups) {
       return absl::InvalidArgumentError(
           absl::StrCat(lrs.size(), " learning rates for ", groups, " parameter group(s)"));
@@ -108,7 +108,7 @@ class ClientImpl : public Client {
     }
     RETURN_IF_ERROR(CheckOnDevice(out, "CopyParams' floats"));
     if (param_stream_ != nullptr) RETURN_IF_ERROR(param_stream_->WaitAll());
-    return device_->CastToFloat(options_.dtype, params_.data(), out.data(), out.size());
+    return device_->CastToFloat(options_.job.dtype, params_.data(), out.data(), out.size());
   }
 
   uint64_t resident_param_bytes() const override { return params_.size(); }
@@ -174,8 +174,8 @@ class ClientImpl : public Client {
     }
     RETURN_IF_ERROR(CheckOnDevice(grads, "gradients"));
     ASSIGN_OR_RETURN(uint8_t * whole, grads_.Whole());
-    RETURN_IF_ERROR(
-        device_->AccumulateScaled(options_.dtype, grads.data(), multiplier, whole, grads.size()));
+    RETURN_IF_ERROR(device_->AccumulateScaled(options_.job.dtype, grads.data(), multiplier, whole,
+                                              grads.size()));
     ++micro_batches_;
     return absl::OkStatus();
   }
@@ -197,7 +197,7 @@ class ClientImpl : public Client {
   // until `deadline` or a generation newer than the one forming.
   absl::StatusOr<std::pair<int64_t, int64_t>> AppliedStepsOnceKnown(absl::Time deadline);
   absl::Status WriteInitialParams();
-  // Writes options_.initial_state_path's state to the servers (a new job).
+  // Writes options_.initial.safetensors_path's state to the servers (a new job).
   absl::Status WriteInitialState();
   // Waits for a generation newer than `than` that includes this worker and
   // forms its group: rank, world size, slice, the step every chunk has

@@ -127,7 +127,7 @@ absl::Status ClientImpl::ReformOnce(uint64_t* than, absl::Time started, absl::Ti
   const absl::Time pull_started = absl::Now();
   RETURN_IF_ERROR(PushPull(step, /*push=*/nullptr));
   if (!on_demand()) {
-    RETURN_IF_ERROR(collective_->AllGather(options_.dtype, params_.data(), padded_num_params_));
+    RETURN_IF_ERROR(collective_->AllGather(options_.job.dtype, params_.data(), padded_num_params_));
   }
   const absl::Time done = absl::Now();
   reform_stats_.count++;
@@ -177,7 +177,7 @@ absl::StatusOr<int64_t> ClientImpl::AgreeOnStep(absl::Time deadline) {
     ASSIGN_OR_RETURN(auto steps, AppliedStepsOnceKnown(deadline));
     // A job restored from a checkpoint has its state already.
     const bool fresh = steps.second == 0 && transport_.job().restored_from().empty();
-    if (fresh && !options_.initial_state_path.empty()) {
+    if (fresh && !options_.initial.safetensors_path.empty()) {
       RETURN_IF_ERROR(WriteInitialState());
       ASSIGN_OR_RETURN(steps, AppliedSteps());
     }
@@ -199,7 +199,7 @@ absl::StatusOr<int64_t> ClientImpl::AgreeOnStep(absl::Time deadline) {
                     transport_.job().restored_loss_scale().good_steps());
   }
   scaler_known_ = true;
-  if (state[1] > 0 && rank_ == 0 && !options_.initial_params.empty()) {
+  if (state[1] > 0 && rank_ == 0 && !options_.initial.params.empty()) {
     RETURN_IF_ERROR(WriteInitialParams());
   }
   return step;

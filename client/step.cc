@@ -37,7 +37,7 @@ absl::Status ClientImpl::PushPull(int64_t step, const PushScalars* push) {
   // At least two chunks and a piece, so that a chunk that waits for another
   // worker's pushes never stalls the rest.
   transfer.window_bytes = std::max(options_.max_step_bytes_in_flight,
-                                   2 * options_.chunk_num_params * esize_ + kMaxPayloadBytes);
+                                   2 * options_.job.chunk_num_params * esize_ + kMaxPayloadBytes);
   transfer.timeout = options_.step_timeout;
   RETURN_IF_ERROR(transport_.PushPull(transfer));
   if (pulled_.empty()) return absl::OkStatus();
@@ -76,14 +76,14 @@ absl::Status ClientImpl::StreamGradients(FlatRange range, absl::Span<const float
     round.step = step_ + 1;
     round.generation = generation_.number();
     round.attempt = Attempt();
-    round.dtype = options_.dtype;
+    round.dtype = options_.job.dtype;
     round.deadline = absl::Now() + options_.step_timeout;
     push_stream_ = std::make_unique<PushStream>(std::move(round));
     GradientStream::Context context;
     context.collective = collective_.get();
     context.layout = &layout_;
     context.transport = &transport_;
-    context.dtype = options_.dtype;
+    context.dtype = options_.job.dtype;
     context.rank = rank_;
     context.world_size = world_size_;
     context.buckets = buckets_;
@@ -137,7 +137,7 @@ absl::Status ClientImpl::PushPullEverywhere(int64_t step, const PushScalars& pus
 }
 
 absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
-  const DType dtype = options_.dtype;
+  const DType dtype = options_.job.dtype;
   StepResult result;
   result.generation = generation_.number();
   result.world_size = static_cast<int>(world_size_);
@@ -243,7 +243,7 @@ std::unique_ptr<PendingGather> ClientImpl::StartGather(FlatRange range, absl::Sp
   } else if (!on_demand()) {
     refused = param_stream_ == nullptr ? absl::OkStatus() : param_stream_->WaitFor(range);
     if (refused.ok()) {
-      refused = device_->CastToFloat(options_.dtype, params_.data() + range.begin * esize_,
+      refused = device_->CastToFloat(options_.job.dtype, params_.data() + range.begin * esize_,
                                      out.data(), out.size());
     } else if (IsRetryable(refused)) {
       broken_ = true;
@@ -252,7 +252,7 @@ std::unique_ptr<PendingGather> ClientImpl::StartGather(FlatRange range, absl::Sp
     ParamGatherer::Source source;
     source.collective = collective_.get();
     source.layout = &layout_;
-    source.dtype = options_.dtype;
+    source.dtype = options_.job.dtype;
     source.rank = rank_;
     source.world_size = world_size_;
     source.slice = layout_.WorkerSlice(rank_, world_size_);
@@ -283,7 +283,7 @@ absl::StatusOr<StepResult> ClientImpl::Step() {
 }
 
 absl::StatusOr<StepResult> ClientImpl::Step(const GradientFn& compute) {
-  const uint64_t batch = options_.samples_per_step;
+  const uint64_t batch = options_.job.samples_per_step;
   if (batch == 0) {
     return absl::FailedPreconditionError("Step(GradientFn) needs samples_per_step > 0");
   }

@@ -166,20 +166,20 @@ strata::ClientOptions OptionsFromFlags(const Dims& d, strata::DType dtype) {
   options.job_id = absl::GetFlag(FLAGS_job);
   options.worker_id = absl::GetFlag(FLAGS_worker_id);
   options.collective_hostname = absl::GetFlag(FLAGS_collective_host);
-  options.world_size = absl::GetFlag(FLAGS_workers);
+  options.job.world_size = absl::GetFlag(FLAGS_workers);
   options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.token_file = absl::GetFlag(FLAGS_token_file);
-  options.tensors = {{"fc1.weight", {d.in, d.hidden}},
-                     {"fc1.bias", {d.hidden}},
-                     {"fc2.weight", {d.hidden, d.out}},
-                     {"fc2.bias", {d.out}}};
-  options.chunk_num_params = absl::GetFlag(FLAGS_chunk_params);
-  options.replicas = absl::GetFlag(FLAGS_replicas);
-  options.adam.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
-  options.adam.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
-  options.dtype = dtype;
+  options.job.tensors = {{"fc1.weight", {d.in, d.hidden}},
+                         {"fc1.bias", {d.hidden}},
+                         {"fc2.weight", {d.hidden, d.out}},
+                         {"fc2.bias", {d.out}}};
+  options.job.chunk_num_params = absl::GetFlag(FLAGS_chunk_params);
+  options.job.replicas = absl::GetFlag(FLAGS_replicas);
+  options.job.adam.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  options.job.adam.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  options.job.dtype = dtype;
   options.loss_scale.dynamic = dtype == strata::DType::kFp16;
   options.loss_scale.initial_scale = dtype == strata::DType::kFp16 ? 65536.0f : 1.0f;
   options.loss_scale.growth_interval = 50;
@@ -314,13 +314,13 @@ int main(int argc, char** argv) {
   }
   const strata::DType dtype = dtype_name == "bf16" ? strata::DType::kBf16 : strata::DType::kFp16;
   strata::ClientOptions options = OptionsFromFlags(d, dtype);
-  auto layout = FlatLayout::Create(options.tensors, options.chunk_num_params);
+  auto layout = FlatLayout::Create(options.job.tensors, options.job.chunk_num_params);
   if (!layout.ok()) {
     std::fprintf(stderr, "mlp_trainer: %s\n", layout.status().ToString().c_str());
     return 2;
   }
   // Student: He-style initialization; teacher: a fixed random MLP.
-  options.initial_params =
+  options.initial.params =
       RandomMlp(*layout, 1, std::sqrt(2.0f / d.in), std::sqrt(1.0f / d.hidden));
   const std::vector<float> teacher_flat =
       RandomMlp(*layout, 7, std::sqrt(2.0f / d.in), std::sqrt(2.0f / d.hidden));

@@ -155,22 +155,23 @@ std::unique_ptr<Client> Connect(
   options.collective_hostname = collective_host;
   options.job_id = job;
   options.worker_id = worker_id;
-  options.tensors = ToSpecs(tensors);
+  options.job.tensors = ToSpecs(tensors);
   if (!tensor_groups.empty()) {
-    if (tensor_groups.size() != options.tensors.size()) {
+    if (tensor_groups.size() != options.job.tensors.size()) {
       throw StatusError(absl::InvalidArgumentError(
           absl::StrCat("tensor_groups has ", tensor_groups.size(), " entries for ",
-                       options.tensors.size(), " tensors")));
+                       options.job.tensors.size(), " tensors")));
     }
-    for (size_t i = 0; i < tensor_groups.size(); ++i) options.tensors[i].group = tensor_groups[i];
+    for (size_t i = 0; i < tensor_groups.size(); ++i)
+      options.job.tensors[i].group = tensor_groups[i];
   }
-  for (float decay : group_weight_decays) options.groups.push_back(ParamGroup{decay});
-  options.world_size = world_size;
-  options.chunk_num_params = chunk_params;
+  for (float decay : group_weight_decays) options.job.groups.push_back(ParamGroup{decay});
+  options.job.world_size = world_size;
+  options.job.chunk_num_params = chunk_params;
   options.bucket_num_params = bucket_params;
-  options.replicas = replicas;
-  options.adam = AdamConfig{lr, betas.first, betas.second, eps, weight_decay, adamw};
-  options.dtype = ParseDType(dtype);
+  options.job.replicas = replicas;
+  options.job.adam = AdamConfig{lr, betas.first, betas.second, eps, weight_decay, adamw};
+  options.job.dtype = ParseDType(dtype);
   if (params == "on_demand") {
     options.params = ParamResidency::kOnDemand;
   } else if (params != "replicated") {
@@ -188,9 +189,9 @@ std::unique_ptr<Client> Connect(
   options.max_grad_norm = max_grad_norm;
   if (!initial_params.is_none()) {
     FloatArray params = initial_params.cast<FloatArray>();
-    options.initial_params.assign(params.data(), params.data() + params.size());
+    options.initial.params.assign(params.data(), params.data() + params.size());
   }
-  options.restore_from = restore_from;
+  options.initial.checkpoint = restore_from;
   // The buffers on a GPU are reduced by NCCL there; host buffers by Gloo.
   options.device = device;
   options.collective = device == "cpu" ? "gloo" : "nccl";

@@ -64,11 +64,11 @@ inline ClientOptions SmallFp32Job(const std::string& coordinator, const std::str
   ClientOptions o;
   o.coordinator_address = coordinator;
   o.job_id = job_id;
-  o.tensors = SmallModel();
-  o.world_size = 2;
-  o.chunk_num_params = 256;
-  o.dtype = DType::kFp32;
-  o.adam.weight_decay = 0.01f;
+  o.job.tensors = SmallModel();
+  o.job.world_size = 2;
+  o.job.chunk_num_params = 256;
+  o.job.dtype = DType::kFp32;
+  o.job.adam.weight_decay = 0.01f;
   return o;
 }
 
@@ -77,11 +77,11 @@ struct RunResult {
   MasterState master;
 };
 
-// Connects options.world_size clients ("worker-0", ...) on as many threads
+// Connects options.job.world_size clients ("worker-0", ...) on as many threads
 // and runs `body` on each; returns when all are done.
 inline void RunClients(const ClientOptions& options, const std::function<void(Client&)>& body) {
   std::vector<std::thread> threads;
-  for (uint32_t w = 0; w < options.world_size; ++w) {
+  for (uint32_t w = 0; w < options.job.world_size; ++w) {
     threads.emplace_back([&, w] {
       ClientOptions mine = options;
       mine.worker_id = absl::StrCat("worker-", w);
@@ -99,7 +99,7 @@ inline RunResult RunWorkers(
     const ClientOptions& options, int num_steps, int micro_batches,
     const std::function<std::vector<float>(int rank, int64_t step, int micro)>& gradient) {
   RunResult result;
-  result.steps.resize(options.world_size);
+  result.steps.resize(options.job.world_size);
   RunClients(options, [&](Client& client) {
     int rank = client.rank();
     for (int s = 1; s <= num_steps; ++s) {

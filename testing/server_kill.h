@@ -44,8 +44,8 @@ inline KilledRun TrainThroughAKill(const ClientOptions& options, int64_t steps,
   bool killed = false;
   absl::Time killed_at;
   KilledRun run;
-  run.steps.resize(options.world_size);
-  run.reforms.resize(options.world_size);
+  run.steps.resize(options.job.world_size);
+  run.reforms.resize(options.job.world_size);
   RunClients(options, [&](Client& client) {
     const int rank = client.rank();
     auto killing = [&](const MicroBatch& batch, Client& c) {

@@ -77,7 +77,7 @@ constexpr char kUsage[] =
     "  stratactl [--coordinator=HOST:PORT] [--json] --job=ID [--dir=DIR] checkpoint list\n"
     "      the job's complete checkpoints, oldest first: step, path, bytes, files,\n"
     "      created, seconds of the save and of its writing (start a job from one with\n"
-    "      ClientOptions::restore_from)\n"
+    "      ClientOptions::initial.checkpoint)\n"
     "  stratactl [--coordinator=HOST:PORT] [--json] [--cancel] server drain ADDRESS\n"
     "      moves every chunk copy off the shard server while its jobs train (each\n"
     "      job pauses for one re-formed step), keeping each chunk's copies; the\n"

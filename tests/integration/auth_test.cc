@@ -147,7 +147,7 @@ class AuthTest : public ::testing::Test {
 
   ClientOptions Job(const std::string& job_id, const std::string& user) const {
     ClientOptions o = testing::SmallFp32Job(cluster_->coordinator_address(), job_id);
-    o.initial_params = testing::InitialParams(FlatLayout::Create(o.tensors, 256)->num_params());
+    o.initial.params = testing::InitialParams(FlatLayout::Create(o.job.tensors, 256)->num_params());
     o.tls_ca_file = scratch_.path() + "/ca.pem";
     o.token_file = TokenFile(user);
     return o;
@@ -418,7 +418,7 @@ TEST_F(AuthTest, AUsersJobTrainsAsWithoutAuthentication) {
   auto plain_cluster = LocalCluster::Start({});
   ASSERT_TRUE(plain_cluster.ok());
   ClientOptions plain = testing::SmallFp32Job((*plain_cluster)->coordinator_address(), "a");
-  plain.initial_params = Job("a", "alice").initial_params;
+  plain.initial.params = Job("a", "alice").initial.params;
   const testing::RunResult unauthed = testing::RunWorkers(plain, kSteps, 1, Gradient);
   ASSERT_EQ(authed.master.step, kSteps);
   EXPECT_EQ(authed.master.params, unauthed.master.params);
@@ -429,7 +429,7 @@ TEST_F(AuthTest, AUsersJobTrainsAsWithoutAuthentication) {
   EXPECT_EQ(job.owner(), "alice");
   EXPECT_TRUE(ValidateToken(job.worker_token(), "worker_token").ok());
   ClientOptions bobs = Job("a", "bob");
-  bobs.world_size = 2;
+  bobs.job.world_size = 2;
   auto refused = Client::Connect(bobs);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied) << refused.status();
@@ -564,7 +564,7 @@ TEST_F(AuthTest, UnknownAndMalformedTokensAreUnauthenticated) {
   EXPECT_EQ(list(*MakeChannelCredentials(CaOnly(), kOperatorToken)).code(), absl::StatusCode::kOk);
   // A job's worker token ends with the job.
   ClientOptions gone = Job("gone", "alice");
-  gone.world_size = 1;  // a lone worker: no peer's leaving interrupts its step
+  gone.job.world_size = 1;  // a lone worker: no peer's leaving interrupts its step
   testing::RunClients(gone, [](Client& client) {
     ASSERT_TRUE(testing::TrainStep(client).ok());
     ASSERT_TRUE(client.Leave().ok());

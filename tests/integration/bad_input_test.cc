@@ -41,10 +41,10 @@ class BadInputTest : public ::testing::Test {
     o.coordinator_address = cluster_->coordinator_address();
     o.job_id = "bad-input";
     o.worker_id = "only";
-    o.tensors = testing::SmallModel();
-    o.world_size = 1;
-    o.chunk_num_params = 256;
-    o.initial_params = testing::InitialParams(FlatLayout::Create(o.tensors, 256)->num_params());
+    o.job.tensors = testing::SmallModel();
+    o.job.world_size = 1;
+    o.job.chunk_num_params = 256;
+    o.initial.params = testing::InitialParams(FlatLayout::Create(o.job.tensors, 256)->num_params());
     auto client = Client::Connect(o);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
@@ -730,7 +730,7 @@ TEST(PullWaitTest, APullWaitsNoLongerThanTheServersMaximum) {
   auto cluster = LocalCluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "pull-wait");
-  o.world_size = 1;
+  o.job.world_size = 1;
   auto client = Client::Connect(o);
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE(testing::TrainStep(**client).ok());

@@ -67,11 +67,11 @@ TEST(CheckpointTest, RestoresOnAnotherTopologyAndChunkSizeAndContinuesBitwise) {
   auto first = LocalCluster::Start({2, uint64_t{64} << 20, 1});
   ASSERT_TRUE(first.ok()) << first.status();
   ClientOptions o = testing::SmallFp32Job((*first)->coordinator_address(), "ckpt");
-  o.checkpoint_every_steps = 5;
-  o.checkpoint_keep_last = 3;
-  o.checkpoint_dir = dir;
-  const uint64_t n = FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params();
-  o.initial_params = testing::InitialParams(n);
+  o.job.checkpoint_every_steps = 5;
+  o.job.checkpoint_keep_last = 3;
+  o.job.checkpoint_dir = dir;
+  const uint64_t n = FlatLayout::Create(o.job.tensors, o.job.chunk_num_params)->num_params();
+  o.initial.params = testing::InitialParams(n);
   auto gradient = [n](int rank, int64_t step, int micro) {
     return testing::Gradient(n, rank, step, micro);
   };
@@ -99,9 +99,9 @@ TEST(CheckpointTest, RestoresOnAnotherTopologyAndChunkSizeAndContinuesBitwise) {
   auto second = LocalCluster::Start({3, uint64_t{64} << 20, 1});
   ASSERT_TRUE(second.ok()) << second.status();
   ClientOptions r = testing::SmallFp32Job((*second)->coordinator_address(), "ckpt");
-  r.world_size = 1;
-  r.chunk_num_params = 192;
-  r.restore_from = CheckpointPath(dir, "ckpt", from);
+  r.job.world_size = 1;
+  r.job.chunk_num_params = 192;
+  r.initial.checkpoint = CheckpointPath(dir, "ckpt", from);
   // One worker computes both ranks' gradients as two micro-batches; the
   // runner numbers steps from 1: these are steps from + 1 to 20.
   const MasterState restored =
@@ -130,10 +130,10 @@ TEST(CheckpointTest, EachJobGetsMemoryForItsSavesFaultedInAtAllocationUntilDropp
     return held_bytes();
   };
   ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "first");
-  o.world_size = 1;
+  o.job.world_size = 1;
   ASSERT_TRUE(Client::Connect(o).ok());
-  const uint64_t per_job =
-      FlatLayout::Create(o.tensors, o.chunk_num_params)->num_chunks() * StateArena::kAlignment;
+  const uint64_t per_job = FlatLayout::Create(o.job.tensors, o.job.chunk_num_params)->num_chunks() *
+                           StateArena::kAlignment;
   EXPECT_EQ(await_held(per_job), per_job);
   o.job_id = "second";
   ASSERT_TRUE(Client::Connect(o).ok());
@@ -159,8 +159,8 @@ TEST(CheckpointTest, ARestoredJobTakesTheLossScaleOfItsCheckpoint) {
   auto cluster = LocalCluster::Start({2, uint64_t{64} << 20, 1});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "scaled");
-  o.world_size = 1;
-  o.dtype = DType::kFp16;
+  o.job.world_size = 1;
+  o.job.dtype = DType::kFp16;
   o.loss_scale.initial_scale = 1024.0f;
   o.loss_scale.growth_interval = 3;
   auto client = Client::Connect(o);
@@ -187,7 +187,7 @@ TEST(CheckpointTest, ARestoredJobTakesTheLossScaleOfItsCheckpoint) {
 
   ClientOptions r = o;
   r.job_id = "scaled-restored";
-  r.restore_from = CheckpointPath(dir, "scaled", 8);
+  r.initial.checkpoint = CheckpointPath(dir, "scaled", 8);
   auto restored = Client::Connect(r);
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ((*restored)->step(), 8);
@@ -205,9 +205,9 @@ TEST(CheckpointTest, DamagedOrMismatchedCheckpointsAreRefused) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string coordinator = (*cluster)->coordinator_address();
   ClientOptions o = testing::SmallFp32Job(coordinator, "source");
-  o.world_size = 1;
-  const uint64_t n = FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params();
-  o.initial_params = testing::InitialParams(n);
+  o.job.world_size = 1;
+  const uint64_t n = FlatLayout::Create(o.job.tensors, o.job.chunk_num_params)->num_params();
+  o.initial.params = testing::InitialParams(n);
   const MasterState saved = testing::RunWorkers(o, 3, 1, [n](int rank, int64_t step, int micro) {
                               return testing::Gradient(n, rank, step, micro);
                             }).master;
@@ -224,12 +224,12 @@ TEST(CheckpointTest, DamagedOrMismatchedCheckpointsAreRefused) {
     fs::copy(good, copy, fs::copy_options::recursive);
     damage(copy);
     options.coordinator_address = coordinator;
-    options.restore_from = copy;
-    options.initial_params.clear();
+    options.initial.checkpoint = copy;
+    options.initial.params.clear();
     return Client::Connect(options).status();
   };
   ClientOptions target = testing::SmallFp32Job(coordinator, "target");
-  target.world_size = 1;
+  target.job.world_size = 1;
   target.rendezvous_timeout = absl::Seconds(10);
   const std::string chunk1 = "/chunk-00000001.bin";
 
@@ -265,7 +265,7 @@ TEST(CheckpointTest, DamagedOrMismatchedCheckpointsAreRefused) {
   EXPECT_THAT(no_manifest.message(), HasSubstr("is not a checkpoint"));
 
   ClientOptions other_model = target;
-  other_model.tensors[2].shape = {29, 6};
+  other_model.job.tensors[2].shape = {29, 6};
   absl::Status mismatched = restore([](const std::string&) {}, other_model);
   EXPECT_EQ(mismatched.code(), absl::StatusCode::kFailedPrecondition) << mismatched;
   EXPECT_THAT(mismatched.message(), HasSubstr("is of another model: tensor 2 ('w2')"));
@@ -274,8 +274,8 @@ TEST(CheckpointTest, DamagedOrMismatchedCheckpointsAreRefused) {
   // the source job still has its state.
   auto [jobs_code, jobs] = Stratactl(coordinator, "--json jobs");
   EXPECT_THAT(jobs, ::testing::Not(HasSubstr("\"target\"")));
-  target.restore_from = good;
-  target.initial_params.clear();
+  target.initial.checkpoint = good;
+  target.initial.params.clear();
   auto restored = Client::Connect(target);
   ASSERT_TRUE(restored.ok()) << restored.status();
   auto state = (*restored)->ReadMasterState();
@@ -302,9 +302,9 @@ TEST(CheckpointTest, SigkillDuringASaveLeavesThePreviousCheckpointUsable) {
   ClientOptions o;
   o.coordinator_address = coordinator;
   o.job_id = "big";
-  o.tensors = {{"w", {8, 1 << 20}}};
-  o.chunk_num_params = 1 << 19;
-  o.dtype = DType::kFp16;
+  o.job.tensors = {{"w", {8, 1 << 20}}};
+  o.job.chunk_num_params = 1 << 19;
+  o.job.dtype = DType::kFp16;
   auto client = Client::Connect(o);
   ASSERT_TRUE(client.ok()) << client.status();
   auto train = [&](int steps) {
@@ -354,8 +354,8 @@ TEST(CheckpointTest, SigkillDuringASaveLeavesThePreviousCheckpointUsable) {
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   ClientOptions r = o;
   r.coordinator_address = (*fresh)->coordinator_address();
-  r.chunk_num_params = 3 << 18;
-  r.restore_from = CheckpointPath(checkpoints, "big", 2);
+  r.job.chunk_num_params = 3 << 18;
+  r.initial.checkpoint = CheckpointPath(checkpoints, "big", 2);
   auto restored = Client::Connect(r);
   ASSERT_TRUE(restored.ok()) << restored.status();
   auto state = (*restored)->ReadMasterState();

@@ -25,18 +25,18 @@ constexpr int kSteps = 24;
 constexpr int kMicroBatches = 2;
 constexpr int kOverflowStep = 5;  // rank 1 produces an Inf at this step
 
-ClientOptions JobOptions(const std::string& coordinator) {
+ClientOptions WorkerOptions(const std::string& coordinator) {
   ClientOptions o;
   o.coordinator_address = coordinator;
   o.job_id = "cluster-test";
-  o.tensors = SmallModel();
-  o.world_size = 2;
-  o.chunk_num_params = 256;
-  o.adam = AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, true};
-  o.dtype = DType::kFp16;
+  o.job.tensors = SmallModel();
+  o.job.world_size = 2;
+  o.job.chunk_num_params = 256;
+  o.job.adam = AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, true};
+  o.job.dtype = DType::kFp16;
   o.loss_scale = LossScaleOptions{true, 1024.0f, 2.0f, 0.5f, 10, 1.0f};
   o.max_grad_norm = 0.5;
-  o.initial_params = InitialParams(FlatLayout::Create(o.tensors, 256)->num_params());
+  o.initial.params = InitialParams(FlatLayout::Create(o.job.tensors, 256)->num_params());
   return o;
 }
 
@@ -49,8 +49,8 @@ std::vector<float> TestGradient(size_t n, int rank, int64_t step, int micro) {
 RunResult RunOn(int num_servers) {
   auto cluster = LocalCluster::Start({num_servers, uint64_t{64} << 20, 1});
   EXPECT_TRUE(cluster.ok()) << cluster.status();
-  ClientOptions options = JobOptions((*cluster)->coordinator_address());
-  size_t n = options.initial_params.size();
+  ClientOptions options = WorkerOptions((*cluster)->coordinator_address());
+  size_t n = options.initial.params.size();
   return RunWorkers(options, kSteps, kMicroBatches, [n](int rank, int64_t step, int micro) {
     return TestGradient(n, rank, step, micro);
   });
@@ -59,10 +59,10 @@ RunResult RunOn(int num_servers) {
 // The whole job in one process, with the same reductions and the scalar
 // reference kernel over the flat space.
 MasterState Reference(const ClientOptions& o) {
-  FlatLayout layout = *FlatLayout::Create(o.tensors, o.chunk_num_params);
+  FlatLayout layout = *FlatLayout::Create(o.job.tensors, o.job.chunk_num_params);
   size_t n = layout.num_params();
   MasterState state;
-  state.params = o.initial_params;
+  state.params = o.initial.params;
   state.exp_avg.assign(n, 0.0f);
   state.exp_avg_sq.assign(n, 0.0f);
   LossScaler scaler(o.loss_scale);
@@ -92,9 +92,9 @@ MasterState Reference(const ClientOptions& o) {
     double norm = std::sqrt(sum_squares) / divisor;
     double clip = norm > o.max_grad_norm ? o.max_grad_norm / (norm + 1e-6) : 1.0;
     ++applied;
-    AdamUpdate(MakeAdamConstants(o.adam, applied, static_cast<float>(clip / divisor)), DType::kFp16,
-               sum.data(), state.params.data(), state.exp_avg.data(), state.exp_avg_sq.data(),
-               DType::kFp16, copy.data(), n);
+    AdamUpdate(MakeAdamConstants(o.job.adam, applied, static_cast<float>(clip / divisor)),
+               DType::kFp16, sum.data(), state.params.data(), state.exp_avg.data(),
+               state.exp_avg_sq.data(), DType::kFp16, copy.data(), n);
   }
   state.step = applied;
   return state;
@@ -103,7 +103,7 @@ MasterState Reference(const ClientOptions& o) {
 TEST(ClusterTest, TwoWorkersTwoServersMatchSingleProcessReferenceBitwise) {
   RunResult run = RunOn(2);
   ASSERT_FALSE(::testing::Test::HasFailure());
-  ClientOptions o = JobOptions("unused");
+  ClientOptions o = WorkerOptions("unused");
   MasterState want = Reference(o);
   // The overflow step was skipped by every rank and lowered the scale.
   for (const auto& rank_steps : run.steps) {
@@ -117,7 +117,7 @@ TEST(ClusterTest, TwoWorkersTwoServersMatchSingleProcessReferenceBitwise) {
   EXPECT_EQ(run.master.exp_avg, want.exp_avg);
   EXPECT_EQ(run.master.exp_avg_sq, want.exp_avg_sq);
   // And the weights moved: the test would pass vacuously otherwise.
-  EXPECT_NE(run.master.params, o.initial_params);
+  EXPECT_NE(run.master.params, o.initial.params);
 }
 
 TEST(ClusterTest, NumberOfServersNeverChangesTheMath) {

@@ -38,8 +38,8 @@ TEST(CoordinatorRestartTest, StateSurvivesARestart) {
   options.coordinator_address = (*coordinator)->address();
   options.job_id = "restart";
   options.worker_id = "w0";
-  options.tensors = {{"w", {300}}};
-  options.chunk_num_params = 128;
+  options.job.tensors = {{"w", {300}}};
+  options.job.chunk_num_params = 128;
   auto client = Client::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
 

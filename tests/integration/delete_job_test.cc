@@ -52,7 +52,7 @@ TEST(DeleteJobTest, ADeletedJobLeavesNothingOnTheServersAndItsIdIsFreeAgain) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string& coordinator = (*cluster)->coordinator_address();
   ClientOptions o = testing::SmallFp32Job(coordinator, "done");
-  o.world_size = 1;
+  o.job.world_size = 1;
   auto client = Client::Connect(o);
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE(testing::TrainStep(**client).ok());
@@ -102,7 +102,7 @@ TEST(DeleteJobTest, ADeletedJobLeavesNothingOnTheServersAndItsIdIsFreeAgain) {
   EXPECT_EQ(Delete(coordinator, "", &response).code(), absl::StatusCode::kInvalidArgument);
 
   // The id is free: a job of another chunk size takes it, from step 0.
-  o.chunk_num_params = 512;
+  o.job.chunk_num_params = 512;
   auto again = Client::Connect(o);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ((*again)->step(), 0);
@@ -118,7 +118,7 @@ TEST(DeleteJobTest, ADeleteEndsTheCheckpointWaitsOfTheJob) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string& coordinator = (*cluster)->coordinator_address();
   ClientOptions o = testing::SmallFp32Job(coordinator, "waited");
-  o.world_size = 1;
+  o.job.world_size = 1;
   {
     auto client = Client::Connect(o);
     ASSERT_TRUE(client.ok()) << client.status();
@@ -168,7 +168,7 @@ TEST(DeleteJobTest, AServerAwayDuringTheDeleteDropsTheJobWhenItComesBack) {
     ASSERT_FALSE(servers.back().address.empty());
   }
   ClientOptions o = testing::SmallFp32Job(coordinator, "gone");
-  o.world_size = 1;
+  o.job.world_size = 1;
   {
     auto client = Client::Connect(o);
     ASSERT_TRUE(client.ok()) << client.status();
@@ -196,7 +196,7 @@ TEST(DeleteJobTest, AServerAwayDuringTheDeleteDropsTheJobWhenItComesBack) {
        ++i) {
     absl::SleepFor(absl::Milliseconds(50));
   }
-  o.chunk_num_params = 512;
+  o.job.chunk_num_params = 512;
   auto again = Client::Connect(o);
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_TRUE(testing::TrainStep(**again).ok());

@@ -74,14 +74,14 @@ class DeviceWorkerTest : public testing::LocalClusterTest<Mode> {
     ClientOptions o;
     o.coordinator_address = cluster_->coordinator_address();
     o.job_id = absl::StrCat(device_name == "cpu" ? "host-" : "device-", Name(mode));
-    o.tensors = testing::SmallModel();
-    o.chunk_num_params = 256;
+    o.job.tensors = testing::SmallModel();
+    o.job.chunk_num_params = 256;
     o.bucket_num_params = 192;  // buckets, chunks and tensors cut differently
-    o.dtype = mode.dtype;
+    o.job.dtype = mode.dtype;
     o.params = mode.params;
     o.max_grad_norm = 0.5;  // clips: the norm's bits count
-    o.adam.weight_decay = 0.01f;
-    o.initial_params = testing::InitialParams(FlatLayout::Create(o.tensors, 256)->num_params());
+    o.job.adam.weight_decay = 0.01f;
+    o.initial.params = testing::InitialParams(FlatLayout::Create(o.job.tensors, 256)->num_params());
     o.device = device_name;
     o.collective = collective;
     Training run;
@@ -161,7 +161,7 @@ TEST(DeviceOptionTest, AGpuWorkerRefusesHostMemory) {
   auto cluster = LocalCluster::Start({1, uint64_t{64} << 20, 1});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "host-memory");
-  o.world_size = 1;
+  o.job.world_size = 1;
   o.device = "cuda:0";
   o.collective = "nccl";
   absl::StatusOr<std::unique_ptr<Client>> connected = Client::Connect(o);
@@ -188,7 +188,7 @@ TEST(DeviceOptionTest, ConnectRefusesADeviceItCannotUseAndNamesIt) {
   auto cluster = LocalCluster::Start({1, uint64_t{64} << 20, 1});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "refused");
-  o.world_size = 1;
+  o.job.world_size = 1;
   o.device = "tpu:0";
   absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(o);
   ASSERT_FALSE(c.ok());

@@ -31,11 +31,11 @@ TEST(ExportTest, SafetensorsHoldEveryTensorAtOneStep) {
   ClientOptions o;
   o.coordinator_address = (*cluster)->coordinator_address();
   o.job_id = "export-job";
-  o.tensors = testing::SmallModel();
-  o.world_size = 2;
-  o.chunk_num_params = 256;
-  FlatLayout layout = *FlatLayout::Create(o.tensors, 256);
-  o.initial_params = testing::InitialParams(layout.num_params());
+  o.job.tensors = testing::SmallModel();
+  o.job.world_size = 2;
+  o.job.chunk_num_params = 256;
+  FlatLayout layout = *FlatLayout::Create(o.job.tensors, 256);
+  o.initial.params = testing::InitialParams(layout.num_params());
   testing::RunResult run = testing::RunWorkers(o, 3, 1, [&](int rank, int64_t step, int m) {
     return testing::Gradient(layout.num_params(), rank, step, m);
   });
@@ -58,10 +58,10 @@ TEST(ExportTest, SafetensorsHoldEveryTensorAtOneStep) {
   nlohmann::json header = nlohmann::json::parse(file.substr(8, header_bytes));
   const char* data = file.data() + 8 + header_bytes;
   EXPECT_EQ(header["__metadata__"]["strata_step"], "3");
-  EXPECT_EQ(header.size(), 1 + 3 * o.tensors.size());
+  EXPECT_EQ(header.size(), 1 + 3 * o.job.tensors.size());
   uint64_t total = 0;
-  for (size_t i = 0; i < o.tensors.size(); ++i) {
-    const TensorSpec& t = o.tensors[i];
+  for (size_t i = 0; i < o.job.tensors.size(); ++i) {
+    const TensorSpec& t = o.job.tensors[i];
     const FlatRange range = layout.tensor_range(i);
     for (const auto& [suffix, source] :
          std::vector<std::pair<std::string, const std::vector<float>*>>{
@@ -103,17 +103,17 @@ TEST(ExportTest, ANewJobStartedFromAnExportContinuesBitwise) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ClientOptions o;
   o.coordinator_address = (*cluster)->coordinator_address();
-  o.tensors = testing::SmallModel();
-  o.world_size = 2;
-  o.chunk_num_params = 256;
-  FlatLayout layout = *FlatLayout::Create(o.tensors, 256);
+  o.job.tensors = testing::SmallModel();
+  o.job.world_size = 2;
+  o.job.chunk_num_params = 256;
+  FlatLayout layout = *FlatLayout::Create(o.job.tensors, 256);
   auto gradient = [&](int rank, int64_t step, int m) {
     return testing::Gradient(layout.num_params(), rank, step, m);
   };
   ClientOptions first = o, whole = o, second = o;
   first.job_id = "first-three";
   whole.job_id = "all-five";
-  first.initial_params = whole.initial_params = testing::InitialParams(layout.num_params());
+  first.initial.params = whole.initial.params = testing::InitialParams(layout.num_params());
   ASSERT_EQ(testing::RunWorkers(first, 3, 1, gradient).master.step, 3);
   MasterState want = testing::RunWorkers(whole, 5, 1, gradient).master;
 
@@ -124,7 +124,7 @@ TEST(ExportTest, ANewJobStartedFromAnExportContinuesBitwise) {
                              " --job=first-three --out=", dir, " --with_optimizer_state export"));
   ASSERT_EQ(code, 0) << output;
   second.job_id = "last-two";
-  second.initial_state_path = dir + "/model.safetensors";
+  second.initial.safetensors_path = dir + "/model.safetensors";
   // RunWorkers numbers steps from 1: these are steps 4 and 5.
   MasterState got = testing::RunWorkers(second, 2, 1, [&](int rank, int64_t step, int m) {
                       return gradient(rank, step + 3, m);
@@ -132,7 +132,7 @@ TEST(ExportTest, ANewJobStartedFromAnExportContinuesBitwise) {
   EXPECT_EQ(got.step, 5);
   // Tensor by tensor (the test's gradients also fill the alignment padding
   // between tensors, which an export does not carry).
-  for (size_t i = 0; i < o.tensors.size(); ++i) {
+  for (size_t i = 0; i < o.job.tensors.size(); ++i) {
     FlatRange r = layout.tensor_range(i);
     for (const auto& [name, g, w] :
          std::vector<std::tuple<const char*, const std::vector<float>*, const std::vector<float>*>>{
@@ -140,21 +140,21 @@ TEST(ExportTest, ANewJobStartedFromAnExportContinuesBitwise) {
              {"exp_avg", &got.exp_avg, &want.exp_avg},
              {"exp_avg_sq", &got.exp_avg_sq, &want.exp_avg_sq}}) {
       EXPECT_TRUE(std::equal(g->begin() + r.begin, g->begin() + r.end, w->begin() + r.begin))
-          << o.tensors[i].name << " " << name;
+          << o.job.tensors[i].name << " " << name;
     }
   }
 
   // A model that does not match the file is refused, naming the tensor.
   ClientOptions other = second;
   other.job_id = "mismatched";
-  other.world_size = 1;
-  other.tensors[0].shape = {37, 30};
+  other.job.world_size = 1;
+  other.job.tensors[0].shape = {37, 30};
   auto refused = Client::Connect(other);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(), HasSubstr("tensor 'w1'"));
-  other.tensors = testing::SmallModel();
+  other.job.tensors = testing::SmallModel();
   other.job_id = "missing-file";
-  other.initial_state_path = dir + "/nope.safetensors";
+  other.initial.safetensors_path = dir + "/nope.safetensors";
   EXPECT_EQ(Client::Connect(other).status().code(), absl::StatusCode::kNotFound);
 }
 

@@ -36,8 +36,8 @@ TEST(FlagfileTest, TierBudgetsComeFromAConfigFile) {
   ClientOptions options;
   options.coordinator_address = coordinator;
   options.job_id = "flagfile";
-  options.tensors = {{"w", {1000}}};
-  options.chunk_num_params = 512;
+  options.job.tensors = {{"w", {1000}}};
+  options.job.chunk_num_params = 512;
   auto client = Client::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
   auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));

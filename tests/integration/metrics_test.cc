@@ -69,11 +69,11 @@ TEST(MetricsTest, ServersAndCoordinatorExportWhatOperatorsWatch) {
   ClientOptions o;
   o.coordinator_address = (*cluster)->coordinator_address();
   o.job_id = "metrics-job";
-  o.tensors = testing::SmallModel();
-  o.chunk_num_params = 256;
+  o.job.tensors = testing::SmallModel();
+  o.job.chunk_num_params = 256;
   const int kSteps = 3;
   testing::RunResult run = testing::RunWorkers(o, kSteps, 1, [&](int rank, int64_t step, int m) {
-    return testing::Gradient(FlatLayout::Create(o.tensors, 256)->num_params(), rank, step, m);
+    return testing::Gradient(FlatLayout::Create(o.job.tensors, 256)->num_params(), rank, step, m);
   });
   ASSERT_EQ(run.master.step, kSteps);
   // One refused push: counted by its code.
@@ -91,7 +91,7 @@ TEST(MetricsTest, ServersAndCoordinatorExportWhatOperatorsWatch) {
 
   std::string text = Scrape((*cluster)->servers()[0]->metrics_address());
   ASSERT_FALSE(text.empty());
-  const uint64_t n = FlatLayout::Create(o.tensors, 256)->num_params();
+  const uint64_t n = FlatLayout::Create(o.job.tensors, 256)->num_params();
   const double chunks = static_cast<double>((n + 255) / 256);
   EXPECT_EQ(Value(text, "strata_tier_budget_bytes{tier=\"host\"}"), options.host_budget_bytes);
   EXPECT_EQ(Value(text, "strata_tier_chunks{tier=\"host\"}"), chunks);

@@ -29,17 +29,17 @@ namespace {
 constexpr int kSteps = 12;
 constexpr uint64_t kChunkParams = 4096;
 
-ClientOptions JobOptions(const std::string& coordinator) {
+ClientOptions WorkerOptions(const std::string& coordinator) {
   ClientOptions o;
   o.coordinator_address = coordinator;
   o.job_id = "nvme-job";
-  o.tensors = {{"w1", {256, 400}}, {"b1", {400}}, {"w2", {400, 80}}};  // ~135 K params
-  o.world_size = 2;
-  o.chunk_num_params = kChunkParams;
-  o.adam = AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, true};
+  o.job.tensors = {{"w1", {256, 400}}, {"b1", {400}}, {"w2", {400, 80}}};  // ~135 K params
+  o.job.world_size = 2;
+  o.job.chunk_num_params = kChunkParams;
+  o.job.adam = AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, true};
   o.loss_scale = LossScaleOptions{true, 1024.0f, 2.0f, 0.5f, 100, 1.0f};
-  o.initial_params =
-      testing::InitialParams(FlatLayout::Create(o.tensors, kChunkParams)->num_params());
+  o.initial.params =
+      testing::InitialParams(FlatLayout::Create(o.job.tensors, kChunkParams)->num_params());
   return o;
 }
 
@@ -73,8 +73,8 @@ TierRun RunWith(uint64_t host_budget_bytes, uint64_t nvme_budget_bytes,
   auto cluster = LocalCluster::Start(cluster_options);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   if (!cluster.ok()) return {};
-  ClientOptions options = JobOptions((*cluster)->coordinator_address());
-  size_t n = options.initial_params.size();
+  ClientOptions options = WorkerOptions((*cluster)->coordinator_address());
+  size_t n = options.initial.params.size();
   TierRun run;
   run.master = testing::RunWorkers(options, kSteps, 1, [n](int rank, int64_t step, int micro) {
                  return testing::Gradient(n, rank, step, micro);
@@ -89,7 +89,7 @@ void ExpectTrainedBitwiseAlike(const MasterState& got, const MasterState& want) 
   EXPECT_EQ(got.params, want.params);
   EXPECT_EQ(got.exp_avg, want.exp_avg);
   EXPECT_EQ(got.exp_avg_sq, want.exp_avg_sq);
-  EXPECT_NE(got.params, JobOptions("").initial_params);
+  EXPECT_NE(got.params, WorkerOptions("").initial.params);
 }
 
 TEST(NvmePlacementTest, StateTwiceTheHostBudgetTrainsBitwiseAsInHostMemory) {
@@ -102,7 +102,7 @@ TEST(NvmePlacementTest, StateTwiceTheHostBudgetTrainsBitwiseAsInHostMemory) {
   EXPECT_EQ(host_only.chunks_per_tier["host"], 33);
   EXPECT_GT(mixed.chunks_per_tier["nvme"], 0);
   EXPECT_GT(mixed.chunks_per_tier["host"], 0);  // the fastest tier is filled first
-  EXPECT_GE(JobOptions("").initial_params.size() * 12, 2 * (uint64_t{768} << 10));
+  EXPECT_GE(WorkerOptions("").initial.params.size() * 12, 2 * (uint64_t{768} << 10));
   ExpectTrainedBitwiseAlike(mixed.master, host_only.master);
 }
 
@@ -160,16 +160,16 @@ TEST(NvmePlacementTest, HostTierStepsDoNotWaitForStalledNvmeChunks) {
   const std::string coordinator = (*cluster)->coordinator_address();
   // First a job of one 4096-parameter chunk (64 KiB): in host memory. Then
   // JobOptions' 1.6 MB of state, which does not fit: partly on NVMe.
-  ClientOptions host_options = JobOptions(coordinator);
+  ClientOptions host_options = WorkerOptions(coordinator);
   host_options.job_id = "host-job";
-  host_options.world_size = 1;
-  host_options.tensors = {{"w", {64, 64}}};
-  host_options.initial_params = testing::InitialParams(64 * 64);
+  host_options.job.world_size = 1;
+  host_options.job.tensors = {{"w", {64, 64}}};
+  host_options.initial.params = testing::InitialParams(64 * 64);
   host_options.step_timeout = absl::Seconds(20);
   auto host_client = Client::Connect(host_options);
   ASSERT_TRUE(host_client.ok()) << host_client.status();
-  ClientOptions nvme_options = JobOptions(coordinator);
-  nvme_options.world_size = 1;
+  ClientOptions nvme_options = WorkerOptions(coordinator);
+  nvme_options.job.world_size = 1;
   auto nvme_client = Client::Connect(nvme_options);
   ASSERT_TRUE(nvme_client.ok()) << nvme_client.status();
   ASSERT_TRUE(testing::TrainStep(**host_client).ok());

@@ -25,18 +25,18 @@ using testing::SmallModel;
 
 constexpr int kSteps = 12;
 
-ClientOptions JobOptions(const std::string& coordinator, const std::string& job, DType dtype,
-                         ParamResidency params, uint32_t world_size) {
+ClientOptions WorkerOptions(const std::string& coordinator, const std::string& job, DType dtype,
+                            ParamResidency params, uint32_t world_size) {
   ClientOptions o;
   o.coordinator_address = coordinator;
   o.job_id = job;
-  o.tensors = SmallModel();
-  o.world_size = world_size;
-  o.chunk_num_params = 256;  // tensors, slices and chunks all cut differently
-  o.adam = AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, true};
-  o.dtype = dtype;
+  o.job.tensors = SmallModel();
+  o.job.world_size = world_size;
+  o.job.chunk_num_params = 256;  // tensors, slices and chunks all cut differently
+  o.job.adam = AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, true};
+  o.job.dtype = dtype;
   o.params = params;
-  o.initial_params = InitialParams(FlatLayout::Create(o.tensors, 256)->num_params());
+  o.initial.params = InitialParams(FlatLayout::Create(o.job.tensors, 256)->num_params());
   return o;
 }
 
@@ -87,8 +87,8 @@ std::vector<float> GradientAt(const std::vector<float>& params, int rank, int64_
 // Trains kSteps steps, the gradients accumulated whole or streamed.
 TrainingRun Train(const ClientOptions& options, bool stream = false) {
   TrainingRun run;
-  run.resident_param_bytes.resize(options.world_size);
-  run.peak_grad_bytes.resize(options.world_size);
+  run.resident_param_bytes.resize(options.job.world_size);
+  run.peak_grad_bytes.resize(options.job.world_size);
   testing::RunClients(options, [&](Client& c) {
     for (int s = 1; s <= kSteps; ++s) {
       std::vector<float> params = SeeParams(c);
@@ -121,10 +121,12 @@ TEST_P(OnDemandTest, TrainsBitwiseLikeReplicatedParameters) {
   const DType dtype = GetParam();
   for (uint32_t workers : {2u, 3u}) {
     const std::string name = absl::StrCat(DTypeName(dtype), "-", workers);
-    TrainingRun replicated = Train(JobOptions(cluster_->coordinator_address(), "replicated-" + name,
-                                              dtype, ParamResidency::kReplicated, workers));
-    TrainingRun on_demand = Train(JobOptions(cluster_->coordinator_address(), "on-demand-" + name,
-                                             dtype, ParamResidency::kOnDemand, workers));
+    TrainingRun replicated =
+        Train(WorkerOptions(cluster_->coordinator_address(), "replicated-" + name, dtype,
+                            ParamResidency::kReplicated, workers));
+    TrainingRun on_demand =
+        Train(WorkerOptions(cluster_->coordinator_address(), "on-demand-" + name, dtype,
+                            ParamResidency::kOnDemand, workers));
     ASSERT_FALSE(HasFailure());
     ASSERT_EQ(on_demand.seen.size(), static_cast<size_t>(kSteps));
     for (int s = 0; s < kSteps; ++s) {
@@ -134,7 +136,7 @@ TEST_P(OnDemandTest, TrainsBitwiseLikeReplicatedParameters) {
     EXPECT_EQ(on_demand.master.params, replicated.master.params) << name;
     EXPECT_EQ(on_demand.master.exp_avg, replicated.master.exp_avg) << name;
     EXPECT_EQ(on_demand.master.exp_avg_sq, replicated.master.exp_avg_sq) << name;
-    EXPECT_NE(on_demand.master.params, JobOptions("", "", dtype, {}, 1).initial_params);
+    EXPECT_NE(on_demand.master.params, WorkerOptions("", "", dtype, {}, 1).initial.params);
     // Each worker holds its slice, not the model.
     FlatLayout layout = *FlatLayout::Create(SmallModel(), 256);
     for (uint32_t r = 0; r < workers; ++r) {
@@ -151,8 +153,8 @@ TEST_P(OnDemandTest, StreamedGradientsAreShardedToo) {
   const size_t esize = DTypeSize(dtype);
   for (uint32_t workers : {2u, 3u}) {
     const std::string name = absl::StrCat(DTypeName(dtype), "-", workers);
-    ClientOptions options = JobOptions(cluster_->coordinator_address(), "replicated-sg-" + name,
-                                       dtype, ParamResidency::kReplicated, workers);
+    ClientOptions options = WorkerOptions(cluster_->coordinator_address(), "replicated-sg-" + name,
+                                          dtype, ParamResidency::kReplicated, workers);
     options.bucket_num_params = kBucketParams;
     TrainingRun replicated = Train(options);
     options.job_id = "on-demand-sg-" + name;
@@ -191,8 +193,8 @@ INSTANTIATE_TEST_SUITE_P(DTypes, OnDemandTest,
 TEST(OnDemandBadInputTest, RefusesBadGathersAndCopyParams) {
   auto cluster = LocalCluster::Start({1, uint64_t{64} << 20, 1});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto client = Client::Connect(JobOptions((*cluster)->coordinator_address(), "bad", DType::kFp16,
-                                           ParamResidency::kOnDemand, 1));
+  auto client = Client::Connect(WorkerOptions((*cluster)->coordinator_address(), "bad",
+                                              DType::kFp16, ParamResidency::kOnDemand, 1));
   ASSERT_TRUE(client.ok()) << client.status();
   Client& c = **client;
   const uint64_t n = c.layout().num_params();
@@ -206,7 +208,7 @@ TEST(OnDemandBadInputTest, RefusesBadGathersAndCopyParams) {
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
   // The refusals changed nothing: a good gather still works and the job steps.
   ASSERT_TRUE(c.GatherParams({0, n}, absl::MakeSpan(out)).ok());
-  std::vector<float> want = JobOptions("", "", DType::kFp16, {}, 1).initial_params;
+  std::vector<float> want = WorkerOptions("", "", DType::kFp16, {}, 1).initial.params;
   for (uint64_t i = 0; i < n; i += 97)
     EXPECT_NEAR(out[i], want[i], std::max(1e-3 * std::abs(want[i]), 1e-7));
   ASSERT_TRUE(c.AccumulateGradients(Gradient(n, 0, 1, 0)).ok());

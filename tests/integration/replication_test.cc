@@ -49,10 +49,10 @@ constexpr int kServerTimeoutMs = 1000;
 // `replicas` copies of each chunk.
 ClientOptions Job(const std::string& coordinator, const std::string& job_id, uint32_t replicas) {
   ClientOptions o = testing::SmallFp32Job(coordinator, job_id);
-  o.samples_per_step = 8;
-  o.replicas = replicas;
-  o.initial_params =
-      testing::InitialParams(FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params());
+  o.job.samples_per_step = 8;
+  o.job.replicas = replicas;
+  o.initial.params = testing::InitialParams(
+      FlatLayout::Create(o.job.tensors, o.job.chunk_num_params)->num_params());
   return o;
 }
 
@@ -157,7 +157,7 @@ class ReplicationTest : public ::testing::Test {
     }
     ClientOptions options = like.value_or(Job(coordinator_, "", 1));
     options.job_id = "uninterrupted";
-    options.replicas = 1;
+    options.job.replicas = 1;
     const testing::KilledRun uninterrupted = Train(options, nullptr, nullptr);
     EXPECT_EQ(run.master.step, kSteps);
     EXPECT_EQ(uninterrupted.master.step, kSteps);
@@ -517,7 +517,7 @@ int CorruptMemory(pid_t pid, const std::vector<float>& floats) {
 TEST_F(ReplicationTest, ADivergedCopyIsFoundAtACheckpointAndSeededAgain) {
   StartCluster(kServerTimeoutMs);
   ClientOptions options = Job(coordinator_, "diverged", /*replicas=*/2);
-  options.checkpoint_every_steps = 5;
+  options.job.checkpoint_every_steps = 5;
   bool corrupted = false;
   uint32_t chunk_id = 0;
   std::string at;
@@ -564,12 +564,12 @@ TEST_F(ReplicationTest, ADivergedCopyIsFoundAtACheckpointAndSeededAgain) {
 // beyond 2 MiB of host memory per server, most states go to NVMe.
 ClientOptions NvmeJob(const std::string& coordinator, const std::string& job_id) {
   ClientOptions o = Job(coordinator, job_id, /*replicas=*/2);
-  o.tensors = {{"w", {512, 512}}};
-  o.chunk_num_params = 16384;
-  o.dtype = DType::kBf16;
+  o.job.tensors = {{"w", {512, 512}}};
+  o.job.chunk_num_params = 16384;
+  o.job.dtype = DType::kBf16;
   o.loss_scale.dynamic = false;
-  o.initial_params =
-      testing::InitialParams(FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params());
+  o.initial.params = testing::InitialParams(
+      FlatLayout::Create(o.job.tensors, o.job.chunk_num_params)->num_params());
   return o;
 }
 

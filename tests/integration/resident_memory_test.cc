@@ -78,13 +78,13 @@ TEST(ResidentMemoryTest, ServerStaysWithinItsHostBudget) {
   options.coordinator_address = coordinator;
   options.job_id = "rss-job";
   options.worker_id = "w0";
-  options.tensors = {{"w", {8192, 4096}}};
-  options.chunk_num_params = 256 * 1024;
-  options.adam = AdamConfig{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, true};
+  options.job.tensors = {{"w", {8192, 4096}}};
+  options.job.chunk_num_params = 256 * 1024;
+  options.job.adam = AdamConfig{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, true};
   options.step_timeout = absl::Seconds(120);
   options.max_step_bytes_in_flight = kStepBytesInFlight;
   const uint64_t num_params = uint64_t{8192} * 4096;
-  options.initial_params = testing::InitialParams(num_params);
+  options.initial.params = testing::InitialParams(num_params);
   const uint64_t state_bytes = 12 * num_params;
   // FP16 gradients pushed and FP16 parameters pulled.
   const uint64_t step_bytes = 2 * num_params + 2 * num_params;
@@ -93,7 +93,7 @@ TEST(ResidentMemoryTest, ServerStaysWithinItsHostBudget) {
 
   auto client = Client::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
-  options.initial_params.clear();
+  options.initial.params.clear();
   for (int s = 0; s < 3; ++s) {
     absl::Status step = testing::TrainStep(**client);
     ASSERT_TRUE(step.ok()) << step;

@@ -28,9 +28,9 @@ constexpr int64_t kStepsBetweenRestarts = 5;
 
 ClientOptions Job(const std::string& coordinator, const std::string& job_id) {
   ClientOptions o = testing::SmallFp32Job(coordinator, job_id);
-  o.samples_per_step = 8;
-  o.initial_params =
-      testing::InitialParams(FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params());
+  o.job.samples_per_step = 8;
+  o.initial.params = testing::InitialParams(
+      FlatLayout::Create(o.job.tensors, o.job.chunk_num_params)->num_params());
   return o;
 }
 

@@ -50,7 +50,7 @@ constexpr int64_t kKillDuringStep = 13;
 // 2 workers that split 8 samples per step (Step(GradientFn)).
 ClientOptions Job(const std::string& coordinator, const std::string& job_id) {
   ClientOptions o = testing::SmallFp32Job(coordinator, job_id);
-  o.samples_per_step = 8;
+  o.job.samples_per_step = 8;
   return o;
 }
 
@@ -84,10 +84,10 @@ testing::KilledRun TrainThroughAKill(const std::string& coordinator, const std::
                                      testing::ServerProcess* victim, testing::Processes* daemons,
                                      const std::function<void()>& after_kill) {
   ClientOptions o = Job(coordinator, "failover");
-  o.checkpoint_every_steps = kCheckpointEvery;
-  o.checkpoint_dir = checkpoints;
-  const uint64_t n = FlatLayout::Create(o.tensors, o.chunk_num_params)->num_params();
-  o.initial_params = testing::InitialParams(n);
+  o.job.checkpoint_every_steps = kCheckpointEvery;
+  o.job.checkpoint_dir = checkpoints;
+  const uint64_t n = FlatLayout::Create(o.job.tensors, o.job.chunk_num_params)->num_params();
+  o.initial.params = testing::InitialParams(n);
   auto compute = [&](const MicroBatch& batch, Client& c) {
     // Step 11 waits for the checkpoint of step 10 (its directory appears
     // once complete), so that the job cannot pass step 10 before it is armed.
@@ -120,7 +120,7 @@ void ExpectResumedFromStep10(const testing::KilledRun& run, const std::string& c
               static_cast<long long>(run.reforms[0].steps_lost), run.paused_s);
   MasterState restarted;
   ClientOptions r = Job(coordinator, "restarted");
-  r.restore_from = CheckpointPath(checkpoints, "failover", 10);
+  r.initial.checkpoint = CheckpointPath(checkpoints, "failover", 10);
   testing::RunClients(r, [&](Client& client) {
     while (client.step() < kSteps) {
       absl::StatusOr<StepResult> result = client.Step(Compute);
@@ -300,9 +300,9 @@ int HeldBy(const std::string& server, const std::string& job) {
 std::unique_ptr<Client> TrainToFirstCheckpoint(const std::string& coordinator,
                                                const std::string& dir, const std::string& job_id) {
   ClientOptions o = Job(coordinator, job_id);
-  o.world_size = 1;
-  o.checkpoint_every_steps = 2;
-  o.checkpoint_dir = dir + "/checkpoints";
+  o.job.world_size = 1;
+  o.job.checkpoint_every_steps = 2;
+  o.job.checkpoint_dir = dir + "/checkpoints";
   auto client = Client::Connect(o);
   EXPECT_TRUE(client.ok()) << client.status();
   if (!client.ok()) return nullptr;
@@ -311,7 +311,7 @@ std::unique_ptr<Client> TrainToFirstCheckpoint(const std::string& coordinator,
     EXPECT_TRUE(result.ok()) << result.status();
     if (!result.ok()) return nullptr;
   }
-  const std::string checkpoint = CheckpointPath(o.checkpoint_dir, job_id, 2);
+  const std::string checkpoint = CheckpointPath(o.job.checkpoint_dir, job_id, 2);
   for (int i = 0; i < 600 && !std::filesystem::exists(checkpoint); ++i) {
     absl::SleepFor(absl::Milliseconds(50));
   }

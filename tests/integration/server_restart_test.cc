@@ -32,18 +32,18 @@ namespace {
 
 constexpr uint64_t kChunkParams = 65536;
 
-ClientOptions JobOptions(const std::string& coordinator) {
+ClientOptions WorkerOptions(const std::string& coordinator) {
   ClientOptions o;
   o.coordinator_address = coordinator;
   o.job_id = "restart-job";
   o.worker_id = "w0";
-  o.tensors = {{"w", {1024, 1024}}};  // 16 chunks of 768 KiB of state
-  o.chunk_num_params = kChunkParams;
-  o.adam = AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.0f, true};
+  o.job.tensors = {{"w", {1024, 1024}}};  // 16 chunks of 768 KiB of state
+  o.job.chunk_num_params = kChunkParams;
+  o.job.adam = AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.0f, true};
   o.loss_scale = LossScaleOptions{false, 1.0f, 2.0f, 0.5f, 1000, 1.0f};
   o.step_timeout = absl::Seconds(60);
-  o.initial_params =
-      testing::InitialParams(FlatLayout::Create(o.tensors, kChunkParams)->num_params());
+  o.initial.params =
+      testing::InitialParams(FlatLayout::Create(o.job.tensors, kChunkParams)->num_params());
   return o;
 }
 
@@ -94,7 +94,7 @@ MasterState Uninterrupted(int steps) {
   auto cluster = LocalCluster::Start({1, uint64_t{256} << 20, 1});
   EXPECT_TRUE(cluster.ok());
   if (!cluster.ok()) return {};
-  auto client = Client::Connect(JobOptions((*cluster)->coordinator_address()));
+  auto client = Client::Connect(WorkerOptions((*cluster)->coordinator_address()));
   EXPECT_TRUE(client.ok()) << client.status();
   if (!client.ok()) return {};
   Train(**client, steps);
@@ -124,7 +124,7 @@ TEST(ServerRestartTest, SigkilledServerResumesFromItsNvmeChunks) {
   const std::string server_address = server.address;
   ASSERT_FALSE(server_address.empty());
 
-  auto client = Client::Connect(JobOptions(coordinator_address));
+  auto client = Client::Connect(WorkerOptions(coordinator_address));
   ASSERT_TRUE(client.ok()) << client.status();
   Train(**client, 3);
   std::string before = Placement(coordinator_address);
@@ -194,7 +194,7 @@ TEST_P(CleanRestartTest, CleanlyStoppedServerBringsBackItsMemoryChunks) {
   testing::ServerProcess server = start_server("127.0.0.1:0");
   const std::string server_address = server.address;
   ASSERT_FALSE(server_address.empty());
-  auto client = Client::Connect(JobOptions(coordinator_address));
+  auto client = Client::Connect(WorkerOptions(coordinator_address));
   ASSERT_TRUE(client.ok()) << client.status();
   Train(**client, 3);
   std::string before = Placement(coordinator_address);

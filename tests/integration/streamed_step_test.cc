@@ -25,19 +25,19 @@ using testing::SmallModel;
 constexpr int kSteps = 6;
 constexpr int kMicroBatches = 2;
 
-ClientOptions JobOptions(const std::string& coordinator, const std::string& job, DType dtype,
-                         uint32_t world_size) {
+ClientOptions WorkerOptions(const std::string& coordinator, const std::string& job, DType dtype,
+                            uint32_t world_size) {
   ClientOptions o;
   o.coordinator_address = coordinator;
   o.job_id = job;
-  o.tensors = SmallModel();
-  o.world_size = world_size;
-  o.chunk_num_params = 256;
+  o.job.tensors = SmallModel();
+  o.job.world_size = world_size;
+  o.job.chunk_num_params = 256;
   o.bucket_num_params = 192;  // buckets, chunks, tensors and slices all cut differently
-  o.adam = AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, true};
-  o.dtype = dtype;
+  o.job.adam = AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, true};
+  o.job.dtype = dtype;
   o.max_grad_norm = 0.5;  // clips: the norm's bits count
-  o.initial_params = testing::InitialParams(FlatLayout::Create(o.tensors, 256)->num_params());
+  o.initial.params = testing::InitialParams(FlatLayout::Create(o.job.tensors, 256)->num_params());
   return o;
 }
 
@@ -65,7 +65,7 @@ struct TrainingRun {
 TrainingRun Train(const ClientOptions& options, bool streamed, uint32_t seed,
                   const std::function<bool(int, int, int)>& poison) {
   TrainingRun run;
-  run.steps.resize(options.world_size);
+  run.steps.resize(options.job.world_size);
   testing::RunClients(options, [&](Client& c) {
     const uint64_t n = c.layout().num_params();
     for (int s = 1; s <= kSteps; ++s) {
@@ -134,14 +134,14 @@ TEST_P(StreamedStepTest, GivesTheMasterStateOfTheUnstreamedStepBitForBit) {
     const std::string name = absl::StrCat(DTypeName(dtype), "-", workers, " seed ", seed);
     const std::string job = absl::StrCat(DTypeName(dtype), "-", workers);
     TrainingRun plain =
-        Train(JobOptions(cluster_->coordinator_address(), "plain-" + job, dtype, workers),
+        Train(WorkerOptions(cluster_->coordinator_address(), "plain-" + job, dtype, workers),
               /*streamed=*/false, seed, never);
     TrainingRun streamed =
-        Train(JobOptions(cluster_->coordinator_address(), "streamed-" + job, dtype, workers),
+        Train(WorkerOptions(cluster_->coordinator_address(), "streamed-" + job, dtype, workers),
               /*streamed=*/true, seed, never);
     ASSERT_FALSE(HasFailure()) << name;
     ExpectSameTraining(streamed, plain, name);
-    EXPECT_NE(streamed.master.params, JobOptions("", "", dtype, 1).initial_params);
+    EXPECT_NE(streamed.master.params, WorkerOptions("", "", dtype, 1).initial.params);
   }
 }
 
@@ -156,9 +156,9 @@ TEST_P(StreamedStepTest, AnOverflowMidStreamSkipsTheStepEverywhere) {
   };
   const std::string coordinator = cluster_->coordinator_address();
   TrainingRun plain =
-      Train(JobOptions(coordinator, "plain-overflow", dtype, 2), false, seed, poison);
+      Train(WorkerOptions(coordinator, "plain-overflow", dtype, 2), false, seed, poison);
   TrainingRun streamed =
-      Train(JobOptions(coordinator, "streamed-overflow", dtype, 2), true, seed, poison);
+      Train(WorkerOptions(coordinator, "streamed-overflow", dtype, 2), true, seed, poison);
   ASSERT_FALSE(HasFailure());
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(streamed.steps[r].size(), static_cast<size_t>(kSteps + 1));
@@ -174,7 +174,7 @@ INSTANTIATE_TEST_SUITE_P(DTypes, StreamedStepTest, ::testing::Values(DType::kBf1
 TEST(StreamedStepBadInputTest, RefusesBadRangesAndChangesNothing) {
   auto cluster = LocalCluster::Start({1, uint64_t{64} << 20, 1});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ClientOptions options = JobOptions((*cluster)->coordinator_address(), "bad", DType::kFp32, 1);
+  ClientOptions options = WorkerOptions((*cluster)->coordinator_address(), "bad", DType::kFp32, 1);
   auto client = Client::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
   Client& c = **client;

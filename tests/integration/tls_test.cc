@@ -29,7 +29,7 @@ std::vector<float> Gradient(int rank, int64_t step, int micro) {
 
 ClientOptions TlsJob(const LocalCluster& cluster, const std::string& dir) {
   ClientOptions o = testing::SmallFp32Job(cluster.coordinator_address(), "tls");
-  o.initial_params = testing::InitialParams(FlatLayout::Create(o.tensors, 256)->num_params());
+  o.initial.params = testing::InitialParams(FlatLayout::Create(o.job.tensors, 256)->num_params());
   o.tls_ca_file = dir + "/ca.pem";
   return o;
 }
@@ -106,7 +106,7 @@ TEST_F(TlsTest, ClientsThatDoNotShareTheCaAreRefused) {
 
   // The client library says what went wrong.
   ClientOptions o = TlsJob(*cluster_, scratch_.path());
-  o.world_size = 1;
+  o.job.world_size = 1;
   o.rendezvous_timeout = absl::Seconds(3);
   o.tls_ca_file.clear();
   auto plaintext = Client::Connect(o);

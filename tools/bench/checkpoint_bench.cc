@@ -262,8 +262,8 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   ClientOptions options;
   options.coordinator_address = cluster->coordinator_address();
   options.job_id = "bench";
-  options.tensors = {{"w", {static_cast<int64_t>(o.num_params)}}};
-  options.chunk_num_params = kChunkParams;
+  options.job.tensors = {{"w", {static_cast<int64_t>(o.num_params)}}};
+  options.job.chunk_num_params = kChunkParams;
   ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
   auto coordinator = v1::Coordinator::NewStub(MakeChannel(options.coordinator_address));
   v1::SaveCheckpointRequest save;

@@ -130,10 +130,10 @@ int RunElasticWorker(const std::vector<std::string>& args) {
   options.coordinator_address = args[1];
   options.job_id = args[2];
   options.worker_id = args[3];
-  options.tensors = {{"flat", {static_cast<int64_t>(num_params)}}};
-  options.world_size = 2;
-  options.samples_per_step = kSamplesPerStep;
-  options.chunk_num_params = uint64_t{1} << 20;
+  options.job.tensors = {{"flat", {static_cast<int64_t>(num_params)}}};
+  options.job.world_size = 2;
+  options.job.samples_per_step = kSamplesPerStep;
+  options.job.chunk_num_params = uint64_t{1} << 20;
   options.loss_scale.dynamic = false;
   options.loss_scale.initial_scale = 1.0f;
   options.collective_timeout = absl::Seconds(30);

@@ -60,11 +60,11 @@ absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& co
   ClientOptions options;
   options.coordinator_address = coordinator;
   options.job_id = job_id;
-  options.tensors = {{"flat", {static_cast<int64_t>(o.num_params)}}};
-  options.world_size = kWorkers;
-  options.samples_per_step = kWorkers;
-  options.dtype = DType::kBf16;
-  options.replicas = replicas;
+  options.job.tensors = {{"flat", {static_cast<int64_t>(o.num_params)}}};
+  options.job.world_size = kWorkers;
+  options.job.samples_per_step = kWorkers;
+  options.job.dtype = DType::kBf16;
+  options.job.replicas = replicas;
   options.loss_scale.dynamic = false;
   options.loss_scale.initial_scale = 1.0f;
   Steps out;

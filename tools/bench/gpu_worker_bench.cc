@@ -40,8 +40,8 @@ absl::StatusOr<StepSeconds> MedianStepSeconds(const LocalCluster& cluster,
   ClientOptions c;
   c.coordinator_address = cluster.coordinator_address();
   c.job_id = absl::StrCat("gpu-worker-", device->is_host() ? "host" : "device");
-  c.tensors = {{"w", {static_cast<int64_t>(o.num_params)}}};
-  c.dtype = o.dtype;
+  c.job.tensors = {{"w", {static_cast<int64_t>(o.num_params)}}};
+  c.job.dtype = o.dtype;
   c.device = device_name;
   c.collective = device->is_host() ? "gloo" : "nccl";
   ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(c));

@@ -242,10 +242,10 @@ ClientOptions TrainerOptions(const std::string& coordinator, int client) {
   o.coordinator_address = coordinator;
   o.job_id = JobOf(client);
   o.worker_id = "trainer";
-  o.world_size = 1;
-  o.tensors = {{"w", {static_cast<int64_t>(kJobParams)}}};
-  o.chunk_num_params = 1024;
-  o.dtype = DType::kFp16;
+  o.job.world_size = 1;
+  o.job.tensors = {{"w", {static_cast<int64_t>(kJobParams)}}};
+  o.job.chunk_num_params = 1024;
+  o.job.dtype = DType::kFp16;
   return o;
 }
 

@@ -77,7 +77,7 @@ absl::StatusOr<double> MeasureRpcSeconds(const std::string& coordinator,
                                          const ClientOptions& options, const TlsFiles& tls,
                                          int64_t step) {
   ASSIGN_OR_RETURN(FlatLayout layout,
-                   FlatLayout::Create(options.tensors, options.chunk_num_params));
+                   FlatLayout::Create(options.job.tensors, options.job.chunk_num_params));
   ASSIGN_OR_RETURN(ChannelCredentials credentials, MakeChannelCredentials(tls, ""));
   auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator, credentials));
   v1::GetJobRequest get;
@@ -85,15 +85,15 @@ absl::StatusOr<double> MeasureRpcSeconds(const std::string& coordinator,
   v1::JobInfo job;
   RETURN_IF_ERROR(
       CallUnary(stub.get(), &v1::Coordinator::Stub::GetJob, get, &job, absl::Seconds(30)));
-  const uint32_t workers = options.world_size;
-  const size_t esize = DTypeSize(options.dtype);
+  const uint32_t workers = options.job.world_size;
+  const size_t esize = DTypeSize(options.job.dtype);
   std::vector<uint8_t> grads(layout.PaddedNumParams(workers) * esize, 0);
   std::vector<uint8_t> params(grads.size());
   std::vector<std::unique_ptr<ShardTransport>> transports;
   std::vector<std::vector<Piece>> pieces;
   for (uint32_t w = 0; w < workers; ++w) {
     transports.push_back(
-        std::make_unique<ShardTransport>(options.job_id, &layout, options.dtype, tls));
+        std::make_unique<ShardTransport>(options.job_id, &layout, options.job.dtype, tls));
     RETURN_IF_ERROR(transports.back()->SetPlacement(job));
     pieces.push_back(
         transports.back()->PiecesOf(layout.WorkerSlice(w, workers), kMaxPayloadBytes / esize));
@@ -144,9 +144,9 @@ absl::StatusOr<StepRun> RunSteps(const StepBenchOptions& o, const TlsFiles& tls,
   options.coordinator_address = coordinator;
   options.tls_ca_file = tls.ca_file;
   options.job_id = "bench";
-  options.tensors = {{"flat", {static_cast<int64_t>(n)}}};
-  options.world_size = o.workers;
-  options.dtype = o.dtype;
+  options.job.tensors = {{"flat", {static_cast<int64_t>(n)}}};
+  options.job.world_size = o.workers;
+  options.job.dtype = o.dtype;
   options.loss_scale.dynamic = false;
   options.loss_scale.initial_scale = 1.0f;
 

@@ -59,6 +59,63 @@ class PendingGather {
   virtual absl::Status Wait() = 0;
 };
 
+// What a job is: its model, batch, sharding, optimizer and checkpoint
+// settings, everything the coordinator records as the job's spec
+// (v1::JobSpec, converted in one place). The first worker
+// creates the job with them; every later worker's must be equal, else
+// joining fails with FAILED_PRECONDITION.
+struct JobOptions {
+  std::vector<TensorSpec> tensors;
+  // Workers the job starts with: the first step waits for them.
+  uint32_t world_size = 1;
+  // Global batch of Step(GradientFn): step t consumes global sample indices
+  // [(t-1) * samples_per_step, t * samples_per_step), split among the
+  // workers of its generation. 0: Step() only.
+  uint64_t samples_per_step = 0;
+  uint64_t chunk_num_params = uint64_t{4} << 20;
+  // Copies of each chunk on distinct shard servers (1 to 3): with 2 or more,
+  // a shard server lost for good costs no step -- its chunks go on from
+  // their other copies -- and each push goes to every copy. Connect() fails
+  // with FAILED_PRECONDITION when fewer servers are live.
+  uint32_t replicas = 1;
+  AdamConfig adam;
+  // Parameter groups (torch's param_groups), which TensorSpec::group indexes:
+  // each its own weight decay (in place of adam.weight_decay) and, with
+  // SetGroupLearningRates(), its own learning rate. Empty: one group.
+  std::vector<ParamGroup> groups;
+  DType dtype = DType::kFp16;
+  // Save a checkpoint every this many steps (0: only when asked, `stratactl
+  // checkpoint save`), into checkpoint_dir (an absolute path the servers and
+  // coordinator share; empty: the coordinator's --checkpoint_dir), keeping
+  // the newest checkpoint_keep_last (0: all).
+  uint64_t checkpoint_every_steps = 0;
+  std::string checkpoint_dir;
+  uint32_t checkpoint_keep_last = 0;
+};
+
+// Where a new job's state comes from: at most one is set (Connect() fails
+// with INVALID_ARGUMENT naming them otherwise); none: zeros. Each is used by
+// rank 0 only, and only when the job is new.
+struct InitialState {
+  // FP32 weights over the flat space (FlatLayout::num_params()).
+  std::vector<float> params;
+  // A safetensors file that `stratactl export` wrote: each tensor by its name
+  // and shape; with the Adam moments (NAME.exp_avg, NAME.exp_avg_sq) the job
+  // starts at the exported step and continues exactly as the exported job
+  // would have. Connect() fails with INVALID_ARGUMENT naming a missing or
+  // mismatched tensor, or the file's error.
+  std::string safetensors_path;
+  // A checkpoint directory (DIR/JOB/step-N, from `stratactl checkpoint
+  // list`), restored on the servers (p, m, v and the step; FP32, no
+  // conversion): the model must be the checkpoint's; the servers, the world
+  // size and the chunk size may differ. FAILED_PRECONDITION for another
+  // model, DATA_LOSS naming a missing, truncated or corrupted file.
+  std::string checkpoint;
+};
+
+// One worker's settings: which job (and, when it is new, what it is and
+// where it starts from), and how this worker reaches the cluster, computes
+// and waits.
 struct ClientOptions {
   std::string coordinator_address = "127.0.0.1:7700";
   // TLS to the coordinator and the shard servers: the CA their certificates
@@ -74,30 +131,14 @@ struct ClientOptions {
   // worker token, which the coordinator returns. Empty: no token.
   std::string token_file;
   std::string job_id;
+  JobOptions job;
+  InitialState initial;
   // Unique per worker process; default: "<hostname>-<pid>".
   std::string worker_id;
-  std::vector<TensorSpec> tensors;
-  // Workers the job starts with: the first step waits for them.
-  uint32_t world_size = 1;
-  // Global batch of Step(GradientFn) (a job setting): step t consumes global
-  // sample indices [(t-1) * samples_per_step, t * samples_per_step), split
-  // among the workers of its generation. 0: Step() only.
-  uint64_t samples_per_step = 0;
   // Samples per call of the GradientFn; 0: this worker's whole share at once.
   uint64_t micro_batch_samples = 0;
-  uint64_t chunk_num_params = uint64_t{4} << 20;
-  // Copies of each chunk on distinct shard servers (a job setting, 1 to 3):
-  // with 2 or more, a shard server lost for good costs no step -- its
-  // chunks go on from their other copies -- and each push goes to every
-  // copy. Connect() fails with FAILED_PRECONDITION when fewer servers are
-  // live.
-  uint32_t replicas = 1;
-  AdamConfig adam;
-  // Parameter groups (torch's param_groups), which TensorSpec::group indexes:
-  // each its own weight decay (in place of adam.weight_decay) and, with
-  // SetGroupLearningRates(), its own learning rate. Empty: one group.
-  std::vector<ParamGroup> groups;
-  DType dtype = DType::kFp16;
+  // Every worker of a job must use the same residency, loss scaling and
+  // clipping.
   ParamResidency params = ParamResidency::kReplicated;
   LossScaleOptions loss_scale;
   // Clip the global gradient norm to this value; 0 disables clipping.
@@ -133,29 +174,6 @@ struct ClientOptions {
   // flat space of this many parameters, each reduce-scattered and pushed as
   // soon as it and the buckets after it are complete.
   uint64_t bucket_num_params = uint64_t{1} << 20;
-  // Initial FP32 weights over the flat space (FlatLayout::num_params()); used
-  // by rank 0 when the job is new. Empty: zeros.
-  std::vector<float> initial_params;
-  // Or the initial state from a safetensors file that `stratactl export`
-  // wrote: each tensor by its name and shape; with the Adam moments
-  // (NAME.exp_avg, NAME.exp_avg_sq) the job starts at the exported step and
-  // continues exactly as the exported job would have. Used by rank 0 when
-  // the job is new; Connect() fails with INVALID_ARGUMENT naming a missing or
-  // mismatched tensor, or the file's error.
-  std::string initial_state_path;
-  // Or a checkpoint directory (DIR/JOB/step-N, from `stratactl checkpoint
-  // list`) that a new job starts from, on the servers (p, m, v and the step;
-  // FP32, no conversion): the model must be the checkpoint's; the servers,
-  // the world size and the chunk size may differ. FAILED_PRECONDITION for
-  // another model, DATA_LOSS naming a missing, truncated or corrupted file.
-  std::string restore_from;
-  // Job settings: save a checkpoint every this many steps (0: only when
-  // asked, `stratactl checkpoint save`), into checkpoint_dir (an absolute
-  // path the servers and coordinator share; empty: the coordinator's
-  // --checkpoint_dir), keeping the newest checkpoint_keep_last (0: all).
-  uint64_t checkpoint_every_steps = 0;
-  std::string checkpoint_dir;
-  uint32_t checkpoint_keep_last = 0;
 };
 
 // A micro-batch of Step(GradientFn): global sample indices
@@ -239,7 +257,7 @@ class Client {
   // before a step: the servers refuse a step whose pushes disagree.
   // INVALID_ARGUMENT unless finite and >= 0.
   virtual absl::Status SetLearningRate(float lr) = 0;
-  // The learning rate of each parameter group (ClientOptions::groups) for
+  // The learning rate of each parameter group (JobOptions::groups) for
   // the next steps, in place of SetLearningRate()'s. INVALID_ARGUMENT for
   // another number of rates than groups, or one that is not finite and >= 0.
   virtual absl::Status SetGroupLearningRates(absl::Span<const float> lrs) = 0;

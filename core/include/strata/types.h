@@ -31,7 +31,7 @@ inline const char* DTypeName(DType dtype) {
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
-  uint32_t group = 0;  // its parameter group (ClientOptions::groups)
+  uint32_t group = 0;  // its parameter group (JobOptions::groups)
 };
 
 // A parameter group's own hyper-parameters (torch's param_groups).

@@ -10,8 +10,8 @@ int main() {
   strata::ClientOptions options;
   options.coordinator_address = "127.0.0.1:1";
   options.job_id = "consumer";
-  options.tensors = {{"w", {10, 10}}};
-  options.chunk_num_params = 64;
+  options.job.tensors = {{"w", {10, 10}}};
+  options.job.chunk_num_params = 64;
   options.rendezvous_timeout = absl::Seconds(1);
   auto client = strata::Client::Connect(options);
   if (client.ok()) return 1;
