@@ -79,7 +79,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
       service->reachability_.get(),
       [raw](const std::string& address) { raw->OnServerLost(address); },
       [raw](const std::string& address) { raw->CheckJobsOn(address); },
-      [raw] { raw->RecoverEmptiedJobs(); });
+      [raw] {
+        raw->RecoverEmptiedJobs();
+        if (raw->restore_again_.exchange(false)) {
+          raw->movers_.Schedule([raw] { raw->RestoreReplicas(); });
+        }
+      });
   raw->membership_->SetOnMemberLost([raw](const std::string& job_id) {
     raw->movers_.Schedule([raw, job_id] { raw->CheckCopies(job_id); });
   });
@@ -133,6 +138,7 @@ absl::Status CoordinatorService::DoRegister(const v1::RegisterServerRequest& req
     servers_[server.address()] = record;
   }
   monitor_->Watch(server.address());
+  fleet_.Reconnect(server.address());
   LogEventCat("coordinator", "shard server ", server.address(), " registered with ",
               server.gpu_budget_bytes(), " gpu, ", server.host_budget_bytes(), " host and ",
               server.nvme_budget_bytes(), " nvme budget bytes",

@@ -17,6 +17,7 @@
 #ifndef STRATA_COORDINATOR_COORDINATOR_SERVICE_H_
 #define STRATA_COORDINATOR_COORDINATOR_SERVICE_H_
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -256,6 +257,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   void CheckCopies(const std::string& job_id);
   // Gives every job whose chunks have fewer copies than its replicas more,
   // where live servers have room (after a server is lost, or registers).
+  // A job it failed for (a server not reachable yet) is tried again after
+  // the next round of health checks. On the movers.
   void RestoreReplicas();
   // Replaces the copy of chunk `chunk_id` of `job_id` on `address` (its
   // state diverged from the primary's) with one seeded from the primary:
@@ -301,6 +304,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   absl::Mutex moves_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   // Runs copy moves (they block), one at a time.
   ThreadPool movers_{1};
+  // Set when RestoreReplicas() failed for a job: the monitor's next round
+  // schedules it again.
+  std::atomic<bool> restore_again_{false};
   // Last: stopped (joined) first.
   std::unique_ptr<ServerMonitor> monitor_;
 };

@@ -333,7 +333,9 @@ void CoordinatorService::RestoreReplicas() {
         },
         "restoring its replica count", nullptr);
     if (!restored.ok() && !absl::IsNotFound(restored)) {
-      LogEventCat("coordinator", "job ", id, ": replicas not restored yet: ", restored.ToString());
+      LogEventCat("coordinator", "job ", id, ": replicas not restored yet (tried again after the ",
+                  "next round of health checks): ", restored.ToString());
+      restore_again_ = true;
     }
   }
 }

@@ -1,5 +1,7 @@
 #include "coordinator/shard_fleet.h"
 
+#include <grpcpp/channel.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -12,9 +14,20 @@ namespace strata {
 
 v1::ShardServer::Stub* ShardFleet::Stub(const std::string& address) {
   absl::MutexLock lock(&mu_);
-  auto& stub = stubs_[address];
-  if (stub == nullptr) stub = v1::ShardServer::NewStub(MakeChannel(address, credentials_));
-  return stub.get();
+  Connection& connection = connections_[address];
+  if (connection.stub == nullptr) {
+    connection.channel = MakeChannel(address, credentials_);
+    connection.stub = v1::ShardServer::NewStub(connection.channel);
+  }
+  return connection.stub.get();
+}
+
+void ShardFleet::Reconnect(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto it = connections_.find(address);
+  if (it != connections_.end()) {
+    grpc::experimental::ChannelResetConnectionBackoff(it->second.channel.get());
+  }
 }
 
 template <typename Request, typename Response>

@@ -36,6 +36,11 @@ class ShardFleet {
 
   // The stub of the server at `address`; valid as long as the fleet.
   v1::ShardServer::Stub* Stub(const std::string& address);
+  // A server (re)started at `address`: the channel to it starts connecting
+  // at once (in the background) instead of waiting out the backoff left by
+  // its previous process, so that calls without wait-for-ready (SeedChunks)
+  // soon reach the new one.
+  void Reconnect(const std::string& address);
 
   // Allocates the job's chunks on its servers (pushes of generations before
   // `min_generation` refused; the chunks `seeded` names per server made
@@ -79,9 +84,12 @@ class ShardFleet {
 
   const absl::Duration call_timeout_;
   const ChannelCredentials credentials_;
+  struct Connection {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::ShardServer::Stub> stub;
+  };
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<v1::ShardServer::Stub>> stubs_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Connection> connections_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace strata
