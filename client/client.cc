@@ -48,6 +48,10 @@ v1::JobSpec JobSpecOf(const std::string& job_id, const JobOptions& job) {
   spec.set_chunk_num_params(job.chunk_num_params);
   *spec.mutable_adam() = AdamToProto(job.adam);
   spec.set_dtype(DTypeToProto(job.dtype));
+  // FP32 is the default, written as none (as with replicas below).
+  if (job.state_precision != StatePrecision::kFp32) {
+    spec.set_state_precision(StatePrecisionToProto(job.state_precision));
+  }
   spec.set_checkpoint_every_steps(job.checkpoint_every_steps);
   spec.set_checkpoint_dir(job.checkpoint_dir);
   spec.set_checkpoint_keep_last(job.checkpoint_keep_last);

@@ -17,6 +17,7 @@
 #include "core/file_io.h"
 #include "core/quoted.h"
 #include "core/status_macros.h"
+#include "rpc/job_spec.h"
 #include "strata/internal/records.pb.h"
 
 namespace strata {
@@ -135,11 +136,13 @@ absl::StatusOr<internal::CheckpointManifest> ReadCheckpoint(const std::string& p
   std::sort(files.begin(), files.end(), [](const auto* a, const auto* b) {
     return a->chunk().flat_begin() < b->chunk().flat_begin();
   });
+  const StatePrecision precision = StatePrecisionOf(manifest.spec());
   uint64_t next = 0;
   for (const v1::CheckpointFile* f : files) {
     const std::string file = absl::StrCat(path, "/", f->file());
     if (f->file().empty() || absl::StrContains(f->file(), "/") || f->chunk().flat_begin() != next ||
-        f->chunk().num_params() == 0 || f->num_bytes() != StateBytes(f->chunk().num_params())) {
+        f->chunk().num_params() == 0 ||
+        f->num_bytes() != StateBytes(f->chunk().num_params(), precision)) {
       return absl::DataLossError(absl::StrCat("checkpoint manifest ", path, "/", kManifest,
                                               ": entry for ", file,
                                               " does not fit the flat space at index ", next));

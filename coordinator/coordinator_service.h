@@ -205,7 +205,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // Once fenced, the old copies of a replicated job that differ from their
   // chunk's source (a step cut short: coordinator/seed_plan.h) are seeded
   // again too. With `compare_unmoved`, a replicated job whose placement
-  // `plan` leaves as it is goes through the same steps, for that.
+  // `plan` leaves as it is goes through the same steps, for that. A job with
+  // 8-bit states whose placement `plan` changes is FAILED_PRECONDITION.
   absl::Status MoveCopies(const std::string& job_id, const PlanCopies& plan, const std::string& why,
                           v1::CopiesMoved* moved, bool compare_unmoved = false);
   // A move's first half, while the job trains: each new copy's server

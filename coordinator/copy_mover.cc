@@ -90,6 +90,11 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     if (SamePlacement(before, after) && !(compare_unmoved && before.spec().replicas() > 1)) {
       return absl::OkStatus();
     }
+    // Copies are built from FP32 reads and replays (shard/catch_up_copy.h).
+    if (StatePrecisionOf(before.spec()) != StatePrecision::kFp32) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", job_id, "' stores 8-bit states: its chunks do not move between shard servers"));
+    }
     moving_.insert(job_id);
   }
   absl::Cleanup not_moving = [&] {
@@ -288,7 +293,7 @@ absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const See
     uint64_t bytes = 0;
     for (const v1::ChunkSpec& chunk : chunks) {
       *call.request.add_chunks() = chunk;
-      bytes += ChunkBytes(chunk.num_params(), dtype);
+      bytes += ChunkBytes(chunk.num_params(), dtype, StatePrecisionOf(before.spec()));
     }
     call.timeout =
         absl::Minutes(1) + absl::Seconds(static_cast<double>(bytes) / kMinSeedBytesPerSecond);

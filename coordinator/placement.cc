@@ -13,8 +13,9 @@
 namespace strata {
 namespace {
 
-uint64_t ChunkBytesOf(const v1::ChunkSpec& chunk, v1::DType dtype) {
-  return ChunkBytes(chunk.num_params(), DTypeFromProto(dtype).value_or(DType::kFp32));
+uint64_t ChunkBytesOf(const v1::ChunkSpec& chunk, const v1::JobSpec& spec) {
+  return ChunkBytes(chunk.num_params(), DTypeFromProto(spec.dtype()).value_or(DType::kFp32),
+                    StatePrecisionOf(spec));
 }
 
 // The bytes each live server can still take: its capacity less the chunks
@@ -35,7 +36,7 @@ class FreeBytes {
   // Takes every copy of `job`'s chunks.
   void Take(const v1::JobInfo& job) {
     for (const auto& c : job.chunks()) {
-      const uint64_t bytes = ChunkBytesOf(c.chunk(), job.spec().dtype());
+      const uint64_t bytes = ChunkBytesOf(c.chunk(), job.spec());
       for (const std::string& address : CopiesOf(c)) Take(address, bytes);
     }
   }
@@ -130,7 +131,7 @@ absl::Status PlaceChunks(const std::vector<v1::ServerRecord>& live,
   for (v1::ChunkAssignment& a : *job->mutable_chunks()) {
     a.clear_server_address();
     a.clear_replica_addresses();
-    const uint64_t bytes = ChunkBytesOf(a.chunk(), spec.dtype());
+    const uint64_t bytes = ChunkBytesOf(a.chunk(), spec);
     for (uint32_t copy = 0; copy < copies; ++copy) {
       job_bytes += bytes;
       const std::string best = free.Best(a, bytes);
@@ -176,7 +177,7 @@ int AddMissingCopies(const std::vector<v1::ServerRecord>& live,
   const int copies = static_cast<int>(std::max<uint32_t>(job->spec().replicas(), 1));
   int added = 0;
   for (v1::ChunkAssignment& a : *job->mutable_chunks()) {
-    const uint64_t bytes = ChunkBytesOf(a.chunk(), job->spec().dtype());
+    const uint64_t bytes = ChunkBytesOf(a.chunk(), job->spec());
     int have = a.server_address().empty() ? 0 : 1 + a.replica_addresses_size();
     for (; have < copies; ++have) {
       const std::string best = free.Best(a, bytes);
@@ -222,7 +223,7 @@ int RebalanceCopies(const std::vector<v1::ServerRecord>& live,
       }
     }
     if (move == nullptr) break;
-    const uint64_t bytes = ChunkBytesOf(move->chunk(), job->spec().dtype());
+    const uint64_t bytes = ChunkBytesOf(move->chunk(), job->spec());
     // Worth it while the receiver stays less full than the giver was.
     if (free.free().at(emptiest) < bytes) break;
     const double receiver_share_after = static_cast<double>(free.free().at(emptiest) - bytes) /

@@ -91,6 +91,7 @@ void ShardFleet::Load(std::shared_ptr<const v1::JobInfo> job,
         load->set_job_id(job->spec().job_id());
         load->set_step(manifest->step());
         load->set_dir(job->restored_from());
+        load->set_state_precision(manifest->spec().state_precision());
         // The files whose ranges overlap the server's chunks.
         const std::vector<v1::ChunkSpec> chunks = ChunksOn(*job, address);
         for (const v1::CheckpointFile& f : manifest->files()) {

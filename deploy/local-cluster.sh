@@ -9,7 +9,8 @@
 # DATA_DIR (default: a fresh temporary directory, removed afterwards) holds
 # the daemons' RocksDB data and logs. Environment: STRATA_BIN (default
 # build/bin), STEPS (default 100), WORKERS (2), SERVERS (2), DEVICE (cpu;
-# cuda:N trains on that GPU, one worker per GPU).
+# cuda:N trains on that GPU, one worker per GPU), STATE (fp32; int8: the
+# servers store Adam's moments 8-bit).
 set -euo pipefail
 
 BIN=${STRATA_BIN:-build/bin}
@@ -17,6 +18,7 @@ STEPS=${STEPS:-100}
 WORKERS=${WORKERS:-2}
 SERVERS=${SERVERS:-2}
 DEVICE=${DEVICE:-cpu}
+STATE=${STATE:-fp32}
 if [ $# -ge 1 ]; then
   DATA=$1
   mkdir -p "$DATA"
@@ -73,7 +75,7 @@ for w in $(seq 0 $((WORKERS - 1))); do
   # Only rank 0 (whichever worker joins first) prints and writes the summary.
   "$BIN/mlp_trainer" --coordinator="$COORDINATOR" --job=mlp-demo --workers="$WORKERS" \
     --worker_id="worker-$w" --steps="$STEPS" --chunk_params=1024 --device="$DEVICE" \
-    --summary_file="$DATA/summary.json" \
+    --state_precision="$STATE" --summary_file="$DATA/summary.json" \
     2>"$DATA/trainer$w.log" &
   trainers+=($!)
   pids+=($!)

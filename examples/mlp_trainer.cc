@@ -52,6 +52,9 @@ ABSL_FLAG(uint64_t, chunk_params, 4096, "chunk size in parameters (multiple of 6
 ABSL_FLAG(uint32_t, replicas, 1,
           "copies of each chunk on distinct shard servers (1-3): with 2, a lost server costs "
           "no step");
+ABSL_FLAG(std::string, state_precision, "fp32",
+          "how the shard servers store Adam's moments: fp32, or int8 (8-bit codes with a scale "
+          "per 256 parameters: half the state's bytes)");
 ABSL_FLAG(bool, stream, true,
           "hand the last micro-batch's gradients over tensor by tensor, last layer first "
           "(Client::GradientsReady, the streamed step); false: AccumulateGradients");
@@ -180,6 +183,9 @@ strata::ClientOptions OptionsFromFlags(const Dims& d, strata::DType dtype) {
   options.job.adam.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   options.job.adam.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   options.job.dtype = dtype;
+  options.job.state_precision = absl::GetFlag(FLAGS_state_precision) == "int8"
+                                    ? strata::StatePrecision::kInt8
+                                    : strata::StatePrecision::kFp32;
   options.loss_scale.dynamic = dtype == strata::DType::kFp16;
   options.loss_scale.initial_scale = dtype == strata::DType::kFp16 ? 65536.0f : 1.0f;
   options.loss_scale.growth_interval = 50;
@@ -310,6 +316,12 @@ int main(int argc, char** argv) {
   const std::string dtype_name = absl::GetFlag(FLAGS_dtype);
   if (dtype_name != "fp16" && dtype_name != "bf16") {
     std::fprintf(stderr, "mlp_trainer: --dtype must be fp16 or bf16, not %s\n", dtype_name.c_str());
+    return 2;
+  }
+  const std::string state_name = absl::GetFlag(FLAGS_state_precision);
+  if (state_name != "fp32" && state_name != "int8") {
+    std::fprintf(stderr, "mlp_trainer: --state_precision must be fp32 or int8, not %s\n",
+                 state_name.c_str());
     return 2;
   }
   const strata::DType dtype = dtype_name == "bf16" ? strata::DType::kBf16 : strata::DType::kFp16;

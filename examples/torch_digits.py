@@ -101,6 +101,8 @@ def parse_args(argv):
                         help="stream the step: gradients leave during backward")
     parser.add_argument("--bucket-params", type=int, default=1 << 20,
                         help="parameters per bucket of the streamed step")
+    parser.add_argument("--state-precision", choices=["fp32", "int8"], default="fp32",
+                        help="how the shard servers store Adam's moments")
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--out", default="", help="rank 0 writes a JSON summary here")
     parser.add_argument("--save-weights", default="",
@@ -119,6 +121,7 @@ def main(argv=None):
                                         dtype=DTYPES[args.dtype],
                                         chunk_params=args.chunk_params, params=args.params,
                                         stream=args.stream, bucket_params=args.bucket_params,
+                                        state_precision=args.state_precision,
                                         param_groups=(make_param_groups(
                                             model, args.lr, args.weight_decay)
                                             if args.param_groups else None))

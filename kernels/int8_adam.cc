@@ -13,8 +13,8 @@ uint64_t Mix64(uint64_t x) {
 
 }  // namespace
 
-uint32_t Int8RoundingSeed(uint64_t chunk_index, int64_t step) {
-  return static_cast<uint32_t>(Mix64(Mix64(chunk_index) ^ static_cast<uint64_t>(step)) >> 32);
+uint32_t Int8RoundingSeed(uint64_t window, int64_t step) {
+  return static_cast<uint32_t>(Mix64(Mix64(window) ^ static_cast<uint64_t>(step)) >> 32);
 }
 
 }  // namespace strata

@@ -40,17 +40,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/chunk_bytes.h"
 #include "kernels/adam.h"
 #include "strata/types.h"
 
 namespace strata {
-
-inline constexpr size_t kInt8StateBlock = 256;
-
-// Scales a state of n parameters holds.
-inline constexpr size_t Int8StateBlocks(size_t n) {
-  return (n + kInt8StateBlock - 1) / kInt8StateBlock;
-}
 
 // The moments of one range of an 8-bit state, starting at a block
 // boundary: m[i], v[i] for its elements and m_scale[b], v_scale[b] for its
@@ -63,16 +57,18 @@ struct Int8Moments {
 };
 
 // What v's stochastic rounding draws on: element i of a range has index
-// first_index + i (its place in the chunk, so that a range updated piece by
-// piece rounds as it would whole).
+// first_index + i (the low 32 bits of its place in the model, so that a
+// range updated piece by piece, or cut into chunks another way, rounds as it
+// would whole).
 struct Int8Rounding {
   uint32_t seed;
   uint32_t first_index;
 };
 
-// The seed of one step of one chunk: every copy of the chunk that applies
-// the step rounds alike.
-uint32_t Int8RoundingSeed(uint64_t chunk_index, int64_t step);
+// The seed of one step of the parameters whose place in the model, shifted
+// right by 32 bits, is `window` (first_index then holds the low 32 bits):
+// every copy and every chunking of a model rounds a step alike.
+uint32_t Int8RoundingSeed(uint64_t window, int64_t step);
 
 // In place. `n` ends at a block boundary or at the end of the state (the
 // last block's scale covers only the elements it has).
@@ -83,6 +79,12 @@ void AdamUpdateInt8(const AdamConstants& c, DType grad_dtype, const void* grads,
 // The codes and scales of FP32 moments m[0, n), v[0, n), as AdamUpdateInt8
 // would store them (m = 0 where v codes to 0 included).
 void QuantizeMoments(const float* m, const float* v, Int8Moments out, size_t n);
+// The same with v rounded stochastically as AdamUpdateInt8 rounds it: a
+// step's new moments computed apart (a block whose parameters take
+// different constants) are stored with the bits AdamUpdateInt8 would give.
+// `out` and `rounding` start at a block boundary.
+void QuantizeMomentsRounded(const float* m, const float* v, Int8Moments out, Int8Rounding rounding,
+                            size_t n);
 // The FP32 values of n coded moments.
 void DequantizeMoments(const Int8Moments& in, float* m, float* v, size_t n);
 

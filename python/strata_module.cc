@@ -67,6 +67,13 @@ DType ParseDType(const std::string& name) {
       absl::StrCat("dtype '", name, "' is not one of fp16, bf16, fp32")));
 }
 
+StatePrecision ParseStatePrecision(const std::string& name) {
+  if (name == "fp32") return StatePrecision::kFp32;
+  if (name == "int8") return StatePrecision::kInt8;
+  throw StatusError(absl::InvalidArgumentError(
+      absl::StrCat("state_precision '", name, "' is not one of fp32, int8")));
+}
+
 // A flat float32 buffer from Python.
 struct FloatBuffer {
   float* data;
@@ -136,16 +143,19 @@ void CheckSize(const FloatBuffer& buffer, uint64_t n, const char* what) {
   }
 }
 
-std::unique_ptr<Client> Connect(
-    const std::string& coordinator, const std::string& job, const std::string& worker_id,
-    const TensorList& tensors, uint32_t world_size, uint64_t chunk_params, float lr,
-    std::pair<float, float> betas, float eps, float weight_decay, bool adamw,
-    const std::string& dtype, const std::string& params, py::object loss_scale,
-    double max_grad_norm, py::object initial_params, const std::string& restore_from,
-    double timeout_s, const std::string& tls_ca, const std::string& tls_cert,
-    const std::string& tls_key, const std::string& token_file, const std::string& collective_host,
-    uint64_t bucket_params, const std::vector<uint32_t>& tensor_groups,
-    const std::vector<float>& group_weight_decays, uint32_t replicas, const std::string& device) {
+std::unique_ptr<Client> Connect(const std::string& coordinator, const std::string& job,
+                                const std::string& worker_id, const TensorList& tensors,
+                                uint32_t world_size, uint64_t chunk_params, float lr,
+                                std::pair<float, float> betas, float eps, float weight_decay,
+                                bool adamw, const std::string& dtype, const std::string& params,
+                                py::object loss_scale, double max_grad_norm,
+                                py::object initial_params, const std::string& restore_from,
+                                double timeout_s, const std::string& tls_ca,
+                                const std::string& tls_cert, const std::string& tls_key,
+                                const std::string& token_file, const std::string& collective_host,
+                                uint64_t bucket_params, const std::vector<uint32_t>& tensor_groups,
+                                const std::vector<float>& group_weight_decays, uint32_t replicas,
+                                const std::string& device, const std::string& state_precision) {
   ClientOptions options;
   options.coordinator_address = coordinator;
   options.tls_ca_file = tls_ca;
@@ -172,6 +182,7 @@ std::unique_ptr<Client> Connect(
   options.job.replicas = replicas;
   options.job.adam = AdamConfig{lr, betas.first, betas.second, eps, weight_decay, adamw};
   options.job.dtype = ParseDType(dtype);
+  options.job.state_precision = ParseStatePrecision(state_precision);
   if (params == "on_demand") {
     options.params = ParamResidency::kOnDemand;
   } else if (params != "replicated") {
@@ -402,9 +413,10 @@ void BindFunctions(py::module_& m) {
         py::arg("bucket_params") = uint64_t{1} << 20,
         py::arg("tensor_groups") = std::vector<uint32_t>(),
         py::arg("group_weight_decays") = std::vector<float>(), py::arg("replicas") = 1,
-        py::arg("device") = "cpu",
+        py::arg("device") = "cpu", py::arg("state_precision") = "fp32",
         "Creates or joins a job and returns its Client (strata::Client::Connect); device: "
-        "where the client's buffers are (\"cpu\", or \"cuda:N\" with NCCL among the workers)");
+        "where the client's buffers are (\"cpu\", or \"cuda:N\" with NCCL among the workers); "
+        "state_precision: how the shard servers store Adam's moments (\"fp32\" or \"int8\")");
 }
 
 }  // namespace

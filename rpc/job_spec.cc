@@ -57,6 +57,27 @@ v1::DType DTypeToProto(DType dtype) {
   return v1::DTYPE_UNSPECIFIED;
 }
 
+absl::StatusOr<StatePrecision> StatePrecisionFromProto(v1::StatePrecision precision) {
+  switch (precision) {
+    case v1::STATE_PRECISION_UNSPECIFIED:
+    case v1::STATE_PRECISION_FP32:
+      return StatePrecision::kFp32;
+    case v1::STATE_PRECISION_INT8:
+      return StatePrecision::kInt8;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state_precision ", static_cast<int>(precision), " is not one of fp32, int8"));
+  }
+}
+
+v1::StatePrecision StatePrecisionToProto(StatePrecision precision) {
+  return precision == StatePrecision::kInt8 ? v1::STATE_PRECISION_INT8 : v1::STATE_PRECISION_FP32;
+}
+
+StatePrecision StatePrecisionOf(const v1::JobSpec& spec) {
+  return StatePrecisionFromProto(spec.state_precision()).value_or(StatePrecision::kFp32);
+}
+
 AdamConfig AdamFromProto(const v1::AdamConfig& adam) {
   return AdamConfig{adam.lr(),  adam.beta1(),        adam.beta2(),
                     adam.eps(), adam.weight_decay(), adam.adamw()};
@@ -141,6 +162,12 @@ absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec) {
                                                    " exceeds ", kMaxPathBytes, " bytes"));
   }
   RETURN_IF_ERROR(DTypeFromProto(spec.dtype()).status());
+  ASSIGN_OR_RETURN(const StatePrecision precision, StatePrecisionFromProto(spec.state_precision()));
+  if (precision == StatePrecision::kInt8 && spec.replicas() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicas ", spec.replicas(),
+                     " with state_precision int8: jobs with 8-bit states keep one copy"));
+  }
   const v1::AdamConfig& a = spec.adam();
   if (!std::isfinite(a.lr()) || a.lr() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("lr ", a.lr(), " must be finite and >= 0"));

@@ -24,12 +24,18 @@ bool IsValidId(const std::string& id);
 
 // The layout of a valid spec; INVALID_ARGUMENT naming the first problem:
 // job id, tensors (count, names, sizes), world size, chunk size and count,
-// checkpoint directory length, optimizer values or dtype.
+// checkpoint directory length, optimizer values, dtype or state precision
+// (int8 states take one copy of each chunk: copies of them are not built).
 absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec);
 
 // INVALID_ARGUMENT for DTYPE_UNSPECIFIED or an unknown value.
 absl::StatusOr<DType> DTypeFromProto(v1::DType dtype);
 v1::DType DTypeToProto(DType dtype);
+// UNSPECIFIED is FP32; INVALID_ARGUMENT for an unknown value.
+absl::StatusOr<StatePrecision> StatePrecisionFromProto(v1::StatePrecision precision);
+v1::StatePrecision StatePrecisionToProto(StatePrecision precision);
+// The state precision of a spec ValidateJobSpec() accepted.
+StatePrecision StatePrecisionOf(const v1::JobSpec& spec);
 AdamConfig AdamFromProto(const v1::AdamConfig& adam);
 v1::AdamConfig AdamToProto(const AdamConfig& adam);
 LossScaleState LossScaleFromProto(const v1::LossScaleState& state);

@@ -21,6 +21,7 @@
 #include "shard/chunk_saver.h"
 #include "shard/saved_chunk.h"
 #include "shard/shard_service.h"
+#include "shard/state_math.h"
 
 namespace strata {
 namespace {
@@ -155,7 +156,7 @@ absl::Status ShardService::DoSaveChunks(const v1::SaveChunksRequest& request,
     file->mutable_chunk()->set_num_params(chunk.range().size());
     if (i < num_saved) {
       file->set_file(CheckpointFileName(chunk.chunk_id()));
-      file->set_num_bytes(StateBytes(chunk.range().size()));
+      file->set_num_bytes(chunk.state_shape().bytes());
     }
     file->set_checksum(saved[i].checksum);
   }
@@ -188,6 +189,8 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
   if (request.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 0"));
   }
+  ASSIGN_OR_RETURN(const StatePrecision file_precision,
+                   StatePrecisionFromProto(request.state_precision()));
   ASSIGN_OR_RETURN(const std::string dir, CheckpointDir(request.dir()));
   for (const v1::CheckpointFile& file : request.files()) {
     if (file.file().empty() || file.file().find('/') != std::string::npos || file.file() == "." ||
@@ -207,21 +210,24 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
     std::error_code error;
     const std::string path = absl::StrCat(dir, "/", file.file());
     const uintmax_t size = std::filesystem::file_size(path, error);
-    if (error || size != StateBytes(n)) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint file ", path,
-                       error ? " is missing or unreadable: " + error.message()
-                             : absl::StrCat(" has ", size, " bytes, not the ", StateBytes(n),
-                                            " of its ", n, " parameters")));
+    const uint64_t want = StateBytes(n, file_precision);
+    if (error || size != want) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint file ", path,
+          error ? " is missing or unreadable: " + error.message()
+                : absl::StrCat(" has ", size, " bytes, not the ", want, " of its ", n, " ",
+                               StatePrecisionName(file_precision), "-state parameters")));
     }
   }
   ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
   // Parameters of each local chunk the files cover.
   std::vector<std::atomic<uint64_t>> covered(chunks.size());
-  // Each loading thread's buffer, reused while the files' sizes repeat.
+  // Each loading thread's buffers, reused while the files' sizes repeat: the
+  // file's state, and its FP32 form where a chunk loads it converted.
   struct Buffer {
-    StateBuffer state;
+    StateBuffer state, fp32;
     uint64_t num_params = 0;
+    bool fp32_made = false;
   };
   std::vector<Buffer> buffers(kParallelLoads);
   RETURN_IF_ERROR(ParallelFor(
@@ -229,22 +235,40 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
         const v1::CheckpointFile& file = request.files(f);
         const uint64_t n = file.chunk().num_params();
         const FlatRange source{file.chunk().flat_begin(), file.chunk().flat_begin() + n};
+        const StateShape shape{n, file_precision};
         Buffer& buffer = buffers[thread];
         if (buffer.num_params != n) {
-          buffer.state = AllocateStateBuffer(n);
+          buffer.state = AllocateStateBuffer(shape.bytes());
+          buffer.fp32.reset();
           buffer.num_params = n;
         }
-        float* p = buffer.state.get();
-        RETURN_IF_ERROR(LoadChunkState(absl::StrCat(dir, "/", file.file()), file.checksum(), n, p));
+        buffer.fp32_made = false;
+        RETURN_IF_ERROR(LoadChunkState(absl::StrCat(dir, "/", file.file()), file.checksum(),
+                                       shape.bytes(), buffer.state.get()));
         for (size_t i = 0; i < chunks.size(); ++i) {
           const FlatRange target = chunks[i]->range();
           const uint64_t begin = std::max(source.begin, target.begin);
           const uint64_t end = std::min(source.end, target.end);
           if (begin >= end) continue;
-          const uint64_t offset = begin - source.begin;
-          RETURN_IF_ERROR(chunks[i]->WriteState(begin, p + offset, p + n + offset,
-                                                p + 2 * n + offset, end - begin, request.step()));
           covered[i] += end - begin;
+          // The file is the chunk's state as stored: its bits.
+          if (source.begin == target.begin && source.end == target.end &&
+              chunks[i]->state_shape().precision == file_precision) {
+            RETURN_IF_ERROR(chunks[i]->WriteStoredState(buffer.state.get(), request.step()));
+            continue;
+          }
+          const StateShape fp32{n, StatePrecision::kFp32};
+          std::byte* values = buffer.state.get();
+          if (file_precision != StatePrecision::kFp32) {
+            if (buffer.fp32 == nullptr) buffer.fp32 = AllocateStateBuffer(fp32.bytes());
+            if (!buffer.fp32_made) ConvertState(shape, buffer.state.get(), fp32, buffer.fp32.get());
+            buffer.fp32_made = true;
+            values = buffer.fp32.get();
+          }
+          const StateView view = fp32.ViewOf(values);
+          const uint64_t offset = begin - source.begin;
+          RETURN_IF_ERROR(chunks[i]->WriteState(begin, view.p + offset, view.m + offset,
+                                                view.v + offset, end - begin, request.step()));
         }
         return absl::OkStatus();
       }));

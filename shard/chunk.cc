@@ -8,6 +8,8 @@
 #include "core/status_macros.h"
 #include "kernels/adam.h"
 #include "kernels/elementwise.h"
+#include "kernels/int8_adam.h"
+#include "shard/state_math.h"
 
 namespace strata {
 
@@ -263,6 +265,14 @@ void Chunk::Apply() {
   for (Waiter& w : ready) std::move(w.done)(absl::OkStatus(), step, CopyView(step, w.begin, w.n));
 }
 
+std::vector<GradRange> Chunk::GradRanges(const std::map<uint64_t, StagedPush>& pushes) const {
+  std::vector<GradRange> grads;
+  for (const auto& [begin, push] : pushes) {
+    grads.push_back(GradRange{begin - range_.begin, push.end - begin, push.grads.data()});
+  }
+  return grads;
+}
+
 absl::Status Chunk::UpdateInMemory(int64_t step, const std::vector<ConstantsSpan>& spans,
                                    const std::map<uint64_t, StagedPush>& pushes,
                                    std::byte* copy_out) {
@@ -270,25 +280,12 @@ absl::Status Chunk::UpdateInMemory(int64_t step, const std::vector<ConstantsSpan
   const StateView in = LiveView(view);
   if (CheckpointNeedsState(step - 1)) KeepCheckpointState(step - 1, in);
   const StateView out = UpdateTarget(view);
-  // One pass per push and group span, straight from the push's bytes: the
-  // update is elementwise, so this gives the bits of one pass over the chunk.
-  const size_t esize = DTypeSize(dtype_);
-  for (const auto& [begin, push] : pushes) {
-    const uint64_t push_offset = begin - range_.begin, push_end = push.end - range_.begin;
-    for (const ConstantsSpan& span : spans) {
-      const uint64_t offset = std::max(push_offset, span.offset);
-      const uint64_t end = std::min(push_end, span.offset + span.n);
-      if (offset >= end) continue;
-      AdamUpdate(
-          span.constants, dtype_,
-          reinterpret_cast<const std::byte*>(push.grads.data()) + (offset - push_offset) * esize,
-          AdamInputs{in.p + offset, in.m + offset, in.v + offset},
-          AdamOutputs{out.p + offset, out.m + offset, out.v + offset}, dtype_,
-          copy_out + offset * esize, end - offset);
-    }
-  }
+  // Straight from the pushes' bytes: the update gives the bits of one pass
+  // over the chunk.
+  ApplyAdamStep(state_->shape(), in, out, spans, GradRanges(pushes), dtype_, copy_out, range_.begin,
+                step);
   RETURN_IF_ERROR(CommitAndRelease(view, step));
-  live_in_shadow_ = !shadow_.empty() && out.p == shadow_.data();
+  live_in_shadow_ = !shadow_.empty() && out.bytes() == shadow_.data();
   ReleaseUnusedShadow();
   return absl::OkStatus();
 }
@@ -305,11 +302,7 @@ absl::Status Chunk::UpdateInTier(int64_t step, const std::vector<ConstantsSpan>&
       DisarmLocked(live.status());  // training does not fail for a checkpoint
     }
   }
-  std::vector<GradRange> grads;
-  for (const auto& [begin, push] : pushes) {
-    grads.push_back(GradRange{begin - range_.begin, push.end - begin, push.grads.data()});
-  }
-  return state_->Update(spans, grads, copy_out);
+  return state_->Update(spans, GradRanges(pushes), copy_out);
 }
 
 void Chunk::FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status) {
@@ -413,6 +406,21 @@ absl::Status Chunk::WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, con
 
 absl::Status Chunk::WriteState(uint64_t begin, const float* p, const float* m, const float* v,
                                uint64_t n, int64_t step, absl::string_view previous) {
+  return SetState(begin, n, step, previous, p, [&](const StateView& view, uint64_t offset) {
+    WriteStateFp32(state_->shape(), view, offset, n, p, m, v);
+  });
+}
+
+absl::Status Chunk::WriteStoredState(const std::byte* state, int64_t step) {
+  const StateShape shape = state_->shape();
+  return SetState(
+      range_.begin, range_.size(), step, /*previous=*/{}, reinterpret_cast<const float*>(state),
+      [&](const StateView& view, uint64_t) { std::memcpy(view.bytes(), state, shape.bytes()); });
+}
+
+absl::Status Chunk::SetState(uint64_t begin, uint64_t n, int64_t step, absl::string_view previous,
+                             const float* p,
+                             absl::FunctionRef<void(const StateView&, uint64_t)> write) {
   const size_t esize = DTypeSize(dtype_);
   if (!previous.empty() && (previous.size() != n * esize || step < 1)) {
     return absl::InvalidArgumentError(
@@ -437,11 +445,7 @@ absl::Status Chunk::WriteState(uint64_t begin, const float* p, const float* m, c
     }
     previous_copy_valid_ = previous_written_ == range_.size();
   }
-  return WriteAndCommit(begin, n, step, p, [&](const StateView& view, uint64_t offset) {
-    std::memcpy(view.p + offset, p, n * sizeof(float));
-    std::memcpy(view.m + offset, m, n * sizeof(float));
-    std::memcpy(view.v + offset, v, n * sizeof(float));
-  });
+  return WriteAndCommit(begin, n, step, p, write);
 }
 
 absl::StatusOr<int64_t> Chunk::ReadState(uint64_t begin, uint64_t n, float* p_out, float* m_out,
@@ -449,10 +453,15 @@ absl::StatusOr<int64_t> Chunk::ReadState(uint64_t begin, uint64_t n, float* p_ou
   absl::MutexLock state_lock(&state_mu_);
   ASSIGN_OR_RETURN(StateView loaded, state_->Load());
   const StateView view = LiveView(loaded);
-  uint64_t offset = begin - range_.begin;
-  std::memcpy(p_out, view.p + offset, n * sizeof(float));
-  std::memcpy(m_out, view.m + offset, n * sizeof(float));
-  std::memcpy(v_out, view.v + offset, n * sizeof(float));
+  ReadStateFp32(state_->shape(), view, begin - range_.begin, n, p_out, m_out, v_out);
+  state_->Release(loaded);
+  return applied_step();
+}
+
+absl::StatusOr<int64_t> Chunk::CopyState(std::byte* out) {
+  absl::MutexLock state_lock(&state_mu_);
+  ASSIGN_OR_RETURN(StateView loaded, state_->Load());
+  std::memcpy(out, LiveView(loaded).bytes(), state_->shape().bytes());
   state_->Release(loaded);
   return applied_step();
 }

@@ -1,7 +1,7 @@
-// Chunk: one chunk of a job on a shard server: its FP32 p, m, v (in a
-// ChunkState: host memory, NVMe or GPU memory), two low-precision copies of p that
-// workers pull (of the applied step and of the one before; always in host
-// memory), and its step state machine.
+// Chunk: one chunk of a job on a shard server: its FP32 p and its m, v (FP32
+// or 8-bit: state_view.h; in a ChunkState: host memory, NVMe or GPU memory), two low-precision
+// copies of p that workers pull (of the applied step and of the one before; always in host memory),
+// and its step state machine.
 //
 // A chunk at applied step t accepts pushes for step t+1. Pushed gradients
 // are not copied: the chunk keeps a view of each push's bytes, and the push
@@ -127,8 +127,9 @@ class Chunk {
   const std::string& job_id() const { return job_id_; }
   uint32_t chunk_id() const { return chunk_id_; }
   FlatRange range() const { return range_; }
-  // Where p, m, v live.
+  // Where p, m, v live, and their size and precision.
   TierKind tier() const { return state_->tier(); }
+  StateShape state_shape() const { return state_->shape(); }
   // Tier bytes held: the state's and the copy's.
   uint64_t num_bytes() const { return state_->num_bytes() + copy_extent_.num_bytes; }
   int64_t applied_step() const;
@@ -184,7 +185,8 @@ class Chunk {
   // FAILED_PRECONDITION once a step was pushed or applied; the tier's error
   // when the state cannot be loaded or committed.
   absl::Status WriteParams(uint64_t begin, const float* params, uint64_t n);
-  // Sets p, m, v of [begin, begin + n) and the applied step to `step`, before
+  // Sets p, m, v of [begin, begin + n) from FP32 values (8-bit moments
+  // coded: state_math.h) and the applied step to `step`, before
   // any push: FAILED_PRECONDITION once a step was pushed or applied, or when
   // the chunk was written at another step; the tier's error otherwise.
   // `previous` (empty, or n values of the job's dtype): the range's copy of
@@ -193,9 +195,16 @@ class Chunk {
   // recompute); INVALID_ARGUMENT for another size or at step 0.
   absl::Status WriteState(uint64_t begin, const float* p, const float* m, const float* v,
                           uint64_t n, int64_t step, absl::string_view previous = {});
-  // Copies p, m, v of [begin, begin + n) out (waiting out an Apply() in
+  // WriteState() of the whole chunk from its state as stored
+  // (state_shape().bytes() at `state`, 4-byte aligned), without the copy of
+  // the step before.
+  absl::Status WriteStoredState(const std::byte* state, int64_t step);
+  // Copies p, m, v of [begin, begin + n) out in FP32 (waiting out an Apply() in
   // progress); returns the applied step they hold, or the tier's error.
   absl::StatusOr<int64_t> ReadState(uint64_t begin, uint64_t n, float* p, float* m, float* v);
+  // Copies the whole state out as stored (state_shape().bytes() to `out`);
+  // returns the applied step it holds, or the tier's error.
+  absl::StatusOr<int64_t> CopyState(std::byte* out);
   // Ends every waiting pull and every staged push with `status` (shutdown,
   // job dropped); the staged step can then be pushed again.
   void FailWaiters(const absl::Status& status);
@@ -277,6 +286,11 @@ class Chunk {
   absl::Status WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, const float* params,
                               absl::FunctionRef<void(const StateView&, uint64_t)> write)
       ABSL_LOCKS_EXCLUDED(state_mu_);
+  // WriteState()'s checks and step bookkeeping, then WriteAndCommit().
+  absl::Status SetState(uint64_t begin, uint64_t n, int64_t step, absl::string_view previous,
+                        const float* params,
+                        absl::FunctionRef<void(const StateView&, uint64_t)> write)
+      ABSL_LOCKS_EXCLUDED(state_mu_);
   // Which buffer holds a host-tier chunk's p, m, v: its state's extent or
   // shadow_.
   enum class Buffer { kNone, kExtent, kShadow };
@@ -288,6 +302,8 @@ class Chunk {
   // Apply()'s update of the state to `step`, writing the copy of `step` to
   // `copy_out`: loaded into memory and committed, or in the state's tier.
   // The tier's error leaves the state as it was.
+  // The chunk's ranges of `pushes`' gradients.
+  std::vector<GradRange> GradRanges(const std::map<uint64_t, StagedPush>& pushes) const;
   absl::Status UpdateInMemory(int64_t step, const std::vector<ConstantsSpan>& spans,
                               const std::map<uint64_t, StagedPush>& pushes, std::byte* copy_out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);

@@ -64,7 +64,7 @@ void Chunk::KeepCheckpointState(int64_t step, const StateView& live) {
 
 void Chunk::WriteCheckpointNow(const StateView& live) {
   absl::StatusOr<uint64_t> checksum =
-      SaveOrChecksumChunkState(checkpoint_path_, live.p, range_.size());
+      SaveOrChecksumChunkState(checkpoint_path_, live.bytes(), state_->shape().bytes());
   held_ = Buffer::kNone;
   if (!checksum.ok()) {
     DisarmLocked(checksum.status());
@@ -74,7 +74,7 @@ void Chunk::WriteCheckpointNow(const StateView& live) {
 }
 
 absl::StatusOr<ArenaState> Chunk::CopyToArena(const StateView& view) {
-  ASSIGN_OR_RETURN(ArenaState copy, ArenaState::Take(checkpoint_arena_, range_.size()));
+  ASSIGN_OR_RETURN(ArenaState copy, ArenaState::Take(checkpoint_arena_, state_->shape()));
   copy.CopyFrom(view);
   return copy;
 }
@@ -84,7 +84,7 @@ StateView Chunk::UpdateTarget(const StateView& loaded) {
   if (held_ == live) {
     if (live == Buffer::kShadow) return loaded;
     if (shadow_.empty()) {
-      absl::StatusOr<ArenaState> shadow = ArenaState::Take(checkpoint_arena_, range_.size());
+      absl::StatusOr<ArenaState> shadow = ArenaState::Take(checkpoint_arena_, state_->shape());
       if (!shadow.ok()) {
         state_mu_.Await(absl::Condition(
             +[](bool* writing) { return !*writing; }, &writing_held_));
@@ -147,7 +147,7 @@ absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(std::optional<LossScaleState>* lo
   // past it, or now: the chunk is at the step and no Apply() runs while
   // state_mu_ is held), or the copy an Apply() made (NVMe tier), or one made
   // now; or the file an Apply() wrote. Apply()s go on while it is written.
-  const float* state = nullptr;
+  const std::byte* state = nullptr;
   ArenaState copy;
   std::string path;
   {
@@ -168,7 +168,7 @@ absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(std::optional<LossScaleState>* lo
     }
     if (state_->tier() == TierKind::kHost) {
       if (held_ == Buffer::kNone) held_ = LiveBuffer();
-      state = held_ == Buffer::kShadow ? shadow_.data() : loaded->p;
+      state = held_ == Buffer::kShadow ? shadow_.data() : loaded->bytes();
       writing_held_ = true;
     } else if (!checkpoint_copy_.empty()) {
       copy = std::move(checkpoint_copy_);
@@ -183,7 +183,8 @@ absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(std::optional<LossScaleState>* lo
     state_->Release(*loaded);
     if (state == nullptr) state = copy.data();
   }
-  absl::StatusOr<uint64_t> checksum = SaveOrChecksumChunkState(path, state, range_.size());
+  absl::StatusOr<uint64_t> checksum =
+      SaveOrChecksumChunkState(path, state, state_->shape().bytes());
   absl::MutexLock state_lock(&state_mu_);
   writing_held_ = false;
   held_ = Buffer::kNone;

@@ -1,5 +1,5 @@
 // ShardService's placement of a job's chunks over the tiers (shard_service.h):
-// GPU memory first, then host memory, then NVMe.
+// GPU memory first (FP32 states), then host memory, then NVMe.
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -16,8 +16,9 @@ namespace strata {
 
 absl::StatusOr<std::unique_ptr<StagingPool>> ShardService::MakeStagingPool(
     const v1::JobSpec& spec) {
-  return StagingPool::Create(host_, NvmeChunkState::StagingBytes(spec.chunk_num_params()),
-                             staging_buffers_);
+  return StagingPool::Create(
+      host_, NvmeChunkState::StagingBytes({spec.chunk_num_params(), StatePrecisionOf(spec)}),
+      staging_buffers_);
 }
 
 std::vector<Tier*> ShardService::Tiers() const {
@@ -29,8 +30,9 @@ std::vector<Tier*> ShardService::Tiers() const {
 }
 
 absl::StatusOr<std::unique_ptr<ChunkState>> ShardService::MakeMemoryState(
-    const v1::JobSpec& spec, uint64_t num_params, DType dtype,
+    const v1::JobSpec& spec, StateShape shape, DType dtype,
     std::shared_ptr<StagingPool>* gpu_staging) {
+  if (shape.precision != StatePrecision::kFp32) return HostChunkState::Create(host_, shape);
   if (gpu_ != nullptr && *gpu_staging == nullptr) {
     absl::StatusOr<std::unique_ptr<StagingPool>> pool = StagingPool::Create(
         host_, GpuStagingBytes(spec.chunk_num_params(), dtype), executor_->num_threads() + 1);
@@ -38,10 +40,10 @@ absl::StatusOr<std::unique_ptr<ChunkState>> ShardService::MakeMemoryState(
   }
   if (*gpu_staging != nullptr) {
     absl::StatusOr<std::unique_ptr<ChunkState>> state =
-        CreateGpuChunkState(gpu_, *gpu_staging, num_params, dtype);
+        CreateGpuChunkState(gpu_, *gpu_staging, shape.num_params, dtype);
     if (state.ok() || state.status().code() != absl::StatusCode::kResourceExhausted) return state;
   }
-  return HostChunkState::Create(host_, num_params);
+  return HostChunkState::Create(host_, shape);
 }
 
 absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
@@ -49,6 +51,7 @@ absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
                                        std::shared_ptr<StagingPool> staging, Job* job) {
   const std::string& job_id = request.spec().job_id();
   const AdamConfig adam = AdamFromProto(request.spec().adam());
+  const StatePrecision precision = StatePrecisionOf(request.spec());
   // Copies first: every chunk's copy is in host memory whatever its tier.
   std::vector<Extent> copies;
   std::shared_ptr<StagingPool> gpu_staging;  // made for the first GPU chunk
@@ -63,11 +66,10 @@ absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
   }
   for (int i = 0; status.ok() && i < request.chunks_size(); ++i) {
     const v1::ChunkSpec& c = request.chunks(i);
+    const StateShape shape{c.num_params(), precision};
     absl::StatusOr<std::unique_ptr<ChunkState>> state =
-        MakeMemoryState(request.spec(), c.num_params(), dtype, &gpu_staging);
-    if (!state.ok() && staging != nullptr) {
-      state = NvmeChunkState::Create(nvme_, staging, c.num_params());
-    }
+        MakeMemoryState(request.spec(), shape, dtype, &gpu_staging);
+    if (!state.ok() && staging != nullptr) state = NvmeChunkState::Create(nvme_, staging, shape);
     if (!state.ok()) {
       status = state.status();
       break;

@@ -51,29 +51,23 @@ void StagingPool::Release(std::byte* buffer) {
   free_.push_back(buffer);
 }
 
-absl::StatusOr<std::unique_ptr<ChunkState>> HostChunkState::Create(Tier* host,
-                                                                   uint64_t num_params) {
-  ASSIGN_OR_RETURN(Extent extent, host->Allocate(StateBytes(num_params)));
-  return std::unique_ptr<ChunkState>(new HostChunkState(host, extent, num_params));
+absl::StatusOr<std::unique_ptr<ChunkState>> HostChunkState::Create(Tier* host, StateShape shape) {
+  ASSIGN_OR_RETURN(Extent extent, host->Allocate(shape.bytes()));
+  return std::unique_ptr<ChunkState>(new HostChunkState(host, extent, shape));
 }
 
 HostChunkState::~HostChunkState() { host_->Free(extent_); }
 
-absl::StatusOr<StateView> HostChunkState::Load() {
-  auto* p = reinterpret_cast<float*>(host_->Map(extent_));
-  return StateView{p, p + num_params_, p + 2 * num_params_, nullptr};
-}
+absl::StatusOr<StateView> HostChunkState::Load() { return shape_.ViewOf(host_->Map(extent_)); }
 
-uint64_t NvmeChunkState::StagingBytes(uint64_t num_params) {
-  return RoundUpToBlock(StateBytes(num_params));
-}
+uint64_t NvmeChunkState::StagingBytes(StateShape shape) { return RoundUpToBlock(shape.bytes()); }
 
-NvmeChunkState::NvmeChunkState(Tier* nvme, std::shared_ptr<StagingPool> staging,
-                               uint64_t num_params, Extent slot0, Extent slot1, int current)
+NvmeChunkState::NvmeChunkState(Tier* nvme, std::shared_ptr<StagingPool> staging, StateShape shape,
+                               Extent slot0, Extent slot1, int current)
     : nvme_(nvme),
       staging_(std::move(staging)),
-      num_params_(num_params),
-      slot_bytes_(RoundUpToBlock(StateBytes(num_params))),
+      shape_(shape),
+      slot_bytes_(StagingBytes(shape)),
       slots_{slot0, slot1},
       current_(current) {}
 
@@ -90,9 +84,10 @@ absl::Status NvmeChunkState::Describe(internal::ChunkRecord* record) const {
 }
 
 absl::StatusOr<std::unique_ptr<ChunkState>> NvmeChunkState::Restore(
-    NvmeTier* nvme, std::shared_ptr<StagingPool> staging, const internal::ChunkRecord& record) {
-  uint64_t num_params = record.chunk().num_params();
-  uint64_t slot_bytes = RoundUpToBlock(StateBytes(num_params));
+    NvmeTier* nvme, std::shared_ptr<StagingPool> staging, const internal::ChunkRecord& record,
+    StatePrecision precision) {
+  const StateShape shape{record.chunk().num_params(), precision};
+  const uint64_t slot_bytes = StagingBytes(shape);
   if (record.slot_offsets_size() != 2 || record.slot_bytes() != slot_bytes ||
       record.current_slot() > 1) {
     return absl::DataLossError(
@@ -106,12 +101,12 @@ absl::StatusOr<std::unique_ptr<ChunkState>> NvmeChunkState::Restore(
                                            i == current ? checksums : std::vector<uint64_t>()));
   }
   return std::unique_ptr<ChunkState>(
-      new NvmeChunkState(nvme, std::move(staging), num_params, slots[0], slots[1], current));
+      new NvmeChunkState(nvme, std::move(staging), shape, slots[0], slots[1], current));
 }
 
 absl::StatusOr<std::unique_ptr<ChunkState>> NvmeChunkState::Create(
-    Tier* nvme, std::shared_ptr<StagingPool> staging, uint64_t num_params) {
-  uint64_t slot_bytes = RoundUpToBlock(StateBytes(num_params));
+    Tier* nvme, std::shared_ptr<StagingPool> staging, StateShape shape) {
+  const uint64_t slot_bytes = StagingBytes(shape);
   ASSIGN_OR_RETURN(Extent slot0, nvme->Allocate(slot_bytes));
   absl::StatusOr<Extent> slot1 = nvme->Allocate(slot_bytes);
   if (!slot1.ok()) {
@@ -120,8 +115,9 @@ absl::StatusOr<std::unique_ptr<ChunkState>> NvmeChunkState::Create(
   }
   StagingPool* pool = staging.get();
   std::unique_ptr<NvmeChunkState> state(
-      new NvmeChunkState(nvme, std::move(staging), num_params, slot0, *slot1));
-  // Slot 0 starts as zeros: p, m and v of a new chunk.
+      new NvmeChunkState(nvme, std::move(staging), shape, slot0, *slot1));
+  // Slot 0 starts as zeros: p, m and v of a new chunk (8-bit moments: codes
+  // and scales 0).
   std::byte* buffer = pool->Acquire();
   std::memset(buffer, 0, slot_bytes);
   absl::Status s = WriteAndWait(*nvme, slot0, 0, absl::MakeConstSpan(buffer, slot_bytes));
@@ -135,10 +131,7 @@ NvmeChunkState::~NvmeChunkState() {
   nvme_->Free(slots_[1]);
 }
 
-StateView NvmeChunkState::ViewOf(std::byte* buffer) const {
-  auto* p = reinterpret_cast<float*>(buffer);
-  return StateView{p, p + num_params_, p + 2 * num_params_, buffer};
-}
+StateView NvmeChunkState::ViewOf(std::byte* buffer) const { return shape_.ViewOf(buffer, buffer); }
 
 absl::StatusOr<StateView> NvmeChunkState::Load() {
   std::byte* buffer = staging_->Acquire();

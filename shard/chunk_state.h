@@ -1,4 +1,4 @@
-// ChunkState: where the FP32 state (p, m, v) of one chunk lives, and how it
+// ChunkState: where the state (p, m, v; state_view.h) of one chunk lives, and how it
 // is brought into memory for an update and put back.
 //
 //  - HostChunkState: in a host-tier extent; Load() gives pointers into it and
@@ -26,28 +26,13 @@
 #include "core/chunk_bytes.h"
 #include "kernels/adam.h"
 #include "shard/chunk_groups.h"
+#include "shard/state_view.h"
 #include "storage/nvme_tier.h"
 #include "storage/tier.h"
 #include "strata/internal/records.pb.h"
 #include "strata/v1/shard.pb.h"
 
 namespace strata {
-
-// The state of a chunk of n parameters in memory.
-struct StateView {
-  float* p = nullptr;
-  float* m = nullptr;
-  float* v = nullptr;
-  std::byte* buffer = nullptr;  // the staging buffer, if any
-};
-
-// Gradients of [offset, offset + n) of a chunk (offsets from its begin), in
-// host memory.
-struct GradRange {
-  uint64_t offset = 0;
-  uint64_t n = 0;
-  const void* grads = nullptr;
-};
 
 // Page-locked staging buffers of one size, taken from the host tier.
 class StagingPool {
@@ -72,11 +57,12 @@ class ChunkState {
  public:
   virtual ~ChunkState() = default;
   virtual TierKind tier() const = 0;
+  virtual StateShape shape() const = 0;
   // Tier bytes the state holds.
   virtual uint64_t num_bytes() const = 0;
   // The state in memory; an I/O error leaves nothing to release.
   virtual absl::StatusOr<StateView> Load() = 0;
-  // Makes the view's p, m, v the state. On error the previous state stays.
+  // Makes the view's state the state. On error the previous state stays.
   virtual absl::Status Commit(const StateView& view) = 0;
   // Ends a Load(), committed or not.
   virtual void Release(const StateView& view) = 0;
@@ -101,34 +87,36 @@ class ChunkState {
 
 class HostChunkState : public ChunkState {
  public:
-  // RESOURCE_EXHAUSTED when 12 bytes per parameter do not fit in `host`.
-  static absl::StatusOr<std::unique_ptr<ChunkState>> Create(Tier* host, uint64_t num_params);
+  // RESOURCE_EXHAUSTED when the state does not fit in `host`.
+  static absl::StatusOr<std::unique_ptr<ChunkState>> Create(Tier* host, StateShape shape);
   ~HostChunkState() override;
   TierKind tier() const override { return TierKind::kHost; }
+  StateShape shape() const override { return shape_; }
   uint64_t num_bytes() const override { return extent_.num_bytes; }
   absl::StatusOr<StateView> Load() override;
   absl::Status Commit(const StateView&) override { return absl::OkStatus(); }
   void Release(const StateView&) override {}
 
  private:
-  HostChunkState(Tier* host, Extent extent, uint64_t num_params)
-      : host_(host), extent_(extent), num_params_(num_params) {}
+  HostChunkState(Tier* host, Extent extent, StateShape shape)
+      : host_(host), extent_(extent), shape_(shape) {}
   Tier* const host_;
   const Extent extent_;
-  const uint64_t num_params_;
+  const StateShape shape_;
 };
 
 class NvmeChunkState : public ChunkState {
  public:
-  // Staging bytes one chunk of `num_params` needs: its state rounded to 4 KiB blocks.
-  static uint64_t StagingBytes(uint64_t num_params);
+  // Staging bytes one chunk of `shape` needs: its state rounded to 4 KiB blocks.
+  static uint64_t StagingBytes(StateShape shape);
   // Two slots in `nvme`, slot 0 written with zeros. RESOURCE_EXHAUSTED when
   // they do not fit; the tier's error when the first write fails.
   static absl::StatusOr<std::unique_ptr<ChunkState>> Create(Tier* nvme,
                                                             std::shared_ptr<StagingPool> staging,
-                                                            uint64_t num_params);
+                                                            StateShape shape);
   ~NvmeChunkState() override;
   TierKind tier() const override { return TierKind::kNvme; }
+  StateShape shape() const override { return shape_; }
   uint64_t num_bytes() const override { return 2 * slot_bytes_; }
   absl::StatusOr<StateView> Load() override;
   absl::Status Commit(const StateView& view) override;
@@ -137,19 +125,21 @@ class NvmeChunkState : public ChunkState {
   absl::Status Describe(internal::ChunkRecord* record) const override;
   void Rollback() override { current_ = 1 - current_; }
 
-  // The state a previous run recorded: its slots are adopted from `nvme`.
+  // The state of `precision` a previous run recorded: its slots are
+  // adopted from `nvme`.
   static absl::StatusOr<std::unique_ptr<ChunkState>> Restore(NvmeTier* nvme,
                                                              std::shared_ptr<StagingPool> staging,
-                                                             const internal::ChunkRecord& record);
+                                                             const internal::ChunkRecord& record,
+                                                             StatePrecision precision);
 
  private:
-  NvmeChunkState(Tier* nvme, std::shared_ptr<StagingPool> staging, uint64_t num_params,
-                 Extent slot0, Extent slot1, int current = 0);
+  NvmeChunkState(Tier* nvme, std::shared_ptr<StagingPool> staging, StateShape shape, Extent slot0,
+                 Extent slot1, int current = 0);
   StateView ViewOf(std::byte* buffer) const;
 
   Tier* const nvme_;
   const std::shared_ptr<StagingPool> staging_;
-  const uint64_t num_params_;
+  const StateShape shape_;
   const uint64_t slot_bytes_;
   Extent slots_[2];
   int current_ = 0;

@@ -29,21 +29,24 @@ class GpuChunkState : public ChunkState {
 
   TierKind tier() const override { return TierKind::kGpu; }
   uint64_t num_bytes() const override { return extent_.num_bytes; }
+  StateShape shape() const override { return {num_params_, StatePrecision::kFp32}; }
 
   absl::StatusOr<StateView> Load() override {
     auto* buffer = new float[3 * num_params_];
-    absl::Status read =
-        ReadAndWait(*gpu_, extent_, 0, absl::MakeSpan(AsBytes(buffer), StateBytes(num_params_)));
+    absl::Status read = ReadAndWait(
+        *gpu_, extent_, 0,
+        absl::MakeSpan(AsBytes(buffer), StateBytes(num_params_, StatePrecision::kFp32)));
     if (!read.ok()) {
       delete[] buffer;
       return read;
     }
-    return StateView{buffer, buffer + num_params_, buffer + 2 * num_params_, AsBytes(buffer)};
+    return shape().ViewOf(AsBytes(buffer), AsBytes(buffer));
   }
 
   absl::Status Commit(const StateView& view) override {
-    return WriteAndWait(*gpu_, extent_, 0,
-                        absl::MakeConstSpan(view.buffer, StateBytes(num_params_)));
+    return WriteAndWait(
+        *gpu_, extent_, 0,
+        absl::MakeConstSpan(view.buffer, StateBytes(num_params_, StatePrecision::kFp32)));
   }
 
   void Release(const StateView& view) override { delete[] view.p; }

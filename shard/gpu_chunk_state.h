@@ -34,12 +34,13 @@ inline uint64_t GpuStagingBytes(uint64_t num_params, DType dtype) {
   return num_params * DTypeSize(dtype);
 }
 
-// Tier bytes a chunk of `num_params` in `dtype` takes in a GPU tier.
+// Tier bytes a chunk of `num_params` in `dtype` takes in a GPU tier (FP32
+// states only).
 inline uint64_t GpuChunkStateBytes(uint64_t num_params, DType dtype) {
-  return StateBytes(num_params) + num_params * DTypeSize(dtype);
+  return StateBytes(num_params, StatePrecision::kFp32) + num_params * DTypeSize(dtype);
 }
 
-// A zeroed state in `gpu` (a GPU tier) whose updates take buffers of at
+// A zeroed FP32 state in `gpu` (a GPU tier) whose updates take buffers of at
 // least GpuStagingBytes(num_params, dtype) from `staging`. RESOURCE_EXHAUSTED
 // when it does not fit; FAILED_PRECONDITION where strata was built without CUDA.
 absl::StatusOr<std::unique_ptr<ChunkState>> CreateGpuChunkState(

@@ -34,6 +34,7 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
   job->dtype = dtype;
   const AdamConfig adam = AdamFromProto(request.spec().adam());
   ASSIGN_OR_RETURN(FlatLayout layout, ValidateJobSpec(request.spec()));
+  const StatePrecision precision = StatePrecisionOf(request.spec());
   int64_t step = -1;
   std::vector<std::string> saved_files, copy_files;  // removed once recovered
   for (const auto& [key, value] : records) {
@@ -42,11 +43,13 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
       return absl::DataLossError(absl::StrCat("server metadata: cannot parse record ", key));
     }
     const uint64_t n = record.chunk().num_params();
+    const StateShape shape{n, precision};
     std::unique_ptr<ChunkState> state;
     if (!record.saved_file().empty()) {
-      ASSIGN_OR_RETURN(state, MakeMemoryState(request.spec(), n, dtype, &gpu_staging));
+      ASSIGN_OR_RETURN(state, MakeMemoryState(request.spec(), shape, dtype, &gpu_staging));
       ASSIGN_OR_RETURN(StateView view, state->Load());
-      absl::Status loaded = LoadChunkState(record.saved_file(), record.saved_checksum(), n, view.p);
+      absl::Status loaded =
+          LoadChunkState(record.saved_file(), record.saved_checksum(), shape.bytes(), view.bytes());
       if (loaded.ok()) loaded = state->Commit(view);
       state->Release(view);
       RETURN_IF_ERROR(loaded);
@@ -58,7 +61,7 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
       if (staging == nullptr) {
         ASSIGN_OR_RETURN(staging, MakeStagingPool(request.spec()));
       }
-      ASSIGN_OR_RETURN(state, NvmeChunkState::Restore(nvme_, staging, record));
+      ASSIGN_OR_RETURN(state, NvmeChunkState::Restore(nvme_, staging, record, precision));
     }
     ASSIGN_OR_RETURN(Extent copy, host_->Allocate(ChunkCopyBytes(n, dtype)));
     uint64_t begin = record.chunk().flat_begin();
@@ -105,12 +108,12 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
 absl::Status ShardService::SaveMemoryChunk(const std::string& job_id, uint64_t begin,
                                            Chunk& chunk) {
   const uint64_t n = chunk.range().size();
-  StateBuffer state = AllocateStateBuffer(n);
-  ASSIGN_OR_RETURN(int64_t step,
-                   chunk.ReadState(begin, n, state.get(), state.get() + n, state.get() + 2 * n));
+  const uint64_t bytes = chunk.state_shape().bytes();
+  StateBuffer state = AllocateStateBuffer(bytes);
+  ASSIGN_OR_RETURN(int64_t step, chunk.CopyState(state.get()));
   const std::string file = absl::StrCat(saved_chunks_dir_, "/", job_id, "-", chunk.chunk_id());
   internal::ChunkRecord record;
-  ASSIGN_OR_RETURN(uint64_t checksum, SaveChunkState(file, state.get(), n));
+  ASSIGN_OR_RETURN(uint64_t checksum, SaveChunkState(file, state.get(), bytes));
   record.mutable_chunk()->set_chunk_id(chunk.chunk_id());
   record.mutable_chunk()->set_flat_begin(begin);
   record.mutable_chunk()->set_num_params(n);

@@ -175,19 +175,18 @@ absl::Status TransferWhole(bool read, int fd, bool direct, std::byte* data, size
 
 }  // namespace
 
-StateBuffer AllocateStateBuffer(uint64_t num_params) {
-  size_t bytes = StateBytes(num_params);
-  bytes = std::max(kDirectBlockBytes,
-                   (bytes + kDirectBlockBytes - 1) / kDirectBlockBytes * kDirectBlockBytes);
-  return StateBuffer(reinterpret_cast<float*>(AllocateFaultedIn(bytes)));
+StateBuffer AllocateStateBuffer(uint64_t bytes) {
+  bytes = std::max<uint64_t>(
+      kDirectBlockBytes, (bytes + kDirectBlockBytes - 1) / kDirectBlockBytes * kDirectBlockBytes);
+  return StateBuffer(AllocateFaultedIn(bytes));
 }
 
-absl::StatusOr<ArenaState> ArenaState::Take(StateArena* arena, uint64_t num_params) {
-  ASSIGN_OR_RETURN(std::byte * data, arena->Take(StateBytes(num_params)));
+absl::StatusOr<ArenaState> ArenaState::Take(StateArena* arena, StateShape shape) {
+  ASSIGN_OR_RETURN(std::byte * data, arena->Take(shape.bytes()));
   ArenaState state;
   state.arena_ = arena;
-  state.data_ = reinterpret_cast<float*>(data);
-  state.num_params_ = num_params;
+  state.data_ = data;
+  state.shape_ = shape;
   return state;
 }
 
@@ -196,31 +195,28 @@ ArenaState& ArenaState::operator=(ArenaState&& other) noexcept {
     Reset();
     arena_ = std::exchange(other.arena_, nullptr);
     data_ = std::exchange(other.data_, nullptr);
-    num_params_ = std::exchange(other.num_params_, 0);
+    shape_ = std::exchange(other.shape_, StateShape());
   }
   return *this;
 }
 
 void ArenaState::Reset() {
   if (arena_ != nullptr) {
-    arena_->Give(reinterpret_cast<std::byte*>(data_), StateBytes(num_params_));
+    arena_->Give(data_, shape_.bytes());
   }
   arena_ = nullptr;
   data_ = nullptr;
-  num_params_ = 0;
+  shape_ = StateShape();
 }
 
+// A view's arrays lie in one buffer from p on (state_view.h).
 void ArenaState::CopyFrom(const StateView& view) {
-  const size_t array_bytes = num_params_ * sizeof(float);
-  std::memcpy(data_, view.p, array_bytes);
-  std::memcpy(data_ + num_params_, view.m, array_bytes);
-  std::memcpy(data_ + 2 * num_params_, view.v, array_bytes);
+  std::memcpy(data_, view.bytes(), shape_.bytes());
 }
 
-absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* state,
-                                        uint64_t num_params) {
-  const size_t bytes = StateBytes(num_params);
-  std::byte* data = reinterpret_cast<std::byte*>(const_cast<float*>(state));
+absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const std::byte* state,
+                                        uint64_t bytes) {
+  std::byte* data = const_cast<std::byte*>(state);
   bool direct;
   int fd = OpenPreferringDirect(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, data, &direct);
   if (fd < 0) return ErrnoError("cannot create", path);
@@ -232,20 +228,19 @@ absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* st
   return XXH3_64bits_digest(hash.get());
 }
 
-uint64_t ChecksumChunkState(const float* state, uint64_t num_params) {
-  return XXH3_64bits(state, StateBytes(num_params));
+uint64_t ChecksumChunkState(const std::byte* state, uint64_t bytes) {
+  return XXH3_64bits(state, bytes);
 }
 
-absl::StatusOr<uint64_t> SaveOrChecksumChunkState(const std::string& path, const float* state,
-                                                  uint64_t num_params) {
-  if (path.empty()) return ChecksumChunkState(state, num_params);
-  return SaveChunkState(path, state, num_params);
+absl::StatusOr<uint64_t> SaveOrChecksumChunkState(const std::string& path, const std::byte* state,
+                                                  uint64_t bytes) {
+  if (path.empty()) return ChecksumChunkState(state, bytes);
+  return SaveChunkState(path, state, bytes);
 }
 
-absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t num_params,
-                            float* state) {
-  const size_t bytes = StateBytes(num_params);
-  std::byte* data = reinterpret_cast<std::byte*>(state);
+absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t bytes,
+                            std::byte* state) {
+  std::byte* data = state;
   bool direct;
   int fd = OpenPreferringDirect(path, O_RDONLY | O_CLOEXEC, data, &direct);
   if (fd < 0) {

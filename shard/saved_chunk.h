@@ -1,4 +1,4 @@
-// A chunk's state in a file: p, m and v (12 bytes per parameter), written
+// A chunk's state in a file: p, m and v (state_view.h), written
 // and fsynced, with an XXH3 checksum of the contents kept by whoever names
 // the file -- a host-memory chunk's ChunkRecord when its shard server stops
 // cleanly, or a checkpoint's manifest. Writes stream at the disk's speed:
@@ -22,62 +22,57 @@
 
 namespace strata {
 
-struct FreeFloats {
-  void operator()(float* p) const { std::free(p); }
+struct FreeBytes {
+  void operator()(std::byte* p) const { std::free(p); }
 };
-// p, m and v of a chunk, contiguous (3n floats), 4 KiB-aligned, its pages
-// faulted in.
-using StateBuffer = std::unique_ptr<float[], FreeFloats>;
-StateBuffer AllocateStateBuffer(uint64_t num_params);
+// A chunk's state buffer of `bytes`, 4 KiB-aligned, its pages faulted in.
+using StateBuffer = std::unique_ptr<std::byte[], FreeBytes>;
+StateBuffer AllocateStateBuffer(uint64_t bytes);
 
-// A chunk's state as its file holds it (p, m, v: 3n contiguous floats) in
-// the memory of a StateArena, given back with the object. Move-only.
+// A chunk's state as its file holds it in the memory of a StateArena, given
+// back with the object. Move-only.
 class ArenaState {
  public:
   ArenaState() = default;
-  // StateBytes(num_params) of the arena; RESOURCE_EXHAUSTED when it cannot
-  // have them.
-  static absl::StatusOr<ArenaState> Take(StateArena* arena, uint64_t num_params);
+  // shape.bytes() of the arena; RESOURCE_EXHAUSTED when it cannot have them.
+  static absl::StatusOr<ArenaState> Take(StateArena* arena, StateShape shape);
   ArenaState(ArenaState&& other) noexcept { *this = std::move(other); }
   ArenaState& operator=(ArenaState&& other) noexcept;
   ~ArenaState() { Reset(); }
 
   bool empty() const { return arena_ == nullptr; }
-  float* data() const { return data_; }
-  uint64_t num_params() const { return num_params_; }
-  StateView view() const {
-    return StateView{data_, data_ + num_params_, data_ + 2 * num_params_, nullptr};
-  }
-  // Copies `view`'s p, m and v in.
+  std::byte* data() const { return data_; }
+  StateView view() const { return shape_.ViewOf(data_); }
+  // Copies the state `view` (of the same shape) in.
   void CopyFrom(const StateView& view);
   // Gives the memory back; empty() after.
   void Reset();
 
  private:
   StateArena* arena_ = nullptr;
-  float* data_ = nullptr;
-  uint64_t num_params_ = 0;
+  std::byte* data_ = nullptr;
+  StateShape shape_;
 };
 
-// Writes the state of `num_params` parameters (3n floats: p, m, v) to `path`
-// and syncs it; returns the checksum. Direct I/O when the memory is 4
+// Writes the `bytes` of a state to `path` and syncs it; returns the
+// checksum. Direct I/O when the memory is 4
 // KiB-aligned and the file system has it, buffered otherwise. The I/O error
 // naming the file on failure.
-absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const float* state,
-                                        uint64_t num_params);
+absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const std::byte* state,
+                                        uint64_t bytes);
 // The checksum SaveChunkState() would return for the same state, without
 // writing it (a replica's state compared with its primary's file).
-uint64_t ChecksumChunkState(const float* state, uint64_t num_params);
+uint64_t ChecksumChunkState(const std::byte* state, uint64_t bytes);
 // SaveChunkState() to `path`, or ChecksumChunkState() when `path` is empty.
-absl::StatusOr<uint64_t> SaveOrChecksumChunkState(const std::string& path, const float* state,
-                                                  uint64_t num_params);
-// Reads `path` into `state` (3n floats: p, m, v), verifying the checksum as
+absl::StatusOr<uint64_t> SaveOrChecksumChunkState(const std::string& path, const std::byte* state,
+                                                  uint64_t bytes);
+// Reads the `bytes` of a state from `path` into `state`, verifying the checksum as
 // the pieces arrive: DATA_LOSS naming the file when it is missing or its size
 // or checksum is not the recorded one. Direct I/O in large pieces kept in
 // flight when `state` is 4 KiB-aligned (AllocateStateBuffer), buffered
 // otherwise.
-absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t num_params,
-                            float* state);
+absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t bytes,
+                            std::byte* state);
 
 // Small files beside a saved state (a chunk's copy of the step before):
 // `bytes` written to `path` and synced; returns their XXH3.

@@ -56,6 +56,13 @@ absl::Status ValidateSeedRequest(const v1::SeedChunksRequest& request,
   return absl::OkStatus();
 }
 
+// Copies are built from FP32 reads and replays (catch_up_copy.h).
+absl::Status EightBitNotCopied(const v1::SeedChunksRequest& request) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("job ", Quoted(request.job_id()),
+                   " stores 8-bit states: its chunks are not copied between shard servers"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
@@ -69,6 +76,7 @@ absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
           "chunks: chunk ", c.chunk_id(), " [", c.flat_begin(), ", +", c.num_params(), ") of job ",
           Quoted(request.job_id()), " is not a chunk as allocated on this shard server"));
     }
+    if (chunk->state_shape().precision != StatePrecision::kFp32) return EightBitNotCopied(request);
     return absl::OkStatus();
   }));
   return std::vector<v1::ChunkSpec>(request.chunks().begin(), request.chunks().end());
@@ -183,6 +191,9 @@ absl::Status ShardService::ValidatePrepare(const v1::SeedChunksRequest& request)
   if (request.spec().job_id() != request.job_id()) {
     return absl::InvalidArgumentError(absl::StrCat("spec.job_id ", Quoted(request.spec().job_id()),
                                                    " is not job_id ", Quoted(request.job_id())));
+  }
+  if (StatePrecisionOf(request.spec()) != StatePrecision::kFp32) {
+    return EightBitNotCopied(request);
   }
   return ValidateSeedRequest(request, [&](const v1::ChunkSpec& c) {
     const bool known = c.chunk_id() < layout->num_chunks() &&

@@ -167,12 +167,14 @@ absl::Status ShardService::PlaceAll(const v1::AllocateChunksRequest& request,
   // and host memory while they last, the rest on NVMe. (Not tried when the
   // bytes alone cannot fit: a try allocates and zeroes memory until it runs
   // out.)
+  const StatePrecision precision = StatePrecisionOf(request.spec());
   uint64_t all_bytes = 0;
   for (const v1::ChunkSpec& c : request.chunks()) {
-    all_bytes += ChunkBytes(c.num_params(), dtype);
+    all_bytes += ChunkBytes(c.num_params(), dtype, precision);
   }
   uint64_t memory_free_bytes = host_->budget_bytes() - host_->used_bytes();
-  if (gpu_ != nullptr) memory_free_bytes += gpu_->budget_bytes() - gpu_->used_bytes();
+  if (gpu_ != nullptr && precision == StatePrecision::kFp32)
+    memory_free_bytes += gpu_->budget_bytes() - gpu_->used_bytes();
   absl::Status placed =
       all_bytes <= memory_free_bytes
           ? PlaceChunks(request, layout, dtype, nullptr, job)
@@ -297,7 +299,7 @@ void ShardService::ReserveCheckpointPieces(Job* job) {
   job->checkpoint_pieces.clear();
   for (const auto& [begin, chunk] : job->chunks_by_begin) {
     if (chunk->tier() == TierKind::kNvme) continue;
-    job->checkpoint_pieces.push_back(StateBytes(chunk->range().size()));
+    job->checkpoint_pieces.push_back(chunk->state_shape().bytes());
   }
   checkpoint_arena_->Reserve(job->checkpoint_pieces);
 }

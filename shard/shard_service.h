@@ -163,12 +163,12 @@ class ShardService final : public ShardServerService, public WorkerTokens {
                         DType dtype, Job* job);
   // The tiers this server has, fastest first.
   std::vector<Tier*> Tiers() const;
-  // A chunk state of job `spec` in memory: GPU memory if it fits, else host
-  // memory. GPU states share the job's staging buffers in `gpu_staging`,
+  // A chunk state of job `spec` in memory: GPU memory if it fits (FP32
+  // states), else host memory. GPU states share the job's staging buffers in `gpu_staging`,
   // made for the first (one per executor thread, one spare, from the host
   // tier); without room for them the state goes to host memory.
   absl::StatusOr<std::unique_ptr<ChunkState>> MakeMemoryState(
-      const v1::JobSpec& spec, uint64_t num_params, DType dtype,
+      const v1::JobSpec& spec, StateShape shape, DType dtype,
       std::shared_ptr<StagingPool>* gpu_staging);
   // Makes every chunk of `request` (its job laid out as `layout`) in `job`:
   // copies in host memory, states in memory, then (with `staging`) on NVMe.

@@ -150,7 +150,12 @@ void AdamUpdateInt8(const AdamConstants& c, DType grad_dtype, const void* grads,
 }
 
 void QuantizeMoments(const float* m, const float* v, Int8Moments out, size_t n) {
-  ActiveKernels().int8.quantize_moments(m, v, out, n);
+  ActiveKernels().int8.quantize_moments(m, v, out, /*rounding=*/nullptr, n);
+}
+
+void QuantizeMomentsRounded(const float* m, const float* v, Int8Moments out, Int8Rounding rounding,
+                            size_t n) {
+  ActiveKernels().int8.quantize_moments(m, v, out, &rounding, n);
 }
 
 void DequantizeMoments(const Int8Moments& in, float* m, float* v, size_t n) {

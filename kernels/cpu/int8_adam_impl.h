@@ -155,12 +155,12 @@ float LargestMagnitude(const float* x, size_t len) {
 }
 
 template <typename Ops>
-void QuantizeMomentsImpl(const float* m, const float* v, Int8Moments out, size_t n) {
+void QuantizeMomentsImpl(const float* m, const float* v, Int8Moments out,
+                         const Int8Rounding* rounding, size_t n) {
   for (size_t begin = 0, b = 0; begin < n; begin += kInt8StateBlock, ++b) {
     const size_t len = std::min(kInt8StateBlock, n - begin);
     EncodeBlock<Ops>(m + begin, v + begin, LargestMagnitude<Ops>(m + begin, len),
-                     LargestMagnitude<Ops>(v + begin, len), /*rounding=*/nullptr, out, b, begin,
-                     len);
+                     LargestMagnitude<Ops>(v + begin, len), rounding, out, b, begin, len);
   }
 }
 

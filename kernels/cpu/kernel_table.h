@@ -19,7 +19,8 @@ struct Int8KernelTable {
   void (*adam_update)(const AdamConstants& c, DType grad_dtype, const void* grads, float* p,
                       Int8Moments moments, Int8Rounding rounding, DType copy_dtype, void* copy,
                       size_t n);
-  void (*quantize_moments)(const float* m, const float* v, Int8Moments out, size_t n);
+  void (*quantize_moments)(const float* m, const float* v, Int8Moments out,
+                           const Int8Rounding* rounding, size_t n);
   void (*dequantize_moments)(const Int8Moments& in, float* m, float* v, size_t n);
 };
 

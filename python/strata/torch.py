@@ -63,6 +63,11 @@ class ShardedOptimizer(torch.optim.Optimizer):
     replicas=2 (or 3) keeps that many copies of each chunk on distinct shard
     servers (a job setting): a server lost for good then costs no step.
 
+    state_precision="int8" has the shard servers store Adam's moments as
+    8-bit codes with a scale per 256 parameters (a job setting: 6 bytes of
+    state per parameter instead of 12; one copy of each chunk, in host
+    memory or on NVMe). Checkpoints and exports read them back in FP32.
+
     params="replicated" keeps the whole model in every worker (ZeRO-2
     style); params="on_demand" keeps 1/world_size of it and gathers each
     module's parameters around its forward and backward (ZeRO-3 style;
@@ -86,7 +91,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                  worker_id=None, chunk_params=1 << 22, restore_from="", timeout_s=60.0,
                  params="replicated", tls_ca=None, tls_cert=None, tls_key=None,
                  token_file=None, stream=False, bucket_params=1 << 20, param_groups=None,
-                 replicas=1, collective_host=None):
+                 replicas=1, collective_host=None, state_precision="fp32"):
         if dtype not in _DTYPE_NAMES:
             raise ValueError("dtype must be torch.float16, torch.bfloat16 or torch.float32, "
                              "not %s" % (dtype,))
@@ -184,7 +189,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             tensor_groups=tensor_groups if self._grouped else [], replicas=replicas,
             group_weight_decays=([float(group["weight_decay"]) for group in self.param_groups]
                                  if self._grouped else []),
-            device=_device_name(self._device))
+            device=_device_name(self._device), state_precision=state_precision)
         self._on_demand = None
         if params == "on_demand":
             self._flat = self._views = None  # the model's copy goes; gathers bring it back

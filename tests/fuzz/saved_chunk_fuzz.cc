@@ -23,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t expected = true_checksum ? *checksum : *checksum + 1;
 
   std::vector<float> state(3 * num_params);
-  absl::Status loaded = strata::LoadChunkState(path, expected, num_params, state.data());
+  absl::Status loaded = strata::LoadChunkState(path, expected, 12 * num_params,
+                                               reinterpret_cast<std::byte*>(state.data()));
   // A load succeeds only for the right size and checksum.
   if (loaded.ok() && (!true_checksum || contents.size() != state.size() * sizeof(float))) {
     __builtin_trap();

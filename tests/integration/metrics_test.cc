@@ -97,8 +97,9 @@ TEST(MetricsTest, ServersAndCoordinatorExportWhatOperatorsWatch) {
   EXPECT_EQ(Value(text, "strata_tier_chunks{tier=\"host\"}"), chunks);
   // The chunks' bytes, each extent rounded up to the tier's 64-byte alignment.
   const double used = Value(text, "strata_tier_used_bytes{tier=\"host\"}");
-  EXPECT_GE(used, static_cast<double>(ChunkBytes(n, DType::kFp16)));
-  EXPECT_LE(used, static_cast<double>(ChunkBytes(n, DType::kFp16)) + 2 * 64 * chunks);
+  EXPECT_GE(used, static_cast<double>(ChunkBytes(n, DType::kFp16, StatePrecision::kFp32)));
+  EXPECT_LE(used, static_cast<double>(ChunkBytes(n, DType::kFp16, StatePrecision::kFp32)) +
+                      2 * 64 * chunks);
   // Every parameter pushed once per step (2 bytes), pulled at connect and per step.
   EXPECT_EQ(Value(text, "strata_pushed_bytes_total"), 2.0 * n * kSteps);
   EXPECT_EQ(Value(text, "strata_pulled_bytes_total"), 2.0 * n * (kSteps + 1));

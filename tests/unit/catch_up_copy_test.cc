@@ -55,8 +55,8 @@ class CatchUpCopyTest : public ::testing::TestWithParam<DType> {
     auto copy = tier_.Allocate(ChunkCopyBytes(kN, GetParam()));
     EXPECT_TRUE(copy.ok());
     auto chunk = std::make_unique<Chunk>("job", 3, FlatRange{kBegin, kBegin + kN}, GetParam(),
-                                         AdamConfig{}, *HostChunkState::Create(&tier_, kN), &tier_,
-                                         *copy, nullptr, 0, TwoGroups());
+                                         AdamConfig{}, *HostChunkState::Create(&tier_, {kN}),
+                                         &tier_, *copy, nullptr, 0, TwoGroups());
     std::vector<float> p(kN);
     for (float& x : p) x = std::uniform_real_distribution<float>(-1, 1)(rng_);
     if (initial_.empty()) initial_ = p;

@@ -32,7 +32,8 @@ class ChunkSaverTest : public ::testing::Test {
       const FlatRange range{i * kN, (i + 1) * kN};
       auto copy = tier_.Allocate(ChunkCopyBytes(kN, DType::kFp16));
       chunks.push_back(std::make_shared<Chunk>("job", i, range, DType::kFp16, AdamConfig{},
-                                               *HostChunkState::Create(&tier_, kN), &tier_, *copy));
+                                               *HostChunkState::Create(&tier_, {kN}), &tier_,
+                                               *copy));
       std::vector<float> init(kN);
       for (uint64_t j = 0; j < kN; ++j) init[j] = 0.001f * static_cast<float>(j + i);
       EXPECT_TRUE(chunks.back()->WriteParams(range.begin, init.data(), kN).ok());
@@ -54,8 +55,10 @@ class ChunkSaverTest : public ::testing::Test {
     ASSERT_EQ(saved->size(), kChunks);
     for (int i = 0; i < kChunks; ++i) {
       std::vector<float> got(3 * kN);
-      float* p = got.data();
-      ASSERT_TRUE(LoadChunkState(paths_[i], (*saved)[i].checksum, kN, p).ok()) << "chunk " << i;
+      ASSERT_TRUE(LoadChunkState(paths_[i], (*saved)[i].checksum, 12 * kN,
+                                 reinterpret_cast<std::byte*>(got.data()))
+                      .ok())
+          << "chunk " << i;
       EXPECT_TRUE(got == want[i]) << "chunk " << i << " was not saved at its armed step";
       EXPECT_EQ(chunks_[i]->AwaitCheckpointStep(absl::InfinitePast()).code(),
                 absl::StatusCode::kFailedPrecondition)

@@ -32,7 +32,7 @@ class ChunkTest : public ::testing::Test {
     auto copy = tier_.Allocate(ChunkCopyBytes(kN, DType::kFp16));
     chunk_ =
         std::make_unique<Chunk>("job", 1, FlatRange{kBegin, kBegin + kN}, DType::kFp16,
-                                AdamConfig{}, *HostChunkState::Create(&tier_, kN), &tier_, *copy);
+                                AdamConfig{}, *HostChunkState::Create(&tier_, {kN}), &tier_, *copy);
   }
 
   // Gradient bytes that stay valid for the whole test (the chunk keeps views).
@@ -413,7 +413,7 @@ TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
       std::vector<float> pmv(3 * kN);
       float* p = pmv.data();
       ASSERT_TRUE(chunk_->ReadState(kBegin, kN, p, p + kN, p + 2 * kN).ok());
-      ASSERT_TRUE(SaveChunkState(path_ + ".want", p, kN).ok());
+      ASSERT_TRUE(SaveChunkState(path_ + ".want", reinterpret_cast<std::byte*>(p), 12 * kN).ok());
     }
   }
   std::optional<LossScaleState> loss_scale;
@@ -428,8 +428,8 @@ TEST_F(ChunkTest, ACheckpointKeepsTheStateOfItsStepWhileTrainingGoesOn) {
   EXPECT_EQ(got_bytes.size(), 12 * kN);
   EXPECT_TRUE(got_bytes == want_bytes);
   std::vector<float> state(3 * kN);
-  float* p = state.data();
-  EXPECT_TRUE(LoadChunkState(path_, *checksum, kN, p).ok());
+  EXPECT_TRUE(
+      LoadChunkState(path_, *checksum, 12 * kN, reinterpret_cast<std::byte*>(state.data())).ok());
 
   // Training's state: what in-place updates give, in the second buffer
   // (step 3) and back in the first after the save (step 4).
@@ -501,9 +501,9 @@ class NvmeChunkTest : public ::testing::Test {
     ASSERT_TRUE(nvme.ok()) << nvme.status();
     nvme_ = *std::move(nvme);
     faulty_ = std::make_unique<testing::FaultyTier>(nvme_.get());
-    auto staging = StagingPool::Create(&host_, NvmeChunkState::StagingBytes(kNvmeN), /*count=*/2);
+    auto staging = StagingPool::Create(&host_, NvmeChunkState::StagingBytes({kNvmeN}), /*count=*/2);
     ASSERT_TRUE(staging.ok());
-    auto state = NvmeChunkState::Create(faulty_.get(), *std::move(staging), kNvmeN);
+    auto state = NvmeChunkState::Create(faulty_.get(), *std::move(staging), {kNvmeN});
     ASSERT_TRUE(state.ok()) << state.status();
     chunk_ = std::make_unique<Chunk>("job", 2, FlatRange{0, kNvmeN}, DType::kFp16, AdamConfig{},
                                      *std::move(state), &host_,

@@ -107,7 +107,7 @@ TEST_F(CudaKernelsTest, Int8AdamMatchesCpuBitwise) {
       std::vector<uint8_t> m_codes(n), v_codes(n);
       std::vector<float> m_scale(blocks), v_scale(blocks);
       Int8Moments cpu{m_codes.data(), m_scale.data(), v_codes.data(), v_scale.data()};
-      ScalarKernels().int8.quantize_moments(m.data(), v.data(), cpu, n);
+      ScalarKernels().int8.quantize_moments(m.data(), v.data(), cpu, nullptr, n);
       std::vector<uint8_t> grads(n * DTypeSize(dtype));
       ScalarKernels().cast_from_float(g32.data(), dtype, grads.data(), n);
       const AdamConstants c =

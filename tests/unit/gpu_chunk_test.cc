@@ -38,7 +38,7 @@ class GpuChunkTest : public ::testing::TestWithParam<DType> {
     EXPECT_GE(gpu_->used_bytes(), (*state)->num_bytes());
     EXPECT_LT(gpu_->used_bytes(), (*state)->num_bytes() + 256);  // cudaMalloc's alignment
     on_gpu_ = MakeChunk(*std::move(state));
-    on_host_ = MakeChunk(*HostChunkState::Create(&host_, kN));
+    on_host_ = MakeChunk(*HostChunkState::Create(&host_, {kN}));
   }
 
   std::unique_ptr<Chunk> MakeChunk(std::unique_ptr<ChunkState> state) {

@@ -283,8 +283,8 @@ TEST_F(Int8AdamTest, EveryVariantMatchesScalarBitwise) {
         std::vector<uint8_t> g(n * DTypeSize(grad_dtype));
         ScalarKernels().cast_from_float(g_values.data(), grad_dtype, g.data(), n);
         Moments8 want(n), got(n);
-        ScalarKernels().int8.quantize_moments(m0.data(), v0.data(), want.view(), n);
-        kernels.int8.quantize_moments(m0.data(), v0.data(), got.view(), n);
+        ScalarKernels().int8.quantize_moments(m0.data(), v0.data(), want.view(), nullptr, n);
+        kernels.int8.quantize_moments(m0.data(), v0.data(), got.view(), nullptr, n);
         ASSERT_TRUE(got == want) << "quantize";
         std::vector<float> m_want(n), v_want(n), m_got(n), v_got(n);
         ScalarKernels().int8.dequantize_moments(want.view(), m_want.data(), v_want.data(), n);

@@ -49,7 +49,7 @@ std::map<std::string, int> ChunksPerServer(const v1::JobInfo& job) {
 }
 
 constexpr uint64_t kChunkParams = 1024;
-const uint64_t kChunkBytes = ChunkBytes(kChunkParams, DType::kFp32);
+const uint64_t kChunkBytes = ChunkBytes(kChunkParams, DType::kFp32, StatePrecision::kFp32);
 
 TEST(PlacementTest, CapacityIsGpuAndHostAndHalfTheNvme) {
   v1::ServerRecord server = Server("a", 1000, 600);

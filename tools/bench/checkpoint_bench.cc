@@ -243,7 +243,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> StartCluster(const CheckpointBench
   cluster_options.worker_lease = absl::Minutes(5);
   // Two jobs (the trained one and the restored one), with room for a chunk more each.
   const uint64_t per_server = o.num_params / o.servers + kChunkParams;
-  cluster_options.host_budget_bytes = 2 * ChunkBytes(per_server, DType::kFp16);
+  cluster_options.host_budget_bytes =
+      2 * ChunkBytes(per_server, DType::kFp16, StatePrecision::kFp32);
   return LocalCluster::Start(cluster_options);
 }
 

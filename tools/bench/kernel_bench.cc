@@ -114,8 +114,8 @@ absl::StatusOr<json> BenchAdam(const KernelBenchOptions& o) {
             m.get() + b, reinterpret_cast<float*>(m_scale.get()) + b / kInt8StateBlock, v.get() + b,
             reinterpret_cast<float*>(v_scale.get()) + b / kInt8StateBlock};
         AdamUpdateInt8(c, o.grad_dtype, g.get() + b * gsize, pf + b, moments,
-                       Int8Rounding{Int8RoundingSeed(b / kBenchChunkElements, step), 0}, copy_dtype,
-                       copy.get() + b * csize, e - b);
+                       Int8Rounding{Int8RoundingSeed(0, step), static_cast<uint32_t>(b)},
+                       copy_dtype, copy.get() + b * csize, e - b);
       } else {
         AdamUpdate(c, o.grad_dtype, g.get() + b * gsize, pf + b,
                    reinterpret_cast<float*>(m.get()) + b, reinterpret_cast<float*>(v.get()) + b,

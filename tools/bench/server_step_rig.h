@@ -28,19 +28,22 @@ namespace strata {
 // Chunks of N parameters, their pushed pieces, and a timed step over them.
 class ServerStepRig {
  public:
-  // States in `tier` (NVMe: through a staging pool; GPU) when given, else
-  // in host memory. The copies (and staging buffers) are in a host tier of
-  // the rig's own, sized for what it holds.
-  static absl::StatusOr<std::unique_ptr<ServerStepRig>> Create(const KernelBenchOptions& o,
-                                                               Tier* tier) {
+  // States of `precision` in `tier` (NVMe: through a staging pool; GPU:
+  // FP32 only) when given, else in host memory. The copies (and staging buffers) are in a host tier
+  // of the rig's own, sized for what it holds.
+  static absl::StatusOr<std::unique_ptr<ServerStepRig>> Create(
+      const KernelBenchOptions& o, Tier* tier, StatePrecision precision = StatePrecision::kFp32) {
     Tier* nvme = tier != nullptr && tier->kind() == TierKind::kNvme ? tier : nullptr;
+    if (tier != nullptr && nvme == nullptr && precision != StatePrecision::kFp32) {
+      return absl::InvalidArgumentError("GPU-tier states are FP32");
+    }
     const uint64_t num_chunks = (o.num_params + kBenchChunkElements - 1) / kBenchChunkElements;
-    const uint64_t staging_bytes = nvme != nullptr
-                                       ? NvmeChunkState::StagingBytes(kBenchChunkElements)
-                                       : GpuStagingBytes(kBenchChunkElements, o.grad_dtype);
+    const uint64_t staging_bytes =
+        nvme != nullptr ? NvmeChunkState::StagingBytes({kBenchChunkElements, precision})
+                        : GpuStagingBytes(kBenchChunkElements, o.grad_dtype);
     const uint64_t host_bytes =
         num_chunks * (tier != nullptr ? ChunkCopyBytes(kBenchChunkElements, o.grad_dtype)
-                                      : ChunkBytes(kBenchChunkElements, o.grad_dtype)) +
+                                      : ChunkBytes(kBenchChunkElements, o.grad_dtype, precision)) +
         (tier != nullptr ? (o.threads + 1) * (staging_bytes + 4096) : 0) + (uint64_t{64} << 20);
     // Pinned for the GPU as a server pins it (the copies come back by DMA).
     std::unique_ptr<ServerStepRig> rig(new ServerStepRig(
@@ -59,10 +62,11 @@ class ServerStepRig {
       size_t size = std::min(kBenchChunkElements, o.num_params - begin);
       absl::StatusOr<Extent> copy = host->Allocate(ChunkCopyBytes(size, o.grad_dtype));
       if (!copy.ok()) return copy.status();
+      const StateShape shape{size, precision};
       absl::StatusOr<std::unique_ptr<ChunkState>> state =
-          nvme != nullptr   ? NvmeChunkState::Create(nvme, staging, size)
+          nvme != nullptr   ? NvmeChunkState::Create(nvme, staging, shape)
           : tier != nullptr ? CreateGpuChunkState(tier, staging, size, o.grad_dtype)
-                            : HostChunkState::Create(host, size);
+                            : HostChunkState::Create(host, shape);
       if (!state.ok()) return state.status();
       rig->chunks_.push_back(std::make_shared<Chunk>(
           "bench", static_cast<uint32_t>(rig->chunks_.size()), FlatRange{begin, begin + size},

@@ -84,6 +84,12 @@ struct JobOptions {
   // SetGroupLearningRates(), its own learning rate. Empty: one group.
   std::vector<ParamGroup> groups;
   DType dtype = DType::kFp16;
+  // How the shard servers store Adam's m and v: FP32, or 8-bit codes with
+  // an FP32 scale per block of 256 parameters (6 bytes per parameter instead
+  // of 12: about twice the parameters in the same budgets). A job with 8-bit
+  // states keeps one copy of each chunk (replicas 1), in host memory or on
+  // NVMe (not in a GPU tier), and its chunks do not move between servers.
+  StatePrecision state_precision = StatePrecision::kFp32;
   // Save a checkpoint every this many steps (0: only when asked, `stratactl
   // checkpoint save`), into checkpoint_dir (an absolute path the servers and
   // coordinator share; empty: the coordinator's --checkpoint_dir), keeping
@@ -106,10 +112,10 @@ struct InitialState {
   // mismatched tensor, or the file's error.
   std::string safetensors_path;
   // A checkpoint directory (DIR/JOB/step-N, from `stratactl checkpoint
-  // list`), restored on the servers (p, m, v and the step; FP32, no
-  // conversion): the model must be the checkpoint's; the servers, the world
-  // size and the chunk size may differ. FAILED_PRECONDITION for another
-  // model, DATA_LOSS naming a missing, truncated or corrupted file.
+  // list`), restored on the servers (p, m, v and the step; a job whose
+  // state precision is not the checkpoint's loads them converted): the model must be the
+  // checkpoint's; the servers, the world size and the chunk size may differ. FAILED_PRECONDITION
+  // for another model, DATA_LOSS naming a missing, truncated or corrupted file.
   std::string checkpoint;
 };
 

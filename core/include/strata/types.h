@@ -28,6 +28,15 @@ inline const char* DTypeName(DType dtype) {
   return "unknown";
 }
 
+// How a job's shard servers store the Adam moments m and v: FP32, or 8-bit
+// codes with one FP32 scale per block (kernels/int8_adam.h). p is FP32 in
+// both.
+enum class StatePrecision : int { kFp32 = 1, kInt8 = 2 };
+
+inline const char* StatePrecisionName(StatePrecision precision) {
+  return precision == StatePrecision::kInt8 ? "int8" : "fp32";
+}
+
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;

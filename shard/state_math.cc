@@ -1,0 +1,179 @@
+#include "shard/state_math.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/adam.h"
+#include "kernels/int8_adam.h"
+
+namespace strata {
+namespace {
+
+uint64_t BlockStart(uint64_t offset) { return offset / kInt8StateBlock * kInt8StateBlock; }
+
+// The moments of an 8-bit state from element `offset` (a block boundary) on.
+Int8Moments MomentsAt(const Int8Moments& q, uint64_t offset) {
+  const uint64_t b = offset / kInt8StateBlock;
+  return Int8Moments{q.m + offset, q.m_scale + b, q.v + offset, q.v_scale + b};
+}
+
+// A range of the chunk with one span's constants and one gradient range.
+struct Segment {
+  uint64_t begin = 0, end = 0;
+  const AdamConstants* constants = nullptr;
+  const std::byte* grads = nullptr;  // of element `begin`
+};
+
+// The chunk cut where a span or a gradient range ends, in order.
+std::vector<Segment> Segments(absl::Span<const ConstantsSpan> spans,
+                              absl::Span<const GradRange> grads, size_t esize) {
+  std::vector<Segment> segments;
+  for (const GradRange& g : grads) {
+    for (const ConstantsSpan& span : spans) {
+      const uint64_t begin = std::max(g.offset, span.offset);
+      const uint64_t end = std::min(g.offset + g.n, span.offset + span.n);
+      if (begin >= end) continue;
+      segments.push_back({begin, end, &span.constants,
+                          static_cast<const std::byte*>(g.grads) + (begin - g.offset) * esize});
+    }
+  }
+  std::sort(segments.begin(), segments.end(),
+            [](const Segment& a, const Segment& b) { return a.begin < b.begin; });
+  return segments;
+}
+
+void ApplyFp32(const StateView& in, const StateView& out, const std::vector<Segment>& segments,
+               DType dtype, std::byte* copy_out) {
+  const size_t esize = DTypeSize(dtype);
+  for (const Segment& s : segments) {
+    const uint64_t o = s.begin;
+    AdamUpdate(*s.constants, dtype, s.grads, AdamInputs{in.p + o, in.m + o, in.v + o},
+               AdamOutputs{out.p + o, out.m + o, out.v + o}, dtype, copy_out + o * esize,
+               s.end - o);
+  }
+}
+
+// The rounding of elements from `flat_index` on within one window of 2^32
+// (int8_adam.h), and how many of them lie in it.
+constexpr uint64_t kWindow = uint64_t{1} << 32;
+Int8Rounding RoundingAt(uint64_t flat_index, int64_t step) {
+  return Int8Rounding{Int8RoundingSeed(flat_index / kWindow, step),
+                      static_cast<uint32_t>(flat_index % kWindow)};
+}
+uint64_t LeftInWindow(uint64_t flat_index) { return kWindow - flat_index % kWindow; }
+
+// The blocks wholly inside one segment in one fused pass each run (cut where
+// a window of 2^32 parameters ends, a block boundary); a block that segments
+// share is decoded, stepped in FP32 piece by piece and coded as the fused
+// pass would have.
+void ApplyInt8(uint64_t n, const StateView& state, const std::vector<Segment>& segments,
+               DType dtype, std::byte* copy_out, uint64_t flat_begin, int64_t step) {
+  const size_t esize = DTypeSize(dtype);
+  std::vector<uint64_t> shared_blocks;  // the first element of each
+  for (const Segment& s : segments) {
+    const uint64_t last = s.end == n ? n : BlockStart(s.end);
+    for (uint64_t first = (s.begin + kInt8StateBlock - 1) / kInt8StateBlock * kInt8StateBlock;
+         first < last;) {
+      const uint64_t count = std::min(last - first, LeftInWindow(flat_begin + first));
+      AdamUpdateInt8(*s.constants, dtype, s.grads + (first - s.begin) * esize, state.p + first,
+                     MomentsAt(state.q, first), RoundingAt(flat_begin + first, step), dtype,
+                     copy_out + first * esize, count);
+      first += count;
+    }
+    if (s.begin % kInt8StateBlock != 0) shared_blocks.push_back(BlockStart(s.begin));
+  }
+  // Segments come in order: a block that several begin in appears in a row.
+  shared_blocks.erase(std::unique(shared_blocks.begin(), shared_blocks.end()), shared_blocks.end());
+  alignas(64) float m[kInt8StateBlock];
+  alignas(64) float v[kInt8StateBlock];
+  for (const uint64_t block : shared_blocks) {
+    const uint64_t block_end = std::min(n, block + kInt8StateBlock);
+    const Int8Moments q = MomentsAt(state.q, block);
+    DequantizeMoments(q, m, v, block_end - block);
+    for (const Segment& s : segments) {
+      const uint64_t begin = std::max(s.begin, block), end = std::min(s.end, block_end);
+      if (begin >= end) continue;
+      AdamUpdate(*s.constants, dtype, s.grads + (begin - s.begin) * esize, state.p + begin,
+                 m + (begin - block), v + (begin - block), dtype, copy_out + begin * esize,
+                 end - begin);
+    }
+    QuantizeMomentsRounded(m, v, q, RoundingAt(flat_begin + block, step), block_end - block);
+  }
+}
+
+}  // namespace
+
+void ApplyAdamStep(const StateShape& shape, const StateView& in, const StateView& out,
+                   absl::Span<const ConstantsSpan> spans, absl::Span<const GradRange> grads,
+                   DType dtype, std::byte* copy_out, uint64_t flat_begin, int64_t step) {
+  const std::vector<Segment> segments = Segments(spans, grads, DTypeSize(dtype));
+  if (shape.precision == StatePrecision::kFp32) {
+    ApplyFp32(in, out, segments, dtype, copy_out);
+    return;
+  }
+  // The 8-bit kernels work in place.
+  if (in.p != out.p) std::memcpy(out.p, in.p, shape.bytes());
+  ApplyInt8(shape.num_params, out, segments, dtype, copy_out, flat_begin, step);
+}
+
+void ReadStateFp32(const StateShape& shape, const StateView& state, uint64_t offset, uint64_t n,
+                   float* p, float* m, float* v) {
+  std::memcpy(p, state.p + offset, n * sizeof(float));
+  if (shape.precision == StatePrecision::kFp32) {
+    std::memcpy(m, state.m + offset, n * sizeof(float));
+    std::memcpy(v, state.v + offset, n * sizeof(float));
+    return;
+  }
+  alignas(64) float block_m[kInt8StateBlock];
+  alignas(64) float block_v[kInt8StateBlock];
+  for (uint64_t block = BlockStart(offset); block < offset + n; block += kInt8StateBlock) {
+    const uint64_t block_end = std::min(shape.num_params, block + kInt8StateBlock);
+    DequantizeMoments(MomentsAt(state.q, block), block_m, block_v, block_end - block);
+    const uint64_t begin = std::max(offset, block), end = std::min(offset + n, block_end);
+    std::memcpy(m + (begin - offset), block_m + (begin - block), (end - begin) * sizeof(float));
+    std::memcpy(v + (begin - offset), block_v + (begin - block), (end - begin) * sizeof(float));
+  }
+}
+
+void WriteStateFp32(const StateShape& shape, const StateView& state, uint64_t offset, uint64_t n,
+                    const float* p, const float* m, const float* v) {
+  std::memcpy(state.p + offset, p, n * sizeof(float));
+  if (shape.precision == StatePrecision::kFp32) {
+    std::memcpy(state.m + offset, m, n * sizeof(float));
+    std::memcpy(state.v + offset, v, n * sizeof(float));
+    return;
+  }
+  alignas(64) float block_m[kInt8StateBlock];
+  alignas(64) float block_v[kInt8StateBlock];
+  for (uint64_t block = BlockStart(offset); block < offset + n; block += kInt8StateBlock) {
+    const uint64_t block_end = std::min(shape.num_params, block + kInt8StateBlock);
+    const uint64_t begin = std::max(offset, block), end = std::min(offset + n, block_end);
+    const Int8Moments q = MomentsAt(state.q, block);
+    if (begin != block || end != block_end)
+      DequantizeMoments(q, block_m, block_v, block_end - block);
+    std::memcpy(block_m + (begin - block), m + (begin - offset), (end - begin) * sizeof(float));
+    std::memcpy(block_v + (begin - block), v + (begin - offset), (end - begin) * sizeof(float));
+    QuantizeMoments(block_m, block_v, q, block_end - block);
+  }
+}
+
+void ConvertState(const StateShape& from_shape, const std::byte* from, const StateShape& to_shape,
+                  std::byte* to) {
+  if (from_shape.precision == to_shape.precision) {
+    std::memcpy(to, from, from_shape.bytes());
+    return;
+  }
+  const uint64_t n = from_shape.num_params;
+  // The views do not write through `from`.
+  const StateView in = from_shape.ViewOf(const_cast<std::byte*>(from));
+  const StateView out = to_shape.ViewOf(to);
+  std::memcpy(out.p, in.p, n * sizeof(float));
+  if (to_shape.precision == StatePrecision::kInt8) {
+    QuantizeMoments(in.m, in.v, out.q, n);
+  } else {
+    DequantizeMoments(in.q, out.m, out.v, n);
+  }
+}
+
+}  // namespace strata

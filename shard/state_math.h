@@ -1,0 +1,47 @@
+// The operations on a chunk's state that depend on its precision
+// (state_view.h): the AdamW step, reads and writes of FP32 values, and
+// conversion between precisions. Pure functions over caller-owned memory;
+// thread-safe for distinct states.
+#ifndef STRATA_SHARD_STATE_MATH_H_
+#define STRATA_SHARD_STATE_MATH_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "shard/chunk_groups.h"
+#include "shard/state_view.h"
+#include "strata/types.h"
+
+namespace strata {
+
+// Applies one AdamW step to the state `in` of `shape`, writing `out` (the
+// same buffer or another of the same shape): each element with the
+// constants of its span (`spans` cover the chunk) and its gradient from
+// `grads` (ranges covering the chunk, in `dtype`); p's copy in `dtype` goes
+// to `copy_out`. An 8-bit state rounds v as step `step` of the parameters
+// from `flat_begin` (the chunk's place in the model) on (int8_adam.h); a
+// block whose elements take different constants or gradient ranges gets the
+// bits one fused pass would give it.
+void ApplyAdamStep(const StateShape& shape, const StateView& in, const StateView& out,
+                   absl::Span<const ConstantsSpan> spans, absl::Span<const GradRange> grads,
+                   DType dtype, std::byte* copy_out, uint64_t flat_begin, int64_t step);
+
+// p, m and v of [offset, offset + n) in FP32 (8-bit moments decoded).
+void ReadStateFp32(const StateShape& shape, const StateView& state, uint64_t offset, uint64_t n,
+                   float* p, float* m, float* v);
+
+// Sets [offset, offset + n) from FP32 p, m and v. An 8-bit state codes the
+// moments to nearest, each block touched with its elements outside the range
+// as they were (decoded and coded again with the block's new scale).
+void WriteStateFp32(const StateShape& shape, const StateView& state, uint64_t offset, uint64_t n,
+                    const float* p, const float* m, const float* v);
+
+// `from` (a whole state of `from_shape`) as a state of `to_shape` (the same
+// parameters) at `to`: a copy when the precisions match.
+void ConvertState(const StateShape& from_shape, const std::byte* from, const StateShape& to_shape,
+                  std::byte* to);
+
+}  // namespace strata
+
+#endif  // STRATA_SHARD_STATE_MATH_H_
