@@ -27,8 +27,8 @@ ABSL_FLAG(std::string, grad, "fp16",
           "the steps: 16-bit)");
 ABSL_FLAG(std::string, op, "to_float", "cast: to_float (16-bit -> fp32) or from_float");
 ABSL_FLAG(std::string, state, "fp32",
-          "adam: the optimizer state's precision, fp32 (m, v FP32) or int8 (m, v 8-bit codes "
-          "with a scale per 256 parameters)");
+          "adam, nvme-step: the optimizer state's precision, fp32 (m, v FP32) or int8 (m, v "
+          "8-bit codes with a scale per 256 parameters; nvme-step then steps FP32 states too)");
 ABSL_FLAG(std::string, coordinator, "",
           "step: the cluster at this HOST:PORT (--servers shard servers, each with room for the "
           "job) instead of a loopback one; the workers run here");
@@ -93,11 +93,12 @@ constexpr char kUsage[] =
     "      GPU 0 (NCCL in place) and with them in host memory (Gloo), servers in host\n"
     "      memory on loopback, against one fused AdamW with its states on the GPU\n"
     "  strata-bench nvme-step --params N --dir DIR [--queue_depth Q] [--io_bytes B]\n"
-    "                    [--host_params M]\n"
+    "                    [--host_params M] [--state fp32|int8]\n"
     "      the same over NVMe-resident chunks (read p m v, apply, write back),\n"
     "      against fio (io_uring, O_DIRECT) on DIR with the same I/O size and depth,\n"
     "      reading and writing at once (the bytes a step moves from the tier's counters);\n"
-    "      with M, also a host-tier step over M parameters, alone and beside it\n"
+    "      with M, also a host-tier step over M parameters, alone and beside it;\n"
+    "      with int8 states, also the FP32 states' step (speedup_over_fp32)\n"
     "  strata-bench step --params N --workers W --servers S [--dtype fp16|bf16] [--tls_dir D]\n"
     "      [--coordinator HOST:PORT --iperf3_server HOST:PORT]\n"
     "      the whole optimizer path of a step on loopback, against iperf3; and the\n"

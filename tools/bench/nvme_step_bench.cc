@@ -46,17 +46,59 @@ absl::StatusOr<json> HostStepBesideNvme(const KernelBenchOptions& o, uint64_t ho
               {"nvme_steps_meanwhile", nvme_steps}};
 }
 
+// One rig's steps over NVMe-resident states.
+struct NvmeSteps {
+  double step_seconds = 0;
+  double read_bytes_per_step = 0, written_bytes_per_step = 0;
+  json host_figures = json::object();  // stays empty without --host_params
+};
+
+// The median step over states of `precision` in a tier of `file_bytes` on
+// nvme.dir (removed after), with the bytes one step moves from the tier's
+// counters; with nvme.host_params, the host-tier step beside it too.
+absl::StatusOr<NvmeSteps> StepOnNvme(const KernelBenchOptions& o, const NvmeBenchOptions& nvme,
+                                     StatePrecision precision, uint64_t file_bytes) {
+  NvmeSteps steps;
+  {
+    absl::StatusOr<std::unique_ptr<NvmeTier>> tier =
+        NvmeTier::Open(NvmeTierOptions{nvme.dir, file_bytes, nvme.queue_depth, nvme.io_bytes});
+    if (!tier.ok()) return tier.status();
+    absl::StatusOr<std::unique_ptr<ServerStepRig>> rig =
+        ServerStepRig::Create(o, tier->get(), precision);
+    if (!rig.ok()) return rig.status();
+    absl::StatusOr<double> step_s = (*rig)->MedianStepSeconds();
+    if (!step_s.ok()) return step_s.status();
+    steps.step_seconds = *step_s;
+    const uint64_t read_before = (*tier)->read_bytes(), written_before = (*tier)->written_bytes();
+    if (absl::Status s = (*rig)->Step().status(); !s.ok()) return s;
+    steps.read_bytes_per_step = static_cast<double>((*tier)->read_bytes() - read_before);
+    steps.written_bytes_per_step = static_cast<double>((*tier)->written_bytes() - written_before);
+    if (nvme.host_params > 0) {
+      absl::StatusOr<json> figures = HostStepBesideNvme(o, nvme.host_params, **rig);
+      if (!figures.ok()) return figures.status();
+      steps.host_figures = *std::move(figures);
+    }
+  }
+  std::error_code ignored;
+  std::filesystem::remove(nvme.dir + "/strata-nvme.data", ignored);
+  return steps;
+}
+
 }  // namespace
 
 absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchOptions& nvme) {
   if (absl::Status s = CheckDtype(o); !s.ok()) return s;
   if (nvme.dir.empty()) return absl::InvalidArgumentError("nvme-step needs --dir");
-  const uint64_t state_bytes = o.num_params * 12;
-  // The tier's file, and fio's of the same size (as much of it in a
+  if (o.state != "fp32" && o.state != "int8") {
+    return absl::InvalidArgumentError("--state must be fp32 or int8");
+  }
+  const StatePrecision precision =
+      o.state == "int8" ? StatePrecision::kInt8 : StatePrecision::kFp32;
+  // The tier's file (two slots per chunk; room for FP32 states, which an
+  // int8 run steps too), and fio's of the same size (as much of it in a
   // device's cache, if it has one).
-  const uint64_t file_bytes = 2 * state_bytes + (uint64_t{64} << 20);
-  double params_per_s = 0, read_bytes_per_step = 0, written_bytes_per_step = 0, step_seconds = 0;
-  json host_figures = json::object();  // stays empty without --host_params
+  const uint64_t file_bytes =
+      2 * StateBytes(o.num_params, StatePrecision::kFp32) + (uint64_t{64} << 20);
   // fio writes its file first, then reads and writes it at once, before
   // the steps and after them: the better run is the disk's (a cloud disk's
   // rate varies from second to second).
@@ -69,28 +111,22 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
       FioReadWrite(nvme.dir, file_bytes, nvme.io_bytes, nvme.queue_depth);
   remove_fio_file();
   if (!mixed.ok()) return mixed.status();
-  {
-    absl::StatusOr<std::unique_ptr<NvmeTier>> tier =
-        NvmeTier::Open(NvmeTierOptions{nvme.dir, file_bytes, nvme.queue_depth, nvme.io_bytes});
-    if (!tier.ok()) return tier.status();
-    absl::StatusOr<std::unique_ptr<ServerStepRig>> rig = ServerStepRig::Create(o, tier->get());
-    if (!rig.ok()) return rig.status();
-    absl::StatusOr<double> step_s = (*rig)->MedianStepSeconds();
-    if (!step_s.ok()) return step_s.status();
-    step_seconds = *step_s;
-    params_per_s = o.num_params / *step_s;
-    // The bytes one step reads and writes, from the tier's counters.
-    const uint64_t read_before = (*tier)->read_bytes(), written_before = (*tier)->written_bytes();
-    if (absl::Status s = (*rig)->Step().status(); !s.ok()) return s;
-    read_bytes_per_step = static_cast<double>((*tier)->read_bytes() - read_before);
-    written_bytes_per_step = static_cast<double>((*tier)->written_bytes() - written_before);
-    if (nvme.host_params > 0) {
-      absl::StatusOr<json> figures = HostStepBesideNvme(o, nvme.host_params, **rig);
-      if (!figures.ok()) return figures.status();
-      host_figures = *std::move(figures);
-    }
+  absl::StatusOr<NvmeSteps> steps = StepOnNvme(o, nvme, precision, file_bytes);
+  if (!steps.ok()) return steps.status();
+  // 8-bit states: the FP32 states' step too, in the same run.
+  absl::StatusOr<NvmeSteps> fp32_steps = absl::NotFoundError("not run");
+  if (precision != StatePrecision::kFp32) {
+    KernelBenchOptions fp32 = o;
+    fp32.state = "fp32";
+    NvmeBenchOptions no_host = nvme;
+    no_host.host_params = 0;
+    fp32_steps = StepOnNvme(fp32, no_host, StatePrecision::kFp32, file_bytes);
+    if (!fp32_steps.ok()) return fp32_steps.status();
   }
-  std::filesystem::remove(nvme.dir + "/strata-nvme.data", ignored);
+  const double step_seconds = steps->step_seconds;
+  const double params_per_s = o.num_params / step_seconds;
+  const double read_bytes_per_step = steps->read_bytes_per_step;
+  const double written_bytes_per_step = steps->written_bytes_per_step;
   if (absl::StatusOr<double> again =
           Fio(nvme.dir, "write", file_bytes, nvme.io_bytes, nvme.queue_depth);
       again.ok()) {
@@ -108,6 +144,7 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
   const double bound = (mixed->read_GBps + mixed->write_GBps) * 1e9 / bytes_per_param;
   json result{{"bench", "nvme-step"},
               {"params", o.num_params},
+              {"state", o.state},
               {"threads", o.threads},
               {"queue_depth", nvme.queue_depth},
               {"io_bytes", nvme.io_bytes},
@@ -120,7 +157,12 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
               {"fio_mixed_write_GBps", mixed->write_GBps},
               {"bound_params_per_s", bound},
               {"fraction_of_bound", params_per_s / bound}};
-  result.update(host_figures);
+  if (fp32_steps.ok()) {
+    const double fp32_params_per_s = o.num_params / fp32_steps->step_seconds;
+    result["fp32_params_per_s"] = fp32_params_per_s;
+    result["speedup_over_fp32"] = params_per_s / fp32_params_per_s;
+  }
+  result.update(steps->host_figures);
   return result;
 }
 
