@@ -236,6 +236,19 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
         const uint64_t n = file.chunk().num_params();
         const FlatRange source{file.chunk().flat_begin(), file.chunk().flat_begin() + n};
         const StateShape shape{n, file_precision};
+        const std::string path = absl::StrCat(dir, "/", file.file());
+        // A file that is a chunk's state as stored is read straight into it.
+        for (size_t i = 0; i < chunks.size(); ++i) {
+          const FlatRange target = chunks[i]->range();
+          if (target.begin != source.begin || target.end != source.end ||
+              chunks[i]->state_shape().precision != file_precision) {
+            continue;
+          }
+          covered[i] += n;
+          return chunks[i]->WriteStoredState(request.step(), [&](std::byte* state) {
+            return LoadChunkState(path, file.checksum(), shape.bytes(), state);
+          });
+        }
         Buffer& buffer = buffers[thread];
         if (buffer.num_params != n) {
           buffer.state = AllocateStateBuffer(shape.bytes());
@@ -243,20 +256,13 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
           buffer.num_params = n;
         }
         buffer.fp32_made = false;
-        RETURN_IF_ERROR(LoadChunkState(absl::StrCat(dir, "/", file.file()), file.checksum(),
-                                       shape.bytes(), buffer.state.get()));
+        RETURN_IF_ERROR(LoadChunkState(path, file.checksum(), shape.bytes(), buffer.state.get()));
         for (size_t i = 0; i < chunks.size(); ++i) {
           const FlatRange target = chunks[i]->range();
           const uint64_t begin = std::max(source.begin, target.begin);
           const uint64_t end = std::min(source.end, target.end);
           if (begin >= end) continue;
           covered[i] += end - begin;
-          // The file is the chunk's state as stored: its bits.
-          if (source.begin == target.begin && source.end == target.end &&
-              chunks[i]->state_shape().precision == file_precision) {
-            RETURN_IF_ERROR(chunks[i]->WriteStoredState(buffer.state.get(), request.step()));
-            continue;
-          }
           const StateShape fp32{n, StatePrecision::kFp32};
           std::byte* values = buffer.state.get();
           if (file_precision != StatePrecision::kFp32) {

@@ -383,13 +383,13 @@ absl::Status Chunk::WriteParams(uint64_t begin, const float* params, uint64_t n)
                        "; parameters can be written only before the first step"));
     }
   }
-  return WriteAndCommit(begin, n, /*step=*/0, params, [&](const StateView& view, uint64_t offset) {
+  return WriteAndCommit(begin, n, /*step=*/0, [&](const StateView& view, uint64_t offset) {
     std::memcpy(view.p + offset, params, n * sizeof(float));
+    return absl::OkStatus();
   });
 }
 
-absl::Status Chunk::WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, const float* params,
-                                   absl::FunctionRef<void(const StateView&, uint64_t)> write) {
+absl::Status Chunk::WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, StateWrite write) {
   absl::MutexLock state_lock(&state_mu_);
   if (held_ != Buffer::kNone) {
     return absl::FailedPreconditionError(
@@ -397,30 +397,32 @@ absl::Status Chunk::WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, con
                      " is being saved to a checkpoint; write its state after the save"));
   }
   ASSIGN_OR_RETURN(StateView view, state_->Load());
-  uint64_t offset = begin - range_.begin;
-  write(LiveView(view), offset);
-  RETURN_IF_ERROR(CommitAndRelease(view, step));
-  CastFromFloat(params, dtype_, copy(step) + offset * DTypeSize(dtype_), n);
-  return absl::OkStatus();
+  const StateView live = LiveView(view);
+  const uint64_t offset = begin - range_.begin;
+  if (absl::Status written = write(live, offset); !written.ok()) {
+    state_->Release(view);
+    return written;
+  }
+  CastFromFloat(live.p + offset, dtype_, copy(step) + offset * DTypeSize(dtype_), n);
+  return CommitAndRelease(view, step);
 }
 
 absl::Status Chunk::WriteState(uint64_t begin, const float* p, const float* m, const float* v,
                                uint64_t n, int64_t step, absl::string_view previous) {
-  return SetState(begin, n, step, previous, p, [&](const StateView& view, uint64_t offset) {
+  return SetState(begin, n, step, previous, [&](const StateView& view, uint64_t offset) {
     WriteStateFp32(state_->shape(), view, offset, n, p, m, v);
+    return absl::OkStatus();
   });
 }
 
-absl::Status Chunk::WriteStoredState(const std::byte* state, int64_t step) {
-  const StateShape shape = state_->shape();
-  return SetState(
-      range_.begin, range_.size(), step, /*previous=*/{}, reinterpret_cast<const float*>(state),
-      [&](const StateView& view, uint64_t) { std::memcpy(view.bytes(), state, shape.bytes()); });
+absl::Status Chunk::WriteStoredState(int64_t step,
+                                     absl::FunctionRef<absl::Status(std::byte*)> fill) {
+  return SetState(range_.begin, range_.size(), step, /*previous=*/{},
+                  [&](const StateView& view, uint64_t) { return fill(view.bytes()); });
 }
 
 absl::Status Chunk::SetState(uint64_t begin, uint64_t n, int64_t step, absl::string_view previous,
-                             const float* p,
-                             absl::FunctionRef<void(const StateView&, uint64_t)> write) {
+                             StateWrite write) {
   const size_t esize = DTypeSize(dtype_);
   if (!previous.empty() && (previous.size() != n * esize || step < 1)) {
     return absl::InvalidArgumentError(
@@ -445,7 +447,7 @@ absl::Status Chunk::SetState(uint64_t begin, uint64_t n, int64_t step, absl::str
     }
     previous_copy_valid_ = previous_written_ == range_.size();
   }
-  return WriteAndCommit(begin, n, step, p, write);
+  return WriteAndCommit(begin, n, step, write);
 }
 
 absl::StatusOr<int64_t> Chunk::ReadState(uint64_t begin, uint64_t n, float* p_out, float* m_out,

@@ -195,10 +195,11 @@ class Chunk {
   // recompute); INVALID_ARGUMENT for another size or at step 0.
   absl::Status WriteState(uint64_t begin, const float* p, const float* m, const float* v,
                           uint64_t n, int64_t step, absl::string_view previous = {});
-  // WriteState() of the whole chunk from its state as stored
-  // (state_shape().bytes() at `state`, 4-byte aligned), without the copy of
-  // the step before.
-  absl::Status WriteStoredState(const std::byte* state, int64_t step);
+  // WriteState() of the whole chunk, its state as stored written in place by
+  // `fill` (state_shape().bytes() at a 4 KiB-aligned address), without the
+  // copy of the step before. `fill`'s error is returned and leaves the state
+  // undefined (a restore that fails drops the job).
+  absl::Status WriteStoredState(int64_t step, absl::FunctionRef<absl::Status(std::byte*)> fill);
   // Copies p, m, v of [begin, begin + n) out in FP32 (waiting out an Apply() in
   // progress); returns the applied step they hold, or the tier's error.
   absl::StatusOr<int64_t> ReadState(uint64_t begin, uint64_t n, float* p, float* m, float* v);
@@ -280,17 +281,17 @@ class Chunk {
   // commit back when the record cannot be written, and releases the view.
   absl::Status CommitAndRelease(const StateView& view, int64_t step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
-  // Loads the state, has `write(view, offset of begin)` change [begin,
-  // begin + n), commits it with the record of `step`, and sets the copy of
-  // `step` there from `params`. The tier's error leaves the state as it was.
-  absl::Status WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, const float* params,
-                              absl::FunctionRef<void(const StateView&, uint64_t)> write)
+  // Changes [offset, offset + n) of the loaded state `view`.
+  using StateWrite = absl::FunctionRef<absl::Status(const StateView& view, uint64_t offset)>;
+  // Loads the state, has `write` change [begin, begin + n), sets the copy
+  // of `step` there from the new p, and commits the state with the record of
+  // `step`. The tier's error leaves the state as it was; `write`'s error is
+  // returned, nothing committed.
+  absl::Status WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, StateWrite write)
       ABSL_LOCKS_EXCLUDED(state_mu_);
   // WriteState()'s checks and step bookkeeping, then WriteAndCommit().
   absl::Status SetState(uint64_t begin, uint64_t n, int64_t step, absl::string_view previous,
-                        const float* params,
-                        absl::FunctionRef<void(const StateView&, uint64_t)> write)
-      ABSL_LOCKS_EXCLUDED(state_mu_);
+                        StateWrite write) ABSL_LOCKS_EXCLUDED(state_mu_);
   // Which buffer holds a host-tier chunk's p, m, v: its state's extent or
   // shadow_.
   enum class Buffer { kNone, kExtent, kShadow };
