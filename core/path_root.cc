@@ -1,13 +1,29 @@
 #include "core/path_root.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/quoted.h"
 
 namespace strata {
+
+struct PathRoot::Descriptor {
+  explicit Descriptor(int fd) : fd(fd) {}
+  ~Descriptor() { close(fd); }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  const int fd;
+};
 
 absl::StatusOr<PathRoot> PathRoot::Open(const std::string& dir, absl::string_view flag) {
   if (dir.empty() || dir[0] != '/') {
@@ -22,7 +38,53 @@ absl::StatusOr<PathRoot> PathRoot::Open(const std::string& dir, absl::string_vie
         absl::StrCat("--", flag, " ", Quoted(dir),
                      " is not a usable directory: ", error ? error.message() : "not a directory"));
   }
-  return PathRoot(canonical.string(), std::string(flag));
+  const int fd = open(canonical.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " ", Quoted(dir), " cannot be opened: ", std::strerror(errno)));
+  }
+  return PathRoot(canonical.string(), std::string(flag), std::make_shared<const Descriptor>(fd));
+}
+
+int PathRoot::OpenBeneath(const std::string& resolved, int flags, mode_t mode) const {
+  const std::string prefix = dir_ == "/" ? "/" : dir_ + "/";
+  if (resolved != dir_ && !absl::StartsWith(resolved, prefix)) {
+    errno = EINVAL;
+    return -1;
+  }
+  const std::vector<absl::string_view> names =
+      absl::StrSplit(absl::string_view(resolved).substr(std::min(resolved.size(), prefix.size())),
+                     '/', absl::SkipEmpty());
+  for (absl::string_view name : names) {
+    if (name == "." || name == "..") {
+      errno = EINVAL;
+      return -1;
+    }
+  }
+  if (names.empty()) return openat(fd_->fd, ".", flags | O_CLOEXEC, mode);
+  int at = fd_->fd;
+  for (size_t i = 0; i + 1 < names.size(); ++i) {
+    const int next =
+        openat(at, std::string(names[i]).c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int error = errno;
+    if (at != fd_->fd) close(at);
+    if (next < 0) {
+      errno = error;
+      return -1;
+    }
+    at = next;
+  }
+  const int fd =
+      openat(at, std::string(names.back()).c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode);
+  const int error = errno;
+  if (at != fd_->fd) close(at);
+  errno = error;
+  return fd;
+}
+
+int RootedPath::Open(int flags, mode_t mode) const {
+  if (root_.has_value()) return root_->OpenBeneath(path_, flags, mode);
+  return open(path_.c_str(), flags | O_CLOEXEC, mode);
 }
 
 absl::StatusOr<std::string> PathRoot::Resolve(absl::string_view path,

@@ -1,13 +1,18 @@
 // PathRoot: a directory a daemon was configured with, inside which every
 // directory or file named by a request must lie. Resolve() canonicalizes a
 // requested path (`..`, `.`, repeated slashes, and symlinks of the part that
-// exists) and refuses what lands outside the root. A symlink created inside
-// the root after the check can still point out of it: roots are meant to be
-// directories that only the daemons and their operators write. Immutable;
+// exists) and refuses what lands outside the root; OpenBeneath() then opens
+// what it resolved from the root's directory, following no symlink, so that
+// a symlink or rename made inside the root after the check leads nowhere
+// else. RootedPath: a file path opened so where it has a root. Immutable;
 // thread-safe.
 #ifndef STRATA_CORE_PATH_ROOT_H_
 #define STRATA_CORE_PATH_ROOT_H_
 
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -27,12 +32,39 @@ class PathRoot {
   // (truncated) path otherwise.
   absl::StatusOr<std::string> Resolve(absl::string_view path, absl::string_view field) const;
 
+  // open(2) of `resolved` (a path Resolve() gave), reached from the root's
+  // directory one component at a time without following a symlink: -1 and
+  // errno as open(2) leaves it (ELOOP or ENOTDIR where a symlink now stands,
+  // EINVAL for a path not under the root).
+  int OpenBeneath(const std::string& resolved, int flags, mode_t mode = 0) const;
+
   const std::string& dir() const { return dir_; }
 
  private:
-  PathRoot(std::string dir, std::string flag) : dir_(std::move(dir)), flag_(std::move(flag)) {}
+  struct Descriptor;  // the root directory's, closed with the last copy
+  PathRoot(std::string dir, std::string flag, std::shared_ptr<const Descriptor> fd)
+      : dir_(std::move(dir)), flag_(std::move(flag)), fd_(std::move(fd)) {}
   std::string dir_;
   std::string flag_;
+  std::shared_ptr<const Descriptor> fd_;
+};
+
+// A file to open: beneath its root (PathRoot::OpenBeneath) where it has one,
+// with open(2) otherwise (the daemon's own files: a plain path converts).
+class RootedPath {
+ public:
+  RootedPath() = default;
+  RootedPath(std::string path) : path_(std::move(path)) {}  // NOLINT(runtime/explicit)
+  RootedPath(std::string path, PathRoot root) : path_(std::move(path)), root_(std::move(root)) {}
+
+  const std::string& path() const { return path_; }
+  bool empty() const { return path_.empty(); }
+  // -1 and errno as open(2) on failure.
+  int Open(int flags, mode_t mode = 0) const;
+
+ private:
+  std::string path_;
+  std::optional<PathRoot> root_;
 };
 
 }  // namespace strata

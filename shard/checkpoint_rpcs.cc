@@ -1,7 +1,12 @@
 // ShardService's checkpoint RPCs (shard_service.h): SaveChunks writes a job's
 // chunks at a step while training goes on, LoadChunks restores them.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -79,11 +84,17 @@ absl::StatusOr<std::string> ShardService::CheckpointDir(const std::string& dir) 
         "this shard server takes no checkpoints: it was started without --checkpoint_root");
   }
   ASSIGN_OR_RETURN(std::string resolved, checkpoint_root_->Resolve(dir, "checkpoint directory"));
-  if (!std::filesystem::is_directory(resolved)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint directory ", Quoted(dir), " is not a directory"));
+  const int fd = checkpoint_root_->OpenBeneath(resolved, O_PATH | O_DIRECTORY);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint directory ", Quoted(dir),
+                                                   " is not a directory: ", std::strerror(errno)));
   }
+  close(fd);
   return resolved;
+}
+
+RootedPath ShardService::CheckpointFile(const std::string& dir, const std::string& name) const {
+  return RootedPath(absl::StrCat(dir, "/", name), *checkpoint_root_);
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ArmChunks(
@@ -119,8 +130,9 @@ absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ArmChunks(
   }
   for (size_t i = 0; i < chunks.size(); ++i) {
     // The saved chunks first, then those only checksummed (no file).
-    const std::string path =
-        i < num_saved ? absl::StrCat(dir, "/", CheckpointFileName(chunks[i]->chunk_id())) : "";
+    const RootedPath path = i < num_saved
+                                ? CheckpointFile(dir, CheckpointFileName(chunks[i]->chunk_id()))
+                                : RootedPath();
     absl::Status armed = chunks[i]->ArmCheckpoint(request.step(), checkpoint_arena_, path);
     if (!armed.ok()) {
       for (size_t j = 0; j < i; ++j) chunks[j]->CancelCheckpoint();
@@ -207,16 +219,19 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
                        kMaxChunkNumParams, " parameters within the first ", kMaxModelParams, ")"));
     }
     // The size before any memory is taken for the file.
-    std::error_code error;
-    const std::string path = absl::StrCat(dir, "/", file.file());
-    const uintmax_t size = std::filesystem::file_size(path, error);
+    const RootedPath path = CheckpointFile(dir, file.file());
+    const int fd = path.Open(O_RDONLY);
+    struct stat st {};
+    const bool readable = fd >= 0 && fstat(fd, &st) == 0;
+    const std::string error = readable ? "" : std::strerror(errno);
+    if (fd >= 0) close(fd);
     const uint64_t want = StateBytes(n, file_precision);
-    if (error || size != want) {
+    if (!readable || static_cast<uint64_t>(st.st_size) != want) {
       return absl::DataLossError(absl::StrCat(
-          "checkpoint file ", path,
-          error ? " is missing or unreadable: " + error.message()
-                : absl::StrCat(" has ", size, " bytes, not the ", want, " of its ", n, " ",
-                               StatePrecisionName(file_precision), "-state parameters")));
+          "checkpoint file ", path.path(),
+          !readable ? " is missing or unreadable: " + error
+                    : absl::StrCat(" has ", st.st_size, " bytes, not the ", want, " of its ", n,
+                                   " ", StatePrecisionName(file_precision), "-state parameters")));
     }
   }
   ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
@@ -236,7 +251,7 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
         const uint64_t n = file.chunk().num_params();
         const FlatRange source{file.chunk().flat_begin(), file.chunk().flat_begin() + n};
         const StateShape shape{n, file_precision};
-        const std::string path = absl::StrCat(dir, "/", file.file());
+        const RootedPath path = CheckpointFile(dir, file.file());
         // A file that is a chunk's state as stored is read straight into it.
         for (size_t i = 0; i < chunks.size(); ++i) {
           const FlatRange target = chunks[i]->range();

@@ -229,7 +229,7 @@ class Chunk {
   // `arena` must outlive the save. ABORTED when the chunk is past `step`,
   // FAILED_PRECONDITION when armed for another step or still writing a
   // checkpoint.
-  absl::Status ArmCheckpoint(int64_t step, StateArena* arena, std::string path)
+  absl::Status ArmCheckpoint(int64_t step, StateArena* arena, RootedPath path)
       ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
   // Waits until the chunk reaches the armed step: DEADLINE_EXCEEDED after
   // `wait_until` (disarmed), CANCELLED by CancelCheckpoint(),
@@ -408,7 +408,7 @@ class Chunk {
   int64_t checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
   absl::Status checkpoint_failure_ ABSL_GUARDED_BY(mu_);
   StateArena* checkpoint_arena_ ABSL_GUARDED_BY(state_mu_) = nullptr;
-  std::string checkpoint_path_ ABSL_GUARDED_BY(state_mu_);
+  RootedPath checkpoint_path_ ABSL_GUARDED_BY(state_mu_);
   std::optional<uint64_t> checkpoint_written_ ABSL_GUARDED_BY(state_mu_);
   ArenaState shadow_ ABSL_GUARDED_BY(state_mu_);
   bool live_in_shadow_ ABSL_GUARDED_BY(state_mu_) = false;

@@ -11,7 +11,7 @@
 
 namespace strata {
 
-absl::Status Chunk::ArmCheckpoint(int64_t step, StateArena* arena, std::string path) {
+absl::Status Chunk::ArmCheckpoint(int64_t step, StateArena* arena, RootedPath path) {
   // Under state_mu_, no Apply() is between its check of the armed step and
   // its update: it applied before (and the chunk is past `step`) or will see it.
   absl::MutexLock state_lock(&state_mu_);
@@ -149,7 +149,7 @@ absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(std::optional<LossScaleState>* lo
   // now; or the file an Apply() wrote. Apply()s go on while it is written.
   const std::byte* state = nullptr;
   ArenaState copy;
-  std::string path;
+  RootedPath path;
   {
     absl::MutexLock state_lock(&state_mu_);
     const bool kept =

@@ -146,16 +146,16 @@ Hash NewHash() {
   return hash;
 }
 
-// Opens `path` with `flags`, and O_DIRECT too when `data` is 4 KiB-aligned
+// Opens `file` with `flags`, and O_DIRECT too when `data` is 4 KiB-aligned
 // and the file system takes it; sets `direct` to whether it did. -1 and
 // errno as open() leaves them on failure.
-int OpenPreferringDirect(const std::string& path, int flags, const void* data, bool* direct) {
+int OpenPreferringDirect(const RootedPath& file, int flags, const void* data, bool* direct) {
   int fd = -1;
   if (reinterpret_cast<uintptr_t>(data) % kDirectBlockBytes == 0) {
-    fd = open(path.c_str(), flags | O_DIRECT, 0600);
+    fd = file.Open(flags | O_DIRECT, 0600);
   }
   *direct = fd >= 0;
-  if (fd < 0) fd = open(path.c_str(), flags, 0600);
+  if (fd < 0) fd = file.Open(flags, 0600);
   return fd;
 }
 
@@ -214,11 +214,12 @@ void ArenaState::CopyFrom(const StateView& view) {
   std::memcpy(data_, view.bytes(), shape_.bytes());
 }
 
-absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const std::byte* state,
+absl::StatusOr<uint64_t> SaveChunkState(const RootedPath& file, const std::byte* state,
                                         uint64_t bytes) {
+  const std::string& path = file.path();
   std::byte* data = const_cast<std::byte*>(state);
   bool direct;
-  int fd = OpenPreferringDirect(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, data, &direct);
+  int fd = OpenPreferringDirect(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, data, &direct);
   if (fd < 0) return ErrnoError("cannot create", path);
   Hash hash = NewHash();
   absl::Status status = TransferWhole(/*read=*/false, fd, direct, data, bytes, path, hash.get());
@@ -232,17 +233,18 @@ uint64_t ChecksumChunkState(const std::byte* state, uint64_t bytes) {
   return XXH3_64bits(state, bytes);
 }
 
-absl::StatusOr<uint64_t> SaveOrChecksumChunkState(const std::string& path, const std::byte* state,
+absl::StatusOr<uint64_t> SaveOrChecksumChunkState(const RootedPath& file, const std::byte* state,
                                                   uint64_t bytes) {
-  if (path.empty()) return ChecksumChunkState(state, bytes);
-  return SaveChunkState(path, state, bytes);
+  if (file.empty()) return ChecksumChunkState(state, bytes);
+  return SaveChunkState(file, state, bytes);
 }
 
-absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t bytes,
+absl::Status LoadChunkState(const RootedPath& file, uint64_t checksum, uint64_t bytes,
                             std::byte* state) {
+  const std::string& path = file.path();
   std::byte* data = state;
   bool direct;
-  int fd = OpenPreferringDirect(path, O_RDONLY | O_CLOEXEC, data, &direct);
+  int fd = OpenPreferringDirect(file, O_RDONLY | O_CLOEXEC, data, &direct);
   if (fd < 0) {
     if (errno == ENOENT) {
       return absl::DataLossError(absl::StrCat("chunk file ", path, " is missing"));

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/path_root.h"
 #include "shard/chunk_state.h"
 #include "shard/state_arena.h"
 
@@ -54,24 +55,24 @@ class ArenaState {
   StateShape shape_;
 };
 
-// Writes the `bytes` of a state to `path` and syncs it; returns the
+// Writes the `bytes` of a state to `file` and syncs it; returns the
 // checksum. Direct I/O when the memory is 4
 // KiB-aligned and the file system has it, buffered otherwise. The I/O error
 // naming the file on failure.
-absl::StatusOr<uint64_t> SaveChunkState(const std::string& path, const std::byte* state,
+absl::StatusOr<uint64_t> SaveChunkState(const RootedPath& file, const std::byte* state,
                                         uint64_t bytes);
 // The checksum SaveChunkState() would return for the same state, without
 // writing it (a replica's state compared with its primary's file).
 uint64_t ChecksumChunkState(const std::byte* state, uint64_t bytes);
-// SaveChunkState() to `path`, or ChecksumChunkState() when `path` is empty.
-absl::StatusOr<uint64_t> SaveOrChecksumChunkState(const std::string& path, const std::byte* state,
+// SaveChunkState() to `file`, or ChecksumChunkState() when `file` is empty.
+absl::StatusOr<uint64_t> SaveOrChecksumChunkState(const RootedPath& file, const std::byte* state,
                                                   uint64_t bytes);
-// Reads the `bytes` of a state from `path` into `state`, verifying the checksum as
+// Reads the `bytes` of a state from `file` into `state`, verifying the checksum as
 // the pieces arrive: DATA_LOSS naming the file when it is missing or its size
 // or checksum is not the recorded one. Direct I/O in large pieces kept in
 // flight when `state` is 4 KiB-aligned (AllocateStateBuffer), buffered
 // otherwise.
-absl::Status LoadChunkState(const std::string& path, uint64_t checksum, uint64_t bytes,
+absl::Status LoadChunkState(const RootedPath& file, uint64_t checksum, uint64_t bytes,
                             std::byte* state);
 
 // Small files beside a saved state (a chunk's copy of the step before):

@@ -142,6 +142,9 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // `dir` of a checkpoint request resolved inside the checkpoint root:
   // INVALID_ARGUMENT outside it, FAILED_PRECONDITION without a root.
   absl::StatusOr<std::string> CheckpointDir(const std::string& dir) const;
+  // File `name` of a checkpoint directory CheckpointDir() gave, opened
+  // beneath the checkpoint root.
+  RootedPath CheckpointFile(const std::string& dir, const std::string& name) const;
   // The staging buffers of a job's NVMe chunks, from the host tier.
   absl::StatusOr<std::unique_ptr<StagingPool>> MakeStagingPool(const v1::JobSpec& spec);
   // Rebuilds a job of a previous run from its chunk records.

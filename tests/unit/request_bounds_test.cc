@@ -1,6 +1,13 @@
 // The core helpers that keep hostile request values in bounds: overflow-
-// checked sizes, quoted values in messages, paths held inside a root.
+// checked sizes, quoted values in messages, paths held inside a root and
+// opened beneath it.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "core/checked_math.h"
@@ -61,6 +68,55 @@ TEST(PathRootTest, ResolvesInsideAndRefusesEverythingElse) {
   EXPECT_EQ(root->Resolve(std::string("/x\0y", 4), "dir").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(PathRoot::Open("relative", "checkpoint_root").ok());
+}
+
+// What Resolve() accepted is opened from the root's directory without
+// following a symlink: a directory swapped for a link to outside the root
+// after the check leads nowhere (the time-of-check race).
+TEST(PathRootTest, OpensBeneathTheRootAndNotThroughALinkMadeAfterTheCheck) {
+  const testing::ScratchDir scratch("path_root_beneath_test");
+  const std::string root_dir = scratch.path() + "/root";
+  const std::string outside = scratch.path() + "/outside";
+  auto root = PathRoot::Open(root_dir, "checkpoint_root");
+  ASSERT_TRUE(root.ok()) << root.status();
+  std::filesystem::create_directories(root_dir + "/job/step");
+  std::filesystem::create_directories(outside + "/step");
+  std::ofstream(outside + "/step/secret") << "outside";
+
+  absl::StatusOr<std::string> file = root->Resolve(root_dir + "/job/step/secret", "dir");
+  ASSERT_TRUE(file.ok()) << file.status();
+  const RootedPath rooted(*file, *root);
+  int fd = rooted.Open(O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  close(fd);
+  EXPECT_TRUE(std::filesystem::exists(root_dir + "/job/step/secret"));
+  fd = root->OpenBeneath(root->dir(), O_PATH | O_DIRECTORY);
+  EXPECT_GE(fd, 0) << "the root itself";
+  if (fd >= 0) close(fd);
+
+  // After the check: job/ becomes a link to a directory outside the root.
+  std::filesystem::remove_all(root_dir + "/job");
+  std::filesystem::create_symlink(outside, root_dir + "/job");
+  for (const int flags : {O_RDONLY, O_WRONLY | O_TRUNC}) {
+    fd = rooted.Open(flags);
+    EXPECT_EQ(fd, -1) << "opened through the link";
+    EXPECT_TRUE(errno == ELOOP || errno == ENOTDIR) << std::strerror(errno);
+    if (fd >= 0) close(fd);
+  }
+  std::ifstream secret(outside + "/step/secret");
+  std::string contents;
+  secret >> contents;
+  EXPECT_EQ(contents, "outside");
+  // The last component a link too.
+  std::filesystem::create_symlink(outside + "/step/secret", root_dir + "/leaf");
+  EXPECT_EQ(root->OpenBeneath(root->dir() + "/leaf", O_RDONLY), -1);
+  EXPECT_EQ(errno, ELOOP);
+  EXPECT_EQ(root->OpenBeneath("/etc/passwd", O_RDONLY), -1);
+  EXPECT_EQ(errno, EINVAL);
+  // A plain path opens as open(2) does (the daemons' own files).
+  fd = RootedPath(outside + "/step/secret").Open(O_RDONLY);
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) close(fd);
 }
 
 }  // namespace
