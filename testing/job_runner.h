@@ -72,6 +72,15 @@ inline ClientOptions SmallFp32Job(const std::string& coordinator, const std::str
   return o;
 }
 
+// `got` holds `want`'s step and FP32 state, bit for bit.
+inline void ExpectSameState(const MasterState& got, const MasterState& want) {
+  EXPECT_EQ(got.step, want.step);
+  ASSERT_EQ(got.params.size(), want.params.size());
+  EXPECT_TRUE(got.params == want.params);
+  EXPECT_TRUE(got.exp_avg == want.exp_avg);
+  EXPECT_TRUE(got.exp_avg_sq == want.exp_avg_sq);
+}
+
 struct RunResult {
   std::vector<std::vector<StepResult>> steps;  // per rank
   MasterState master;

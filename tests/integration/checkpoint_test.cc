@@ -47,14 +47,6 @@ std::vector<int64_t> ListedSteps(const std::string& coordinator, const std::stri
   return steps;
 }
 
-void ExpectSameState(const MasterState& got, const MasterState& want) {
-  EXPECT_EQ(got.step, want.step);
-  ASSERT_EQ(got.params.size(), want.params.size());
-  EXPECT_TRUE(got.params == want.params);
-  EXPECT_TRUE(got.exp_avg == want.exp_avg);
-  EXPECT_TRUE(got.exp_avg_sq == want.exp_avg_sq);
-}
-
 // Test 1: checkpoints every 5 steps of a 2-server, 2-worker job (chunks of
 // 256), the newest 3 kept; the oldest kept one (step 5 or 10: a multiple
 // that training passes while the previous save writes is skipped) restored
@@ -108,7 +100,7 @@ TEST(CheckpointTest, RestoresOnAnotherTopologyAndChunkSizeAndContinuesBitwise) {
       testing::RunWorkers(r, static_cast<int>(20 - from), 2, [&](int, int64_t step, int micro) {
         return gradient(micro, step + from, 0);
       }).master;
-  ExpectSameState(restored, uninterrupted);
+  testing::ExpectSameState(restored, uninterrupted);
 }
 
 // Every job gets the memory its saves will keep chunk states aside in
@@ -280,7 +272,7 @@ TEST(CheckpointTest, DamagedOrMismatchedCheckpointsAreRefused) {
   ASSERT_TRUE(restored.ok()) << restored.status();
   auto state = (*restored)->ReadMasterState();
   ASSERT_TRUE(state.ok()) << state.status();
-  ExpectSameState(*state, saved);
+  testing::ExpectSameState(*state, saved);
 }
 
 // Test 2: the shard server is SIGKILLed while it writes the chunks of a
@@ -360,7 +352,7 @@ TEST(CheckpointTest, SigkillDuringASaveLeavesThePreviousCheckpointUsable) {
   ASSERT_TRUE(restored.ok()) << restored.status();
   auto state = (*restored)->ReadMasterState();
   ASSERT_TRUE(state.ok()) << state.status();
-  ExpectSameState(*state, *at_two);
+  testing::ExpectSameState(*state, *at_two);
 }
 
 }  // namespace

@@ -54,14 +54,6 @@ std::vector<float> GradientOf(const ClientOptions& o, int rank, int64_t step, in
   return testing::Gradient(o.initial.params.size(), rank, step, micro);
 }
 
-void ExpectSameState(const MasterState& got, const MasterState& want) {
-  EXPECT_EQ(got.step, want.step);
-  ASSERT_EQ(got.params.size(), want.params.size());
-  EXPECT_TRUE(got.params == want.params);
-  EXPECT_TRUE(got.exp_avg == want.exp_avg);
-  EXPECT_TRUE(got.exp_avg_sq == want.exp_avg_sq);
-}
-
 struct TierRun {
   MasterState master;
   std::map<std::string, int> chunks_per_tier;
@@ -103,7 +95,7 @@ TEST(Int8StateTest, OnNvmeTrainsBitwiseAsInHostMemoryAndApartFromFp32) {
   ASSERT_FALSE(::testing::Test::HasFailure());
   EXPECT_GT(mixed.chunks_per_tier["nvme"], 0);
   EXPECT_GT(mixed.chunks_per_tier["host"], 0);
-  ExpectSameState(mixed.master, host_only.master);
+  testing::ExpectSameState(mixed.master, host_only.master);
   // The 8-bit moments took effect, and stayed near FP32's.
   EXPECT_NE(host_only.master.exp_avg, fp32.master.exp_avg);
   EXPECT_NE(host_only.master.params, fp32.master.params);
@@ -187,7 +179,7 @@ TEST(Int8StateTest, CheckpointsRestoreBitwiseAndAcrossPrecisions) {
   const MasterState restored = testing::RunWorkers(r, 4, 2, [&](int, int64_t step, int micro) {
                                  return gradient(micro, step + 4, 0);
                                }).master;
-  ExpectSameState(restored, uninterrupted);
+  testing::ExpectSameState(restored, uninterrupted);
 
   // Into an FP32 job: the decoded moments, as an 8-bit job reads them.
   ClientOptions again = r;
@@ -204,7 +196,7 @@ TEST(Int8StateTest, CheckpointsRestoreBitwiseAndAcrossPrecisions) {
   ASSERT_TRUE(fp32_client.ok()) << fp32_client.status();
   auto fp32_state = (*fp32_client)->ReadMasterState();
   ASSERT_TRUE(fp32_state.ok()) << fp32_state.status();
-  ExpectSameState(*fp32_state, *int8_state);
+  testing::ExpectSameState(*fp32_state, *int8_state);
 
   // An FP32 checkpoint into an 8-bit job: the moments coded (blocks of 256
   // from each chunk's start, which chunks of 2048 keep).
