@@ -271,6 +271,7 @@ absl::StatusOr<SeedPlan> CoordinatorService::PlanCopySeeds(const v1::JobInfo& be
 absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const SeedPlan& plan,
                                             bool prepare, v1::CopiesMoved* copied) {
   const DType dtype = DTypeFromProto(before.spec().dtype()).value_or(DType::kFp32);
+  const StatePrecision precision = StatePrecisionOf(before.spec());
   // One call per (target, source), all at once; each target reads its source.
   struct Call {
     v1::SeedChunksRequest request;
@@ -293,7 +294,7 @@ absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const See
     uint64_t bytes = 0;
     for (const v1::ChunkSpec& chunk : chunks) {
       *call.request.add_chunks() = chunk;
-      bytes += ChunkBytes(chunk.num_params(), dtype, StatePrecisionOf(before.spec()));
+      bytes += ChunkBytes(chunk.num_params(), dtype, precision);
     }
     call.timeout =
         absl::Minutes(1) + absl::Seconds(static_cast<double>(bytes) / kMinSeedBytesPerSecond);

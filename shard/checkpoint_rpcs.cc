@@ -242,7 +242,6 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
   struct Buffer {
     StateBuffer state, fp32;
     uint64_t num_params = 0;
-    bool fp32_made = false;
   };
   std::vector<Buffer> buffers(kParallelLoads);
   RETURN_IF_ERROR(ParallelFor(
@@ -270,8 +269,8 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
           buffer.fp32.reset();
           buffer.num_params = n;
         }
-        buffer.fp32_made = false;
         RETURN_IF_ERROR(LoadChunkState(path, file.checksum(), shape.bytes(), buffer.state.get()));
+        bool converted = false;  // buffer.fp32 holds this file
         for (size_t i = 0; i < chunks.size(); ++i) {
           const FlatRange target = chunks[i]->range();
           const uint64_t begin = std::max(source.begin, target.begin);
@@ -282,8 +281,8 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
           std::byte* values = buffer.state.get();
           if (file_precision != StatePrecision::kFp32) {
             if (buffer.fp32 == nullptr) buffer.fp32 = AllocateStateBuffer(fp32.bytes());
-            if (!buffer.fp32_made) ConvertState(shape, buffer.state.get(), fp32, buffer.fp32.get());
-            buffer.fp32_made = true;
+            if (!converted) ConvertState(shape, buffer.state.get(), fp32, buffer.fp32.get());
+            converted = true;
             values = buffer.fp32.get();
           }
           const StateView view = fp32.ViewOf(values);

@@ -33,9 +33,8 @@ class GpuChunkState : public ChunkState {
 
   absl::StatusOr<StateView> Load() override {
     auto* buffer = new float[3 * num_params_];
-    absl::Status read = ReadAndWait(
-        *gpu_, extent_, 0,
-        absl::MakeSpan(AsBytes(buffer), StateBytes(num_params_, StatePrecision::kFp32)));
+    absl::Status read =
+        ReadAndWait(*gpu_, extent_, 0, absl::MakeSpan(AsBytes(buffer), shape().bytes()));
     if (!read.ok()) {
       delete[] buffer;
       return read;
@@ -44,9 +43,7 @@ class GpuChunkState : public ChunkState {
   }
 
   absl::Status Commit(const StateView& view) override {
-    return WriteAndWait(
-        *gpu_, extent_, 0,
-        absl::MakeConstSpan(view.buffer, StateBytes(num_params_, StatePrecision::kFp32)));
+    return WriteAndWait(*gpu_, extent_, 0, absl::MakeConstSpan(view.buffer, shape().bytes()));
   }
 
   void Release(const StateView& view) override { delete[] view.p; }

@@ -173,8 +173,9 @@ absl::Status ShardService::PlaceAll(const v1::AllocateChunksRequest& request,
     all_bytes += ChunkBytes(c.num_params(), dtype, precision);
   }
   uint64_t memory_free_bytes = host_->budget_bytes() - host_->used_bytes();
-  if (gpu_ != nullptr && precision == StatePrecision::kFp32)
+  if (gpu_ != nullptr && precision == StatePrecision::kFp32) {
     memory_free_bytes += gpu_->budget_bytes() - gpu_->used_bytes();
+  }
   absl::Status placed =
       all_bytes <= memory_free_bytes
           ? PlaceChunks(request, layout, dtype, nullptr, job)

@@ -78,8 +78,9 @@ json Report(const char* kernel, const KernelBenchOptions& o, double bytes_per_pa
 
 absl::StatusOr<json> BenchAdam(const KernelBenchOptions& o) {
   if (absl::Status s = Validate(o); !s.ok()) return s;
-  const bool int8 = o.state == "int8";
-  if (!int8 && o.state != "fp32") return absl::InvalidArgumentError("--state must be fp32 or int8");
+  absl::StatusOr<StatePrecision> precision = StatePrecisionOf(o);
+  if (!precision.ok()) return precision.status();
+  const bool int8 = *precision == StatePrecision::kInt8;
   const size_t n = o.num_params;
   const size_t gsize = DTypeSize(o.grad_dtype);
   const DType copy_dtype = o.grad_dtype == DType::kBf16 ? DType::kBf16 : DType::kFp16;
@@ -114,7 +115,7 @@ absl::StatusOr<json> BenchAdam(const KernelBenchOptions& o) {
             m.get() + b, reinterpret_cast<float*>(m_scale.get()) + b / kInt8StateBlock, v.get() + b,
             reinterpret_cast<float*>(v_scale.get()) + b / kInt8StateBlock};
         AdamUpdateInt8(c, o.grad_dtype, g.get() + b * gsize, pf + b, moments,
-                       Int8Rounding{Int8RoundingSeed(0, step), static_cast<uint32_t>(b)},
+                       Int8Rounding{Int8RoundingSeed(b >> 32, step), static_cast<uint32_t>(b)},
                        copy_dtype, copy.get() + b * csize, e - b);
       } else {
         AdamUpdate(c, o.grad_dtype, g.get() + b * gsize, pf + b,

@@ -18,8 +18,15 @@ struct KernelBenchOptions {
   DType grad_dtype = DType::kFp16;
   int reps = 5;
   std::string cast_op = "to_float";  // cast: to_float (fp16 -> fp32) or from_float
-  std::string state = "fp32";        // adam: fp32 or int8 (kernels/int8_adam.h)
+  std::string state = "fp32";        // adam, nvme-step: fp32 or int8 (kernels/int8_adam.h)
 };
+
+// `state` as a precision; INVALID_ARGUMENT for another name.
+inline absl::StatusOr<StatePrecision> StatePrecisionOf(const KernelBenchOptions& o) {
+  if (o.state == "fp32") return StatePrecision::kFp32;
+  if (o.state == "int8") return StatePrecision::kInt8;
+  return absl::InvalidArgumentError("--state must be fp32 or int8");
+}
 
 absl::StatusOr<nlohmann::json> BenchAdam(const KernelBenchOptions& options);
 absl::StatusOr<nlohmann::json> BenchGradStats(const KernelBenchOptions& options);

@@ -89,11 +89,8 @@ absl::StatusOr<NvmeSteps> StepOnNvme(const KernelBenchOptions& o, const NvmeBenc
 absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchOptions& nvme) {
   if (absl::Status s = CheckDtype(o); !s.ok()) return s;
   if (nvme.dir.empty()) return absl::InvalidArgumentError("nvme-step needs --dir");
-  if (o.state != "fp32" && o.state != "int8") {
-    return absl::InvalidArgumentError("--state must be fp32 or int8");
-  }
-  const StatePrecision precision =
-      o.state == "int8" ? StatePrecision::kInt8 : StatePrecision::kFp32;
+  absl::StatusOr<StatePrecision> precision = StatePrecisionOf(o);
+  if (!precision.ok()) return precision.status();
   // The tier's file (two slots per chunk; room for FP32 states, which an
   // int8 run steps too), and fio's of the same size (as much of it in a
   // device's cache, if it has one).
@@ -111,16 +108,14 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
       FioReadWrite(nvme.dir, file_bytes, nvme.io_bytes, nvme.queue_depth);
   remove_fio_file();
   if (!mixed.ok()) return mixed.status();
-  absl::StatusOr<NvmeSteps> steps = StepOnNvme(o, nvme, precision, file_bytes);
+  absl::StatusOr<NvmeSteps> steps = StepOnNvme(o, nvme, *precision, file_bytes);
   if (!steps.ok()) return steps.status();
   // 8-bit states: the FP32 states' step too, in the same run.
   absl::StatusOr<NvmeSteps> fp32_steps = absl::NotFoundError("not run");
-  if (precision != StatePrecision::kFp32) {
-    KernelBenchOptions fp32 = o;
-    fp32.state = "fp32";
+  if (*precision != StatePrecision::kFp32) {
     NvmeBenchOptions no_host = nvme;
     no_host.host_params = 0;
-    fp32_steps = StepOnNvme(fp32, no_host, StatePrecision::kFp32, file_bytes);
+    fp32_steps = StepOnNvme(o, no_host, StatePrecision::kFp32, file_bytes);
     if (!fp32_steps.ok()) return fp32_steps.status();
   }
   const double step_seconds = steps->step_seconds;
