@@ -90,11 +90,6 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     if (SamePlacement(before, after) && !(compare_unmoved && before.spec().replicas() > 1)) {
       return absl::OkStatus();
     }
-    // Copies are built from FP32 reads and replays (shard/catch_up_copy.h).
-    if (StatePrecisionOf(before.spec()) != StatePrecision::kFp32) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job '", job_id, "' stores 8-bit states: its chunks do not move between shard servers"));
-    }
     moving_.insert(job_id);
   }
   absl::Cleanup not_moving = [&] {

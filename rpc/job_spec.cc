@@ -162,12 +162,7 @@ absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec) {
                                                    " exceeds ", kMaxPathBytes, " bytes"));
   }
   RETURN_IF_ERROR(DTypeFromProto(spec.dtype()).status());
-  ASSIGN_OR_RETURN(const StatePrecision precision, StatePrecisionFromProto(spec.state_precision()));
-  if (precision == StatePrecision::kInt8 && spec.replicas() > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("replicas ", spec.replicas(),
-                     " with state_precision int8: jobs with 8-bit states keep one copy"));
-  }
+  RETURN_IF_ERROR(StatePrecisionFromProto(spec.state_precision()).status());
   const v1::AdamConfig& a = spec.adam();
   if (!std::isfinite(a.lr()) || a.lr() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("lr ", a.lr(), " must be finite and >= 0"));

@@ -24,8 +24,7 @@ bool IsValidId(const std::string& id);
 
 // The layout of a valid spec; INVALID_ARGUMENT naming the first problem:
 // job id, tensors (count, names, sizes), world size, chunk size and count,
-// checkpoint directory length, optimizer values, dtype or state precision
-// (int8 states take one copy of each chunk: copies of them are not built).
+// checkpoint directory length, optimizer values, dtype or state precision.
 absl::StatusOr<FlatLayout> ValidateJobSpec(const v1::JobSpec& spec);
 
 // INVALID_ARGUMENT for DTYPE_UNSPECIFIED or an unknown value.

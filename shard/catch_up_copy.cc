@@ -6,30 +6,29 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "kernels/elementwise.h"
+#include "shard/state_math.h"
 
 namespace strata {
 
-absl::StatusOr<std::unique_ptr<CatchUpCopy>> CatchUpCopy::Create(const v1::ChunkSpec& chunk,
-                                                                 DType dtype, AdamConfig adam,
-                                                                 ChunkGroups groups,
-                                                                 uint64_t piece_params,
-                                                                 StateArena* arena) {
-  // p, m, v, then two copies; a chunk has at most kMaxChunkNumParams, so
+absl::StatusOr<std::unique_ptr<CatchUpCopy>> CatchUpCopy::Create(
+    const v1::ChunkSpec& chunk, DType dtype, StatePrecision precision, AdamConfig adam,
+    ChunkGroups groups, uint64_t piece_params, StateArena* arena) {
+  // The state, then two copies; a chunk has at most kMaxChunkNumParams, so
   // this does not overflow.
-  const uint64_t bytes = chunk.num_params() * (3 * sizeof(float) + 2 * DTypeSize(dtype));
+  const uint64_t bytes = ChunkBytes(chunk.num_params(), dtype, precision);
   absl::StatusOr<std::byte*> memory = arena->Take(bytes);
   if (!memory.ok()) {
     return absl::ResourceExhaustedError(absl::StrCat("no memory to build a copy of chunk ",
                                                      chunk.chunk_id(), " aside (", bytes,
                                                      " bytes): ", memory.status().message()));
   }
-  return std::unique_ptr<CatchUpCopy>(
-      new CatchUpCopy(chunk, dtype, adam, std::move(groups), piece_params, arena, *memory, bytes));
+  return std::unique_ptr<CatchUpCopy>(new CatchUpCopy(
+      chunk, dtype, precision, adam, std::move(groups), piece_params, arena, *memory, bytes));
 }
 
-CatchUpCopy::CatchUpCopy(const v1::ChunkSpec& chunk, DType dtype, AdamConfig adam,
-                         ChunkGroups groups, uint64_t piece_params, StateArena* arena,
-                         std::byte* memory, uint64_t bytes)
+CatchUpCopy::CatchUpCopy(const v1::ChunkSpec& chunk, DType dtype, StatePrecision precision,
+                         AdamConfig adam, ChunkGroups groups, uint64_t piece_params,
+                         StateArena* arena, std::byte* memory, uint64_t bytes)
     : chunk_(chunk),
       dtype_(dtype),
       adam_(adam),
@@ -37,7 +36,8 @@ CatchUpCopy::CatchUpCopy(const v1::ChunkSpec& chunk, DType dtype, AdamConfig ada
       arena_(arena),
       memory_(memory),
       bytes_(bytes),
-      p_(reinterpret_cast<float*>(memory)) {
+      shape_{chunk.num_params(), precision},
+      state_(shape_.ViewOf(memory)) {
   for (uint64_t offset = 0; offset < chunk.num_params(); offset += piece_params) {
     pieces_.push_back({offset, std::min(piece_params, chunk.num_params() - offset)});
   }
@@ -46,14 +46,24 @@ CatchUpCopy::CatchUpCopy(const v1::ChunkSpec& chunk, DType dtype, AdamConfig ada
 CatchUpCopy::~CatchUpCopy() { arena_->Give(memory_, bytes_); }
 
 std::byte* CatchUpCopy::copy(int64_t step) const {
-  return memory_ + 3 * num_params() * sizeof(float) + (step & 1) * num_params() * DTypeSize(dtype_);
+  return memory_ + shape_.bytes() + (step & 1) * num_params() * DTypeSize(dtype_);
 }
 
-void CatchUpCopy::SetPiece(size_t i, int64_t step) {
+absl::Status CatchUpCopy::SetPiece(size_t i, int64_t step, absl::string_view stored) {
   Piece& piece = pieces_[i];
+  const uint64_t want = StateBytes(piece.n, shape_.precision);
+  if (stored.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk_.chunk_id(), " piece at ",
+                                                   piece.offset, ": a state of ", stored.size(),
+                                                   " bytes for ", want));
+  }
+  WriteStoredRange(shape_, state_, piece.offset, piece.n,
+                   reinterpret_cast<const std::byte*>(stored.data()));
   piece.step = step;
   piece.previous = false;
-  CastFromFloat(p(i), dtype_, copy(step) + piece.offset * DTypeSize(dtype_), piece.n);
+  CastFromFloat(state_.p + piece.offset, dtype_, copy(step) + piece.offset * DTypeSize(dtype_),
+                piece.n);
+  return absl::OkStatus();
 }
 
 std::byte* CatchUpCopy::previous(size_t i) {
@@ -78,17 +88,12 @@ absl::Status CatchUpCopy::Replay(size_t i, int64_t step, float coef, float lr,
                                                    " learning rates for ", groups_.num_groups(),
                                                    " parameter group(s)"));
   }
-  float* const m_all = p_ + num_params();
-  float* const v_all = p_ + 2 * num_params();
-  std::byte* const copy_out = copy(step);
-  for (const ConstantsSpan& span :
-       SpanConstants(groups_, num_params(), adam_, lr, group_lrs, step, coef)) {
-    const uint64_t offset = std::max(piece.offset, span.offset);
-    const uint64_t end = std::min(piece.offset + piece.n, span.offset + span.n);
-    if (offset >= end) continue;
-    AdamUpdate(span.constants, dtype_, grads.data() + (offset - piece.offset) * esize, p_ + offset,
-               m_all + offset, v_all + offset, dtype_, copy_out + offset * esize, end - offset);
-  }
+  // The piece's gradients alone: ApplyAdamStep updates the piece's blocks
+  // and nothing else.
+  const GradRange range{piece.offset, piece.n, grads.data()};
+  ApplyAdamStep(shape_, state_, state_,
+                SpanConstants(groups_, num_params(), adam_, lr, group_lrs, step, coef), {range},
+                dtype_, copy(step), chunk_.flat_begin(), step);
   piece.step = step;
   piece.previous = true;
   return absl::OkStatus();
@@ -111,13 +116,11 @@ absl::Status CatchUpCopy::WriteInto(Chunk& chunk) {
     }
     previous = previous && piece.previous;
   }
-  const size_t esize = DTypeSize(dtype_);
   const absl::string_view before =
-      previous
-          ? absl::string_view(reinterpret_cast<const char*>(copy(step - 1)), num_params() * esize)
-          : absl::string_view();
-  return chunk.WriteState(chunk_.flat_begin(), p_, p_ + num_params(), p_ + 2 * num_params(),
-                          num_params(), step, before);
+      previous ? absl::string_view(reinterpret_cast<const char*>(copy(step - 1)),
+                                   num_params() * DTypeSize(dtype_))
+               : absl::string_view();
+  return chunk.WriteStoredState(chunk_.flat_begin(), num_params(), step, before, memory_);
 }
 
 }  // namespace strata

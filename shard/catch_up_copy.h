@@ -1,15 +1,18 @@
 // CatchUpCopy: a new copy of one chunk, built on this server while its job
-// trains on the chunk's other copies. The source's p, m and v arrive in
-// pieces, each at the step the source had applied when it was read
-// (SetPiece); each piece then replays the steps the source applied since,
-// from the source's step log (Replay). The update is elementwise and
-// deterministic, so a piece that replayed up to step t holds the bits the
-// source held at t, and so does the chunk once every piece is at t:
-// WriteInto() puts it into the chunk allocated for it.
+// trains on the chunk's other copies. The source's state arrives in pieces
+// in its stored form (state_math.h: FP32 or 8-bit moments, the same bits),
+// each at the step the source had applied when it was read (SetPiece);
+// each piece then replays the steps the source applied since, from the
+// source's step log (Replay). The update is elementwise (8-bit moments:
+// blockwise, pieces are whole blocks) and deterministic, its rounding
+// drawn from the parameters' places in the model, so a piece that replayed
+// up to step t holds the bits the source held at t, and so does the chunk
+// once every piece is at t: WriteInto() puts it into the chunk allocated
+// for it.
 //
-// Memory: p, m, v (FP32) and each piece's low-precision copies of its last
-// two steps (what Chunk keeps for pulls), from a StateArena, given back
-// when the copy goes.
+// Memory: the state and each piece's low-precision copies of its last two
+// steps (what Chunk keeps for pulls), from a StateArena, given back when
+// the copy goes.
 //
 // Thread-safety: distinct pieces may be filled and replayed from different
 // threads at once; everything else one thread at a time.
@@ -27,6 +30,7 @@
 #include "shard/chunk.h"
 #include "shard/chunk_groups.h"
 #include "shard/state_arena.h"
+#include "shard/state_view.h"
 #include "strata/types.h"
 #include "strata/v1/common.pb.h"
 
@@ -41,12 +45,13 @@ class CatchUpCopy {
     bool previous = false;  // whether its copy of step - 1 is kept
   };
 
-  // An empty copy of `chunk` of a job of `dtype` updated with `adam` and
-  // `groups`, in pieces of at most `piece_params`; RESOURCE_EXHAUSTED when
-  // `arena` (which must outlive it) refuses the memory.
+  // An empty copy of `chunk` of a job of `dtype` and states of `precision`,
+  // updated with `adam` and `groups`, in pieces of at most `piece_params` (a
+  // multiple of kInt8StateBlock); RESOURCE_EXHAUSTED when `arena` (which
+  // must outlive it) refuses the memory.
   static absl::StatusOr<std::unique_ptr<CatchUpCopy>> Create(const v1::ChunkSpec& chunk,
-                                                             DType dtype, AdamConfig adam,
-                                                             ChunkGroups groups,
+                                                             DType dtype, StatePrecision precision,
+                                                             AdamConfig adam, ChunkGroups groups,
                                                              uint64_t piece_params,
                                                              StateArena* arena);
   ~CatchUpCopy();
@@ -56,13 +61,10 @@ class CatchUpCopy {
   const v1::ChunkSpec& chunk() const { return chunk_; }
   DType dtype() const { return dtype_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
-  // Piece i's p, m and v (pieces()[i].n each), for SetPiece().
-  float* p(size_t i) { return p_ + pieces_[i].offset; }
-  float* m(size_t i) { return p_ + num_params() + pieces_[i].offset; }
-  float* v(size_t i) { return p_ + 2 * num_params() + pieces_[i].offset; }
-  // Once p(i), m(i), v(i) hold the source's state at `step`: the piece is
-  // at `step`, without its copy of the step before.
-  void SetPiece(size_t i, int64_t step);
+  // Sets piece i to `stored`, the source's state of it at `step` in its
+  // stored form: the piece is at `step`, without its copy of the step
+  // before. INVALID_ARGUMENT for another size; the piece is then unchanged.
+  absl::Status SetPiece(size_t i, int64_t step, absl::string_view stored);
   // Piece i's copy of step pieces()[i].step - 1 (n values of the dtype),
   // for the source's, then SetPrevious(i).
   std::byte* previous(size_t i);
@@ -83,8 +85,9 @@ class CatchUpCopy {
   absl::Status WriteInto(Chunk& chunk);
 
  private:
-  CatchUpCopy(const v1::ChunkSpec& chunk, DType dtype, AdamConfig adam, ChunkGroups groups,
-              uint64_t piece_params, StateArena* arena, std::byte* memory, uint64_t bytes);
+  CatchUpCopy(const v1::ChunkSpec& chunk, DType dtype, StatePrecision precision, AdamConfig adam,
+              ChunkGroups groups, uint64_t piece_params, StateArena* arena, std::byte* memory,
+              uint64_t bytes);
   uint64_t num_params() const { return chunk_.num_params(); }
   // The copy of `step`: the two copies alternate, as in Chunk.
   std::byte* copy(int64_t step) const;
@@ -94,9 +97,10 @@ class CatchUpCopy {
   const AdamConfig adam_;
   const ChunkGroups groups_;
   StateArena* const arena_;
-  std::byte* const memory_;
+  std::byte* const memory_;  // the state, then the two copies
   const uint64_t bytes_;
-  float* const p_;  // then m, then v
+  const StateShape shape_;
+  const StateView state_;
   std::vector<Piece> pieces_;
 };
 

@@ -45,28 +45,18 @@ absl::Status ReadPieces(const SeedSource& source, CatchUpCopy* copy) {
     read.set_job_id(source.job_id);
     read.set_flat_begin(copy->chunk().flat_begin() + piece.offset);
     read.set_num_params(piece.n);
+    read.set_stored(true);
     v1::ReadStateResponse state;
     RETURN_IF_ERROR(AtSource(CallUnary(source.stub, &v1::ShardServer::Stub::ReadState, read, &state,
                                        source.call_timeout),
                              source.address));
-    if (static_cast<uint64_t>(state.params_size()) != piece.n ||
-        static_cast<uint64_t>(state.exp_avg_size()) != piece.n ||
-        static_cast<uint64_t>(state.exp_avg_sq_size()) != piece.n) {
-      return AtSource(absl::InternalError(absl::StrCat("a state of ", state.params_size(),
-                                                       " params for ", piece.n)),
-                      source.address);
-    }
     if (state.applied_step() < started.since_step()) {
       return AtSource(
           absl::AbortedError(absl::StrCat("read step ", state.applied_step(),
                                           " before its log's step ", started.since_step())),
           source.address);
     }
-    std::memcpy(copy->p(i), state.params().data(), piece.n * sizeof(float));
-    std::memcpy(copy->m(i), state.exp_avg().data(), piece.n * sizeof(float));
-    std::memcpy(copy->v(i), state.exp_avg_sq().data(), piece.n * sizeof(float));
-    copy->SetPiece(i, state.applied_step());
-    return absl::OkStatus();
+    return AtSource(copy->SetPiece(i, state.applied_step(), state.stored_state()), source.address);
   });
 }
 

@@ -415,6 +415,15 @@ absl::Status Chunk::WriteState(uint64_t begin, const float* p, const float* m, c
   });
 }
 
+absl::Status Chunk::WriteStoredState(uint64_t begin, uint64_t n, int64_t step,
+                                     absl::string_view previous, const std::byte* stored) {
+  RETURN_IF_ERROR(CheckStoredRange(begin, n));
+  return SetState(begin, n, step, previous, [&](const StateView& view, uint64_t offset) {
+    WriteStoredRange(state_->shape(), view, offset, n, stored);
+    return absl::OkStatus();
+  });
+}
+
 absl::Status Chunk::WriteStoredState(int64_t step,
                                      absl::FunctionRef<absl::Status(std::byte*)> fill) {
   return SetState(range_.begin, range_.size(), step, /*previous=*/{},
@@ -460,10 +469,21 @@ absl::StatusOr<int64_t> Chunk::ReadState(uint64_t begin, uint64_t n, float* p_ou
   return applied_step();
 }
 
-absl::StatusOr<int64_t> Chunk::CopyState(std::byte* out) {
+absl::Status Chunk::CheckStoredRange(uint64_t begin, uint64_t n) const {
+  if (!IsStoredRange(state_->shape(), begin - range_.begin, n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[", begin, ", +", n, ") of chunk ", chunk_id_, " of job ", job_id_,
+                     " cuts a block of its 8-bit states (blocks of ", kInt8StateBlock,
+                     " from the chunk's first parameter) and has no stored form of its own"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Chunk::CopyState(uint64_t begin, uint64_t n, std::byte* out) {
+  RETURN_IF_ERROR(CheckStoredRange(begin, n));
   absl::MutexLock state_lock(&state_mu_);
   ASSIGN_OR_RETURN(StateView loaded, state_->Load());
-  std::memcpy(out, LiveView(loaded).bytes(), state_->shape().bytes());
+  ReadStoredRange(state_->shape(), LiveView(loaded), begin - range_.begin, n, out);
   state_->Release(loaded);
   return applied_step();
 }

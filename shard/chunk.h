@@ -195,6 +195,11 @@ class Chunk {
   // recompute); INVALID_ARGUMENT for another size or at step 0.
   absl::Status WriteState(uint64_t begin, const float* p, const float* m, const float* v,
                           uint64_t n, int64_t step, absl::string_view previous = {});
+  // WriteState() of [begin, begin + n) from its stored form `stored`
+  // (state_math.h: the same bits; StateShape{n, precision}'s bytes);
+  // INVALID_ARGUMENT for a range without a stored form of its own.
+  absl::Status WriteStoredState(uint64_t begin, uint64_t n, int64_t step,
+                                absl::string_view previous, const std::byte* stored);
   // WriteState() of the whole chunk, its state as stored written in place by
   // `fill` (state_shape().bytes() at a 4 KiB-aligned address), without the
   // copy of the step before. `fill`'s error is returned and leaves the state
@@ -203,9 +208,11 @@ class Chunk {
   // Copies p, m, v of [begin, begin + n) out in FP32 (waiting out an Apply() in
   // progress); returns the applied step they hold, or the tier's error.
   absl::StatusOr<int64_t> ReadState(uint64_t begin, uint64_t n, float* p, float* m, float* v);
-  // Copies the whole state out as stored (state_shape().bytes() to `out`);
-  // returns the applied step it holds, or the tier's error.
-  absl::StatusOr<int64_t> CopyState(std::byte* out);
+  // Copies [begin, begin + n) of the state out in its stored form
+  // (StateShape{n, precision}'s bytes to `out`: state_math.h); returns the
+  // applied step it holds, INVALID_ARGUMENT for a range without a stored
+  // form of its own, or the tier's error.
+  absl::StatusOr<int64_t> CopyState(uint64_t begin, uint64_t n, std::byte* out);
   // Ends every waiting pull and every staged push with `status` (shutdown,
   // job dropped); the staged step can then be pushed again.
   void FailWaiters(const absl::Status& status);
@@ -289,6 +296,9 @@ class Chunk {
   // returned, nothing committed.
   absl::Status WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, StateWrite write)
       ABSL_LOCKS_EXCLUDED(state_mu_);
+  // INVALID_ARGUMENT, naming the range, when [begin, begin + n) has no
+  // stored form of its own (state_math.h IsStoredRange).
+  absl::Status CheckStoredRange(uint64_t begin, uint64_t n) const;
   // WriteState()'s checks and step bookkeeping, then WriteAndCommit().
   absl::Status SetState(uint64_t begin, uint64_t n, int64_t step, absl::string_view previous,
                         StateWrite write) ABSL_LOCKS_EXCLUDED(state_mu_);

@@ -30,6 +30,7 @@ void SeedPiece(v1::ShardServer::Stub* source, const std::string& source_address,
   read.set_job_id(job_id);
   read.set_flat_begin(piece->begin);
   read.set_num_params(piece->num_params);
+  read.set_stored(true);
   v1::ReadStateResponse state;
   piece->status =
       AtSource(CallUnary(source, &v1::ShardServer::Stub::ReadState, read, &state, call_timeout),
@@ -40,9 +41,8 @@ void SeedPiece(v1::ShardServer::Stub* source, const std::string& source_address,
   here.set_job_id(job_id);
   here.set_flat_begin(piece->begin);
   here.set_step(piece->step);
-  *here.mutable_params() = std::move(*state.mutable_params());
-  *here.mutable_exp_avg() = std::move(*state.mutable_exp_avg());
-  *here.mutable_exp_avg_sq() = std::move(*state.mutable_exp_avg_sq());
+  here.set_num_params(piece->num_params);
+  here.set_stored_state(std::move(*state.mutable_stored_state()));
   // The copy of the step before, where the source keeps it (ABORTED: not
   // after a restart, nor at step 0); the new copy serves that step only
   // once every piece brought it.
@@ -59,7 +59,7 @@ void SeedPiece(v1::ShardServer::Stub* source, const std::string& source_address,
       piece->previous = true;
     }
   }
-  piece->bytes = 3 * piece->num_params * sizeof(float) + here.previous_params().size();
+  piece->bytes = here.stored_state().size() + here.previous_params().size();
   piece->status = write(here);
 }
 

@@ -1,8 +1,9 @@
 // SeedChunkStates: a shard server seeds new copies of chunks from their live
 // copies on another server, reading the source itself (SeedChunks RPC):
-// FP32 p, m and v in pieces of at most kSeedPieceParams (ReadState), each
-// with the source's copy of the step before where it keeps one (Pull), so
-// that a new copy can serve a torn step's recompute as the source would.
+// their states as stored (FP32 or 8-bit moments: the same bits) in pieces
+// of at most kSeedPieceParams (ReadState), each with the source's copy of
+// the step before where it keeps one (Pull), so that a new copy can serve
+// a torn step's recompute as the source would.
 // The pieces of every chunk go kSeedStreams at a time, across chunk
 // boundaries, and each is handed to `write` (the local WriteState). The
 // source must hold still (fenced: AllocateChunks with a generation its
@@ -18,16 +19,19 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/chunk_bytes.h"
 #include "strata/types.h"
 #include "strata/v1/common.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
 
 namespace strata {
 
-// The most params one ReadState of a seed carries (3 MiB of state), and
-// how many pieces are read at once: small enough that reads and writes
-// overlap, far below the server's read limit and the message limit.
+// The most params one ReadState of a seed carries (3 MiB of FP32 state;
+// whole blocks of 8-bit states), and how many pieces are read at once:
+// small enough that reads and writes overlap, far below the server's read
+// limit and the message limit.
 inline constexpr uint64_t kSeedPieceParams = uint64_t{1} << 18;
+static_assert(kSeedPieceParams % kInt8StateBlock == 0);
 inline constexpr uint64_t kSeedStreams = 4;
 
 // `status` with the source shard server at `address` named.

@@ -110,7 +110,7 @@ absl::Status ShardService::SaveMemoryChunk(const std::string& job_id, uint64_t b
   const uint64_t n = chunk.range().size();
   const uint64_t bytes = chunk.state_shape().bytes();
   StateBuffer state = AllocateStateBuffer(bytes);
-  ASSIGN_OR_RETURN(int64_t step, chunk.CopyState(state.get()));
+  ASSIGN_OR_RETURN(int64_t step, chunk.CopyState(chunk.range().begin, n, state.get()));
   const std::string file = absl::StrCat(saved_chunks_dir_, "/", job_id, "-", chunk.chunk_id());
   internal::ChunkRecord record;
   ASSIGN_OR_RETURN(uint64_t checksum, SaveChunkState(file, state.get(), bytes));

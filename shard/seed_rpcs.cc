@@ -56,13 +56,6 @@ absl::Status ValidateSeedRequest(const v1::SeedChunksRequest& request,
   return absl::OkStatus();
 }
 
-// Copies are built from FP32 reads and replays (catch_up_copy.h).
-absl::Status EightBitNotCopied(const v1::SeedChunksRequest& request) {
-  return absl::FailedPreconditionError(
-      absl::StrCat("job ", Quoted(request.job_id()),
-                   " stores 8-bit states: its chunks are not copied between shard servers"));
-}
-
 }  // namespace
 
 absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
@@ -76,7 +69,6 @@ absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
           "chunks: chunk ", c.chunk_id(), " [", c.flat_begin(), ", +", c.num_params(), ") of job ",
           Quoted(request.job_id()), " is not a chunk as allocated on this shard server"));
     }
-    if (chunk->state_shape().precision != StatePrecision::kFp32) return EightBitNotCopied(request);
     return absl::OkStatus();
   }));
   return std::vector<v1::ChunkSpec>(request.chunks().begin(), request.chunks().end());
@@ -192,9 +184,6 @@ absl::Status ShardService::ValidatePrepare(const v1::SeedChunksRequest& request)
     return absl::InvalidArgumentError(absl::StrCat("spec.job_id ", Quoted(request.spec().job_id()),
                                                    " is not job_id ", Quoted(request.job_id())));
   }
-  if (StatePrecisionOf(request.spec()) != StatePrecision::kFp32) {
-    return EightBitNotCopied(request);
-  }
   return ValidateSeedRequest(request, [&](const v1::ChunkSpec& c) {
     const bool known = c.chunk_id() < layout->num_chunks() &&
                        layout->chunk_range(c.chunk_id()).begin == c.flat_begin() &&
@@ -213,6 +202,7 @@ absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
   const v1::JobSpec& spec = request.spec();
   ASSIGN_OR_RETURN(const FlatLayout layout, ValidateJobSpec(spec));
   ASSIGN_OR_RETURN(const DType dtype, DTypeFromProto(spec.dtype()));
+  const StatePrecision precision = StatePrecisionOf(spec);
   const SeedSource from{source.get(), request.source_address(), request.job_id(), kSeedCallTimeout};
   auto prepared = std::make_unique<PreparedCopies>();
   prepared->spec = spec.SerializeAsString();
@@ -223,8 +213,8 @@ absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
   for (const v1::ChunkSpec& c : request.chunks()) {
     const FlatRange range{c.flat_begin(), c.flat_begin() + c.num_params()};
     absl::StatusOr<std::unique_ptr<CatchUpCopy>> copy = CatchUpCopy::Create(
-        c, dtype, AdamFromProto(spec.adam()), ChunkGroupsOf(spec, layout, range), kSeedPieceParams,
-        checkpoint_arena_);
+        c, dtype, precision, AdamFromProto(spec.adam()), ChunkGroupsOf(spec, layout, range),
+        kSeedPieceParams, checkpoint_arena_);
     if (!copy.ok()) {
       last_failure = copy.status();
       break;  // the arena is full
@@ -235,7 +225,7 @@ absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
       EndStepLog(from, **copy);
       continue;
     }
-    response->set_bytes(response->bytes() + 3 * c.num_params() * sizeof(float));
+    response->set_bytes(response->bytes() + StateBytes(c.num_params(), precision));
     prepared->by_chunk[c.chunk_id()] = *std::move(copy);
     for (auto it = prepared->by_chunk.begin(); it != prepared->by_chunk.end();) {
       absl::StatusOr<uint64_t> replayed = CatchUp(from, it->second.get(), false);

@@ -13,6 +13,7 @@
 #include "core/status_macros.h"
 #include "rpc/grpc_status.h"
 #include "rpc/job_spec.h"
+#include "shard/state_math.h"
 
 namespace strata {
 namespace {
@@ -359,14 +360,17 @@ grpc::ServerUnaryReactor* ShardService::WriteParams(grpc::CallbackServerContext*
 }
 
 absl::Status ShardService::DoWriteState(const v1::WriteStateRequest& request) {
+  if (request.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 0"));
+  }
+  if (!request.stored_state().empty() || request.num_params() != 0) {
+    return DoWriteStoredState(request);
+  }
   const int n = request.params_size();
   if (request.exp_avg_size() != n || request.exp_avg_sq_size() != n) {
     return absl::InvalidArgumentError(
         absl::StrCat("params, exp_avg and exp_avg_sq have ", n, ", ", request.exp_avg_size(),
                      " and ", request.exp_avg_sq_size(), " values; they must have as many"));
-  }
-  if (request.step() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 0"));
   }
   for (const auto* values : {&request.params(), &request.exp_avg(), &request.exp_avg_sq()}) {
     for (float x : *values) {
@@ -380,6 +384,25 @@ absl::Status ShardService::DoWriteState(const v1::WriteStateRequest& request) {
   return chunk->WriteState(request.flat_begin(), request.params().data(), request.exp_avg().data(),
                            request.exp_avg_sq().data(), n, request.step(),
                            request.previous_params());
+}
+
+absl::Status ShardService::DoWriteStoredState(const v1::WriteStateRequest& request) {
+  if (request.params_size() != 0 || request.exp_avg_size() != 0 || request.exp_avg_sq_size() != 0) {
+    return absl::InvalidArgumentError(
+        "stored_state comes in place of params, exp_avg and exp_avg_sq, not with them");
+  }
+  const uint64_t n = request.num_params();
+  ASSIGN_OR_RETURN(auto chunk, FindChunk(request.job_id(), request.flat_begin(), n));
+  const StateShape shape{n, chunk->state_shape().precision};
+  if (request.stored_state().size() != shape.bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stored_state: ", request.stored_state().size(), " bytes; the state of num_params ", n,
+        " with ", StatePrecisionName(shape.precision), " moments takes ", shape.bytes()));
+  }
+  const auto* stored = reinterpret_cast<const std::byte*>(request.stored_state().data());
+  RETURN_IF_ERROR(CheckStoredState(shape, stored, "stored_state"));
+  return chunk->WriteStoredState(request.flat_begin(), n, request.step(), request.previous_params(),
+                                 stored);
 }
 
 grpc::ServerUnaryReactor* ShardService::WriteState(grpc::CallbackServerContext* ctx,
@@ -398,6 +421,16 @@ absl::Status ShardService::DoReadState(const v1::ReadStateRequest& request,
   }
   ASSIGN_OR_RETURN(auto chunk,
                    FindChunk(request.job_id(), request.flat_begin(), request.num_params()));
+  if (request.stored()) {
+    const uint64_t n = request.num_params();
+    std::string* out = response->mutable_stored_state();
+    out->resize(StateBytes(n, chunk->state_shape().precision));
+    ASSIGN_OR_RETURN(
+        const int64_t step,
+        chunk->CopyState(request.flat_begin(), n, reinterpret_cast<std::byte*>(out->data())));
+    response->set_applied_step(step);
+    return absl::OkStatus();
+  }
   int n = static_cast<int>(request.num_params());
   response->mutable_params()->Resize(n, 0.0f);
   response->mutable_exp_avg()->Resize(n, 0.0f);

@@ -180,6 +180,8 @@ class ShardService final : public ShardServerService, public WorkerTokens {
                            DType dtype, std::shared_ptr<StagingPool> staging, Job* job);
   absl::Status DoWriteParams(const v1::WriteParamsRequest& request);
   absl::Status DoWriteState(const v1::WriteStateRequest& request);
+  // DoWriteState() of a stored_state.
+  absl::Status DoWriteStoredState(const v1::WriteStateRequest& request);
   // The chunk a push goes to, after checking everything but the step rules.
   absl::StatusOr<std::shared_ptr<Chunk>> ValidatePush(const v1::PushRequest& request);
   // Commits a step's scalars to every chunk of the job here, scheduling the

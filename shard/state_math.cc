@@ -1,9 +1,11 @@
 #include "shard/state_math.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/adam.h"
 #include "kernels/int8_adam.h"
 
@@ -16,6 +18,46 @@ uint64_t BlockStart(uint64_t offset) { return offset / kInt8StateBlock * kInt8St
 Int8Moments MomentsAt(const Int8Moments& q, uint64_t offset) {
   const uint64_t b = offset / kInt8StateBlock;
   return Int8Moments{q.m + offset, q.m_scale + b, q.v + offset, q.v_scale + b};
+}
+
+// The view of `state` from element `offset` (a block boundary of an 8-bit
+// state) on.
+StateView ViewFrom(const StateView& state, uint64_t offset) {
+  StateView view;
+  view.p = state.p + offset;
+  if (state.m != nullptr) {
+    view.m = state.m + offset;
+    view.v = state.v + offset;
+  } else {
+    view.q = MomentsAt(state.q, offset);
+  }
+  return view;
+}
+
+// Copies n parameters' state from `from` to `to`, views of `precision`.
+void CopyView(StatePrecision precision, uint64_t n, const StateView& from, const StateView& to) {
+  std::memcpy(to.p, from.p, n * sizeof(float));
+  if (precision == StatePrecision::kFp32) {
+    std::memcpy(to.m, from.m, n * sizeof(float));
+    std::memcpy(to.v, from.v, n * sizeof(float));
+    return;
+  }
+  const uint64_t blocks = Int8StateBlocks(n);
+  std::memcpy(to.q.m_scale, from.q.m_scale, blocks * sizeof(float));
+  std::memcpy(to.q.v_scale, from.q.v_scale, blocks * sizeof(float));
+  std::memcpy(to.q.m, from.q.m, n);
+  std::memcpy(to.q.v, from.q.v, n);
+}
+
+// The first of `count` FP32 values at `values` (any alignment) that is not
+// finite or, with `non_negative`, is below 0; -1 when none.
+int64_t FirstBadValue(const std::byte* values, uint64_t count, bool non_negative) {
+  for (uint64_t i = 0; i < count; ++i) {
+    float x;
+    std::memcpy(&x, values + i * sizeof(float), sizeof(float));
+    if (!std::isfinite(x) || (non_negative && x < 0)) return static_cast<int64_t>(i);
+  }
+  return -1;
 }
 
 // A range of the chunk with one span's constants and one gradient range.
@@ -156,6 +198,51 @@ void WriteStateFp32(const StateShape& shape, const StateView& state, uint64_t of
     std::memcpy(block_v + (begin - block), v + (begin - offset), (end - begin) * sizeof(float));
     QuantizeMoments(block_m, block_v, q, block_end - block);
   }
+}
+
+bool IsStoredRange(const StateShape& shape, uint64_t offset, uint64_t n) {
+  if (shape.precision == StatePrecision::kFp32) return true;
+  return offset % kInt8StateBlock == 0 &&
+         (n % kInt8StateBlock == 0 || offset + n == shape.num_params);
+}
+
+void ReadStoredRange(const StateShape& shape, const StateView& state, uint64_t offset, uint64_t n,
+                     std::byte* out) {
+  CopyView(shape.precision, n, ViewFrom(state, offset), StateShape{n, shape.precision}.ViewOf(out));
+}
+
+void WriteStoredRange(const StateShape& shape, const StateView& state, uint64_t offset, uint64_t n,
+                      const std::byte* in) {
+  // The view does not write through `in`.
+  CopyView(shape.precision, n, StateShape{n, shape.precision}.ViewOf(const_cast<std::byte*>(in)),
+           ViewFrom(state, offset));
+}
+
+absl::Status CheckStoredState(const StateShape& shape, const std::byte* state,
+                              absl::string_view field) {
+  const uint64_t n = shape.num_params;
+  struct Array {
+    const char* name;
+    uint64_t count;
+    bool non_negative;
+  };
+  const bool int8 = shape.precision == StatePrecision::kInt8;
+  const uint64_t blocks = Int8StateBlocks(n);
+  const Array arrays[] = {
+      {"params", n, false},
+      {int8 ? "exp_avg block scales" : "exp_avg", int8 ? blocks : n, int8},
+      {int8 ? "exp_avg_sq block scales" : "exp_avg_sq", int8 ? blocks : n, true}};
+  const std::byte* values = state;
+  for (const Array& array : arrays) {
+    const int64_t bad = FirstBadValue(values, array.count, array.non_negative);
+    if (bad >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", array.name, "[", bad, "] is ",
+                                                     array.non_negative ? "negative or " : "",
+                                                     "not finite"));
+    }
+    values += array.count * sizeof(float);
+  }
+  return absl::OkStatus();
 }
 
 void ConvertState(const StateShape& from_shape, const std::byte* from, const StateShape& to_shape,

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "shard/chunk_groups.h"
 #include "shard/state_view.h"
@@ -36,6 +38,26 @@ void ReadStateFp32(const StateShape& shape, const StateView& state, uint64_t off
 // as they were (decoded and coded again with the block's new scale).
 void WriteStateFp32(const StateShape& shape, const StateView& state, uint64_t offset, uint64_t n,
                     const float* p, const float* m, const float* v);
+
+// Whether [offset, offset + n) of a state of `shape` has a stored form of
+// its own (the bytes of a state of StateShape{n, shape.precision}): any
+// range of an FP32 state; whole blocks of an 8-bit one, the last of which
+// may end the state.
+bool IsStoredRange(const StateShape& shape, uint64_t offset, uint64_t n);
+// Copies [offset, offset + n) of `state` (IsStoredRange) to `out`, in its
+// stored form: the same bits.
+void ReadStoredRange(const StateShape& shape, const StateView& state, uint64_t offset, uint64_t n,
+                     std::byte* out);
+// Sets [offset, offset + n) of `state` (IsStoredRange) from `in`, its
+// stored form.
+void WriteStoredRange(const StateShape& shape, const StateView& state, uint64_t offset, uint64_t n,
+                      const std::byte* in);
+// OK when `state` (shape.bytes(), any alignment) is a state a step may
+// start from: p and FP32 moments finite, v >= 0, 8-bit scales finite and
+// >= 0 (every code is a value); INVALID_ARGUMENT naming `field` and the
+// first element that is not.
+absl::Status CheckStoredState(const StateShape& shape, const std::byte* state,
+                              absl::string_view field);
 
 // `from` (a whole state of `from_shape`) as a state of `to_shape` (the same
 // parameters) at `to`: a copy when the precisions match.

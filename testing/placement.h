@@ -41,15 +41,17 @@ inline absl::StatusOr<int> ChunksOnServer(const std::string& server, const std::
 }
 
 // The master state of [begin, begin + n) of `job` on the shard server at
-// `server` (within one chunk, at most 1 Mi params).
+// `server` (within one chunk, at most 1 Mi params): in FP32, or with
+// `stored` in the chunk's stored form (stored_state).
 inline absl::StatusOr<v1::ReadStateResponse> ReadCopy(const std::string& server,
                                                       const std::string& job, uint64_t begin,
-                                                      uint64_t n) {
+                                                      uint64_t n, bool stored = false) {
   auto stub = v1::ShardServer::NewStub(MakeChannel(server));
   v1::ReadStateRequest request;
   request.set_job_id(job);
   request.set_flat_begin(begin);
   request.set_num_params(n);
+  request.set_stored(stored);
   v1::ReadStateResponse response;
   absl::Status s = CallUnary(stub.get(), &v1::ShardServer::Stub::ReadState, request, &response,
                              absl::Seconds(30));

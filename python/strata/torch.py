@@ -65,8 +65,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     state_precision="int8" has the shard servers store Adam's moments as
     8-bit codes with a scale per 256 parameters (a job setting: 6 bytes of
-    state per parameter instead of 12; one copy of each chunk, in host
-    memory or on NVMe). Checkpoints and exports read them back in FP32.
+    state per parameter instead of 12, in host memory or on NVMe; copies
+    keep the same bits). Checkpoints and exports read them back in FP32.
 
     params="replicated" keeps the whole model in every worker (ZeRO-2
     style); params="on_demand" keeps 1/world_size of it and gathers each

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -282,6 +283,47 @@ TEST_F(BadInputTest, WriteStateRefusesBadStateAndStartedJobs) {
   // Valid state, but the job has run steps: refused, nothing changes.
   s = write(8, 1.0f, 1.0f, 2, 8);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("before the first push"));
+
+  // The stored form: the chunk's own bytes (read back with `stored`) are
+  // valid but come too late; sizes, values and mixtures are named.
+  auto stored = testing::ReadCopy(chunk0_server_, "bad-input", 0, 8, /*stored=*/true);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->stored_state().size(), 8 * 12u);
+  EXPECT_EQ(stored->params_size(), 0);
+  auto write_stored = [&](uint64_t n, std::string bytes, int params = 0) {
+    v1::WriteStateRequest request;
+    request.set_job_id("bad-input");
+    request.set_flat_begin(0);
+    request.set_step(2);
+    request.set_num_params(n);
+    request.set_stored_state(std::move(bytes));
+    for (int i = 0; i < params; ++i) request.add_params(1.0f);
+    grpc::ClientContext context;
+    v1::WriteStateResponse response;
+    return FromGrpcStatus(shard_->WriteState(&context, request, &response));
+  };
+  const std::string good = stored->stored_state();
+  struct Case {
+    absl::Status status;
+    std::string names;
+  };
+  std::string nan_p = good, negative_v = good;
+  const float nan = NAN, minus = -1.0f;
+  std::memcpy(nan_p.data() + 4, &nan, 4);
+  std::memcpy(negative_v.data() + 16 * 4 + 8, &minus, 4);
+  for (const Case& c : std::vector<Case>{
+           {write_stored(8, good, 8), "in place of params"},
+           {write_stored(8, good.substr(4)), "stored_state: 92 bytes"},
+           {write_stored(uint64_t{1} << 62, good), "crosses the end"},
+           {write_stored(8, nan_p), "stored_state: params[1] is not finite"},
+           {write_stored(8, negative_v), "stored_state: exp_avg_sq[2] is negative"},
+       }) {
+    EXPECT_EQ(c.status.code(), absl::StatusCode::kInvalidArgument) << c.status;
+    EXPECT_THAT(c.status.message(), HasSubstr(c.names));
+  }
+  s = write_stored(8, good);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(s.message(), HasSubstr("before the first push"));
 }
 

@@ -3,8 +3,8 @@
 // memory; such a job fits a host budget its FP32-state twin does not;
 // checkpoints save the 8-bit state, restore it bit for bit and continue
 // bitwise, restore into an FP32 job (decoded) and an FP32 checkpoint into an
-// 8-bit job (coded); a damaged 8-bit file is DATA_LOSS; and what 8-bit states
-// do not have (replicas, moves between servers) is refused by name.
+// 8-bit job (coded); a damaged 8-bit file is DATA_LOSS. (Copies and moves of
+// 8-bit chunks: replication_test.cc.)
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -239,33 +239,6 @@ TEST(Int8StateTest, CheckpointsRestoreBitwiseAndAcrossPrecisions) {
   absl::Status loss = Client::Connect(broken).status();
   EXPECT_EQ(loss.code(), absl::StatusCode::kDataLoss) << loss;
   EXPECT_THAT(loss.message(), HasSubstr("chunk-00000001.bin: checksum mismatch"));
-}
-
-TEST(Int8StateTest, ReplicasAndMovesAreRefusedByNameAndTheJobTrainsOn) {
-  auto cluster = LocalCluster::Start({2, uint64_t{64} << 20, 1});
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  const std::string coordinator = (*cluster)->coordinator_address();
-  ClientOptions o = Int8Job(coordinator, "int8-replicas");
-  o.job.world_size = 1;
-  o.job.replicas = 2;
-  absl::Status refused = Client::Connect(o).status();
-  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
-  EXPECT_THAT(refused.message(), HasSubstr("replicas 2 with state_precision int8"));
-
-  o.job.replicas = 1;
-  o.job_id = "int8-stays";
-  auto client = Client::Connect(o);
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE(testing::TrainStep(**client).ok());
-  const std::string server = (*cluster)->servers()[0]->address();
-  auto [code, output] = testing::RunCommand(absl::StrCat(
-      STRATA_BIN_DIR, "/stratactl --coordinator=", coordinator, " server drain ", server));
-  EXPECT_NE(code, 0) << output;
-  EXPECT_THAT(output, HasSubstr("'int8-stays' stores 8-bit states"));
-  ASSERT_TRUE(testing::TrainStep(**client).ok());
-  auto state = (*client)->ReadMasterState();
-  ASSERT_TRUE(state.ok()) << state.status();
-  EXPECT_EQ(state->step, 2);
 }
 
 }  // namespace

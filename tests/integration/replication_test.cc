@@ -7,7 +7,7 @@
 // coordinator seeds the missing copies again while the job trains, and
 // every copy ends with the primary's bits. Draining a server and
 // rebalancing onto a new one move copies the same way while the job
-// trains: no step lost, the same bits.
+// trains: no step lost, the same bits. Jobs with 8-bit moments too.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -53,6 +53,15 @@ ClientOptions Job(const std::string& coordinator, const std::string& job_id, uin
   o.job.replicas = replicas;
   o.initial.params = testing::InitialParams(
       FlatLayout::Create(o.job.tensors, o.job.chunk_num_params)->num_params());
+  return o;
+}
+
+// Job() with 8-bit moments in chunks of 640 (blocks of 256, 256 and 128).
+ClientOptions Int8Job(const std::string& coordinator, const std::string& job_id,
+                      uint32_t replicas) {
+  ClientOptions o = Job(coordinator, job_id, replicas);
+  o.job.state_precision = StatePrecision::kInt8;
+  o.job.chunk_num_params = 640;
   return o;
 }
 
@@ -167,7 +176,8 @@ class ReplicationTest : public ::testing::Test {
   }
 
   // Every copy of every chunk of `job_id` at the last step, with the bits
-  // of `run`'s master state (read from the primaries), and `copies` of each
+  // of `run`'s master state (read from the primaries) and the stored bits
+  // of the chunk's other copies (8-bit moments too), and `copies` of each
   // on distinct servers, none on `not_on`.
   void ExpectCopiesOf(const std::string& job_id, const testing::KilledRun& run, size_t copies,
                       const std::string& not_on) {
@@ -175,6 +185,7 @@ class ReplicationTest : public ::testing::Test {
     ASSERT_TRUE(placement.ok()) << placement.status();
     EXPECT_TRUE(testing::HasCopies(*placement, copies, not_on));
     std::map<uint32_t, std::set<std::string>> servers_of;
+    std::map<uint32_t, std::string> stored_of;
     for (const v1::PlacementRow& row : placement->rows()) {
       EXPECT_TRUE(servers_of[row.chunk_id()].insert(row.server_address()).second)
           << "two copies of chunk " << row.chunk_id() << " on " << row.server_address();
@@ -193,7 +204,47 @@ class ReplicationTest : public ::testing::Test {
                   v == slice(run.master.exp_avg_sq))
           << "copy " << row.copy() << " of chunk " << row.chunk_id() << " on "
           << row.server_address() << " differs from the master state";
+      auto stored = testing::ReadCopy(row.server_address(), job_id, row.flat_begin(),
+                                      row.num_params(), /*stored=*/true);
+      ASSERT_TRUE(stored.ok()) << stored.status();
+      auto [first, inserted] = stored_of.emplace(row.chunk_id(), stored->stored_state());
+      EXPECT_TRUE(inserted || first->second == stored->stored_state())
+          << "copy " << row.copy() << " of chunk " << row.chunk_id() << " on "
+          << row.server_address() << " stores other bits than copy 0";
     }
+  }
+
+  // Drains server 0 at step 10 while `job` (one copy) trains to kSteps:
+  // every copy built while the job trained, nothing left there, no step
+  // lost, the same bits.
+  void DrainWhileTraining(const ClientOptions& job) {
+    const std::string drained = servers_[0].address;
+    v1::DrainServerResponse response;
+    WhileTraining drain(10, 20, [&] {
+      auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
+      v1::DrainServerRequest request;
+      request.set_address(drained);
+      absl::Status s = CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request,
+                                 &response, absl::Seconds(120));
+      EXPECT_TRUE(s.ok()) << s;
+    });
+    const testing::KilledRun run = Train(
+        job, nullptr, nullptr, nullptr, [] {}, drain.compute());
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    EXPECT_EQ(response.moved().jobs(), 1u);
+    EXPECT_GT(response.moved().copies(), 0u);
+    // Every copy was built while the job trained; the fence only replayed.
+    EXPECT_EQ(response.moved().prepared(), response.moved().copies());
+    std::printf(
+        "drained %u chunk copies (%llu bytes, %u built while training) in %.3f s, "
+        "training paused %.3f s\n",
+        response.moved().copies(), static_cast<unsigned long long>(response.moved().bytes()),
+        response.moved().prepared(), response.moved().seconds(), response.moved().fenced_seconds());
+    ExpectCopiesOf(job.job_id, run, 1, drained);
+    auto held = testing::ChunksOnServer(drained, job.job_id);
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_EQ(*held, 0);
+    ExpectNothingLost(run, job);
   }
 
   std::string CoordinatorLog() const {
@@ -252,6 +303,21 @@ TEST_F(ReplicationTest, AServerLostForGoodCostsAReplicatedJobNoStep) {
   ExpectNothingLost(run);
 }
 
+// The same with 8-bit moments: the copies restored on the servers left are
+// read in their stored form and replay their steps with the same rounding,
+// so no step is lost and every copy keeps the bits.
+TEST_F(ReplicationTest, AServerLostForGoodCostsAnEightBitJobNoStep) {
+  StartCluster(kServerTimeoutMs);
+  testing::ServerProcess& victim = servers_[1];
+  const testing::KilledRun run = Train(
+      Int8Job(coordinator_, "int8", /*replicas=*/2), &victim, &daemons_, nullptr, [] {},
+      WaitForCopies(coordinator_, "int8", 2, victim.address));
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ExpectCopiesOf("int8", run, 2, victim.address);
+  EXPECT_THAT(CoordinatorLog(), HasSubstr("restoring its replica count"));
+  ExpectNothingLost(run, Int8Job(coordinator_, "", 1));
+}
+
 // A server that restarts at once without its chunks (well within the server
 // timeout, so never declared lost): the coordinator sees it back empty and
 // takes its copies out of the placement instead of resuming the job from a
@@ -283,34 +349,7 @@ TEST_F(ReplicationTest, AServerBackWithoutItsChunksCostsAReplicatedJobNoStep) {
 // copy): nothing left there, no step lost, the same bits.
 TEST_F(ReplicationTest, ADrainedServersChunksMoveWhileTheJobTrains) {
   StartCluster(kServerTimeoutMs);
-  const std::string drained = servers_[0].address;
-  v1::DrainServerResponse response;
-  WhileTraining drain(10, 20, [&] {
-    auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
-    v1::DrainServerRequest request;
-    request.set_address(drained);
-    absl::Status s = CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request, &response,
-                               absl::Seconds(120));
-    EXPECT_TRUE(s.ok()) << s;
-  });
-  const testing::KilledRun run = Train(
-      Job(coordinator_, "drained", /*replicas=*/1), nullptr, nullptr, nullptr, [] {},
-      drain.compute());
-  ASSERT_FALSE(::testing::Test::HasFailure());
-  EXPECT_EQ(response.moved().jobs(), 1u);
-  EXPECT_GT(response.moved().copies(), 0u);
-  // Every copy was built while the job trained; the fence only replayed.
-  EXPECT_EQ(response.moved().prepared(), response.moved().copies());
-  std::printf(
-      "drained %u chunk copies (%llu bytes, %u built while training) in %.3f s, "
-      "training paused %.3f s\n",
-      response.moved().copies(), static_cast<unsigned long long>(response.moved().bytes()),
-      response.moved().prepared(), response.moved().seconds(), response.moved().fenced_seconds());
-  ExpectCopiesOf("drained", run, 1, drained);
-  auto held = testing::ChunksOnServer(drained, "drained");
-  ASSERT_TRUE(held.ok()) << held.status();
-  EXPECT_EQ(*held, 0);
-  ExpectNothingLost(run);
+  DrainWhileTraining(Job(coordinator_, "drained", /*replicas=*/1));
   // A server that is not registered cannot be drained.
   auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
   v1::DrainServerRequest request;
@@ -320,6 +359,13 @@ TEST_F(ReplicationTest, ADrainedServersChunksMoveWhileTheJobTrains) {
                                    &ignored, absl::Seconds(30));
   EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound) << unknown;
   EXPECT_THAT(unknown.message(), HasSubstr("address"));
+}
+
+// The same with 8-bit moments: each copy built aside replays the steps
+// logged since it was read with the source's rounding.
+TEST_F(ReplicationTest, AnEightBitJobsChunksMoveOffADrainedServerWithTheirBits) {
+  StartCluster(kServerTimeoutMs);
+  DrainWhileTraining(Int8Job(coordinator_, "int8-drained", /*replicas=*/1));
 }
 
 // A fourth server registers at step 10 and the job is rebalanced onto it

@@ -2,8 +2,9 @@
 // the chunk's StepLog): pieces read at different steps, each replaying the
 // steps logged since, reach the chunk's bits exactly -- p, m, v and the
 // low-precision copies of the last two steps -- and then train on as a
-// replica of it. FP32 and BF16 gradients, two parameter groups with their
-// own learning rates and weight decays. Random gradients, seed printed.
+// replica of it. FP32 and BF16 gradients, FP32 and 8-bit moments (pushes
+// and groups that cut blocks), two parameter groups with their own learning
+// rates and weight decays. Random gradients, seed printed.
 #include "shard/catch_up_copy.h"
 
 #include <algorithm>
@@ -13,11 +14,15 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/elementwise.h"
 #include "shard/chunk.h"
+#include "shard/state_math.h"
 #include "shard/step_log.h"
 #include "storage/host_tier.h"
 
@@ -26,7 +31,7 @@ namespace {
 
 constexpr uint64_t kBegin = 4096;
 constexpr uint64_t kN = 1000;
-constexpr uint64_t kPieceParams = 300;  // pieces of 300, 300, 300 and 100
+constexpr uint64_t kPieceParams = 256;  // pieces of 256, 256, 256 and 232
 
 ChunkGroups TwoGroups() {
   ChunkGroups groups;
@@ -43,8 +48,12 @@ v1::ChunkSpec Spec() {
   return spec;
 }
 
-class CatchUpCopyTest : public ::testing::TestWithParam<DType> {
+class CatchUpCopyTest : public ::testing::TestWithParam<std::tuple<DType, StatePrecision>> {
  protected:
+  static DType dtype() { return std::get<0>(GetParam()); }
+  static StatePrecision precision() { return std::get<1>(GetParam()); }
+  static uint64_t StoredBytes(uint64_t n) { return StateBytes(n, precision()); }
+
   CatchUpCopyTest() : tier_(64 << 20), arena_(0) {
     const uint32_t seed = std::random_device{}();
     std::printf("seed %u\n", seed);
@@ -52,11 +61,11 @@ class CatchUpCopyTest : public ::testing::TestWithParam<DType> {
   }
 
   std::unique_ptr<Chunk> MakeChunk() {
-    auto copy = tier_.Allocate(ChunkCopyBytes(kN, GetParam()));
+    auto copy = tier_.Allocate(ChunkCopyBytes(kN, dtype()));
     EXPECT_TRUE(copy.ok());
-    auto chunk = std::make_unique<Chunk>("job", 3, FlatRange{kBegin, kBegin + kN}, GetParam(),
-                                         AdamConfig{}, *HostChunkState::Create(&tier_, {kN}),
-                                         &tier_, *copy, nullptr, 0, TwoGroups());
+    auto chunk = std::make_unique<Chunk>(
+        "job", 3, FlatRange{kBegin, kBegin + kN}, dtype(), AdamConfig{},
+        *HostChunkState::Create(&tier_, {kN, precision()}), &tier_, *copy, nullptr, 0, TwoGroups());
     std::vector<float> p(kN);
     for (float& x : p) x = std::uniform_real_distribution<float>(-1, 1)(rng_);
     if (initial_.empty()) initial_ = p;
@@ -67,7 +76,7 @@ class CatchUpCopyTest : public ::testing::TestWithParam<DType> {
   // Step `step` of `chunk` with the gradients `grads` (kept: the chunk
   // keeps views), pushed in two ranges, with per-group learning rates.
   void Train(Chunk& chunk, int64_t step, const std::string& grads) {
-    const size_t esize = DTypeSize(GetParam());
+    const size_t esize = DTypeSize(dtype());
     StepScalars scalars;
     scalars.coef = 0.5f + 0.01f * static_cast<float>(step);
     scalars.lr = 1e-3f * static_cast<float>(step);
@@ -90,19 +99,20 @@ class CatchUpCopyTest : public ::testing::TestWithParam<DType> {
     std::vector<float> g(kN);
     std::normal_distribution<float> normal(0, 1);
     for (size_t i = 0; i < kN; ++i) g[i] = normal(rng_) * (i % 3 == 0 ? 10.0f : 1e-3f);
-    std::string bytes(kN * DTypeSize(GetParam()), '\0');
-    CastFromFloat(g.data(), GetParam(), bytes.data(), kN);
+    std::string bytes(kN * DTypeSize(dtype()), '\0');
+    CastFromFloat(g.data(), dtype(), bytes.data(), kN);
     grads_.push_back(std::move(bytes));
     return grads_.back();
   }
 
+  // [begin, begin + n) of the chunk's state in its stored form.
   struct State {
-    std::vector<float> p, m, v;
+    std::string stored;
     int64_t step;
   };
   static State Read(Chunk& chunk, uint64_t begin = kBegin, uint64_t n = kN) {
-    State s{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n), -1};
-    auto step = chunk.ReadState(begin, n, s.p.data(), s.m.data(), s.v.data());
+    State s{std::string(StoredBytes(n), '\0'), -1};
+    auto step = chunk.CopyState(begin, n, reinterpret_cast<std::byte*>(s.stored.data()));
     EXPECT_TRUE(step.ok()) << step.status();
     s.step = step.value_or(-1);
     return s;
@@ -117,9 +127,7 @@ class CatchUpCopyTest : public ::testing::TestWithParam<DType> {
   static void ExpectSameBits(Chunk& a, Chunk& b) {
     const State x = Read(a), y = Read(b);
     EXPECT_EQ(x.step, y.step);
-    EXPECT_EQ(0, std::memcmp(x.p.data(), y.p.data(), kN * sizeof(float)));
-    EXPECT_EQ(0, std::memcmp(x.m.data(), y.m.data(), kN * sizeof(float)));
-    EXPECT_EQ(0, std::memcmp(x.v.data(), y.v.data(), kN * sizeof(float)));
+    EXPECT_TRUE(x.stored == y.stored);
     EXPECT_EQ(Pulled(a, x.step), Pulled(b, x.step));
     EXPECT_EQ(Pulled(a, x.step - 1), Pulled(b, x.step - 1));
   }
@@ -137,18 +145,15 @@ TEST_P(CatchUpCopyTest, PiecesReadAtDifferentStepsReplayToTheChunksBits) {
   for (; step < 3; ++step) Train(*source, step + 1, Grads());
   std::shared_ptr<StepLog> log = source->StartStepLog();
   EXPECT_EQ(log->since_step(), 3);
-  auto copy =
-      CatchUpCopy::Create(Spec(), GetParam(), AdamConfig{}, TwoGroups(), kPieceParams, &arena_);
+  auto copy = CatchUpCopy::Create(Spec(), dtype(), precision(), AdamConfig{}, TwoGroups(),
+                                  kPieceParams, &arena_);
   ASSERT_TRUE(copy.ok()) << copy.status();
   ASSERT_EQ((*copy)->pieces().size(), 4u);
   // Each piece read one step after the one before: steps 3, 4, 5, 6.
   for (size_t i = 0; i < (*copy)->pieces().size(); ++i) {
     const CatchUpCopy::Piece& piece = (*copy)->pieces()[i];
     const State read = Read(*source, kBegin + piece.offset, piece.n);
-    std::copy(read.p.begin(), read.p.end(), (*copy)->p(i));
-    std::copy(read.m.begin(), read.m.end(), (*copy)->m(i));
-    std::copy(read.v.begin(), read.v.end(), (*copy)->v(i));
-    (*copy)->SetPiece(i, read.step);
+    ASSERT_TRUE((*copy)->SetPiece(i, read.step, read.stored).ok());
     Train(*source, ++step, Grads());
   }
   Train(*source, ++step, Grads());
@@ -156,7 +161,7 @@ TEST_P(CatchUpCopyTest, PiecesReadAtDifferentStepsReplayToTheChunksBits) {
   // A copy whose pieces are at different steps cannot be written.
   std::unique_ptr<Chunk> replica = MakeChunk();
   EXPECT_EQ((*copy)->WriteInto(*replica).code(), absl::StatusCode::kFailedPrecondition);
-  const size_t esize = DTypeSize(GetParam());
+  const size_t esize = DTypeSize(dtype());
   for (size_t i = 0; i < (*copy)->pieces().size(); ++i) {
     const CatchUpCopy::Piece& piece = (*copy)->pieces()[i];
     auto logged = log->Read((*copy)->min_step(), piece.step);
@@ -184,13 +189,15 @@ TEST_P(CatchUpCopyTest, PiecesReadAtDifferentStepsReplayToTheChunksBits) {
 TEST_P(CatchUpCopyTest, AStepThatIsNotAPiecesNextIsRefusedAndChangesNothing) {
   std::unique_ptr<Chunk> source = MakeChunk();
   Train(*source, 1, Grads());
-  auto copy =
-      CatchUpCopy::Create(Spec(), GetParam(), AdamConfig{}, TwoGroups(), kPieceParams, &arena_);
+  auto copy = CatchUpCopy::Create(Spec(), dtype(), precision(), AdamConfig{}, TwoGroups(),
+                                  kPieceParams, &arena_);
   ASSERT_TRUE(copy.ok()) << copy.status();
   const State read = Read(*source, kBegin, kPieceParams);
-  std::copy(read.p.begin(), read.p.end(), (*copy)->p(0));
-  (*copy)->SetPiece(0, 1);
-  const std::string grads(kPieceParams * DTypeSize(GetParam()), '\0');
+  EXPECT_EQ((*copy)->SetPiece(0, 1, read.stored.substr(1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*copy)->pieces()[0].step, -1);
+  ASSERT_TRUE((*copy)->SetPiece(0, 1, read.stored).ok());
+  const std::string grads(kPieceParams * DTypeSize(dtype()), '\0');
   EXPECT_EQ((*copy)->Replay(0, 3, 1, 1e-3f, {}, grads).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*copy)->Replay(0, 2, 1, 1e-3f, {}, grads.substr(1)).code(),
             absl::StatusCode::kInvalidArgument);
@@ -199,17 +206,49 @@ TEST_P(CatchUpCopyTest, AStepThatIsNotAPiecesNextIsRefusedAndChangesNothing) {
   EXPECT_EQ((*copy)->Replay(1, 1, 1, 1e-3f, {}, grads).code(),
             absl::StatusCode::kInvalidArgument);  // piece 1 was never read
   EXPECT_EQ((*copy)->pieces()[0].step, 1);
-  EXPECT_EQ(0, std::memcmp((*copy)->p(0), read.p.data(), kPieceParams * sizeof(float)));
+  // Written into a chunk at step 1, piece 0 holds what was read.
+  ASSERT_TRUE((*copy)->SetPiece(1, 1, Read(*source, kBegin + 256, 256).stored).ok());
+  ASSERT_TRUE((*copy)->SetPiece(2, 1, Read(*source, kBegin + 512, 256).stored).ok());
+  ASSERT_TRUE((*copy)->SetPiece(3, 1, Read(*source, kBegin + 768, kN - 768).stored).ok());
+  std::unique_ptr<Chunk> replica = MakeChunk();
+  ASSERT_TRUE((*copy)->WriteInto(*replica).ok());
+  EXPECT_TRUE(Read(*replica, kBegin, kPieceParams).stored == read.stored);
 }
 
 TEST_P(CatchUpCopyTest, ACopyTheArenaHasNoRoomForIsRefused) {
   StateArena small(0, /*limit_bytes=*/4096);
-  auto copy =
-      CatchUpCopy::Create(Spec(), GetParam(), AdamConfig{}, TwoGroups(), kPieceParams, &small);
+  auto copy = CatchUpCopy::Create(Spec(), dtype(), precision(), AdamConfig{}, TwoGroups(),
+                                  kPieceParams, &small);
   EXPECT_EQ(copy.status().code(), absl::StatusCode::kResourceExhausted);
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, CatchUpCopyTest, ::testing::Values(DType::kFp32, DType::kBf16));
+// An 8-bit state's stored form covers whole blocks: a range that cuts one
+// is refused by name, both ways, and the chunk is unchanged.
+TEST_P(CatchUpCopyTest, AStoredRangeMustBeWholeBlocksOf8BitStates) {
+  std::unique_ptr<Chunk> chunk = MakeChunk();
+  const State whole = Read(*chunk);
+  std::string out(StoredBytes(kN), '\0');
+  auto* bytes = reinterpret_cast<std::byte*>(out.data());
+  const absl::StatusCode want = precision() == StatePrecision::kInt8
+                                    ? absl::StatusCode::kInvalidArgument
+                                    : absl::StatusCode::kOk;
+  absl::Status read = chunk->CopyState(kBegin + 100, 100, bytes).status();
+  EXPECT_EQ(read.code(), want) << read;
+  if (!read.ok()) EXPECT_THAT(read.message(), ::testing::HasSubstr("cuts a block"));
+  EXPECT_EQ(chunk->WriteStoredState(kBegin + 100, 100, 0, {}, bytes).code(), want);
+  if (precision() == StatePrecision::kInt8) EXPECT_TRUE(Read(*chunk).stored == whole.stored);
+  // The last block may end the chunk.
+  EXPECT_TRUE(chunk->CopyState(kBegin + 768, kN - 768, bytes).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Precisions, CatchUpCopyTest,
+    ::testing::Combine(::testing::Values(DType::kFp32, DType::kBf16),
+                       ::testing::Values(StatePrecision::kFp32, StatePrecision::kInt8)),
+    [](const ::testing::TestParamInfo<std::tuple<DType, StatePrecision>>& info) {
+      return absl::StrCat(DTypeName(std::get<0>(info.param)), "_",
+                          StatePrecisionName(std::get<1>(info.param)));
+    });
 
 // The log's bounds: a reader that falls kMaxSteps behind ends it, and so
 // does one that stays away; freed steps are not read again.

@@ -210,5 +210,55 @@ TEST(StateMathTest, ConversionToFp32AndBackKeepsEightBitCodes) {
   EXPECT_EQ(fp32.bytes(), n * 12);
 }
 
+// A range of whole blocks read in its stored form is a state of its own
+// (its bits, its blocks' scales) and writes back bit for bit; a stored
+// state is checked before it is taken: negative or non-finite scales and
+// non-finite params are named.
+TEST(StateMathTest, StoredRangesCarryTheBitsAndAreCheckedBeforeUse) {
+  std::printf("seed %u\n", kSeed);
+  const uint64_t n = 3 * kInt8StateBlock + 5;
+  const StateShape int8{n, StatePrecision::kInt8};
+  State state(int8, kSeed + 5);
+  const uint64_t offset = kInt8StateBlock, count = n - offset;
+  EXPECT_TRUE(IsStoredRange(int8, offset, count));
+  EXPECT_TRUE(IsStoredRange(int8, 0, kInt8StateBlock));
+  EXPECT_FALSE(IsStoredRange(int8, 1, kInt8StateBlock));
+  EXPECT_FALSE(IsStoredRange(int8, 0, kInt8StateBlock + 1));
+  EXPECT_TRUE(IsStoredRange({n, StatePrecision::kFp32}, 1, 7));
+  const StateShape piece{count, StatePrecision::kInt8};
+  State stored(piece, kSeed);
+  ReadStoredRange(int8, state.view(), offset, count, stored.bytes());
+  const std::vector<float> whole = state.Fp32(), part = stored.Fp32();
+  for (uint64_t i = 0; i < count; ++i) {
+    ASSERT_EQ(part[i], whole[offset + i]);
+    ASSERT_EQ(part[count + i], whole[n + offset + i]);
+    ASSERT_EQ(part[2 * count + i], whole[2 * n + offset + i]);
+  }
+  State other(int8, kSeed + 6);
+  const std::vector<uint32_t> other_before = other.words;
+  WriteStoredRange(int8, other.view(), offset, count, stored.bytes());
+  const StateView a = state.view(), b = other.view();
+  EXPECT_EQ(std::memcmp(a.p + offset, b.p + offset, count * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(a.q.m_scale + 1, b.q.m_scale + 1, 3 * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(a.q.v + offset, b.q.v + offset, count), 0);
+  const StateView was = int8.ViewOf(reinterpret_cast<std::byte*>(
+      const_cast<uint32_t*>(other_before.data())));  // block 0 untouched
+  EXPECT_EQ(b.q.m_scale[0], was.q.m_scale[0]);
+  EXPECT_EQ(std::memcmp(b.q.m, was.q.m, kInt8StateBlock), 0);
+
+  EXPECT_TRUE(CheckStoredState(piece, stored.bytes(), "stored_state").ok());
+  stored.view().q.v_scale[2] = -1.0f;
+  absl::Status bad = CheckStoredState(piece, stored.bytes(), "stored_state");
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.message(), "stored_state: exp_avg_sq block scales[2] is negative or not finite");
+  stored.view().p[7] = NAN;
+  bad = CheckStoredState(piece, stored.bytes(), "stored_state");
+  EXPECT_EQ(bad.message(), "stored_state: params[7] is not finite");
+  const StateShape fp32{4, StatePrecision::kFp32};
+  State wide(fp32, kSeed);
+  wide.view().m[3] = -INFINITY;
+  EXPECT_EQ(CheckStoredState(fp32, wide.bytes(), "s").message(), "s: exp_avg[3] is not finite");
+}
+
 }  // namespace
 }  // namespace strata

@@ -86,9 +86,9 @@ struct JobOptions {
   DType dtype = DType::kFp16;
   // How the shard servers store Adam's m and v: FP32, or 8-bit codes with
   // an FP32 scale per block of 256 parameters (6 bytes per parameter instead
-  // of 12: about twice the parameters in the same budgets). A job with 8-bit
-  // states keeps one copy of each chunk (replicas 1), in host memory or on
-  // NVMe (not in a GPU tier), and its chunks do not move between servers.
+  // of 12: about twice the parameters in the same budgets), in host memory
+  // or on NVMe (not in a GPU tier). Copies and moves of its chunks keep the
+  // 8-bit bits.
   StatePrecision state_precision = StatePrecision::kFp32;
   // Save a checkpoint every this many steps (0: only when asked, `stratactl
   // checkpoint save`), into checkpoint_dir (an absolute path the servers and
