@@ -2,20 +2,22 @@
 
 #include <fcntl.h>
 #include <google/protobuf/util/json_util.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/chunk_bytes.h"
+#include "core/dir_fd.h"
 #include "core/file_io.h"
-#include "core/quoted.h"
 #include "core/status_macros.h"
 #include "rpc/job_spec.h"
 #include "strata/internal/records.pb.h"
@@ -23,24 +25,22 @@
 namespace strata {
 namespace {
 
-namespace fs = std::filesystem;
-
 constexpr char kManifest[] = "manifest.json";
 constexpr char kStepPrefix[] = "step-";
 constexpr char kPartialPrefix[] = ".step-";
 
 std::string StepName(int64_t step) { return absl::StrFormat("%s%010d", kStepPrefix, step); }
 
-absl::Status SyncPath(const std::string& path, int flags) {
-  int fd = open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open", path);
-  absl::Status status = fsync(fd) == 0 ? absl::OkStatus() : ErrnoError("cannot sync", path);
-  close(fd);
-  return status;
+// The directory that holds `path` and the name of `path` in it.
+std::pair<std::string, std::string> SplitLast(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return {"", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
 }
 
-absl::Status WriteSynced(const std::string& path, const std::string& contents) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+absl::Status WriteSynced(const DirFd& dir, const std::string& name, const std::string& contents) {
+  const std::string path = dir.PathOf(name);
+  const int fd = dir.OpenFile(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return ErrnoError("cannot create", path);
   absl::Status status = WriteFully(fd, contents.data(), contents.size(), path);
   if (status.ok() && fsync(fd) != 0) status = ErrnoError("cannot sync", path);
@@ -48,22 +48,53 @@ absl::Status WriteSynced(const std::string& path, const std::string& contents) {
   return status;
 }
 
-absl::StatusOr<internal::CheckpointManifest> ParseManifest(const std::string& checkpoint) {
-  const std::string path = absl::StrCat(checkpoint, "/", kManifest);
-  std::ifstream in(path);
-  if (!in) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(checkpoint, " is not a checkpoint: it has no ", kManifest));
+// Whether `name` in `dir` exists (a symlink counts; nothing is followed).
+bool Exists(const DirFd& dir, const std::string& name) {
+  struct stat st;
+  return fstatat(dir.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+absl::StatusOr<internal::CheckpointManifest> ParseManifest(const DirFd& checkpoint) {
+  const std::string path = checkpoint.PathOf(kManifest);
+  const int fd = checkpoint.OpenFile(kManifest, O_RDONLY);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(checkpoint.path(),
+                                                      " is not a checkpoint: it has no ", kManifest,
+                                                      " (", std::strerror(errno), ")"));
   }
-  std::stringstream contents;
-  contents << in.rdbuf();
+  struct stat st;
+  std::string contents;
+  absl::Status read;
+  if (fstat(fd, &st) != 0) {
+    read = ErrnoError("cannot stat", path);
+  } else if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > kMaxManifestBytes) {
+    read = absl::DataLossError(absl::StrCat(
+        "checkpoint manifest ", path, " is not a file of at most ", kMaxManifestBytes, " bytes"));
+  } else {
+    contents.resize(st.st_size);
+    read = ReadFully(fd, contents.data(), contents.size(), path);
+  }
+  close(fd);
+  RETURN_IF_ERROR(read);
   internal::CheckpointManifest manifest;
-  auto parsed = google::protobuf::util::JsonStringToMessage(contents.str(), &manifest);
+  auto parsed = google::protobuf::util::JsonStringToMessage(contents, &manifest);
   if (!parsed.ok()) {
     return absl::DataLossError(
         absl::StrCat("checkpoint manifest ", path, " does not parse: ", parsed.ToString()));
   }
   return manifest;
+}
+
+// The directory of `job_id`'s checkpoints under `dir`: nullopt when `dir`
+// or it is missing.
+absl::StatusOr<std::optional<DirFd>> OpenJobDir(const PathRoot& root, const std::string& dir,
+                                                const std::string& job_id) {
+  absl::StatusOr<DirFd> top = root.OpenDirBeneath(dir, /*create=*/false);
+  if (absl::IsInvalidArgument(top.status())) return top.status();
+  if (!top.ok()) return std::nullopt;
+  absl::StatusOr<DirFd> job = top->Sub(job_id);
+  if (!job.ok()) return std::nullopt;
+  return std::optional<DirFd>(*std::move(job));
 }
 
 }  // namespace
@@ -72,35 +103,25 @@ std::string CheckpointPath(const std::string& dir, const std::string& job_id, in
   return absl::StrCat(dir, "/", job_id, "/", StepName(step));
 }
 
-absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, const std::string& job_id,
-                                            int64_t step) {
-  if (dir.empty() || dir[0] != '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint directory ", Quoted(dir), " is not an absolute path"));
-  }
-  const std::string job_dir = absl::StrCat(dir, "/", job_id);
-  std::error_code error;
-  fs::create_directories(job_dir, error);
-  if (error) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create checkpoint directory ", job_dir, ": ", error.message()));
-  }
+absl::StatusOr<std::string> BeginCheckpoint(const PathRoot& root, const std::string& dir,
+                                            const std::string& job_id, int64_t step) {
+  ASSIGN_OR_RETURN(const DirFd top, root.OpenDirBeneath(dir, /*create=*/true));
+  ASSIGN_OR_RETURN(const DirFd job, top.Sub(job_id, /*create=*/true));
   // Saves of a job run one at a time: any partial directory is a crashed one's.
-  for (const auto& entry : fs::directory_iterator(job_dir, error)) {
-    if (absl::StartsWith(entry.path().filename().string(), kPartialPrefix)) {
-      fs::remove_all(entry.path(), error);
-    }
+  ASSIGN_OR_RETURN(const std::vector<std::string> names, job.List());
+  for (const std::string& name : names) {
+    if (absl::StartsWith(name, kPartialPrefix)) RETURN_IF_ERROR(job.RemoveTree(name));
   }
-  std::string partial =
-      absl::StrCat(job_dir, "/", kPartialPrefix, step, ".partial-", absl::ToUnixNanos(absl::Now()));
-  if (!fs::create_directory(partial, error)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create checkpoint directory ", partial, ": ", error.message()));
+  const std::string partial =
+      absl::StrCat(kPartialPrefix, step, ".partial-", absl::ToUnixNanos(absl::Now()));
+  if (mkdirat(job.fd(), partial.c_str(), 0755) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create checkpoint directory ", job.PathOf(partial), ": ", std::strerror(errno)));
   }
-  return partial;
+  return job.PathOf(partial);
 }
 
-absl::StatusOr<std::string> CommitCheckpoint(const std::string& partial,
+absl::StatusOr<std::string> CommitCheckpoint(const PathRoot& root, const std::string& partial,
                                              const internal::CheckpointManifest& manifest) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
@@ -108,29 +129,38 @@ absl::StatusOr<std::string> CommitCheckpoint(const std::string& partial,
   std::string json;
   auto printed = google::protobuf::util::MessageToJsonString(manifest, &json, options);
   if (!printed.ok()) return absl::InternalError(printed.ToString());
-  RETURN_IF_ERROR(WriteSynced(absl::StrCat(partial, "/", kManifest), json));
-  RETURN_IF_ERROR(SyncPath(partial, O_RDONLY | O_DIRECTORY));
-  const std::string job_dir = fs::path(partial).parent_path().string();
-  const std::string final_path = absl::StrCat(job_dir, "/", StepName(manifest.step()));
-  std::error_code error;
-  if (fs::exists(final_path, error)) {
-    fs::remove_all(partial, error);
-    return final_path;
+  const auto [job_path, partial_name] = SplitLast(partial);
+  ASSIGN_OR_RETURN(const DirFd job, root.OpenDirBeneath(job_path, /*create=*/false));
+  {
+    ASSIGN_OR_RETURN(const DirFd written, job.Sub(partial_name));
+    RETURN_IF_ERROR(WriteSynced(written, kManifest, json));
+    RETURN_IF_ERROR(written.Sync());
   }
-  if (rename(partial.c_str(), final_path.c_str()) != 0) {
-    return ErrnoError(absl::StrCat("cannot rename ", partial, " to"), final_path);
+  const std::string final_name = StepName(manifest.step());
+  if (Exists(job, final_name)) {
+    (void)job.RemoveTree(partial_name);
+    return job.PathOf(final_name);
   }
-  RETURN_IF_ERROR(SyncPath(job_dir, O_RDONLY | O_DIRECTORY));
-  return final_path;
+  RETURN_IF_ERROR(job.Rename(partial_name, final_name));
+  RETURN_IF_ERROR(job.Sync());
+  return job.PathOf(final_name);
 }
 
-void AbandonCheckpoint(const std::string& partial) {
-  std::error_code ignored;
-  fs::remove_all(partial, ignored);
+void AbandonCheckpoint(const PathRoot& root, const std::string& partial) {
+  const auto [job_path, partial_name] = SplitLast(partial);
+  absl::StatusOr<DirFd> job = root.OpenDirBeneath(job_path, /*create=*/false);
+  if (job.ok()) (void)job->RemoveTree(partial_name);
 }
 
-absl::StatusOr<internal::CheckpointManifest> ReadCheckpoint(const std::string& path) {
-  ASSIGN_OR_RETURN(internal::CheckpointManifest manifest, ParseManifest(path));
+absl::StatusOr<internal::CheckpointManifest> ReadCheckpoint(const PathRoot& root,
+                                                            const std::string& path) {
+  absl::StatusOr<DirFd> checkpoint = root.OpenDirBeneath(path, /*create=*/false);
+  if (!checkpoint.ok()) {
+    if (absl::IsInvalidArgument(checkpoint.status())) return checkpoint.status();
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is not a checkpoint: ", checkpoint.status().message()));
+  }
+  ASSIGN_OR_RETURN(internal::CheckpointManifest manifest, ParseManifest(*checkpoint));
   std::vector<const v1::CheckpointFile*> files;
   for (const auto& f : manifest.files()) files.push_back(&f);
   std::sort(files.begin(), files.end(), [](const auto* a, const auto* b) {
@@ -139,23 +169,25 @@ absl::StatusOr<internal::CheckpointManifest> ReadCheckpoint(const std::string& p
   const StatePrecision precision = StatePrecisionOf(manifest.spec());
   uint64_t next = 0;
   for (const v1::CheckpointFile* f : files) {
-    const std::string file = absl::StrCat(path, "/", f->file());
-    if (f->file().empty() || absl::StrContains(f->file(), "/") || f->chunk().flat_begin() != next ||
-        f->chunk().num_params() == 0 ||
+    const std::string file = checkpoint->PathOf(f->file());
+    if (f->file().empty() || absl::StrContains(f->file(), "/") || f->file() == "." ||
+        f->file() == ".." || f->chunk().flat_begin() != next || f->chunk().num_params() == 0 ||
         f->num_bytes() != StateBytes(f->chunk().num_params(), precision)) {
       return absl::DataLossError(absl::StrCat("checkpoint manifest ", path, "/", kManifest,
                                               ": entry for ", file,
                                               " does not fit the flat space at index ", next));
     }
     next += f->chunk().num_params();
-    std::error_code error;
-    uintmax_t size = fs::file_size(file, error);
-    if (error) {
+    struct stat st;
+    if (fstatat(checkpoint->fd(), f->file().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       return absl::DataLossError(
-          absl::StrCat("checkpoint file ", file, " is missing: ", error.message()));
+          absl::StrCat("checkpoint file ", file, " is missing: ", std::strerror(errno)));
     }
-    if (size != f->num_bytes()) {
-      return absl::DataLossError(absl::StrCat("checkpoint file ", file, " has ", size,
+    if (!S_ISREG(st.st_mode)) {
+      return absl::DataLossError(absl::StrCat("checkpoint file ", file, " is not a regular file"));
+    }
+    if (static_cast<uint64_t>(st.st_size) != f->num_bytes()) {
+      return absl::DataLossError(absl::StrCat("checkpoint file ", file, " has ", st.st_size,
                                               " bytes; the manifest says ", f->num_bytes()));
     }
   }
@@ -180,44 +212,39 @@ v1::CheckpointInfo InfoOf(const internal::CheckpointManifest& manifest, const st
   return info;
 }
 
-absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& dir,
+absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const PathRoot& root,
+                                                                const std::string& dir,
                                                                 const std::string& job_id) {
-  if (dir.empty() || dir[0] != '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint directory ", Quoted(dir), " is not an absolute path"));
-  }
-  const std::string job_dir = absl::StrCat(dir, "/", job_id);
+  ASSIGN_OR_RETURN(const std::optional<DirFd> job, OpenJobDir(root, dir, job_id));
   std::vector<v1::CheckpointInfo> checkpoints;
-  std::error_code error;
-  if (!fs::is_directory(job_dir, error)) return checkpoints;
-  for (const auto& entry : fs::directory_iterator(job_dir, error)) {
-    if (!absl::StartsWith(entry.path().filename().string(), kStepPrefix)) continue;
-    absl::StatusOr<internal::CheckpointManifest> manifest = ParseManifest(entry.path().string());
+  if (!job.has_value()) return checkpoints;
+  ASSIGN_OR_RETURN(const std::vector<std::string> names, job->List());
+  for (const std::string& name : names) {
+    if (!absl::StartsWith(name, kStepPrefix)) continue;
+    absl::StatusOr<DirFd> checkpoint = job->Sub(name);
+    if (!checkpoint.ok()) continue;  // not ours
+    absl::StatusOr<internal::CheckpointManifest> manifest = ParseManifest(*checkpoint);
     if (!manifest.ok()) continue;  // not ours, or damaged: restore names the problem
-    checkpoints.push_back(InfoOf(*manifest, entry.path().string()));
-  }
-  if (error) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot list checkpoint directory ", job_dir, ": ", error.message()));
+    checkpoints.push_back(InfoOf(*manifest, checkpoint->path()));
   }
   std::sort(checkpoints.begin(), checkpoints.end(),
             [](const auto& a, const auto& b) { return a.step() < b.step(); });
   return checkpoints;
 }
 
-absl::Status PruneCheckpoints(const std::string& dir, const std::string& job_id, uint32_t keep) {
+absl::Status PruneCheckpoints(const PathRoot& root, const std::string& dir,
+                              const std::string& job_id, uint32_t keep) {
   if (keep == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(auto checkpoints, ListCheckpoints(dir, job_id));
+  ASSIGN_OR_RETURN(const std::vector<v1::CheckpointInfo> checkpoints,
+                   ListCheckpoints(root, dir, job_id));
+  if (checkpoints.size() <= keep) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::optional<DirFd> job, OpenJobDir(root, dir, job_id));
+  if (!job.has_value()) return absl::OkStatus();
   for (size_t i = 0; i + keep < checkpoints.size(); ++i) {
     // Hidden first (atomically), so a crash never leaves half a checkpoint visible.
-    const std::string& path = checkpoints[i].path();
-    const std::string hidden =
-        absl::StrCat(dir, "/", job_id, "/", kPartialPrefix, checkpoints[i].step(), ".pruned");
-    if (rename(path.c_str(), hidden.c_str()) != 0) {
-      return ErrnoError(absl::StrCat("cannot remove old checkpoint ", path, ": rename to"), hidden);
-    }
-    std::error_code ignored;
-    fs::remove_all(hidden, ignored);
+    const std::string hidden = absl::StrCat(kPartialPrefix, checkpoints[i].step(), ".pruned");
+    RETURN_IF_ERROR(job->Rename(StepName(checkpoints[i].step()), hidden));
+    (void)job->RemoveTree(hidden);
   }
   return absl::OkStatus();
 }

@@ -122,7 +122,7 @@ absl::StatusOr<v1::CheckpointInfo> Checkpointer::SaveAt(const v1::JobInfo& job,
                                                         absl::Duration wait) {
   const absl::Time started = absl::Now();
   const std::string& job_id = job.spec().job_id();
-  ASSIGN_OR_RETURN(std::string partial, BeginCheckpoint(dir, job_id, step));
+  ASSIGN_OR_RETURN(std::string partial, BeginCheckpoint(root_, dir, job_id, step));
   // Each chunk is saved by its primary copy; its other copies checksum
   // their state at the step, to be compared with the primary's file.
   const bool replicated = job.spec().replicas() > 1;
@@ -170,7 +170,7 @@ absl::StatusOr<v1::CheckpointInfo> Checkpointer::SaveAt(const v1::JobInfo& job,
     if (r->response.has_loss_scale()) *manifest.mutable_loss_scale() = r->response.loss_scale();
   }
   if (!status.ok()) {
-    AbandonCheckpoint(partial);
+    AbandonCheckpoint(root_, partial);
     return status;
   }
   *manifest.mutable_spec() = job.spec();
@@ -179,16 +179,16 @@ absl::StatusOr<v1::CheckpointInfo> Checkpointer::SaveAt(const v1::JobInfo& job,
   manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
   manifest.set_samples_consumed(static_cast<uint64_t>(step) * job.spec().samples_per_step());
   manifest.set_save_seconds(absl::ToDoubleSeconds(absl::Now() - started));
-  absl::StatusOr<std::string> path = CommitCheckpoint(partial, manifest);
+  absl::StatusOr<std::string> path = CommitCheckpoint(root_, partial, manifest);
   if (!path.ok()) {
-    AbandonCheckpoint(partial);
+    AbandonCheckpoint(root_, partial);
     return path.status();
   }
   CompareReplicas(job, step, manifest, replica_checksums);
   v1::CheckpointInfo info = InfoOf(manifest, *path);
   LogEventCat("coordinator", "job ", job_id, ": checkpoint of step ", step, " saved to ", *path,
               " (", info.num_bytes(), " bytes in ", info.save_seconds(), " s)");
-  if (absl::Status pruned = PruneCheckpoints(dir, job_id, job.spec().checkpoint_keep_last());
+  if (absl::Status pruned = PruneCheckpoints(root_, dir, job_id, job.spec().checkpoint_keep_last());
       !pruned.ok()) {
     LogEventCat("coordinator", "job ", job_id, ": ", pruned.message());
   }
@@ -239,7 +239,7 @@ void Checkpointer::RunPeriodic(const std::string& job_id) {
     if (next < 0 || job->placement_version() != placement_version) {
       placement_version = job->placement_version();
       int64_t base = job->restored_step();
-      if (auto listed = ListCheckpoints(*dir, job_id); listed.ok() && !listed->empty()) {
+      if (auto listed = ListCheckpoints(root_, *dir, job_id); listed.ok() && !listed->empty()) {
         base = std::max(base, listed->back().step());
       }
       next = (base / every + 1) * every;

@@ -437,7 +437,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListCheckpoints(
   absl::StatusOr<std::string> dir = checkpointer_.DirFor(spec, request->dir());
   if (!dir.ok()) return FinishUnary(ctx, dir.status());
   absl::StatusOr<std::vector<v1::CheckpointInfo>> listed =
-      strata::ListCheckpoints(*dir, request->job_id());
+      strata::ListCheckpoints(checkpointer_.root(), *dir, request->job_id());
   if (listed.ok()) {
     for (auto& c : *listed) *response->add_checkpoints() = std::move(c);
   }

@@ -93,7 +93,8 @@ absl::StatusOr<internal::CheckpointManifest> CoordinatorService::PlanRestore(
     const std::string& requested_path, v1::JobInfo* job) {
   ASSIGN_OR_RETURN(const std::string path,
                    checkpointer_.root().Resolve(requested_path, "restore_from"));
-  ASSIGN_OR_RETURN(internal::CheckpointManifest manifest, ReadCheckpoint(path));
+  ASSIGN_OR_RETURN(internal::CheckpointManifest manifest,
+                   ReadCheckpoint(checkpointer_.root(), path));
   const auto& want = job->spec().tensors();
   const auto& have = manifest.spec().tensors();
   for (int i = 0, n = std::max(want.size(), have.size()); i < n; ++i) {

@@ -116,7 +116,7 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id, const std::s
   ASSIGN_OR_RETURN(const v1::JobInfo job, FindJob(job_id));
   ASSIGN_OR_RETURN(const std::string dir, checkpointer_.DirFor(job.spec(), ""));
   ASSIGN_OR_RETURN(std::vector<v1::CheckpointInfo> checkpoints,
-                   strata::ListCheckpoints(dir, job_id));
+                   strata::ListCheckpoints(checkpointer_.root(), dir, job_id));
   if (checkpoints.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "it has no checkpoint in ", dir, " to resume from; it waits for the server to return"));

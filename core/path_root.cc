@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/quoted.h"
+#include "core/status_macros.h"
 
 namespace strata {
 
@@ -46,26 +47,47 @@ absl::StatusOr<PathRoot> PathRoot::Open(const std::string& dir, absl::string_vie
   return PathRoot(canonical.string(), std::string(flag), std::make_shared<const Descriptor>(fd));
 }
 
-int PathRoot::OpenBeneath(const std::string& resolved, int flags, mode_t mode) const {
+std::optional<std::vector<std::string>> PathRoot::NamesBeneath(const std::string& resolved) const {
   const std::string prefix = dir_ == "/" ? "/" : dir_ + "/";
-  if (resolved != dir_ && !absl::StartsWith(resolved, prefix)) {
+  if (resolved != dir_ && !absl::StartsWith(resolved, prefix)) return std::nullopt;
+  const std::vector<std::string> names =
+      absl::StrSplit(absl::string_view(resolved).substr(std::min(resolved.size(), prefix.size())),
+                     '/', absl::SkipEmpty());
+  for (const std::string& name : names) {
+    if (name == "." || name == "..") return std::nullopt;
+  }
+  return names;
+}
+
+absl::StatusOr<DirFd> PathRoot::OpenDirBeneath(const std::string& resolved, bool create) const {
+  const std::optional<std::vector<std::string>> names = NamesBeneath(resolved);
+  if (!names.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Quoted(resolved), " is not inside the --", flag_, " ", dir_));
+  }
+  const int fd = openat(fd_->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open directory ", dir_, ": ", std::strerror(errno)));
+  }
+  DirFd at(fd, dir_);
+  for (const std::string& name : *names) {
+    ASSIGN_OR_RETURN(at, at.Sub(name, create));
+  }
+  return at;
+}
+
+int PathRoot::OpenBeneath(const std::string& resolved, int flags, mode_t mode) const {
+  const std::optional<std::vector<std::string>> found = NamesBeneath(resolved);
+  if (!found.has_value()) {
     errno = EINVAL;
     return -1;
   }
-  const std::vector<absl::string_view> names =
-      absl::StrSplit(absl::string_view(resolved).substr(std::min(resolved.size(), prefix.size())),
-                     '/', absl::SkipEmpty());
-  for (absl::string_view name : names) {
-    if (name == "." || name == "..") {
-      errno = EINVAL;
-      return -1;
-    }
-  }
+  const std::vector<std::string>& names = *found;
   if (names.empty()) return openat(fd_->fd, ".", flags | O_CLOEXEC, mode);
   int at = fd_->fd;
   for (size_t i = 0; i + 1 < names.size(); ++i) {
-    const int next =
-        openat(at, std::string(names[i]).c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int next = openat(at, names[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     const int error = errno;
     if (at != fd_->fd) close(at);
     if (next < 0) {
@@ -74,8 +96,7 @@ int PathRoot::OpenBeneath(const std::string& resolved, int flags, mode_t mode) c
     }
     at = next;
   }
-  const int fd =
-      openat(at, std::string(names.back()).c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode);
+  const int fd = openat(at, names.back().c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode);
   const int error = errno;
   if (at != fd_->fd) close(at);
   errno = error;

@@ -4,8 +4,8 @@
 // exists) and refuses what lands outside the root; OpenBeneath() then opens
 // what it resolved from the root's directory, following no symlink, so that
 // a symlink or rename made inside the root after the check leads nowhere
-// else. RootedPath: a file path opened so where it has a root. Immutable;
-// thread-safe.
+// else (OpenDirBeneath: a directory, to change with core/dir_fd.h). RootedPath: a file path opened
+// so where it has a root. Immutable; thread-safe.
 #ifndef STRATA_CORE_PATH_ROOT_H_
 #define STRATA_CORE_PATH_ROOT_H_
 
@@ -14,9 +14,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/dir_fd.h"
 
 namespace strata {
 
@@ -38,9 +40,19 @@ class PathRoot {
   // EINVAL for a path not under the root).
   int OpenBeneath(const std::string& resolved, int flags, mode_t mode = 0) const;
 
+  // The directory `resolved` (a path Resolve() gave), reached from the
+  // root's directory one component at a time without following a symlink,
+  // each missing component made (0755) first when `create`.
+  // INVALID_ARGUMENT for a path not under the root; FAILED_PRECONDITION
+  // naming the component that cannot be opened or made (a symlink there).
+  absl::StatusOr<DirFd> OpenDirBeneath(const std::string& resolved, bool create) const;
+
   const std::string& dir() const { return dir_; }
 
  private:
+  // The components of `resolved` under the root; nullopt when it is not
+  // under the root or has a "." or ".." component.
+  std::optional<std::vector<std::string>> NamesBeneath(const std::string& resolved) const;
   struct Descriptor;  // the root directory's, closed with the last copy
   PathRoot(std::string dir, std::string flag, std::shared_ptr<const Descriptor> fd)
       : dir_(std::move(dir)), flag_(std::move(flag)), fd_(std::move(fd)) {}
