@@ -213,6 +213,12 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
                                         "job '", job_id, "' is being created; try again after it"))
                                   : UnknownJob(job_id));
     }
+    // A move in flight allocates the job on servers again: it ends first
+    // (its calls are bounded), then the job can go.
+    if (moving_.contains(job_id)) {
+      return FinishUnary(ctx, absl::FailedPreconditionError(absl::StrCat(
+                                  "job '", job_id, "' is moving its chunks; try again after it")));
+    }
     // Under mu_, which JoinJob holds too: no worker joins in between.
     absl::Status forgotten = membership_->Forget(job_id);
     if (forgotten.ok()) forgotten = metadata_->Delete(absl::StrCat(kJobPrefix, job_id));
