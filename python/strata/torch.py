@@ -36,6 +36,7 @@ import torch
 
 from strata import _strata
 from strata.on_demand import OnDemandParams
+from strata.param_groups import groups_of
 
 _DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -116,7 +117,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if not named:
             raise ValueError("the model has no trainable parameters")
         self._device = _device_of(named)
-        groups, tensor_groups = _groups_of(named, param_groups)
+        groups, tensor_groups = groups_of(named, param_groups)
         super().__init__(groups, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay))
         for group in self.param_groups:
@@ -462,31 +463,6 @@ def _buffer(tensor):
     or the CUDA tensor itself (__cuda_array_interface__), read and written in
     place on the GPU."""
     return tensor.numpy() if tensor.device.type == "cpu" else tensor
-
-
-def _groups_of(named, param_groups):
-    """(groups for torch.optim.Optimizer, each named parameter's group
-    index); one group of every parameter when `param_groups` is None."""
-    if param_groups is None:
-        return [p for _, p in named], None
-    groups, index = [], {}
-    for group in param_groups:
-        group = dict(group)
-        params = group["params"]
-        group["params"] = [params] if isinstance(params, torch.Tensor) else list(params)
-        for p in group["params"]:
-            if id(p) in index:
-                raise ValueError("a parameter is in two of param_groups")
-            index[id(p)] = len(groups)
-        groups.append(group)
-    trainable = {id(p) for _, p in named}
-    if set(index) - trainable:
-        raise ValueError("param_groups hold a tensor that is not a trainable parameter of the "
-                         "model")
-    missing = [name for name, p in named if id(p) not in index]
-    if missing:
-        raise ValueError("param_groups leave out %s" % ", ".join(missing[:5]))
-    return groups, [index[id(p)] for _, p in named]
 
 
 def _on_accumulated(weak_optimizer, p, *unused):
