@@ -15,7 +15,8 @@ absl::StatusOr<std::unique_ptr<CatchUpCopy>> CatchUpCopy::Create(
     ChunkGroups groups, uint64_t piece_params, StateArena* arena) {
   // The state, then two copies; a chunk has at most kMaxChunkNumParams, so
   // this does not overflow.
-  const uint64_t bytes = ChunkBytes(chunk.num_params(), dtype, precision);
+  const uint64_t bytes =
+      CopiesOffset({chunk.num_params(), precision}) + ChunkCopyBytes(chunk.num_params(), dtype);
   absl::StatusOr<std::byte*> memory = arena->Take(bytes);
   if (!memory.ok()) {
     return absl::ResourceExhaustedError(absl::StrCat("no memory to build a copy of chunk ",
@@ -45,8 +46,12 @@ CatchUpCopy::CatchUpCopy(const v1::ChunkSpec& chunk, DType dtype, StatePrecision
 
 CatchUpCopy::~CatchUpCopy() { arena_->Give(memory_, bytes_); }
 
+uint64_t CatchUpCopy::CopiesOffset(const StateShape& shape) {
+  return (shape.bytes() + kCopiesAlignment - 1) / kCopiesAlignment * kCopiesAlignment;
+}
+
 std::byte* CatchUpCopy::copy(int64_t step) const {
-  return memory_ + shape_.bytes() + (step & 1) * num_params() * DTypeSize(dtype_);
+  return memory_ + CopiesOffset(shape_) + (step & 1) * num_params() * DTypeSize(dtype_);
 }
 
 absl::Status CatchUpCopy::SetPiece(size_t i, int64_t step, absl::string_view stored) {

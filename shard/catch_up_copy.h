@@ -89,6 +89,11 @@ class CatchUpCopy {
               ChunkGroups groups, uint64_t piece_params, StateArena* arena, std::byte* memory,
               uint64_t bytes);
   uint64_t num_params() const { return chunk_.num_params(); }
+  // Where the copies start in the memory: after the state, aligned for any
+  // dtype's vector stores (an 8-bit state's bytes need not be a multiple
+  // of 4).
+  static constexpr uint64_t kCopiesAlignment = 64;
+  static uint64_t CopiesOffset(const StateShape& shape);
   // The copy of `step`: the two copies alternate, as in Chunk.
   std::byte* copy(int64_t step) const;
 
@@ -97,7 +102,7 @@ class CatchUpCopy {
   const AdamConfig adam_;
   const ChunkGroups groups_;
   StateArena* const arena_;
-  std::byte* const memory_;  // the state, then the two copies
+  std::byte* const memory_;  // the state, then (CopiesOffset) the two copies
   const uint64_t bytes_;
   const StateShape shape_;
   const StateView state_;

@@ -30,8 +30,8 @@ namespace strata {
 namespace {
 
 constexpr uint64_t kBegin = 4096;
-constexpr uint64_t kN = 1000;
-constexpr uint64_t kPieceParams = 256;  // pieces of 256, 256, 256 and 232
+constexpr uint64_t kN = 1001;           // an 8-bit state of 6038 bytes: not a multiple of 4
+constexpr uint64_t kPieceParams = 256;  // pieces of 256, 256, 256 and 233
 
 ChunkGroups TwoGroups() {
   ChunkGroups groups;
@@ -197,6 +197,8 @@ TEST_P(CatchUpCopyTest, AStepThatIsNotAPiecesNextIsRefusedAndChangesNothing) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*copy)->pieces()[0].step, -1);
   ASSERT_TRUE((*copy)->SetPiece(0, 1, read.stored).ok());
+  // The copies lie after the state, aligned for the dtype's stores.
+  EXPECT_EQ(reinterpret_cast<uintptr_t>((*copy)->previous(0)) % 64, 0u);
   const std::string grads(kPieceParams * DTypeSize(dtype()), '\0');
   EXPECT_EQ((*copy)->Replay(0, 3, 1, 1e-3f, {}, grads).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*copy)->Replay(0, 2, 1, 1e-3f, {}, grads.substr(1)).code(),
