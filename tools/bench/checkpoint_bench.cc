@@ -217,12 +217,13 @@ ArenaPeaks ArenaPeaksOf(const LocalCluster& cluster) {
   return peaks;
 }
 
-// fio's sequential write, then read of the file it wrote, in `dir`: the
-// limits of a save's writes and a restore's reads (2 GiB, 1 MiB I/Os, 32
-// in flight). GB/s each.
-absl::StatusOr<std::pair<double, double>> FioWriteThenRead(const std::string& dir) {
+// fio's sequential write, then read of the file it wrote, in `dir`, of
+// `bytes` once (what the save wrote and the restore read; 1 MiB I/Os, 32 in
+// flight): the limits of a save's writes and a restore's reads. GB/s each.
+absl::StatusOr<std::pair<double, double>> FioWriteThenRead(const std::string& dir, uint64_t bytes) {
   auto fio = [&](const std::string& rw) {
-    return Fio(dir, rw, uint64_t{2} << 30, uint64_t{1} << 20, 32);
+    constexpr uint64_t kIoBytes = uint64_t{1} << 20;
+    return FioOnce(dir, rw, (bytes + kIoBytes - 1) / kIoBytes * kIoBytes, kIoBytes, 32);
   };
   absl::StatusOr<double> write = fio("write");
   absl::StatusOr<double> read = write.ok() ? fio("read") : write.status();
@@ -283,7 +284,7 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   const ArenaPeaks peaks = ArenaPeaksOf(*cluster);
   client.reset();
   cluster.reset();
-  absl::StatusOr<std::pair<double, double>> fio = FioWriteThenRead(o.dir);
+  absl::StatusOr<std::pair<double, double>> fio = FioWriteThenRead(o.dir, first.info.num_bytes());
   std::filesystem::remove_all(dir, ignored);
   if (!fio.ok()) return fio.status();
   const auto [fio_write, fio_read] = *fio;

@@ -1,9 +1,10 @@
 // strata-bench checkpoint: a job of N parameters on S in-process shard
 // servers (host-tier chunks) trains without pause while a checkpoint of it is
 // saved into DIR; then a new job is restored from that checkpoint. Against
-// fio's sequential direct write (the save) and read (the restore) on DIR in
-// the same run. Reports the save's and restore's times and rates, and the
-// training pause the save caused: the time the steps overlapping the save
+// fio's sequential direct write (the save) and read (the restore) of the
+// checkpoint's bytes, once, on DIR in the same run (a 4-s fio run measured
+// this cloud disk's sustained rate, which a 1-s save beat by 17%). Reports the save's and restore's
+// times and rates, and the training pause the save caused: the time the steps overlapping the save
 // took beyond the median step (timed once the servers have faulted in the
 // memory for the saves' second buffers, `fault_in_s` after start); the
 // same for a second save two steps later (whose second buffers come from the

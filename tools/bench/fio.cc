@@ -8,6 +8,9 @@
 namespace strata {
 namespace {
 
+// The arguments of a job that runs for 4 s, over and over the file.
+constexpr char kFourSeconds[] = "--runtime=4 --time_based";
+
 // fio's JSON report of one job on dir/strata-fio.data with `args` added.
 absl::StatusOr<nlohmann::json> RunFio(const std::string& dir, uint64_t file_bytes,
                                       uint64_t io_bytes, unsigned queue_depth,
@@ -15,7 +18,7 @@ absl::StatusOr<nlohmann::json> RunFio(const std::string& dir, uint64_t file_byte
   std::string command = absl::StrCat(
       "fio --name=strata --directory=", dir, " --filename=strata-fio.data --size=", file_bytes,
       " --bs=", io_bytes, " --iodepth=", queue_depth, " --ioengine=io_uring --direct=1 ", args,
-      " --runtime=4 --time_based --output-format=json 2>/dev/null");
+      " --output-format=json 2>/dev/null");
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return absl::FailedPreconditionError("cannot run fio");
   std::string output;
@@ -37,15 +40,31 @@ absl::StatusOr<nlohmann::json> RunFio(const std::string& dir, uint64_t file_byte
 
 absl::StatusOr<double> Fio(const std::string& dir, const std::string& rw, uint64_t file_bytes,
                            uint64_t io_bytes, unsigned queue_depth) {
-  absl::StatusOr<nlohmann::json> job = RunFio(dir, file_bytes, io_bytes, queue_depth, "--rw=" + rw);
+  absl::StatusOr<nlohmann::json> job =
+      RunFio(dir, file_bytes, io_bytes, queue_depth, absl::StrCat("--rw=", rw, " ", kFourSeconds));
   if (!job.ok()) return job.status();
   return (*job)[rw]["bw_bytes"].get<double>() / 1e9;
+}
+
+absl::StatusOr<double> FioOnce(const std::string& dir, const std::string& rw, uint64_t bytes,
+                               uint64_t io_bytes, unsigned queue_depth) {
+  // A write counts until its data is on the disk (fsync at the end).
+  absl::StatusOr<nlohmann::json> job =
+      RunFio(dir, bytes, io_bytes, queue_depth,
+             absl::StrCat("--rw=", rw, rw == "write" ? " --end_fsync=1" : ""));
+  if (!job.ok()) return job.status();
+  const nlohmann::json& side = (*job)[rw];
+  // bw_bytes leaves out the final fsync: the bytes over the job's whole run.
+  const double seconds = (*job)["job_runtime"].get<double>() / 1e3;
+  if (seconds <= 0) return side["bw_bytes"].get<double>() / 1e9;
+  return side["io_bytes"].get<double>() / seconds / 1e9;
 }
 
 absl::StatusOr<FioMixed> FioReadWrite(const std::string& dir, uint64_t file_bytes,
                                       uint64_t io_bytes, unsigned queue_depth) {
   absl::StatusOr<nlohmann::json> job =
-      RunFio(dir, file_bytes, io_bytes, queue_depth, "--rw=rw --rwmixread=50 --sync=dsync");
+      RunFio(dir, file_bytes, io_bytes, queue_depth,
+             absl::StrCat("--rw=rw --rwmixread=50 --sync=dsync ", kFourSeconds));
   if (!job.ok()) return job.status();
   return FioMixed{(*job)["read"]["bw_bytes"].get<double>() / 1e9,
                   (*job)["write"]["bw_bytes"].get<double>() / 1e9};

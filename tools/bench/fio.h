@@ -19,6 +19,14 @@ namespace strata {
 absl::StatusOr<double> Fio(const std::string& dir, const std::string& rw, uint64_t file_bytes,
                            uint64_t io_bytes, unsigned queue_depth);
 
+// fio's bandwidth in GB/s for one pass of `rw` ("read" or "write") over a
+// file of `bytes`: the limit of a transfer of that size (a write counts
+// until fsync returns), which a short burst on a disk that throttles
+// sustained I/O would beat if measured over a longer run. A read needs the
+// file a write left.
+absl::StatusOr<double> FioOnce(const std::string& dir, const std::string& rw, uint64_t bytes,
+                               uint64_t io_bytes, unsigned queue_depth);
+
 // Reads and writes at once, half each, on the file a write left: the read
 // and the write bandwidth in GB/s, writes durable when they complete
 // (O_DSYNC, as the NVMe tier's RWF_DSYNC writes).
