@@ -170,8 +170,8 @@ absl::StatusOr<internal::CheckpointManifest> ReadCheckpoint(const PathRoot& root
   uint64_t next = 0;
   for (const v1::CheckpointFile* f : files) {
     const std::string file = checkpoint->PathOf(f->file());
-    if (f->file().empty() || absl::StrContains(f->file(), "/") || f->file() == "." ||
-        f->file() == ".." || f->chunk().flat_begin() != next || f->chunk().num_params() == 0 ||
+    if (!IsPlainFileName(f->file()) || f->chunk().flat_begin() != next ||
+        f->chunk().num_params() == 0 ||
         f->num_bytes() != StateBytes(f->chunk().num_params(), precision)) {
       return absl::DataLossError(absl::StrCat("checkpoint manifest ", path, "/", kManifest,
                                               ": entry for ", file,

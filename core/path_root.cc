@@ -47,6 +47,10 @@ absl::StatusOr<PathRoot> PathRoot::Open(const std::string& dir, absl::string_vie
   return PathRoot(canonical.string(), std::string(flag), std::make_shared<const Descriptor>(fd));
 }
 
+bool IsPlainFileName(absl::string_view name) {
+  return !name.empty() && name.find('/') == absl::string_view::npos && name != "." && name != "..";
+}
+
 std::optional<std::vector<std::string>> PathRoot::NamesBeneath(const std::string& resolved) const {
   const std::string prefix = dir_ == "/" ? "/" : dir_ + "/";
   if (resolved != dir_ && !absl::StartsWith(resolved, prefix)) return std::nullopt;
@@ -54,7 +58,7 @@ std::optional<std::vector<std::string>> PathRoot::NamesBeneath(const std::string
       absl::StrSplit(absl::string_view(resolved).substr(std::min(resolved.size(), prefix.size())),
                      '/', absl::SkipEmpty());
   for (const std::string& name : names) {
-    if (name == "." || name == "..") return std::nullopt;
+    if (!IsPlainFileName(name)) return std::nullopt;
   }
   return names;
 }

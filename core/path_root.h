@@ -4,8 +4,9 @@
 // exists) and refuses what lands outside the root; OpenBeneath() then opens
 // what it resolved from the root's directory, following no symlink, so that
 // a symlink or rename made inside the root after the check leads nowhere
-// else (OpenDirBeneath: a directory, to change with core/dir_fd.h). RootedPath: a file path opened
-// so where it has a root. Immutable; thread-safe.
+// else (OpenDirBeneath: a directory, to change with core/dir_fd.h).
+// RootedPath: a file path opened so where it has a root. Immutable;
+// thread-safe.
 #ifndef STRATA_CORE_PATH_ROOT_H_
 #define STRATA_CORE_PATH_ROOT_H_
 
@@ -60,6 +61,10 @@ class PathRoot {
   std::string flag_;
   std::shared_ptr<const Descriptor> fd_;
 };
+
+// Whether `name` is one component of a path: not empty, no '/', not "."
+// or ".." (a file named inside a directory stays in it).
+bool IsPlainFileName(absl::string_view name);
 
 // A file to open: beneath its root (PathRoot::OpenBeneath) where it has one,
 // with open(2) otherwise (the daemon's own files: a plain path converts).

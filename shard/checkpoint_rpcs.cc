@@ -19,6 +19,7 @@
 #include "core/chunk_bytes.h"
 #include "core/log.h"
 #include "core/parallel_for.h"
+#include "core/path_root.h"
 #include "core/quoted.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_status.h"
@@ -205,8 +206,7 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
                    StatePrecisionFromProto(request.state_precision()));
   ASSIGN_OR_RETURN(const std::string dir, CheckpointDir(request.dir()));
   for (const v1::CheckpointFile& file : request.files()) {
-    if (file.file().empty() || file.file().find('/') != std::string::npos || file.file() == "." ||
-        file.file() == "..") {
+    if (!IsPlainFileName(file.file())) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint file name ", Quoted(file.file()), " is not a plain file name"));
     }
