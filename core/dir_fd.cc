@@ -15,34 +15,43 @@
 namespace strata {
 namespace {
 
-// Removes everything in the directory `fd` (then closed), following no
-// symlink; `path` names it in errors.
-absl::Status RemoveContents(int fd, const std::string& path) {
+// The names of the entries of the directory `fd` (then closed), but "."
+// and ".."; `path` names it in errors.
+absl::StatusOr<std::vector<std::string>> ListAndClose(int fd, const std::string& path) {
   DIR* dir = fdopendir(fd);
   if (dir == nullptr) {
     close(fd);
     return ErrnoError("cannot list", path);
   }
-  absl::Status status;
+  std::vector<std::string> names;
   while (dirent* entry = readdir(dir)) {
     const std::string name = entry->d_name;
-    if (name == "." || name == "..") continue;
-    if (unlinkat(fd, name.c_str(), 0) == 0) continue;
-    if (errno != EISDIR && errno != EPERM) {
-      status.Update(ErrnoError("cannot remove", absl::StrCat(path, "/", name)));
-      continue;
-    }
-    const int sub = openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (sub < 0) {
-      status.Update(ErrnoError("cannot open", absl::StrCat(path, "/", name)));
-      continue;
-    }
-    status.Update(RemoveContents(sub, absl::StrCat(path, "/", name)));
-    if (unlinkat(fd, name.c_str(), AT_REMOVEDIR) != 0) {
-      status.Update(ErrnoError("cannot remove", absl::StrCat(path, "/", name)));
-    }
+    if (name != "." && name != "..") names.push_back(name);
   }
   closedir(dir);
+  return names;
+}
+
+// Removes entry `name` of the directory `dir_fd` and, for a directory,
+// everything under it, following no symlink; `path` names the entry in
+// errors. OK when it is missing.
+absl::Status RemoveAt(int dir_fd, const std::string& name, const std::string& path) {
+  if (unlinkat(dir_fd, name.c_str(), 0) == 0 || errno == ENOENT) return absl::OkStatus();
+  if (errno != EISDIR && errno != EPERM) return ErrnoError("cannot remove", path);
+  const int sub = openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (sub < 0) return ErrnoError("cannot open", path);
+  // The names first: a directory is not changed while it is read.
+  const int listed = dup(sub);
+  absl::StatusOr<std::vector<std::string>> names =
+      listed < 0 ? ErrnoError("cannot list", path) : ListAndClose(listed, path);
+  absl::Status status = names.status();
+  for (const std::string& entry : names.value_or(std::vector<std::string>())) {
+    status.Update(RemoveAt(sub, entry, absl::StrCat(path, "/", entry)));
+  }
+  close(sub);
+  if (unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
+    status.Update(ErrnoError("cannot remove", path));
+  }
   return status;
 }
 
@@ -89,18 +98,7 @@ absl::StatusOr<std::vector<std::string>> DirFd::List() const {
   // fdopendir takes the descriptor it is given: a second one for it.
   const int fd = openat(fd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("cannot list", path_);
-  DIR* dir = fdopendir(fd);
-  if (dir == nullptr) {
-    close(fd);
-    return ErrnoError("cannot list", path_);
-  }
-  std::vector<std::string> names;
-  while (dirent* entry = readdir(dir)) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  closedir(dir);
-  return names;
+  return ListAndClose(fd, path_);
 }
 
 absl::Status DirFd::Rename(const std::string& from, const std::string& to) const {
@@ -111,15 +109,7 @@ absl::Status DirFd::Rename(const std::string& from, const std::string& to) const
 }
 
 absl::Status DirFd::RemoveTree(const std::string& name) const {
-  if (unlinkat(fd_, name.c_str(), 0) == 0 || errno == ENOENT) return absl::OkStatus();
-  if (errno != EISDIR && errno != EPERM) return ErrnoError("cannot remove", PathOf(name));
-  const int sub = openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (sub < 0) return ErrnoError("cannot open", PathOf(name));
-  absl::Status status = RemoveContents(sub, PathOf(name));
-  if (unlinkat(fd_, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
-    status.Update(ErrnoError("cannot remove", PathOf(name)));
-  }
-  return status;
+  return RemoveAt(fd_, name, PathOf(name));
 }
 
 absl::Status DirFd::Sync() const {
