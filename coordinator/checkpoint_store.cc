@@ -97,6 +97,23 @@ absl::StatusOr<std::optional<DirFd>> OpenJobDir(const PathRoot& root, const std:
   return std::optional<DirFd>(*std::move(job));
 }
 
+// The complete checkpoints in the job directory `job`, oldest first.
+absl::StatusOr<std::vector<v1::CheckpointInfo>> ListIn(const DirFd& job) {
+  ASSIGN_OR_RETURN(const std::vector<std::string> names, job.List());
+  std::vector<v1::CheckpointInfo> checkpoints;
+  for (const std::string& name : names) {
+    if (!absl::StartsWith(name, kStepPrefix)) continue;
+    absl::StatusOr<DirFd> checkpoint = job.Sub(name);
+    if (!checkpoint.ok()) continue;  // not ours
+    absl::StatusOr<internal::CheckpointManifest> manifest = ParseManifest(*checkpoint);
+    if (!manifest.ok()) continue;  // not ours, or damaged: restore names the problem
+    checkpoints.push_back(InfoOf(*manifest, checkpoint->path()));
+  }
+  std::sort(checkpoints.begin(), checkpoints.end(),
+            [](const auto& a, const auto& b) { return a.step() < b.step(); });
+  return checkpoints;
+}
+
 }  // namespace
 
 std::string CheckpointPath(const std::string& dir, const std::string& job_id, int64_t step) {
@@ -216,30 +233,16 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const PathRoot& 
                                                                 const std::string& dir,
                                                                 const std::string& job_id) {
   ASSIGN_OR_RETURN(const std::optional<DirFd> job, OpenJobDir(root, dir, job_id));
-  std::vector<v1::CheckpointInfo> checkpoints;
-  if (!job.has_value()) return checkpoints;
-  ASSIGN_OR_RETURN(const std::vector<std::string> names, job->List());
-  for (const std::string& name : names) {
-    if (!absl::StartsWith(name, kStepPrefix)) continue;
-    absl::StatusOr<DirFd> checkpoint = job->Sub(name);
-    if (!checkpoint.ok()) continue;  // not ours
-    absl::StatusOr<internal::CheckpointManifest> manifest = ParseManifest(*checkpoint);
-    if (!manifest.ok()) continue;  // not ours, or damaged: restore names the problem
-    checkpoints.push_back(InfoOf(*manifest, checkpoint->path()));
-  }
-  std::sort(checkpoints.begin(), checkpoints.end(),
-            [](const auto& a, const auto& b) { return a.step() < b.step(); });
-  return checkpoints;
+  if (!job.has_value()) return std::vector<v1::CheckpointInfo>();
+  return ListIn(*job);
 }
 
 absl::Status PruneCheckpoints(const PathRoot& root, const std::string& dir,
                               const std::string& job_id, uint32_t keep) {
   if (keep == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const std::vector<v1::CheckpointInfo> checkpoints,
-                   ListCheckpoints(root, dir, job_id));
-  if (checkpoints.size() <= keep) return absl::OkStatus();
   ASSIGN_OR_RETURN(const std::optional<DirFd> job, OpenJobDir(root, dir, job_id));
   if (!job.has_value()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::vector<v1::CheckpointInfo> checkpoints, ListIn(*job));
   for (size_t i = 0; i + keep < checkpoints.size(); ++i) {
     // Hidden first (atomically), so a crash never leaves half a checkpoint visible.
     const std::string hidden = absl::StrCat(kPartialPrefix, checkpoints[i].step(), ".pruned");
