@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
       [raw](const std::string& address) { raw->OnServerLost(address); },
       [raw](const std::string& address) { raw->CheckJobsOn(address); },
       [raw] {
+        raw->RecheckServers();
         raw->RecoverEmptiedJobs();
         if (raw->restore_again_.exchange(false)) {
           raw->movers_.Schedule([raw] { raw->RestoreReplicas(); });

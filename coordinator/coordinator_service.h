@@ -177,6 +177,12 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   void OnServerLost(const std::string& address);
   void CheckJobsOn(const std::string& address);
   void RecoverEmptiedJobs();
+  // CheckJobsOn again for the servers in recheck_.
+  void RecheckServers();
+  // Takes `servers` out of emptied_[job_id]: their copies are gone from the
+  // placement.
+  void ForgetEmptied(const std::string& job_id, const std::set<std::string>& servers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves `job_id` onto the live servers from its newest checkpoint, after
   // `why` (for the log); blocks.
   absl::Status MoveJob(const std::string& job_id, const std::string& why);
@@ -205,8 +211,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // Once fenced, the old copies of a replicated job that differ from their
   // chunk's source (a step cut short: coordinator/seed_plan.h) are seeded
   // again too. With `compare_unmoved`, a replicated job whose placement
-  // `plan` leaves as it is goes through the same steps, for that. A job with
-  // 8-bit states whose placement `plan` changes is FAILED_PRECONDITION.
+  // `plan` leaves as it is goes through the same steps, for that. A job a
+  // server came back without (emptied_) is UNAVAILABLE until its copies
+  // there leave the placement; a server that restarts during the move
+  // refuses its allocations (ShardFleet::Absent::kRefuse), failing the move.
   absl::Status MoveCopies(const std::string& job_id, const PlanCopies& plan, const std::string& why,
                           v1::CopiesMoved* moved, bool compare_unmoved = false);
   // A move's first half, while the job trains: each new copy's server
@@ -237,10 +245,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // a copy drop the job. Errors are ignored (a server lost meanwhile).
   void KeepPlacedCopies(const v1::JobInfo& both, const v1::JobInfo& kept, uint64_t generation);
   // Allocates `job`'s chunks on its servers, fenced at `min_generation`,
-  // those `seeded` names made anew (ShardFleet::Allocate), and waits for
-  // every answer; the servers that allocated go to `allocated` (nullable).
+  // those `seeded` names made anew, the others absent there as `absent`
+  // says (ShardFleet::Allocate), and waits for every answer; the servers
+  // that allocated go to `allocated` (nullable).
   absl::Status AwaitAllocate(std::shared_ptr<const v1::JobInfo> job, uint64_t min_generation,
-                             ShardFleet::SeededChunks seeded = {},
+                             ShardFleet::Absent absent, ShardFleet::SeededChunks seeded = {},
                              std::vector<std::string>* allocated = nullptr);
   // Drops `job_id` on `addresses` and waits for their answers (errors
   // ignored: a server without the job has nothing to drop).
@@ -301,6 +310,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // Jobs a server lost the chunks of, and those servers: their copies go,
   // or the jobs resume from their checkpoints.
   absl::flat_hash_map<std::string, std::set<std::string>> emptied_ ABSL_GUARDED_BY(mu_);
+  // Servers whose CheckJobsOn met a job being created, moved or placed anew:
+  // checked again after the next round of health checks.
+  std::set<std::string> recheck_ ABSL_GUARDED_BY(mu_);
   // Held by each change of a job's copies for its whole length.
   absl::Mutex moves_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   // Runs copy moves (they block), one at a time.

@@ -85,6 +85,13 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     if (creating_.contains(job_id)) {
       return absl::UnavailableError(absl::StrCat("job '", job_id, "' is being created"));
     }
+    // Its copies there are no source (AllocateChunks would refuse them):
+    // they leave the placement first, after the next round of health checks.
+    if (auto emptied = emptied_.find(job_id); emptied != emptied_.end()) {
+      return absl::UnavailableError(
+          absl::StrCat("job '", job_id, "': shard server ", *emptied->second.begin(),
+                       " came back without its chunks; its copies leave the placement first"));
+    }
     before = after = it->second;
     RETURN_IF_ERROR(plan(&after));
     if (SamePlacement(before, after) && !(compare_unmoved && before.spec().replicas() > 1)) {
@@ -167,13 +174,14 @@ absl::Status CoordinatorService::PrepareCopies(const v1::JobInfo& before, const 
   // (not in `before`: no worker pushes to it). They are made -- their
   // memory zeroed and pinned -- while the job trains: fenced against no
   // generation, every server goes on.
-  return AwaitAllocate(both, /*min_generation=*/0, NewCopies(before, after));
+  return AwaitAllocate(both, /*min_generation=*/0, ShardFleet::Absent::kRefuse,
+                       NewCopies(before, after));
 }
 
 absl::Status CoordinatorService::SeedFenced(const v1::JobInfo& before, const v1::JobInfo& after,
                                             std::shared_ptr<const v1::JobInfo> both,
                                             uint64_t generation, v1::CopiesMoved* copied) {
-  RETURN_IF_ERROR(AwaitAllocate(both, generation));
+  RETURN_IF_ERROR(AwaitAllocate(both, generation, ShardFleet::Absent::kRefuse));
   const absl::Time fenced = absl::Now();
   absl::StatusOr<SeedPlan> seeds = PlanCopySeeds(before, after, both, generation, copied);
   absl::Status status =
@@ -194,7 +202,8 @@ absl::Status CoordinatorService::RecordPlacement(const v1::JobInfo& placed) {
 void CoordinatorService::KeepPlacedCopies(const v1::JobInfo& both, const v1::JobInfo& kept,
                                           uint64_t generation) {
   // Each server keeps the copies placed on it; the others drop the job.
-  AwaitAllocate(std::make_shared<v1::JobInfo>(kept), generation).IgnoreError();
+  AwaitAllocate(std::make_shared<v1::JobInfo>(kept), generation, ShardFleet::Absent::kRefuse)
+      .IgnoreError();
   std::vector<std::string> emptied;
   for (const std::string& address : ServersOf(both)) {
     if (!HasChunksOn(kept, address)) emptied.push_back(address);
@@ -203,13 +212,13 @@ void CoordinatorService::KeepPlacedCopies(const v1::JobInfo& both, const v1::Job
 }
 
 absl::Status CoordinatorService::AwaitAllocate(std::shared_ptr<const v1::JobInfo> job,
-                                               uint64_t min_generation,
+                                               uint64_t min_generation, ShardFleet::Absent absent,
                                                ShardFleet::SeededChunks seeded,
                                                std::vector<std::string>* allocated) {
   auto made_anew = std::make_shared<ShardFleet::SeededChunks>(std::move(seeded));
   return Await([&](auto done) {
     fleet_.Allocate(
-        std::move(job), min_generation,
+        std::move(job), min_generation, absent,
         [allocated, done](absl::Status s, std::vector<std::string> servers) {
           if (allocated != nullptr) *allocated = std::move(servers);
           done(std::move(s));
@@ -254,7 +263,7 @@ absl::StatusOr<SeedPlan> CoordinatorService::PlanCopySeeds(const v1::JobInfo& be
   TornCopies torn = FindTornCopies(before, after, statuses, is_lost);
   if (torn.by_server.empty()) return plan;
   // Made anew (empty) where they sit, then seeded like new copies.
-  RETURN_IF_ERROR(AwaitAllocate(both, generation, torn.by_server));
+  RETURN_IF_ERROR(AwaitAllocate(both, generation, ShardFleet::Absent::kRefuse, torn.by_server));
   for (auto& [servers, chunks] : torn.plan) {
     copied->set_torn(copied->torn() + chunks.size());
     std::vector<v1::ChunkSpec>& planned = plan[servers];

@@ -64,6 +64,7 @@ absl::Status CoordinatorService::DropCopies(const std::string& job_id,
     kept.set_placement_version(kept.placement_version() + 1);
     RETURN_IF_ERROR(WriteJob(kept));
     it->second = kept;
+    ForgetEmptied(job_id, dropped);
   }
   // The workers stop the step they run and re-form on the copies left; the
   // step is completed (or found applied) there.
@@ -95,9 +96,26 @@ void CoordinatorService::RecoverEmptiedJobs() {
     // A deleted job has nothing left to recover.
     if (moved.ok() || absl::IsNotFound(moved)) {
       absl::MutexLock lock(&mu_);
-      emptied_.erase(id);
+      ForgetEmptied(id, servers);
     }
   }
+}
+
+void CoordinatorService::ForgetEmptied(const std::string& job_id,
+                                       const std::set<std::string>& servers) {
+  auto it = emptied_.find(job_id);
+  if (it == emptied_.end()) return;
+  for (const std::string& address : servers) it->second.erase(address);
+  if (it->second.empty()) emptied_.erase(it);
+}
+
+void CoordinatorService::RecheckServers() {
+  std::set<std::string> servers;
+  {
+    absl::MutexLock lock(&mu_);
+    servers.swap(recheck_);
+  }
+  for (const std::string& address : servers) CheckJobsOn(address);
 }
 
 void CoordinatorService::NoteMoveFailure(const std::string& job_id, const std::string& why,
@@ -158,7 +176,8 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id, const std::s
   const int64_t reached = std::max(before.committed_step(), HighestAppliedStep(job_id, stale));
   DropJobOn(job_id, {stale.begin(), stale.end()});
   std::vector<std::string> allocated;
-  absl::Status status = AwaitAllocate(moved, generation, {}, &allocated);
+  absl::Status status =
+      AwaitAllocate(moved, generation, ShardFleet::Absent::kMakeAnew, {}, &allocated);
   if (status.ok()) status = Await([&](auto done) { fleet_.Load(moved, manifest, done); });
   if (status.ok()) status = RecordPlacement(*moved);
   if (absl::IsNotFound(status)) {
@@ -205,50 +224,69 @@ int64_t CoordinatorService::HighestAppliedStep(const std::string& job_id,
 }
 
 void CoordinatorService::CheckJobsOn(const std::string& address) {
-  fleet_.ListChunks({address}, /*job_id=*/"", /*wait_for_ready=*/true, [this](auto& results) {
-    const auto& listed = *results.front();
-    if (!listed.status.ok()) return;
-    // Job id -> the chunks the server holds of it.
-    std::map<std::string, int> held;
-    for (const v1::ChunkStatus& c : listed.response.chunks()) {
-      held[c.job_id()] += c.applied_step() >= 0 && c.lost().empty() ? 1 : 0;
-    }
-    // Job id -> why the server must not keep it.
-    std::map<std::string, std::string> stale;
+  // A job placed anew while the server listed its chunks is checked again.
+  std::map<std::string, uint64_t> versions;
+  {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, count] : held) {
-      // A creation or a move places chunks before it commits; both
-      // drop what they placed if they fail.
-      if (creating_.contains(id) || moving_.contains(id)) continue;
-      auto job = jobs_.find(id);
-      if (job == jobs_.end()) {
-        stale[id] = "it is not a job of this coordinator (deleted while the server was away)";
-      } else if (!HasChunksOn(job->second, listed.address)) {
-        stale[id] =
-            "none of its chunks is placed there (they moved off, or the job was deleted and "
-            "created again while the server was away)";
-      }
-    }
-    for (const auto& [id, job] : jobs_) {
-      if (creating_.contains(id) || moving_.contains(id)) continue;
-      const int placed = static_cast<int>(ChunksOn(job, listed.address).size());
-      const auto it = held.find(id);
-      const int kept = it == held.end() ? 0 : it->second;
-      if (placed > 0 && kept < placed && emptied_[id].insert(listed.address).second) {
-        LogEventCat("coordinator", "job ", id, ": shard server ", listed.address, " holds ", kept,
-                    " of its ", placed,
-                    " chunk(s) placed there (it restarted without them, or lost their "
-                    "state); "
-                    "the job goes on from their other copies, or resumes from its newest "
-                    "checkpoint");
-      }
-    }
-    for (const auto& [id, why] : stale) {
-      LogEventCat("coordinator", "job ", id, " on shard server ", listed.address, ": ", why,
-                  "; dropping it there");
-      fleet_.Drop(id, {listed.address}, /*wait_for_ready=*/true, [](std::vector<std::string>) {});
-    }
-  });
+    for (const auto& [id, job] : jobs_) versions[id] = job.placement_version();
+  }
+  fleet_.ListChunks(
+      {address}, /*job_id=*/"", /*wait_for_ready=*/true, [this, versions](auto& results) {
+        const auto& listed = *results.front();
+        if (!listed.status.ok()) return;
+        // Job id -> the chunks the server holds of it.
+        std::map<std::string, int> held;
+        for (const v1::ChunkStatus& c : listed.response.chunks()) {
+          held[c.job_id()] += c.applied_step() >= 0 && c.lost().empty() ? 1 : 0;
+        }
+        // Job id -> why the server must not keep it.
+        std::map<std::string, std::string> stale;
+        absl::MutexLock lock(&mu_);
+        // A creation or a move places chunks before it commits (both drop what
+        // they placed if they fail): the server is checked again after it.
+        auto settled = [&](const std::string& id) {
+          auto version = versions.find(id);
+          auto job = jobs_.find(id);
+          if (!creating_.contains(id) && !moving_.contains(id) &&
+              (job == jobs_.end() ||
+               (version != versions.end() && version->second == job->second.placement_version()))) {
+            return true;
+          }
+          recheck_.insert(listed.address);
+          return false;
+        };
+        for (const auto& [id, count] : held) {
+          if (!settled(id)) continue;
+          auto job = jobs_.find(id);
+          if (job == jobs_.end()) {
+            stale[id] = "it is not a job of this coordinator (deleted while the server was away)";
+          } else if (!HasChunksOn(job->second, listed.address)) {
+            stale[id] =
+                "none of its chunks is placed there (they moved off, or the job was deleted and "
+                "created again while the server was away)";
+          }
+        }
+        for (const auto& [id, job] : jobs_) {
+          if (!settled(id)) continue;
+          const int placed = static_cast<int>(ChunksOn(job, listed.address).size());
+          const auto it = held.find(id);
+          const int kept = it == held.end() ? 0 : it->second;
+          if (placed > 0 && kept < placed && emptied_[id].insert(listed.address).second) {
+            LogEventCat("coordinator", "job ", id, ": shard server ", listed.address, " holds ",
+                        kept, " of its ", placed,
+                        " chunk(s) placed there (it restarted without them, or lost their "
+                        "state); "
+                        "the job goes on from their other copies, or resumes from its newest "
+                        "checkpoint");
+          }
+        }
+        for (const auto& [id, why] : stale) {
+          LogEventCat("coordinator", "job ", id, " on shard server ", listed.address, ": ", why,
+                      "; dropping it there");
+          fleet_.Drop(id, {listed.address}, /*wait_for_ready=*/true,
+                      [](std::vector<std::string>) {});
+        }
+      });
 }
 
 }  // namespace strata

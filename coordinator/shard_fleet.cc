@@ -51,16 +51,18 @@ void ShardFleet::CallEach(
 }
 
 void ShardFleet::Allocate(std::shared_ptr<const v1::JobInfo> job, uint64_t min_generation,
+                          Absent absent,
                           std::function<void(absl::Status, std::vector<std::string>)> done,
                           std::shared_ptr<const SeededChunks> seeded) {
   CallEach<v1::AllocateChunksRequest, v1::AllocateChunksResponse>(
       ServersOf(*job), /*wait_for_ready=*/false,
       &v1::ShardServer::StubInterface::async_interface::AllocateChunks,
-      [job, min_generation, seeded](const std::string& address,
-                                    v1::AllocateChunksRequest* allocate) {
+      [job, min_generation, absent, seeded](const std::string& address,
+                                            v1::AllocateChunksRequest* allocate) {
         *allocate->mutable_spec() = job->spec();
         for (const v1::ChunkSpec& c : ChunksOn(*job, address)) *allocate->add_chunks() = c;
         allocate->set_min_generation(min_generation);
+        allocate->set_chunks_held(absent == Absent::kRefuse);
         if (seeded != nullptr) {
           if (auto it = seeded->find(address); it != seeded->end()) {
             allocate->mutable_seeded_chunk_ids()->Assign(it->second.begin(), it->second.end());

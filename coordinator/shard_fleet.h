@@ -42,11 +42,17 @@ class ShardFleet {
   // soon reach the new one.
   void Reconnect(const std::string& address);
 
+  // What a server does with a chunk it is to hold but lacks (and `seeded`
+  // does not name): a job created or restored from a checkpoint has it made
+  // anew; a copy move has the server refuse (FAILED_PRECONDITION: it
+  // restarted without the chunk, which must not come back at step 0).
+  enum class Absent { kMakeAnew, kRefuse };
   // Allocates the job's chunks on its servers (pushes of generations before
   // `min_generation` refused; the chunks `seeded` names per server made
-  // anew), then `done(status, servers that allocated)`.
+  // anew, the others `absent` says), then `done(status, servers that
+  // allocated)`.
   using SeededChunks = std::map<std::string, std::vector<uint32_t>>;
-  void Allocate(std::shared_ptr<const v1::JobInfo> job, uint64_t min_generation,
+  void Allocate(std::shared_ptr<const v1::JobInfo> job, uint64_t min_generation, Absent absent,
                 std::function<void(absl::Status, std::vector<std::string>)> done,
                 std::shared_ptr<const SeededChunks> seeded = nullptr);
   // Has each of the job's servers load its chunks from the checkpoint

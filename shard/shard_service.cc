@@ -20,6 +20,23 @@ namespace {
 
 constexpr char kJobPrefix[] = "job/";
 
+// OK, or FAILED_PRECONDITION naming the first chunk of `request` (not seeded
+// anew) missing from `held` (by flat begin; null: the job is not here).
+absl::Status CheckChunksHeld(const v1::AllocateChunksRequest& request,
+                             const std::map<uint64_t, std::shared_ptr<Chunk>>* held) {
+  const std::set<uint32_t> seeded(request.seeded_chunk_ids().begin(),
+                                  request.seeded_chunk_ids().end());
+  for (const v1::ChunkSpec& c : request.chunks()) {
+    if (seeded.count(c.chunk_id()) > 0 || (held != nullptr && held->count(c.flat_begin()) > 0)) {
+      continue;
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunks_held: chunk ", c.chunk_id(), " of job '", request.spec().job_id(),
+                     "' is not on this shard server (it restarted without it)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 ShardService::ShardService(Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore* metadata,
@@ -147,6 +164,10 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(ServingStatus());
     auto it = jobs_.find(job_id);
+    if (request.chunks_held()) {
+      RETURN_IF_ERROR(
+          CheckChunksHeld(request, it == jobs_.end() ? nullptr : &it->second->chunks_by_begin));
+    }
     if (it == jobs_.end()) return AddNewJob(request, layout, dtype);
     if (it->second->record.SerializeAsString() == request.SerializeAsString()) {
       return absl::OkStatus();  // a retry

@@ -376,6 +376,36 @@ TEST_F(BadInputTest, SeedRequestsNameTheProblem) {
   }
 }
 
+// A copy move's allocation names chunks the server holds already: a server
+// that lacks one (it restarted without it) refuses by name and makes
+// nothing -- neither the chunk nor, for a job it does not have, the job --
+// instead of a chunk at step 0 that the job's workers would meet.
+TEST_F(BadInputTest, AnAllocationOfChunksTheServerLacksIsRefused) {
+  auto held_before = testing::ChunksOnServer(chunk0_server_, "bad-input");
+  ASSERT_TRUE(held_before.ok()) << held_before.status();
+  v1::AllocateChunksRequest allocate;
+  *allocate.mutable_spec() = job_.spec();
+  for (const v1::ChunkAssignment& a : job_.chunks()) *allocate.add_chunks() = a.chunk();
+  ASSERT_GT(allocate.chunks_size(), *held_before) << "every chunk on one server";
+  allocate.set_chunks_held(true);
+  v1::AllocateChunksRequest absent_job = allocate;
+  absent_job.mutable_spec()->set_job_id("restarted");
+  for (const v1::AllocateChunksRequest& request : {allocate, absent_job}) {
+    grpc::ClientContext context;
+    v1::AllocateChunksResponse response;
+    absl::Status s = FromGrpcStatus(shard_->AllocateChunks(&context, request, &response));
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(s.message(), HasSubstr("chunks_held: chunk "));
+    EXPECT_THAT(s.message(), HasSubstr("is not on this shard server"));
+  }
+  auto held = testing::ChunksOnServer(chunk0_server_, "bad-input");
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(*held, *held_before);
+  auto restarted = testing::ChunksOnServer(chunk0_server_, "restarted");
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_EQ(*restarted, 0);
+}
+
 // Building copies aside (SeedChunks with prepare) names the field at fault;
 // a source that cannot be read leaves nothing built (the fenced seed then
 // copies whole). A step log is read only once started, within its bounds.

@@ -344,6 +344,52 @@ TEST_F(ReplicationTest, AServerBackWithoutItsChunksCostsAReplicatedJobNoStep) {
   ExpectNothingLost(run);
 }
 
+// The same, with a drain of another server asked for the moment the
+// emptied one is back -- before the coordinator has taken its copies out:
+// the move must not use them (a copy made anew there would be at step 0,
+// and a seed from it would spread step 0). The drain is refused by name
+// until they are out, then moves the copies; no step lost, the same bits.
+TEST_F(ReplicationTest, ADrainAsAServerComesBackEmptyUsesNoneOfItsCopies) {
+  StartCluster(/*server_timeout_ms=*/30000);
+  testing::ServerProcess& victim = servers_[1];
+  const std::string address = victim.address, drained = servers_[2].address;
+  std::thread drain;
+  absl::Status drain_status;
+  int refused = 0;
+  const testing::KilledRun run = Train(
+      Job(coordinator_, "replicated", 2), &victim, &daemons_, /*placement=*/nullptr,
+      [&] {
+        victim = StartServer(1, {"--listen=" + address});
+        EXPECT_EQ(victim.address, address);
+        drain = std::thread([&] {
+          auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
+          v1::DrainServerRequest request;
+          request.set_address(drained);
+          const absl::Time deadline = absl::Now() + absl::Seconds(60);
+          do {
+            v1::DrainServerResponse response;
+            drain_status = CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request,
+                                     &response, absl::Seconds(120));
+            if (drain_status.ok()) break;
+            EXPECT_THAT(drain_status.message(),
+                        ::testing::AnyOf(HasSubstr("came back without its chunks"),
+                                         HasSubstr("is not on this shard server")))
+                << drain_status;
+            ++refused;
+            absl::SleepFor(absl::Milliseconds(100));
+          } while (absl::Now() < deadline);
+        });
+      },
+      WaitForCopies(coordinator_, "replicated", 2, drained));
+  drain.join();
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  EXPECT_TRUE(drain_status.ok()) << drain_status;
+  std::printf("drain refused %d time(s) while the restarted server's copies were placed\n",
+              refused);
+  ExpectCopiesOf("replicated", run, 2, drained);
+  ExpectNothingLost(run);
+}
+
 // A one-copy job's chunks leave a server drained at step 10 while the job
 // trains to 30 (each primary seeded elsewhere with its previous step's
 // copy): nothing left there, no step lost, the same bits.
