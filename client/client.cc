@@ -186,12 +186,10 @@ absl::Status ClientImpl::Init() {
 absl::Status ClientImpl::Leave() {
   DropStream();
   RETURN_IF_ERROR(DrainGathers());
-  ASSIGN_OR_RETURN(v1::Generation without_me, membership_->Leave());
-  // The others are at (or coming to) their next step boundary: tell them in
-  // its generation check, so that they re-form without this worker. They
-  // may have aborted the group already, told by the coordinator.
-  double newer[1] = {1.0};
-  collective_->AllReduceSum(absl::MakeSpan(newer)).IgnoreError();
+  // The others re-form without this worker: after its last step where it
+  // announced the leave, else once the coordinator's generation cuts their
+  // step short (as for a lost worker).
+  RETURN_IF_ERROR(membership_->Leave().status());
   SetCollective(nullptr, 0);
   membership_.reset();
   return absl::OkStatus();

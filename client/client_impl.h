@@ -132,6 +132,7 @@ class ClientImpl : public Client {
 
   absl::StatusOr<StepResult> Step() override;
   absl::StatusOr<StepResult> Step(const GradientFn& compute) override;
+  void AnnounceLeave() override { leave_announced_ = true; }
   absl::Status Leave() override;
 
   absl::Status AllReduceSum(absl::Span<double> values) override {
@@ -180,7 +181,8 @@ class ClientImpl : public Client {
     return absl::OkStatus();
   }
   // GradientsReady(): starts the step's stream at its first range (after the
-  // generation check: the gathers started are drained first).
+  // re-form where the last step agreed on one: the gathers started are drained
+  // first).
   absl::Status StreamGradients(FlatRange range, absl::Span<const float> grads, float multiplier);
   // Ends the step's stream, if any, cancelling its pushes still open.
   void DropStream();
@@ -221,15 +223,13 @@ class ClientImpl : public Client {
   // The generation carries a newer placement: waits (until `deadline`) for
   // the coordinator's JobInfo with it and takes it.
   absl::Status FollowPlacement(absl::Time deadline);
-  // At a step boundary: re-forms when any worker of the group has heard of a
-  // newer generation (all of them decide together), until none has; first
-  // re-forms if the last step failed. Skips the check once after
-  // SkipNextGenerationCheck().
+  // At a step boundary, with no collective of its own: re-forms if the last
+  // step failed, or if its closing all-reduce found a newer generation (all
+  // the workers of the group decided together: it carried each one's view).
   absl::Status FollowGeneration();
-  // The others of this generation checked it and went on to the next step
-  // while this worker re-formed: its next FollowGeneration() must not run a
-  // check they will not match.
-  void SkipNextGenerationCheck() { generation_checked_ = true; }
+  bool NewerGenerationHeard() const {
+    return membership_->Latest().number() > generation_.number();
+  }
   // After a retryable error: re-forms in the next generation, or returns
   // `error` when none forms in time.
   absl::Status Recover(const absl::Status& error);
@@ -295,7 +295,10 @@ class ClientImpl : public Client {
   int64_t step_ = 0;
   int micro_batches_ = 0;
   bool broken_ = false;  // the last step failed: re-form before the next
-  bool generation_checked_ = false;
+  // The last step's closing all-reduce found that a worker of the group
+  // heard of a newer generation, or leaves: re-form before the next.
+  bool reform_agreed_ = false;
+  bool leave_announced_ = false;  // AnnounceLeave()
   ReformStats reform_stats_;
   uint32_t attempt_ = 0;  // Attempt()'s, for attempt_step_ in attempt_generation_
   int64_t attempt_step_ = -1;

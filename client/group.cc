@@ -115,7 +115,7 @@ absl::Status ClientImpl::ReformOnce(uint64_t* than, absl::Time started, absl::Ti
   // chunks, aborts what follows.
   membership_->Running(generation, step_);
   generation_ = generation;
-  generation_checked_ = false;
+  reform_agreed_ = false;
   rank_ = collective.rank;
   world_size_ = collective.size;
   if (generation_.placement_version() != transport_.job().placement_version()) {
@@ -234,24 +234,11 @@ absl::Status ClientImpl::FollowPlacement(absl::Time deadline) {
 absl::Status ClientImpl::FollowGeneration() {
   // An all-gather that failed leaves parameters to pull again.
   if (!FinishParamStream().ok()) broken_ = true;
-  if (broken_) RETURN_IF_ERROR(Recover(absl::UnavailableError("the last step failed")));
-  if (generation_checked_) {
-    generation_checked_ = false;
-    return absl::OkStatus();
-  }
-  // Every worker of a generation runs this check first, so a worker that
-  // just re-formed (or joined) and one that has run steps in it agree.
-  while (true) {
-    double newer[1] = {membership_->Latest().number() > generation_.number() ? 1.0 : 0.0};
-    absl::Status s = collective_->AllReduceSum(absl::MakeSpan(newer));
-    if (!s.ok()) {
-      RETURN_IF_ERROR(Recover(s));
-    } else if (newer[0] > 0) {
-      RETURN_IF_ERROR(Reform(generation_.number()));
-    } else {
-      return absl::OkStatus();
-    }
-  }
+  if (broken_) return Recover(absl::UnavailableError("the last step failed"));
+  if (!reform_agreed_) return absl::OkStatus();
+  // A generation newer than the group's is open (or opens once a worker
+  // that announced its leave has left).
+  return Reform(generation_.number());
 }
 
 absl::Status ClientImpl::Recover(const absl::Status& error) {

@@ -60,8 +60,8 @@ absl::Status ClientImpl::StreamGradients(FlatRange range, absl::Span<const float
   RETURN_IF_ERROR(CheckOnDevice(grads, "gradients"));
   if (stream_ == nullptr) {
     if (!stream_failure_.ok()) return stream_failure_;
-    // Step(GradientFn) checked the generation before it computed the step's
-    // micro-batches (whose samples depend on it); Step() checks it here.
+    // Step(GradientFn) followed the generation before it computed the step's
+    // micro-batches (whose samples depend on it); Step() follows it here.
     if (!computing_step_) {
       absl::Status checked = DrainGathers();
       if (checked.ok()) checked = FollowGeneration();
@@ -69,7 +69,6 @@ absl::Status ClientImpl::StreamGradients(FlatRange range, absl::Span<const float
         if (IsRetryable(checked)) stream_failure_ = checked;
         return checked;
       }
-      SkipNextGenerationCheck();  // Step() does not check it again
     }
     PushStream::Round round;
     round.job_id = options_.job_id;
@@ -120,10 +119,15 @@ absl::Status ClientImpl::PushPullEverywhere(int64_t step, const PushScalars& pus
     absl::Status s = streamed && first ? CommitAndPull(step, push) : PushPull(step, &push);
     // NOT_FOUND: the job is not on that server (now): its chunks are moving.
     bool retryable = absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsNotFound(s);
-    // {failed and retryable here, failed for good here}: every worker acts on the sums.
-    double failed[2] = {!s.ok() && retryable ? 1.0 : 0.0, !s.ok() && !retryable ? 1.0 : 0.0};
+    // {failed and retryable here, failed for good here, a newer generation
+    // or this worker's leave}: every worker acts on the sums.
+    double failed[3] = {!s.ok() && retryable ? 1.0 : 0.0, !s.ok() && !retryable ? 1.0 : 0.0,
+                        leave_announced_ || NewerGenerationHeard() ? 1.0 : 0.0};
     RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(failed)));
-    if (failed[0] == 0 && failed[1] == 0) return absl::OkStatus();
+    if (failed[0] == 0 && failed[1] == 0) {
+      reform_agreed_ = failed[2] > 0;
+      return absl::OkStatus();
+    }
     if (failed[1] > 0 || absl::Now() > deadline) {
       return s.ok() ? absl::AbortedError(absl::StrCat("step ", step, " failed at another worker"))
                     : s;
@@ -154,7 +158,9 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
     per_bucket = SliceGradStats(buckets_, slice, dtype, grads_.Slice());
   }
   const GradStats stats = SumGradStats(per_bucket);
-  double global[2] = {stats.sum_squares, stats.all_finite ? 0.0 : 1.0};
+  // {sum of squares, not finite, a newer generation heard of (for a skipped step)}
+  double global[3] = {stats.sum_squares, stats.all_finite ? 0.0 : 1.0,
+                      NewerGenerationHeard() ? 1.0 : 0.0};
   RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(global)));
   result.collective_seconds = absl::ToDoubleSeconds(absl::Now() - started);
 
@@ -168,6 +174,7 @@ absl::StatusOr<StepResult> ClientImpl::RunStep(double divisor) {
     DropStream();
     RETURN_IF_ERROR(grads_.Clear());
     scaler_.Update(/*overflow=*/true);
+    reform_agreed_ = global[2] > 0;
     result.step = step_;
     result.skipped = true;
     result.grad_norm = INFINITY;
@@ -269,7 +276,8 @@ absl::StatusOr<StepResult> ClientImpl::Step() {
   }
   absl::StatusOr<StepResult> result = [&]() -> absl::StatusOr<StepResult> {
     RETURN_IF_ERROR(DrainGathers());
-    RETURN_IF_ERROR(FollowGeneration());
+    // A streamed step followed the generation at its first range.
+    if (stream_ == nullptr) RETURN_IF_ERROR(FollowGeneration());
     return RunStep(static_cast<double>(world_size_) * micro_batches_);
   }();
   if (!result.ok()) {
@@ -294,7 +302,6 @@ absl::StatusOr<StepResult> ClientImpl::Step(const GradientFn& compute) {
     target = std::min(target, step_ + 1);
     const uint64_t first = static_cast<uint64_t>(target - 1) * batch;
     if (step_ >= target) {  // the others completed it while this worker re-formed
-      SkipNextGenerationCheck();
       StepResult done;
       done.step = step_;
       done.generation = generation_.number();

@@ -387,7 +387,10 @@ void BindClientStep(py::class_<Client>& cls) {
             py::gil_scoped_release release;
             ThrowIfError(c.Leave());
           },
-          "Leaves the job at a step boundary; the others go on without this worker");
+          "Leaves the job at a step boundary; the others go on without this worker")
+      .def("announce_leave", &Client::AnnounceLeave,
+           "This worker leaves after its next step: the others are told in that step, so "
+           "their next one is not cut short; call leave() right after it");
 }
 
 void BindFunctions(py::module_& m) {

@@ -339,8 +339,16 @@ class ShardedOptimizer(torch.optim.Optimizer):
                               for a in flat_state)
         return out
 
+    def announce_leave(self):
+        """This worker leaves after its next step: the others hear of it in
+        that step and re-form without it once leave() is called, with no
+        step of theirs cut short."""
+        self._client.announce_leave()
+
     def leave(self):
-        """Leaves the job at a step boundary; the other workers go on."""
+        """Leaves the job at a step boundary; the other workers go on
+        (without announce_leave() first, their step under way is computed
+        again, as after a lost worker)."""
         self._client.leave()
 
     @torch.no_grad()

@@ -61,6 +61,11 @@ TEST_F(ElasticTest, JoinLeaveAndKillWhileTheSurvivorsTrainOn) {
   // It trained with 2, then 3 (c joined), 2 (b left) and 1 worker (c died).
   EXPECT_EQ(world_sizes, (std::set<int>{1, 2, 3}));
   EXPECT_EQ(lines.back()["world_size"], 1);
+  // b announced its leave in step 20: a re-formed before step 21 instead of
+  // having it cut short by the generation b's leave opened.
+  EXPECT_EQ(lines[19]["world_size"], 3);
+  EXPECT_EQ(lines[20]["world_size"], 2);
+  EXPECT_EQ(lines[20]["attempts"], 1) << "step 21 was computed again after b left";
   std::vector<nlohmann::json> c_lines = Lines("c");
   ASSERT_FALSE(c_lines.empty());
   EXPECT_EQ(c_lines.front()["world_size"], 3);

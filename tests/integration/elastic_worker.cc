@@ -152,6 +152,7 @@ int Run() {
     return absl::OkStatus();
   };
   while (client.step() < LastStep()) {
+    if (client.step() + 1 == absl::GetFlag(FLAGS_leave_after_step)) client.AnnounceLeave();
     absl::StatusOr<StepResult> result = client.Step(compute);
     if (!result.ok()) {
       std::fprintf(stderr, "elastic_worker: step %lld: %s\n",

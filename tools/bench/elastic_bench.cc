@@ -151,6 +151,7 @@ int RunElasticWorker(const std::vector<std::string>& args) {
   std::vector<float> grads(num_params, 1e-3f);
   GradientFn compute = [&](const MicroBatch&, Client& c) { return c.AccumulateGradients(grads); };
   while ((*client)->step() < steps) {
+    if ((*client)->step() + 1 == leave_after_step) (*client)->AnnounceLeave();
     absl::StatusOr<StepResult> result = (*client)->Step(compute);
     if (!result.ok()) {
       std::fprintf(stderr, "elastic-worker %s: %s\n", args[3].c_str(),

@@ -347,8 +347,16 @@ class Client {
   // error; DEADLINE_EXCEEDED when no generation re-forms within
   // rendezvous_timeout.
   virtual absl::StatusOr<StepResult> Step(const GradientFn& compute) = 0;
+  // This worker leaves after its next completed step: that step's closing
+  // all-reduce tells the others, which re-form without it once it has
+  // called Leave() (their next step starts in the new generation). Call
+  // Leave() right after that step: the others wait for it.
+  virtual void AnnounceLeave() = 0;
   // Leaves the job at a step boundary: the others go on without this worker
-  // from their next step. Afterwards only the destructor may be called.
+  // from their next step -- announced (AnnounceLeave()), before they
+  // start it; else the coordinator's new generation cuts that step short,
+  // as for a lost worker (Step(GradientFn) computes it again). Afterwards
+  // only the destructor may be called.
   virtual absl::Status Leave() = 0;
   // Sums `values` over the workers (for metrics such as the loss).
   virtual absl::Status AllReduceSum(absl::Span<double> values) = 0;
