@@ -44,6 +44,21 @@ bool SamePlacement(const v1::JobInfo& a, const v1::JobInfo& b) {
   return true;
 }
 
+// `after` plus the copies of `before` on live servers that it leaves out:
+// what the servers hold while a move seeds its new copies.
+v1::JobInfo BothPlacements(const v1::JobInfo& before, const v1::JobInfo& after,
+                           const IsLost& is_lost) {
+  v1::JobInfo both = after;
+  for (int i = 0; i < before.chunks_size(); ++i) {
+    for (const std::string& address : CopiesOf(before.chunks(i))) {
+      if (!HoldsCopy(both.chunks(i), address) && !is_lost(address)) {
+        both.mutable_chunks(i)->add_replica_addresses(address);
+      }
+    }
+  }
+  return both;
+}
+
 // Adds one job's move, `copied`, to `moved`.
 void AddMoved(const v1::CopiesMoved& copied, v1::CopiesMoved* moved) {
   moved->set_jobs(moved->jobs() + 1);
@@ -104,16 +119,8 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     moving_.erase(job_id);
   };
   after.set_placement_version(before.placement_version() + 1);
-  // While the copies are seeded the servers hold both placements' copies
-  // (the live ones of `before`).
-  auto both = std::make_shared<v1::JobInfo>(after);
-  for (int i = 0; i < before.chunks_size(); ++i) {
-    for (const std::string& address : CopiesOf(before.chunks(i))) {
-      if (!HoldsCopy(both->chunks(i), address) && !monitor_->IsLost(address)) {
-        both->mutable_chunks(i)->add_replica_addresses(address);
-      }
-    }
-  }
+  auto both = std::make_shared<v1::JobInfo>(BothPlacements(
+      before, after, [this](const std::string& address) { return monitor_->IsLost(address); }));
   v1::CopiesMoved copied;
   absl::Status status = PrepareCopies(before, after, both, why, &copied);
   if (!status.ok()) {
