@@ -198,13 +198,8 @@ grpc::ServerUnaryReactor* ShardService::SaveChunks(grpc::CallbackServerContext* 
   return reactor;
 }
 
-absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
-  if (request.step() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 0"));
-  }
-  ASSIGN_OR_RETURN(const StatePrecision file_precision,
-                   StatePrecisionFromProto(request.state_precision()));
-  ASSIGN_OR_RETURN(const std::string dir, CheckpointDir(request.dir()));
+absl::Status ShardService::CheckLoadFiles(const v1::LoadChunksRequest& request,
+                                          const std::string& dir, StatePrecision precision) const {
   for (const v1::CheckpointFile& file : request.files()) {
     if (!IsPlainFileName(file.file())) {
       return absl::InvalidArgumentError(
@@ -225,15 +220,26 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
     const bool readable = fd >= 0 && fstat(fd, &st) == 0;
     const std::string error = readable ? "" : std::strerror(errno);
     if (fd >= 0) close(fd);
-    const uint64_t want = StateBytes(n, file_precision);
+    const uint64_t want = StateBytes(n, precision);
     if (!readable || static_cast<uint64_t>(st.st_size) != want) {
       return absl::DataLossError(absl::StrCat(
           "checkpoint file ", path.path(),
           !readable ? " is missing or unreadable: " + error
                     : absl::StrCat(" has ", st.st_size, " bytes, not the ", want, " of its ", n,
-                                   " ", StatePrecisionName(file_precision), "-state parameters")));
+                                   " ", StatePrecisionName(precision), "-state parameters")));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
+  if (request.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " must be >= 0"));
+  }
+  ASSIGN_OR_RETURN(const StatePrecision file_precision,
+                   StatePrecisionFromProto(request.state_precision()));
+  ASSIGN_OR_RETURN(const std::string dir, CheckpointDir(request.dir()));
+  RETURN_IF_ERROR(CheckLoadFiles(request, dir, file_precision));
   ASSIGN_OR_RETURN(auto chunks, ChunksOf(request.job_id()));
   // Parameters of each local chunk the files cover.
   std::vector<std::atomic<uint64_t>> covered(chunks.size());

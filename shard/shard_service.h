@@ -220,6 +220,11 @@ class ShardService final : public ShardServerService, public WorkerTokens {
                             const std::vector<std::shared_ptr<Chunk>>& chunks,
                             v1::SaveChunksResponse* response);
   absl::Status DoLoadChunks(const v1::LoadChunksRequest& request);
+  // Each file of a LoadChunks request in `dir`: a plain name, a chunk's
+  // range, and the size of its state in `precision` on disk (checked
+  // before any memory is taken for it). The first file's error.
+  absl::Status CheckLoadFiles(const v1::LoadChunksRequest& request, const std::string& dir,
+                              StatePrecision precision) const;
   // The request's chunks as held here, in order, and the job's dtype:
   // INVALID_ARGUMENT for a chunk not exactly as allocated here or named
   // twice, for none or too many, and for a malformed source or token.
