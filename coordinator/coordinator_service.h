@@ -176,6 +176,12 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // checks, the emptied jobs resume from their newest checkpoints.
   void OnServerLost(const std::string& address);
   void CheckJobsOn(const std::string& address);
+  // CheckJobsOn's work on the chunks `address` listed, given the jobs'
+  // placement versions taken before the listing: drops the stale jobs,
+  // marks the emptied ones; a job created, moved or placed anew meanwhile
+  // puts the server in recheck_ instead.
+  void CheckListedJobs(const std::string& address, const v1::ListChunksResponse& listed,
+                       const std::map<std::string, uint64_t>& versions) ABSL_LOCKS_EXCLUDED(mu_);
   void RecoverEmptiedJobs();
   // CheckJobsOn again for the servers in recheck_.
   void RecheckServers();

@@ -230,63 +230,68 @@ void CoordinatorService::CheckJobsOn(const std::string& address) {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, job] : jobs_) versions[id] = job.placement_version();
   }
-  fleet_.ListChunks(
-      {address}, /*job_id=*/"", /*wait_for_ready=*/true, [this, versions](auto& results) {
-        const auto& listed = *results.front();
-        if (!listed.status.ok()) return;
-        // Job id -> the chunks the server holds of it.
-        std::map<std::string, int> held;
-        for (const v1::ChunkStatus& c : listed.response.chunks()) {
-          held[c.job_id()] += c.applied_step() >= 0 && c.lost().empty() ? 1 : 0;
-        }
-        // Job id -> why the server must not keep it.
-        std::map<std::string, std::string> stale;
-        absl::MutexLock lock(&mu_);
-        // A creation or a move places chunks before it commits (both drop what
-        // they placed if they fail): the server is checked again after it.
-        auto settled = [&](const std::string& id) {
-          auto version = versions.find(id);
-          auto job = jobs_.find(id);
-          if (!creating_.contains(id) && !moving_.contains(id) &&
-              (job == jobs_.end() ||
-               (version != versions.end() && version->second == job->second.placement_version()))) {
-            return true;
-          }
-          recheck_.insert(listed.address);
-          return false;
-        };
-        for (const auto& [id, count] : held) {
-          if (!settled(id)) continue;
-          auto job = jobs_.find(id);
-          if (job == jobs_.end()) {
-            stale[id] = "it is not a job of this coordinator (deleted while the server was away)";
-          } else if (!HasChunksOn(job->second, listed.address)) {
-            stale[id] =
-                "none of its chunks is placed there (they moved off, or the job was deleted and "
-                "created again while the server was away)";
-          }
-        }
-        for (const auto& [id, job] : jobs_) {
-          if (!settled(id)) continue;
-          const int placed = static_cast<int>(ChunksOn(job, listed.address).size());
-          const auto it = held.find(id);
-          const int kept = it == held.end() ? 0 : it->second;
-          if (placed > 0 && kept < placed && emptied_[id].insert(listed.address).second) {
-            LogEventCat("coordinator", "job ", id, ": shard server ", listed.address, " holds ",
-                        kept, " of its ", placed,
-                        " chunk(s) placed there (it restarted without them, or lost their "
-                        "state); "
-                        "the job goes on from their other copies, or resumes from its newest "
-                        "checkpoint");
-          }
-        }
-        for (const auto& [id, why] : stale) {
-          LogEventCat("coordinator", "job ", id, " on shard server ", listed.address, ": ", why,
-                      "; dropping it there");
-          fleet_.Drop(id, {listed.address}, /*wait_for_ready=*/true,
-                      [](std::vector<std::string>) {});
-        }
-      });
+  fleet_.ListChunks({address}, /*job_id=*/"", /*wait_for_ready=*/true,
+                    [this, versions](auto& results) {
+                      const auto& listed = *results.front();
+                      if (!listed.status.ok()) return;
+                      CheckListedJobs(listed.address, listed.response, versions);
+                    });
+}
+
+void CoordinatorService::CheckListedJobs(const std::string& address,
+                                         const v1::ListChunksResponse& listed,
+                                         const std::map<std::string, uint64_t>& versions) {
+  // Job id -> the chunks the server holds of it.
+  std::map<std::string, int> held;
+  for (const v1::ChunkStatus& c : listed.chunks()) {
+    held[c.job_id()] += c.applied_step() >= 0 && c.lost().empty() ? 1 : 0;
+  }
+  // Job id -> why the server must not keep it.
+  std::map<std::string, std::string> stale;
+  absl::MutexLock lock(&mu_);
+  // A creation or a move places chunks before it commits (both drop what
+  // they placed if they fail): the server is checked again after it.
+  bool unsettled = false;
+  auto settled = [&](const std::string& id) {
+    auto version = versions.find(id);
+    auto job = jobs_.find(id);
+    const bool still = !creating_.contains(id) && !moving_.contains(id) &&
+                       (job == jobs_.end() || (version != versions.end() &&
+                                               version->second == job->second.placement_version()));
+    unsettled = unsettled || !still;
+    return still;
+  };
+  for (const auto& [id, count] : held) {
+    if (!settled(id)) continue;
+    auto job = jobs_.find(id);
+    if (job == jobs_.end()) {
+      stale[id] = "it is not a job of this coordinator (deleted while the server was away)";
+    } else if (!HasChunksOn(job->second, address)) {
+      stale[id] =
+          "none of its chunks is placed there (they moved off, or the job was deleted and "
+          "created again while the server was away)";
+    }
+  }
+  for (const auto& [id, job] : jobs_) {
+    if (!settled(id)) continue;
+    const int placed = static_cast<int>(ChunksOn(job, address).size());
+    const auto it = held.find(id);
+    const int kept = it == held.end() ? 0 : it->second;
+    if (placed > 0 && kept < placed && emptied_[id].insert(address).second) {
+      LogEventCat("coordinator", "job ", id, ": shard server ", address, " holds ", kept,
+                  " of its ", placed,
+                  " chunk(s) placed there (it restarted without them, or lost their "
+                  "state); "
+                  "the job goes on from their other copies, or resumes from its newest "
+                  "checkpoint");
+    }
+  }
+  if (unsettled) recheck_.insert(address);
+  for (const auto& [id, why] : stale) {
+    LogEventCat("coordinator", "job ", id, " on shard server ", address, ": ", why,
+                "; dropping it there");
+    fleet_.Drop(id, {address}, /*wait_for_ready=*/true, [](std::vector<std::string>) {});
+  }
 }
 
 }  // namespace strata
