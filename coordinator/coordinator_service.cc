@@ -23,17 +23,7 @@
 namespace strata {
 namespace {
 
-constexpr char kServerPrefix[] = "server/";
-constexpr char kJobPrefix[] = "job/";
 constexpr absl::Duration kServerCallTimeout = absl::Seconds(30);
-
-template <typename Message>
-absl::Status ParseInto(const std::string& key, const std::string& bytes, Message* message) {
-  if (!message->ParseFromString(bytes)) {
-    return absl::DataLossError(absl::StrCat("coordinator metadata: cannot parse record ", key));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -42,9 +32,9 @@ CoordinatorService::CoordinatorService(MetadataStore* metadata,
                                        std::unique_ptr<Membership> membership,
                                        PathRoot checkpoint_root, std::string checkpoint_dir,
                                        ChannelCredentials shard_credentials)
-    : metadata_(metadata),
-      reachability_(std::move(reachability)),
+    : reachability_(std::move(reachability)),
       membership_(std::move(membership)),
+      registry_(metadata),
       fleet_(kServerCallTimeout, std::move(shard_credentials)),
       rendezvous_(metadata),
       checkpointer_(
@@ -107,22 +97,11 @@ void CoordinatorService::BeginShutdown() {
 absl::Status CoordinatorService::Load() {
   RETURN_IF_ERROR(rendezvous_.Load());
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(auto servers, metadata_->Scan(kServerPrefix));
-  for (const auto& [key, value] : servers) {
-    v1::ServerRecord record;
-    RETURN_IF_ERROR(ParseInto(key, value, &record));
-    servers_[record.address()] = record;
-    monitor_->Watch(record.address());
-  }
-  ASSIGN_OR_RETURN(auto jobs, metadata_->Scan(kJobPrefix));
-  for (const auto& [key, value] : jobs) {
-    v1::JobInfo job;
-    RETURN_IF_ERROR(ParseInto(key, value, &job));
-    AddJob(job);
-  }
-  LogEventCat("coordinator", "loaded ", servers_.size(), " server(s), ", jobs_.size(),
-              " job(s) from metadata");
-  for (const auto& [id, job] : jobs_) checkpointer_.StartPeriodic(job);
+  RETURN_IF_ERROR(registry_.Load());
+  for (const auto& [address, server] : registry_.servers()) monitor_->Watch(address);
+  LogEventCat("coordinator", "loaded ", registry_.servers().size(), " server(s), ",
+              registry_.jobs().size(), " job(s) from metadata");
+  for (const auto& [id, job] : registry_.jobs()) checkpointer_.StartPeriodic(job);
   return absl::OkStatus();
 }
 
@@ -133,10 +112,9 @@ absl::Status CoordinatorService::DoRegister(const v1::RegisterServerRequest& req
   {
     absl::MutexLock lock(&mu_);
     // A draining server stays draining (DrainServer alone changes that).
-    auto it = servers_.find(server.address());
-    record.set_draining(it != servers_.end() && it->second.draining());
-    RETURN_IF_ERROR(WriteServer(record));
-    servers_[server.address()] = record;
+    const v1::ServerRecord* known = registry_.FindServer(server.address());
+    record.set_draining(known != nullptr && known->draining());
+    RETURN_IF_ERROR(registry_.PutServer(record));
   }
   monitor_->Watch(server.address());
   fleet_.Reconnect(server.address());
@@ -156,47 +134,30 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterServer(
   return FinishUnary(ctx, DoRegister(*request));
 }
 
-void CoordinatorService::AddJob(const v1::JobInfo& job) {
-  if (!job.worker_token().empty()) {
-    token_jobs_[TokenDigest(job.worker_token())] = job.spec().job_id();
-  }
-  jobs_[job.spec().job_id()] = job;
-}
-
-absl::Status CoordinatorService::WriteServer(const v1::ServerRecord& server) {
-  return metadata_->Put(absl::StrCat(kServerPrefix, server.address()), server.SerializeAsString());
-}
-
-absl::Status CoordinatorService::WriteJob(const v1::JobInfo& job) {
-  return metadata_->Put(absl::StrCat(kJobPrefix, job.spec().job_id()), job.SerializeAsString());
-}
-
 std::optional<std::string> CoordinatorService::JobOfToken(absl::string_view digest) const {
   absl::MutexLock lock(&mu_);
-  auto it = token_jobs_.find(digest);
-  if (it == token_jobs_.end()) return std::nullopt;
-  return it->second;
+  return registry_.JobOfToken(digest);
 }
 
 std::optional<std::string> CoordinatorService::OwnerOf(absl::string_view job_id) const {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(std::string(job_id));
-  if (it == jobs_.end()) return std::nullopt;
-  return it->second.owner();
+  const v1::JobInfo* job = registry_.FindJob(std::string(job_id));
+  if (job == nullptr) return std::nullopt;
+  return job->owner();
 }
 
 absl::StatusOr<v1::JobInfo> CoordinatorService::FindJob(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return UnknownJob(job_id);
-  return it->second;
+  const v1::JobInfo* job = registry_.FindJob(job_id);
+  if (job == nullptr) return UnknownJob(job_id);
+  return *job;
 }
 
 bool CoordinatorService::MovingSince(const std::string& job_id, uint64_t placement_version) const {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
+  const v1::JobInfo* job = registry_.FindJob(job_id);
   return moving_.contains(job_id) ||
-         (it != jobs_.end() && it->second.placement_version() != placement_version);
+         (job != nullptr && job->placement_version() != placement_version);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerContext* ctx,
@@ -207,8 +168,8 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
   v1::JobInfo job;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) {
+    const v1::JobInfo* known = registry_.FindJob(job_id);
+    if (known == nullptr) {
       return FinishUnary(ctx, creating_.contains(job_id)
                                   ? absl::FailedPreconditionError(absl::StrCat(
                                         "job '", job_id, "' is being created; try again after it"))
@@ -221,13 +182,13 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
                                   "job '", job_id, "' is moving its chunks; try again after it")));
     }
     // Under mu_, which JoinJob holds too: no worker joins in between.
+    // Its rendezvous keys go first: a store error leaves the job, which a
+    // retry deletes.
+    job = *known;
     absl::Status forgotten = membership_->Forget(job_id);
-    if (forgotten.ok()) forgotten = metadata_->Delete(absl::StrCat(kJobPrefix, job_id));
     if (forgotten.ok()) forgotten = rendezvous_.DeleteJob(job_id);
+    if (forgotten.ok()) forgotten = registry_.DeleteJob(job_id);
     if (!forgotten.ok()) return FinishUnary(ctx, forgotten);
-    job = std::move(it->second);
-    jobs_.erase(it);
-    if (!job.worker_token().empty()) token_jobs_.erase(TokenDigest(job.worker_token()));
   }
   checkpointer_.CancelSaves(job_id);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -256,7 +217,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
                                                        const v1::ListJobsRequest*,
                                                        v1::ListJobsResponse* response) {
   absl::MutexLock lock(&mu_);
-  for (const auto& [id, job] : jobs_) {
+  for (const auto& [id, job] : registry_.jobs()) {
     v1::JobSummary* summary = response->add_jobs();
     *summary->mutable_job() = job;
     membership_->Summarize(id, summary);
@@ -272,9 +233,9 @@ void CoordinatorService::ExportMetrics(Metrics* metrics) {
     double num_servers, num_jobs;
     {
       absl::MutexLock lock(&mu_);
-      num_servers = servers_.size();
-      num_jobs = jobs_.size();
-      for (const auto& [id, job] : jobs_) {
+      num_servers = registry_.servers().size();
+      num_jobs = registry_.jobs().size();
+      for (const auto& [id, job] : registry_.jobs()) {
         v1::JobSummary summary;
         membership_->Summarize(id, &summary);
         members.push_back({{{"job", id}}, static_cast<double>(summary.num_members())});
@@ -304,9 +265,9 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinJob(grpc::CallbackServerContex
   {
     // Under mu_, which DeleteJob holds too: a deleted job gets no member.
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(request->job_id());
-    joined = it == jobs_.end() ? UnknownJob(request->job_id())
-                               : membership_->Join(it->second.spec(), *request);
+    const v1::JobInfo* job = registry_.FindJob(request->job_id());
+    joined =
+        job == nullptr ? UnknownJob(request->job_id()) : membership_->Join(job->spec(), *request);
   }
   if (joined.ok()) *response = *std::move(joined);
   return FinishUnary(ctx, joined.status());
@@ -365,8 +326,8 @@ grpc::ServerUnaryReactor* CoordinatorService::GetPlacement(grpc::CallbackServerC
   {
     absl::MutexLock lock(&mu_);
     for (const std::string& address : ServersOf(*job)) {
-      auto it = servers_.find(address);
-      if (it != servers_.end()) *response->add_servers() = it->second;
+      const v1::ServerRecord* server = registry_.FindServer(address);
+      if (server != nullptr) *response->add_servers() = *server;
     }
   }
   const bool moving_before = MovingSince(job->spec().job_id(), job->placement_version());

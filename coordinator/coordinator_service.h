@@ -7,7 +7,7 @@
 // server timeout move to the live servers, every chunk restored from the
 // job's newest checkpoint, and a new generation makes the workers resume
 // from its step. All state is written to RocksDB before a request is
-// answered, and reloaded at start.
+// answered, and reloaded at start (coordinator/job_registry.h).
 // Placement is a pure function (coordinator/placement.h), calls to the shard
 // servers go through ShardFleet, the key-value store is a RendezvousStore
 // whose job keys go with the job, and generations stream through
@@ -31,6 +31,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/checkpointer.h"
+#include "coordinator/job_registry.h"
 #include "coordinator/membership.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/seed_plan.h"
@@ -151,11 +152,6 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   absl::StatusOr<internal::CheckpointManifest> PlanRestore(const std::string& path,
                                                            v1::JobInfo* job);
   void FinishCreate(const v1::JobInfo& job, absl::Status status);
-  // Puts `job` in jobs_, and its worker token's digest in token_jobs_.
-  void AddJob(const v1::JobInfo& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes `job` (`server`) to RocksDB.
-  absl::Status WriteJob(const v1::JobInfo& job);
-  absl::Status WriteServer(const v1::ServerRecord& server);
   // The servers new copies may go to: live and not draining.
   std::vector<v1::ServerRecord> PlacementServers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every job, for placement.
@@ -243,8 +239,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   absl::StatusOr<SeedPlan> PlanCopySeeds(const v1::JobInfo& before, const v1::JobInfo& after,
                                          std::shared_ptr<const v1::JobInfo> both,
                                          uint64_t generation, v1::CopiesMoved* copied);
-  // Records `placed` as its job's placement (in the metadata, then in
-  // jobs_); NOT_FOUND when the job went meanwhile.
+  // Records `placed` as its job's placement; NOT_FOUND when the job went
+  // meanwhile.
   absl::Status RecordPlacement(const v1::JobInfo& placed) ABSL_LOCKS_EXCLUDED(mu_);
   // After a move: each server of `both` (the placements before and after)
   // keeps its copies of `kept`, fenced at `generation`; those left without
@@ -293,14 +289,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   void NoteMoveFailure(const std::string& job_id, const std::string& why,
                        const absl::Status& status);
 
-  MetadataStore* const metadata_;
   const std::unique_ptr<Reachability> reachability_;  // the membership's and the monitor's
   const std::unique_ptr<Membership> membership_;
   mutable absl::Mutex mu_;
-  std::map<std::string, v1::ServerRecord> servers_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, v1::JobInfo> jobs_ ABSL_GUARDED_BY(mu_);
-  // The jobs by the digest of their worker token (rpc/token.h).
-  absl::flat_hash_map<std::string, std::string> token_jobs_ ABSL_GUARDED_BY(mu_);
+  JobRegistry registry_ ABSL_GUARDED_BY(mu_);
   const Authenticator* auth_ = nullptr;
   absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(mu_);
   // Jobs whose chunks MoveJob is placing anew.

@@ -75,7 +75,7 @@ void AddMoved(const v1::CopiesMoved& copied, v1::CopiesMoved* moved) {
 
 std::vector<v1::ServerRecord> CoordinatorService::PlacementServers() const {
   std::vector<v1::ServerRecord> live;
-  for (const auto& [address, server] : servers_) {
+  for (const auto& [address, server] : registry_.servers()) {
     if (!monitor_->IsLost(address) && !server.draining()) live.push_back(server);
   }
   return live;
@@ -83,7 +83,7 @@ std::vector<v1::ServerRecord> CoordinatorService::PlacementServers() const {
 
 std::vector<const v1::JobInfo*> CoordinatorService::PlacedJobs() const {
   std::vector<const v1::JobInfo*> placed;
-  for (const auto& [id, job] : jobs_) placed.push_back(&job);
+  for (const auto& [id, job] : registry_.jobs()) placed.push_back(&job);
   return placed;
 }
 
@@ -95,8 +95,8 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
   v1::JobInfo before, after;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return UnknownJob(job_id);
+    const v1::JobInfo* job = registry_.FindJob(job_id);
+    if (job == nullptr) return UnknownJob(job_id);
     if (creating_.contains(job_id)) {
       return absl::UnavailableError(absl::StrCat("job '", job_id, "' is being created"));
     }
@@ -107,7 +107,7 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
           absl::StrCat("job '", job_id, "': shard server ", *emptied->second.begin(),
                        " came back without its chunks; its copies leave the placement first"));
     }
-    before = after = it->second;
+    before = after = *job;
     RETURN_IF_ERROR(plan(&after));
     if (SamePlacement(before, after) && !(compare_unmoved && before.spec().replicas() > 1)) {
       return absl::OkStatus();
@@ -200,10 +200,8 @@ absl::Status CoordinatorService::SeedFenced(const v1::JobInfo& before, const v1:
 absl::Status CoordinatorService::RecordPlacement(const v1::JobInfo& placed) {
   const std::string& job_id = placed.spec().job_id();
   absl::MutexLock lock(&mu_);
-  if (jobs_.count(job_id) == 0) return UnknownJob(job_id);
-  RETURN_IF_ERROR(WriteJob(placed));
-  jobs_[job_id] = placed;
-  return absl::OkStatus();
+  if (registry_.FindJob(job_id) == nullptr) return UnknownJob(job_id);
+  return registry_.PutJob(placed);
 }
 
 void CoordinatorService::KeepPlacedCopies(const v1::JobInfo& both, const v1::JobInfo& kept,
@@ -333,7 +331,7 @@ void CoordinatorService::RestoreReplicas() {
   std::vector<std::string> ids;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, job] : jobs_) {
+    for (const auto& [id, job] : registry_.jobs()) {
       const int want = static_cast<int>(std::max<uint32_t>(job.spec().replicas(), 1));
       if (std::any_of(job.chunks().begin(), job.chunks().end(),
                       [&](const auto& c) { return 1 + c.replica_addresses_size() < want; })) {
@@ -405,20 +403,19 @@ absl::Status CoordinatorService::DoDrain(const v1::DrainServerRequest& request,
   std::vector<std::string> ids;
   {
     absl::MutexLock lock(&mu_);
-    auto it = servers_.find(address);
-    if (it == servers_.end()) {
+    const v1::ServerRecord* known = registry_.FindServer(address);
+    if (known == nullptr) {
       return absl::NotFoundError(
           absl::StrCat("address: no shard server ", Quoted(address), " is registered"));
     }
-    v1::ServerRecord record = it->second;
+    v1::ServerRecord record = *known;
     record.set_draining(!request.cancel());
-    RETURN_IF_ERROR(WriteServer(record));
-    it->second = record;
+    RETURN_IF_ERROR(registry_.PutServer(record));
     if (request.cancel()) {
       LogEventCat("coordinator", "shard server ", address, " takes chunks again");
       return absl::OkStatus();
     }
-    for (const auto& [id, job] : jobs_) {
+    for (const auto& [id, job] : registry_.jobs()) {
       if (HasChunksOn(job, address)) ids.push_back(id);
     }
   }

@@ -36,16 +36,16 @@ absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, const Identity
     ASSIGN_OR_RETURN(worker_token, NewToken());
   }
   absl::MutexLock lock(&mu_);
-  if (auto it = jobs_.find(spec.job_id()); it != jobs_.end()) {
-    if (creator != nullptr && creator->role == Role::kUser && it->second.owner() != creator->name) {
+  if (const v1::JobInfo* known = registry_.FindJob(spec.job_id()); known != nullptr) {
+    if (creator != nullptr && creator->role == Role::kUser && known->owner() != creator->name) {
       return absl::PermissionDeniedError(
           absl::StrCat(Describe(*creator), " does not own job '", spec.job_id(), "'"));
     }
-    if (it->second.spec().SerializeAsString() != spec.SerializeAsString()) {
+    if (known->spec().SerializeAsString() != spec.SerializeAsString()) {
       return absl::FailedPreconditionError(
           absl::StrCat("job '", spec.job_id(), "' exists with a different spec"));
     }
-    *job = it->second;
+    *job = *known;
     *existing = true;
     return absl::OkStatus();
   }
@@ -75,11 +75,10 @@ absl::Status CoordinatorService::PlanJob(const v1::JobSpec& spec, const Identity
 }
 
 void CoordinatorService::FinishCreate(const v1::JobInfo& job, absl::Status status) {
-  if (status.ok()) status = WriteJob(job);
   absl::MutexLock lock(&mu_);
   creating_.erase(job.spec().job_id());
+  if (status.ok()) status = registry_.PutJob(job);
   if (status.ok()) {
-    AddJob(job);
     LogEventCat("coordinator", "job ", job.spec().job_id(), " created: ", job.flat_num_params(),
                 " params in ", job.chunks_size(), " chunks, world size ", job.spec().world_size(),
                 job.restored_from().empty() ? "" : ", restored from ", job.restored_from());

@@ -29,7 +29,7 @@ void CoordinatorService::OnServerLost(const std::string& address) {
   std::vector<std::string> affected;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, job] : jobs_) {
+    for (const auto& [id, job] : registry_.jobs()) {
       if (HasChunksOn(job, address)) affected.push_back(id);
     }
   }
@@ -47,9 +47,9 @@ absl::Status CoordinatorService::DropCopies(const std::string& job_id,
   v1::JobInfo kept;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return UnknownJob(job_id);
-    kept = it->second;
+    const v1::JobInfo* job = registry_.FindJob(job_id);
+    if (job == nullptr) return UnknownJob(job_id);
+    kept = *job;
     std::set<std::string> dropped = gone;
     for (const std::string& address : ServersOf(kept)) {
       if (monitor_->IsLost(address)) dropped.insert(address);
@@ -62,8 +62,7 @@ absl::Status CoordinatorService::DropCopies(const std::string& job_id,
       }
     }
     kept.set_placement_version(kept.placement_version() + 1);
-    RETURN_IF_ERROR(WriteJob(kept));
-    it->second = kept;
+    RETURN_IF_ERROR(registry_.PutJob(kept));
     ForgetEmptied(job_id, dropped);
   }
   // The workers stop the step they run and re-form on the copies left; the
@@ -228,7 +227,7 @@ void CoordinatorService::CheckJobsOn(const std::string& address) {
   std::map<std::string, uint64_t> versions;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, job] : jobs_) versions[id] = job.placement_version();
+    for (const auto& [id, job] : registry_.jobs()) versions[id] = job.placement_version();
   }
   fleet_.ListChunks({address}, /*job_id=*/"", /*wait_for_ready=*/true,
                     [this, versions](auto& results) {
@@ -254,25 +253,25 @@ void CoordinatorService::CheckListedJobs(const std::string& address,
   bool unsettled = false;
   auto settled = [&](const std::string& id) {
     auto version = versions.find(id);
-    auto job = jobs_.find(id);
+    const v1::JobInfo* job = registry_.FindJob(id);
     const bool still = !creating_.contains(id) && !moving_.contains(id) &&
-                       (job == jobs_.end() || (version != versions.end() &&
-                                               version->second == job->second.placement_version()));
+                       (job == nullptr ||
+                        (version != versions.end() && version->second == job->placement_version()));
     unsettled = unsettled || !still;
     return still;
   };
   for (const auto& [id, count] : held) {
     if (!settled(id)) continue;
-    auto job = jobs_.find(id);
-    if (job == jobs_.end()) {
+    const v1::JobInfo* job = registry_.FindJob(id);
+    if (job == nullptr) {
       stale[id] = "it is not a job of this coordinator (deleted while the server was away)";
-    } else if (!HasChunksOn(job->second, address)) {
+    } else if (!HasChunksOn(*job, address)) {
       stale[id] =
           "none of its chunks is placed there (they moved off, or the job was deleted and "
           "created again while the server was away)";
     }
   }
-  for (const auto& [id, job] : jobs_) {
+  for (const auto& [id, job] : registry_.jobs()) {
     if (!settled(id)) continue;
     const int placed = static_cast<int>(ChunksOn(job, address).size());
     const auto it = held.find(id);
