@@ -68,14 +68,14 @@ absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ChunksOf(
     const std::string& job_id, uint64_t* min_generation) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(ServingStatus());
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
+  std::shared_ptr<ShardJob> job = jobs_.Find(job_id);
+  if (job == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("unknown job ", Quoted(job_id), " on this shard server"));
   }
   std::vector<std::shared_ptr<Chunk>> chunks;
-  for (const auto& [begin, chunk] : it->second->chunks_by_begin) chunks.push_back(chunk);
-  if (min_generation != nullptr) *min_generation = it->second->record.min_generation();
+  for (const auto& [begin, chunk] : job->chunks_by_begin) chunks.push_back(chunk);
+  if (min_generation != nullptr) *min_generation = job->record.min_generation();
   return chunks;
 }
 

@@ -48,7 +48,7 @@ absl::StatusOr<std::unique_ptr<ChunkState>> ShardService::MakeMemoryState(
 
 absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
                                        const FlatLayout& layout, DType dtype,
-                                       std::shared_ptr<StagingPool> staging, Job* job) {
+                                       std::shared_ptr<StagingPool> staging, ShardJob* job) {
   const std::string& job_id = request.spec().job_id();
   const AdamConfig adam = AdamFromProto(request.spec().adam());
   const StatePrecision precision = StatePrecisionOf(request.spec());

@@ -29,7 +29,7 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
   ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request.spec().dtype()));
   std::shared_ptr<StagingPool> staging;      // made for the first NVMe chunk
   std::shared_ptr<StagingPool> gpu_staging;  // made for the first GPU chunk
-  auto job = std::make_shared<Job>();
+  auto job = std::make_shared<ShardJob>();
   job->record = request;
   job->dtype = dtype;
   const AdamConfig adam = AdamFromProto(request.spec().adam());
@@ -132,10 +132,10 @@ absl::Status ShardService::SaveMemoryChunk(const std::string& job_id, uint64_t b
 }
 
 void ShardService::SaveMemoryChunks() {
-  std::vector<std::shared_ptr<Job>> jobs;
+  std::vector<std::shared_ptr<ShardJob>> jobs;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [id, job] : jobs_) jobs.push_back(job);
+    jobs = jobs_.All();
   }
   for (const auto& job : jobs) {
     const std::string& job_id = job->record.spec().job_id();

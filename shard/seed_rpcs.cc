@@ -118,8 +118,8 @@ absl::Status ShardService::DoSeedChunks(const v1::SeedChunksRequest& request,
   std::string spec;
   {
     absl::MutexLock lock(&mu_);
-    auto job = jobs_.find(request.job_id());
-    if (job != jobs_.end()) spec = job->second->record.spec().SerializeAsString();
+    std::shared_ptr<ShardJob> job = jobs_.Find(request.job_id());
+    if (job != nullptr) spec = job->record.spec().SerializeAsString();
   }
   if (prepared != nullptr && prepared->spec != spec) prepared.reset();
   const SeedSource from{source.get(), request.source_address(), request.job_id(), kSeedCallTimeout};

@@ -33,7 +33,7 @@ void ShardService::ExportMetrics(Metrics* metrics) {
     std::map<std::string, std::pair<uint64_t, uint64_t>> per_tier;  // chunks, bytes
     {
       absl::MutexLock lock(&mu_);
-      for (const auto& [id, job] : jobs_) {
+      for (const std::shared_ptr<ShardJob>& job : jobs_.All()) {
         for (const auto& [begin, chunk] : job->chunks_by_begin) {
           auto& [chunks, bytes] = per_tier[TierKindName(chunk->tier())];
           ++chunks;

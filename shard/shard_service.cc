@@ -18,8 +18,6 @@
 namespace strata {
 namespace {
 
-constexpr char kJobPrefix[] = "job/";
-
 // OK, or FAILED_PRECONDITION naming the first chunk of `request` (not seeded
 // anew) missing from `held` (by flat begin; null: the job is not here).
 absl::Status CheckChunksHeld(const v1::AllocateChunksRequest& request,
@@ -70,12 +68,8 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(
   std::unique_ptr<ShardService> service(
       new ShardService(gpu, host, nvme, metadata, executor, nvme_executor, checkpoint_arena,
                        std::move(saved_chunks_dir), std::move(checkpoint_root)));
-  ASSIGN_OR_RETURN(auto records, metadata->Scan(kJobPrefix));
-  for (const auto& [key, value] : records) {
-    v1::AllocateChunksRequest record;
-    if (!record.ParseFromString(value)) {
-      return absl::DataLossError(absl::StrCat("server metadata: cannot parse record ", key));
-    }
+  ASSIGN_OR_RETURN(auto records, ReadJobRecords(metadata));
+  for (const v1::AllocateChunksRequest& record : records) {
     absl::Status recovered = service->Recover(record);
     const std::string& job_id = record.spec().job_id();
     if (recovered.ok()) {
@@ -83,20 +77,19 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(
       continue;
     }
     LogEventCat("server", "discarding job ", job_id, " of a previous run: ", recovered.message());
-    RETURN_IF_ERROR(metadata->Delete(key));
-    RETURN_IF_ERROR(metadata->DeletePrefix(Chunk::RecordPrefix(job_id)));
+    RETURN_IF_ERROR(DeleteJobRecords(metadata, job_id));
   }
   return service;
 }
 
 void ShardService::BeginShutdown() {
-  std::vector<std::shared_ptr<Job>> jobs;
+  std::vector<std::shared_ptr<ShardJob>> jobs;
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
     status = ServingStatus();
-    for (auto& [id, job] : jobs_) jobs.push_back(job);
+    jobs = jobs_.All();
   }
   for (auto& job : jobs) {
     for (auto& [begin, chunk] : job->chunks_by_begin) {
@@ -118,12 +111,12 @@ absl::StatusOr<std::shared_ptr<Chunk>> ShardService::FindChunk(const std::string
   if (n == 0) return absl::InvalidArgumentError("the range is empty (num_params is 0)");
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(ServingStatus());
-  auto job_it = jobs_.find(job_id);
-  if (job_it == jobs_.end()) {
+  std::shared_ptr<ShardJob> job = jobs_.Find(job_id);
+  if (job == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("unknown job ", Quoted(job_id), " on this shard server"));
   }
-  const auto& chunks = job_it->second->chunks_by_begin;
+  const auto& chunks = job->chunks_by_begin;
   auto it = chunks.upper_bound(begin);
   if (it == chunks.begin() || std::prev(it)->second->range().end <= begin) {
     return absl::NotFoundError(absl::StrCat("no chunk of job '", job_id,
@@ -135,8 +128,8 @@ absl::StatusOr<std::shared_ptr<Chunk>> ShardService::FindChunk(const std::string
                                                    ") crosses the end of chunk ", chunk->chunk_id(),
                                                    " at ", chunk->range().end));
   }
-  if (dtype != nullptr) *dtype = job_it->second->dtype;
-  if (min_generation != nullptr) *min_generation = job_it->second->record.min_generation();
+  if (dtype != nullptr) *dtype = job->dtype;
+  if (min_generation != nullptr) *min_generation = job->record.min_generation();
   return chunk;
 }
 
@@ -163,17 +156,16 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(ServingStatus());
-    auto it = jobs_.find(job_id);
+    std::shared_ptr<ShardJob> job = jobs_.Find(job_id);
     if (request.chunks_held()) {
-      RETURN_IF_ERROR(
-          CheckChunksHeld(request, it == jobs_.end() ? nullptr : &it->second->chunks_by_begin));
+      RETURN_IF_ERROR(CheckChunksHeld(request, job == nullptr ? nullptr : &job->chunks_by_begin));
     }
-    if (it == jobs_.end()) return AddNewJob(request, layout, dtype);
-    if (it->second->record.SerializeAsString() == request.SerializeAsString()) {
+    if (job == nullptr) return AddNewJob(request, layout, dtype);
+    if (job->record.SerializeAsString() == request.SerializeAsString()) {
       return absl::OkStatus();  // a retry
     }
-    RETURN_IF_ERROR(Reallocate(request, layout, dtype, it->second.get()));
-    for (const auto& [begin, chunk] : it->second->chunks_by_begin) kept.push_back(chunk);
+    RETURN_IF_ERROR(Reallocate(request, layout, dtype, job.get()));
+    for (const auto& [begin, chunk] : job->chunks_by_begin) kept.push_back(chunk);
   }
   const absl::Time deadline = absl::Now() + kMaxFenceWait;
   for (const auto& chunk : kept) {
@@ -183,7 +175,7 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
 }
 
 absl::Status ShardService::PlaceAll(const v1::AllocateChunksRequest& request,
-                                    const FlatLayout& layout, DType dtype, Job* job) {
+                                    const FlatLayout& layout, DType dtype, ShardJob* job) {
   // The fastest tier first: every state in GPU memory while it lasts, then
   // host memory, if all fit there; else the NVMe staging buffers first, GPU
   // and host memory while they last, the rest on NVMe. (Not tried when the
@@ -226,11 +218,11 @@ absl::Status ShardService::PlaceAll(const v1::AllocateChunksRequest& request,
 absl::Status ShardService::AddNewJob(const v1::AllocateChunksRequest& request,
                                      const FlatLayout& layout, DType dtype) {
   const std::string& job_id = request.spec().job_id();
-  auto job = std::make_shared<Job>();
+  auto job = std::make_shared<ShardJob>();
   job->record = request;
   job->dtype = dtype;
   RETURN_IF_ERROR(PlaceAll(request, layout, dtype, job.get()));
-  RETURN_IF_ERROR(metadata_->Put(absl::StrCat(kJobPrefix, job_id), request.SerializeAsString()));
+  RETURN_IF_ERROR(WriteJobRecord(metadata_, request));
   std::map<TierKind, int> per_tier;
   for (const auto& [begin, chunk] : job->chunks_by_begin) ++per_tier[chunk->tier()];
   AddJob(std::move(job));
@@ -245,7 +237,7 @@ absl::Status ShardService::AddNewJob(const v1::AllocateChunksRequest& request,
 }
 
 absl::Status ShardService::Reallocate(const v1::AllocateChunksRequest& request,
-                                      const FlatLayout& layout, DType dtype, Job* job) {
+                                      const FlatLayout& layout, DType dtype, ShardJob* job) {
   const std::string& job_id = request.spec().job_id();
   if (job->record.spec().SerializeAsString() != request.spec().SerializeAsString() ||
       job->record.worker_token_sha256() != request.worker_token_sha256()) {
@@ -280,7 +272,7 @@ absl::Status ShardService::Reallocate(const v1::AllocateChunksRequest& request,
   for (const v1::ChunkSpec& c : request.chunks()) {
     if (job->chunks_by_begin.count(c.flat_begin()) == 0) *added.add_chunks() = c;
   }
-  Job placed;
+  ShardJob placed;
   const absl::Status placed_status = PlaceAll(added, layout, dtype, &placed);
   job->chunks_by_begin.merge(placed.chunks_by_begin);
   // The record names the chunks the job has here now.
@@ -293,7 +285,7 @@ absl::Status ShardService::Reallocate(const v1::AllocateChunksRequest& request,
       if (job->chunks_by_begin.count(c.flat_begin()) > 0) *record.add_chunks() = c;
     }
   }
-  status.Update(metadata_->Put(absl::StrCat(kJobPrefix, job_id), record.SerializeAsString()));
+  status.Update(WriteJobRecord(metadata_, record));
   job->record = std::move(record);
   checkpoint_arena_->Unreserve(job->checkpoint_pieces);
   ReserveCheckpointPieces(job);
@@ -313,12 +305,10 @@ grpc::ServerUnaryReactor* ShardService::AllocateChunks(grpc::CallbackServerConte
 
 std::optional<std::string> ShardService::JobOfToken(absl::string_view digest) const {
   absl::MutexLock lock(&mu_);
-  auto it = token_jobs_.find(digest);
-  if (it == token_jobs_.end()) return std::nullopt;
-  return it->second;
+  return jobs_.JobOfToken(digest);
 }
 
-void ShardService::ReserveCheckpointPieces(Job* job) {
+void ShardService::ReserveCheckpointPieces(ShardJob* job) {
   job->checkpoint_pieces.clear();
   for (const auto& [begin, chunk] : job->chunks_by_begin) {
     if (chunk->tier() == TierKind::kNvme) continue;
@@ -327,26 +317,18 @@ void ShardService::ReserveCheckpointPieces(Job* job) {
   checkpoint_arena_->Reserve(job->checkpoint_pieces);
 }
 
-void ShardService::AddJob(std::shared_ptr<Job> job) {
+void ShardService::AddJob(std::shared_ptr<ShardJob> job) {
   ReserveCheckpointPieces(job.get());
-  if (const std::string& digest = job->record.worker_token_sha256(); !digest.empty()) {
-    token_jobs_[digest] = job->record.spec().job_id();
-  }
-  jobs_[job->record.spec().job_id()] = std::move(job);
+  jobs_.Add(std::move(job));
 }
 
 grpc::ServerUnaryReactor* ShardService::DropJob(grpc::CallbackServerContext* ctx,
                                                 const v1::DropJobRequest* request,
                                                 v1::DropJobResponse*) {
-  std::shared_ptr<Job> job;
+  std::shared_ptr<ShardJob> job;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(request->job_id());
-    if (it != jobs_.end()) {
-      job = std::move(it->second);
-      jobs_.erase(it);
-      token_jobs_.erase(job->record.worker_token_sha256());
-    }
+    job = jobs_.Remove(request->job_id());
   }
   if (job == nullptr) {
     return FinishUnary(
@@ -359,8 +341,7 @@ grpc::ServerUnaryReactor* ShardService::DropJob(grpc::CallbackServerContext* ctx
     chunk->CancelCheckpoint();  // a SaveChunks that waits for the job's step ends
   }
   checkpoint_arena_->Unreserve(job->checkpoint_pieces);
-  absl::Status s = metadata_->Delete(absl::StrCat(kJobPrefix, request->job_id()));
-  if (s.ok()) s = metadata_->DeletePrefix(Chunk::RecordPrefix(request->job_id()));
+  const absl::Status s = DeleteJobRecords(metadata_, request->job_id());
   LogEventCat("server", "job ", request->job_id(), ": dropped");
   return FinishUnary(ctx, s);
 }
@@ -474,7 +455,8 @@ grpc::ServerUnaryReactor* ShardService::ListChunks(grpc::CallbackServerContext* 
                                                    const v1::ListChunksRequest* request,
                                                    v1::ListChunksResponse* response) {
   absl::MutexLock lock(&mu_);
-  for (const auto& [job_id, job] : jobs_) {
+  for (const std::shared_ptr<ShardJob>& job : jobs_.All()) {
+    const std::string& job_id = job->record.spec().job_id();
     if (!request->job_id().empty() && request->job_id() != job_id) continue;
     for (const auto& [begin, chunk] : job->chunks_by_begin) {
       v1::ChunkStatus* row = response->add_chunks();

@@ -8,7 +8,7 @@
 // (shard_service.cc), chunk placement over the tiers (chunk_placement.cc),
 // recovery of a previous run's jobs (recovery.cc), the checkpoint RPCs
 // (checkpoint_rpcs.cc), seeding copies from another server (seed_rpcs.cc)
-// and the metrics (shard_metrics.cc).
+// and the metrics (shard_metrics.cc); the jobs are a JobTable (job_table.h).
 #ifndef STRATA_SHARD_SHARD_SERVICE_H_
 #define STRATA_SHARD_SHARD_SERVICE_H_
 
@@ -30,6 +30,7 @@
 #include "shard/catch_up_copy.h"
 #include "shard/catch_up_seeder.h"
 #include "shard/chunk.h"
+#include "shard/job_table.h"
 #include "shard/state_arena.h"
 #include "storage/metadata_store.h"
 #include "storage/nvme_tier.h"
@@ -128,14 +129,6 @@ class ShardService final : public ShardServerService, public WorkerTokens {
  private:
   // Saves one host- or GPU-memory chunk of `job_id` for SaveMemoryChunks().
   absl::Status SaveMemoryChunk(const std::string& job_id, uint64_t begin, Chunk& chunk);
-  struct Job {
-    v1::AllocateChunksRequest record;
-    DType dtype;
-    std::map<uint64_t, std::shared_ptr<Chunk>> chunks_by_begin;
-    // What AddJob reserved in the checkpoint arena, given back by DropJob.
-    std::vector<uint64_t> checkpoint_pieces;
-  };
-
   ShardService(Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,
                ThreadPool* nvme_executor, StateArena* checkpoint_arena,
                std::string saved_chunks_dir, std::optional<PathRoot> checkpoint_root);
@@ -158,12 +151,12 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // records the chunks it has with the larger min_generation. On error (the
   // new chunks do not fit) the job keeps the request's chunks it had.
   absl::Status Reallocate(const v1::AllocateChunksRequest& request, const FlatLayout& layout,
-                          DType dtype, Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                          DType dtype, ShardJob* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places every chunk of `request` in `job`, fastest tier first, and writes
   // their records; RESOURCE_EXHAUSTED naming the free bytes of each tier
   // when they do not fit (`job` then has no chunks).
   absl::Status PlaceAll(const v1::AllocateChunksRequest& request, const FlatLayout& layout,
-                        DType dtype, Job* job);
+                        DType dtype, ShardJob* job);
   // The tiers this server has, fastest first.
   std::vector<Tier*> Tiers() const;
   // A chunk state of job `spec` in memory: GPU memory if it fits (FP32
@@ -177,7 +170,7 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // copies in host memory, states in memory, then (with `staging`) on NVMe.
   // On error `job` has no chunks.
   absl::Status PlaceChunks(const v1::AllocateChunksRequest& request, const FlatLayout& layout,
-                           DType dtype, std::shared_ptr<StagingPool> staging, Job* job);
+                           DType dtype, std::shared_ptr<StagingPool> staging, ShardJob* job);
   absl::Status DoWriteParams(const v1::WriteParamsRequest& request);
   absl::Status DoWriteState(const v1::WriteStateRequest& request);
   // DoWriteState() of a stored_state.
@@ -206,9 +199,9 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // saves take at once: a state per chunk in memory (host or GPU tier; an
   // NVMe-tier chunk's copy is taken when a save needs it, as the state is
   // on NVMe for want of memory). DropJob gives them back.
-  void AddJob(std::shared_ptr<Job> job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddJob(std::shared_ptr<ShardJob> job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reserves (again) the pieces of `job`'s chunks in memory in the checkpoint arena.
-  void ReserveCheckpointPieces(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReserveCheckpointPieces(ShardJob* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a job is allocated or recovered: faults in, on a checkpoint
   // writer, the memory its saves' second buffers and copies will take
   // (StateArena::FaultInReserved), so that no save's training steps do.
@@ -280,9 +273,7 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   const int staging_buffers_;
   mutable absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
-  // The jobs by the digest of their worker token (those that have one).
-  absl::flat_hash_map<std::string, std::string> token_jobs_ ABSL_GUARDED_BY(mu_);
+  JobTable jobs_ ABSL_GUARDED_BY(mu_);
   // Copies built aside, by (job, source address).
   std::map<std::pair<std::string, std::string>, std::unique_ptr<PreparedCopies>> prepared_
       ABSL_GUARDED_BY(mu_);
