@@ -26,6 +26,7 @@ Chunk::Chunk(std::string job_id, uint32_t chunk_id, FlatRange range, DType dtype
       copies_(host->Map(copy_extent)),
       metadata_(metadata),
       state_(std::move(state)),
+      checkpoint_(state_->tier(), state_->shape()),
       applied_step_(applied_step) {}
 
 absl::Status Chunk::CommitAndRelease(const StateView& view, int64_t step) {
@@ -42,7 +43,7 @@ absl::Status Chunk::CommitAndRelease(const StateView& view, int64_t step) {
 absl::Status Chunk::RebuildCopy() {
   absl::MutexLock state_lock(&state_mu_);
   ASSIGN_OR_RETURN(StateView view, state_->Load());
-  CastFromFloat(LiveView(view).p, dtype_, copy(applied_step()), range_.size());
+  CastFromFloat(checkpoint_.LiveView(view).p, dtype_, copy(applied_step()), range_.size());
   state_->Release(view);
   return absl::OkStatus();
 }
@@ -276,7 +277,7 @@ absl::Status Chunk::UpdateInMemory(int64_t step, const std::vector<ConstantsSpan
                                    const std::map<uint64_t, StagedPush>& pushes,
                                    std::byte* copy_out) {
   ASSIGN_OR_RETURN(StateView view, state_->Load());
-  const StateView in = LiveView(view);
+  const StateView in = checkpoint_.LiveView(view);
   if (CheckpointNeedsState(step - 1)) KeepCheckpointState(step - 1, in);
   const StateView out = UpdateTarget(view);
   // Straight from the pushes' bytes: the update gives the bits of one pass
@@ -284,8 +285,7 @@ absl::Status Chunk::UpdateInMemory(int64_t step, const std::vector<ConstantsSpan
   ApplyAdamStep(state_->shape(), in, out, spans, GradRanges(pushes), dtype_, copy_out, range_.begin,
                 step);
   RETURN_IF_ERROR(CommitAndRelease(view, step));
-  live_in_shadow_ = !shadow_.empty() && out.bytes() == shadow_.data();
-  ReleaseUnusedShadow();
+  checkpoint_.Updated(out);
   return absl::OkStatus();
 }
 

@@ -16,9 +16,10 @@
 // step t+1 is applied, so a new generation can recompute step t from the
 // parameters every chunk had before it.
 //
-// Checkpoints (ArmCheckpoint ... CancelCheckpoint) are implemented in
-// chunk_checkpoint.cc: Apply() asks them, before it changes the state,
-// whether to keep the armed step's state and where to write the update.
+// Checkpoints (ArmCheckpoint ... CancelCheckpoint, chunk_save.cc): the
+// chunk arms a step and waits for it; its ChunkCheckpoint
+// (chunk_checkpoint.h) keeps the state of that step, which Apply() asks
+// before it changes the state, and where to write the update.
 // A step log (StartStepLog, chunk_step_log.cc) keeps each applied step's
 // gradients and scalars for a new copy that catches up on another server.
 //
@@ -46,6 +47,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kernels/adam.h"
+#include "shard/chunk_checkpoint.h"
 #include "shard/chunk_groups.h"
 #include "shard/chunk_state.h"
 #include "shard/saved_chunk.h"
@@ -302,14 +304,6 @@ class Chunk {
   // WriteState()'s checks and step bookkeeping, then WriteAndCommit().
   absl::Status SetState(uint64_t begin, uint64_t n, int64_t step, absl::string_view previous,
                         StateWrite write) ABSL_LOCKS_EXCLUDED(state_mu_);
-  // Which buffer holds a host-tier chunk's p, m, v: its state's extent or
-  // shadow_.
-  enum class Buffer { kNone, kExtent, kShadow };
-  // The live state: `loaded` (state_->Load()'s view) or the shadow.
-  StateView LiveView(const StateView& loaded) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
-  Buffer LiveBuffer() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_) {
-    return live_in_shadow_ ? Buffer::kShadow : Buffer::kExtent;
-  }
   // Apply()'s update of the state to `step`, writing the copy of `step` to
   // `copy_out`: loaded into memory and committed, or in the state's tier.
   // The tier's error leaves the state as it was.
@@ -325,28 +319,14 @@ class Chunk {
   bool CheckpointNeedsState(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_)
       ABSL_LOCKS_EXCLUDED(mu_);
   // In Apply(), before the state of `step` changes, once
-  // CheckpointNeedsState(step): keeps `live`: a host-tier chunk holds
-  // its live buffer, an NVMe- or GPU-tier chunk copies it into the arena, or
-  // writes it now when the arena refuses the memory.
+  // CheckpointNeedsState(step): notes the step's loss scaler and has the
+  // ChunkCheckpoint keep `live`; a write's error disarms the checkpoint
+  // (training does not fail for a checkpoint).
   void KeepCheckpointState(int64_t step, const StateView& live)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
-  // Writes `live` (the armed step's state) to the armed path now, in
-  // Apply(), and lets go of the held buffer; an I/O error disarms the
-  // checkpoint with it. Either way the step goes on: training does not fail
-  // for a checkpoint.
-  void WriteCheckpointNow(const StateView& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
-  // `view` copied into arena memory (an NVMe- or GPU-tier chunk's state kept aside).
-  absl::StatusOr<ArenaState> CopyToArena(const StateView& view)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
-  // Where Apply() writes the update of the live state: in place, unless the
-  // live buffer is held for a save (then the other buffer, taking the shadow
-  // from the arena), or the live state is in the shadow and the extent is
-  // free again (back to it). If the arena refuses the shadow, waits for a
-  // write of the held buffer to end, or else writes it now, and updates in
-  // place.
+  // Where Apply() writes the update of the live state (ChunkCheckpoint::
+  // UpdateTarget); a write it made that failed disarms the checkpoint.
   StateView UpdateTarget(const StateView& loaded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
-  // Gives the shadow back when it holds neither the live state nor a held one.
-  void ReleaseUnusedShadow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // Disarms the checkpoint with `failure` (OK: cancelled) and lets go of
   // what it kept, except a buffer being written.
   void DisarmLocked(const absl::Status& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
@@ -383,6 +363,8 @@ class Chunk {
 
   absl::Mutex state_mu_;
   const std::unique_ptr<ChunkState> state_ ABSL_PT_GUARDED_BY(state_mu_);
+  // The buffers of the armed checkpoint's state.
+  ChunkCheckpoint checkpoint_ ABSL_GUARDED_BY(state_mu_);
 
   mutable absl::Mutex mu_;
   int64_t applied_step_ ABSL_GUARDED_BY(mu_) = 0;
@@ -407,24 +389,10 @@ class Chunk {
   std::optional<LossScaleState> loss_scales_[2] ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   uint64_t last_ticket_ ABSL_GUARDED_BY(mu_) = 0;
-  // The armed checkpoint's step, or -1, and the error that disarmed it, if
-  // any; the arena its buffers come from. A host-tier chunk's second buffer
-  // (empty unless a checkpoint needs it), whether it holds the live state,
-  // the buffer held with the armed step's state (no update writes it until
-  // the save wrote it), and whether SaveCheckpoint() is writing it now. An
-  // NVMe- or GPU-tier chunk's copy of the armed step's state, once an Apply() went
-  // past it before the save. The checksum of the file, once an Apply()
-  // wrote it (no memory to keep the state in).
+  // The armed checkpoint's step, or -1, the error that disarmed it, if
+  // any, and the loss scaler of the step, once kept.
   int64_t checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
   absl::Status checkpoint_failure_ ABSL_GUARDED_BY(mu_);
-  StateArena* checkpoint_arena_ ABSL_GUARDED_BY(state_mu_) = nullptr;
-  RootedPath checkpoint_path_ ABSL_GUARDED_BY(state_mu_);
-  std::optional<uint64_t> checkpoint_written_ ABSL_GUARDED_BY(state_mu_);
-  ArenaState shadow_ ABSL_GUARDED_BY(state_mu_);
-  bool live_in_shadow_ ABSL_GUARDED_BY(state_mu_) = false;
-  Buffer held_ ABSL_GUARDED_BY(state_mu_) = Buffer::kNone;
-  bool writing_held_ ABSL_GUARDED_BY(state_mu_) = false;
-  ArenaState checkpoint_copy_ ABSL_GUARDED_BY(state_mu_);
   std::optional<LossScaleState> checkpoint_loss_scale_ ABSL_GUARDED_BY(mu_);
   // The step log, if one was started; started under state_mu_ too, so that
   // no Apply() (which holds state_mu_) runs between a log's start and its

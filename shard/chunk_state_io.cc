@@ -28,13 +28,13 @@ absl::Status Chunk::WriteParams(uint64_t begin, const float* params, uint64_t n)
 
 absl::Status Chunk::WriteAndCommit(uint64_t begin, uint64_t n, int64_t step, StateWrite write) {
   absl::MutexLock state_lock(&state_mu_);
-  if (held_ != Buffer::kNone) {
+  if (checkpoint_.holds_buffer()) {
     return absl::FailedPreconditionError(
         absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
                      " is being saved to a checkpoint; write its state after the save"));
   }
   ASSIGN_OR_RETURN(StateView view, state_->Load());
-  const StateView live = LiveView(view);
+  const StateView live = checkpoint_.LiveView(view);
   const uint64_t offset = begin - range_.begin;
   if (absl::Status written = write(live, offset); !written.ok()) {
     state_->Release(view);
@@ -100,7 +100,7 @@ absl::StatusOr<int64_t> Chunk::ReadState(uint64_t begin, uint64_t n, float* p_ou
                                          float* v_out) {
   absl::MutexLock state_lock(&state_mu_);
   ASSIGN_OR_RETURN(StateView loaded, state_->Load());
-  const StateView view = LiveView(loaded);
+  const StateView view = checkpoint_.LiveView(loaded);
   ReadStateFp32(state_->shape(), view, begin - range_.begin, n, p_out, m_out, v_out);
   state_->Release(loaded);
   return applied_step();
@@ -120,7 +120,7 @@ absl::StatusOr<int64_t> Chunk::CopyState(uint64_t begin, uint64_t n, std::byte* 
   RETURN_IF_ERROR(CheckStoredRange(begin, n));
   absl::MutexLock state_lock(&state_mu_);
   ASSIGN_OR_RETURN(StateView loaded, state_->Load());
-  ReadStoredRange(state_->shape(), LiveView(loaded), begin - range_.begin, n, out);
+  ReadStoredRange(state_->shape(), checkpoint_.LiveView(loaded), begin - range_.begin, n, out);
   state_->Release(loaded);
   return applied_step();
 }
