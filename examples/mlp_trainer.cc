@@ -286,6 +286,56 @@ std::unique_ptr<GpuMlp> GpuModel(const Dims& d, strata::DType dtype, const FlatL
   return nullptr;
 }
 
+// What a run reports: each step's time and the first and last losses.
+struct Figures {
+  std::vector<double> step_ms;
+  double loss_first = 0;
+  double loss_last = 0;
+};
+
+// Trains `steps` steps: each pulls the parameters into `params`, runs this
+// worker's micro-batches, averages the loss over the workers and steps;
+// rank 0 prints each step. The first error, saying which part failed.
+absl::Status Train(strata::Client& c, int steps, const MicroBatchFn& micro_batch,
+                   absl::Span<float> params, absl::Span<const float> grads,
+                   const FlatLayout& layout, const Batching& batching, Figures* figures) {
+  for (int s = 0; s < steps; ++s) {
+    const auto started = std::chrono::steady_clock::now();
+    if (absl::Status copied = c.CopyParams(params); !copied.ok()) {
+      return absl::Status(copied.code(), absl::StrCat("parameters: ", copied.message()));
+    }
+    absl::StatusOr<double> mean_loss = RunMicroBatches(c, micro_batch, grads, layout, batching);
+    if (!mean_loss.ok()) {
+      return absl::Status(mean_loss.status().code(),
+                          absl::StrCat("gradients: ", mean_loss.status().message()));
+    }
+    double loss = *mean_loss;
+    if (absl::Status reduced = c.AllReduceSum(absl::MakeSpan(&loss, 1)); !reduced.ok()) {
+      return absl::Status(reduced.code(), absl::StrCat("loss all-reduce: ", reduced.message()));
+    }
+    loss /= c.world_size();
+    auto result = c.Step();
+    if (!result.ok()) {
+      return absl::Status(result.status().code(),
+                          absl::StrCat("step failed: ", result.status().message()));
+    }
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+            .count();
+    figures->step_ms.push_back(ms);
+    if (s == 0) figures->loss_first = loss;
+    figures->loss_last = loss;
+    if (c.rank() == 0) {
+      std::printf("step %4lld  loss %.6f  grad_norm %.4f  loss_scale %g%s  %.1f ms\n",
+                  static_cast<long long>(result->step), loss, result->grad_norm, result->loss_scale,
+                  result->skipped ? "  (skipped: overflow)" : "", ms);
+      std::fflush(stdout);
+    }
+    absl::SleepFor(absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms)));
+  }
+  return absl::OkStatus();
+}
+
 // Rank 0's JSON summary line, to --summary_file or stdout.
 void WriteSummary(int workers, int servers, int steps, double loss_first, double loss_last,
                   std::vector<double> step_ms) {
@@ -366,39 +416,17 @@ int main(int argc, char** argv) {
   const MicroBatchFn micro_batch =
       gpu ? [&gpu](uint64_t first, int count) { return gpu->MicroBatch(first, count, count); }
           : CpuMicroBatch(host_params, teacher, d, dtype, *layout, &host_grads);
-  std::vector<double> step_ms;
-  double loss_first = 0, loss_last = 0;
   const int steps = absl::GetFlag(FLAGS_steps);
-  for (int s = 0; s < steps; ++s) {
-    auto started = std::chrono::steady_clock::now();
-    if (!c.CopyParams(params).ok()) return 1;
-    absl::StatusOr<double> mean_loss = RunMicroBatches(c, micro_batch, grads, *layout, batching);
-    if (!mean_loss.ok()) {
-      std::fprintf(stderr, "mlp_trainer: gradients: %s\n", mean_loss.status().ToString().c_str());
-      return 1;
-    }
-    double loss = *mean_loss;
-    if (!c.AllReduceSum(absl::MakeSpan(&loss, 1)).ok()) return 1;
-    loss /= workers;
-    auto result = c.Step();
-    if (!result.ok()) {
-      std::fprintf(stderr, "mlp_trainer: step failed: %s\n", result.status().ToString().c_str());
-      return 1;
-    }
-    double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
-            .count();
-    step_ms.push_back(ms);
-    if (s == 0) loss_first = loss;
-    loss_last = loss;
-    if (rank == 0) {
-      std::printf("step %4lld  loss %.6f  grad_norm %.4f  loss_scale %g%s  %.1f ms\n",
-                  static_cast<long long>(result->step), loss, result->grad_norm, result->loss_scale,
-                  result->skipped ? "  (skipped: overflow)" : "", ms);
-      std::fflush(stdout);
-    }
-    absl::SleepFor(absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms)));
+  Figures figures;
+  if (absl::Status trained =
+          Train(c, steps, micro_batch, params, grads, *layout, batching, &figures);
+      !trained.ok()) {
+    std::fprintf(stderr, "mlp_trainer: %s\n", trained.ToString().c_str());
+    return 1;
   }
-  if (rank == 0) WriteSummary(workers, c.num_servers(), steps, loss_first, loss_last, step_ms);
+  if (rank == 0) {
+    WriteSummary(workers, c.num_servers(), steps, figures.loss_first, figures.loss_last,
+                 figures.step_ms);
+  }
   return 0;
 }

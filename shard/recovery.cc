@@ -18,6 +18,31 @@
 
 namespace strata {
 
+absl::StatusOr<std::unique_ptr<ChunkState>> ShardService::RecoverState(
+    const v1::JobSpec& spec, const internal::ChunkRecord& record, DType dtype,
+    StagingPools* pools) {
+  const StatePrecision precision = StatePrecisionOf(spec);
+  const StateShape shape{record.chunk().num_params(), precision};
+  if (record.saved_file().empty()) {
+    if (nvme_ == nullptr) {
+      return absl::FailedPreconditionError("its chunks were on an NVMe tier this server lacks");
+    }
+    if (pools->nvme == nullptr) {
+      ASSIGN_OR_RETURN(pools->nvme, MakeStagingPool(spec));
+    }
+    return NvmeChunkState::Restore(nvme_, pools->nvme, record, precision);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<ChunkState> state,
+                   MakeMemoryState(spec, shape, dtype, &pools->gpu));
+  ASSIGN_OR_RETURN(StateView view, state->Load());
+  absl::Status loaded =
+      LoadChunkState(record.saved_file(), record.saved_checksum(), shape.bytes(), view.bytes());
+  if (loaded.ok()) loaded = state->Commit(view);
+  state->Release(view);
+  RETURN_IF_ERROR(loaded);
+  return state;
+}
+
 absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
   const std::string& job_id = request.spec().job_id();
   ASSIGN_OR_RETURN(auto records, metadata_->Scan(Chunk::RecordPrefix(job_id)));
@@ -27,14 +52,12 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
                      " of its chunks were in host memory, which survives only a clean shutdown"));
   }
   ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request.spec().dtype()));
-  std::shared_ptr<StagingPool> staging;      // made for the first NVMe chunk
-  std::shared_ptr<StagingPool> gpu_staging;  // made for the first GPU chunk
+  StagingPools pools;
   auto job = std::make_shared<ShardJob>();
   job->record = request;
   job->dtype = dtype;
   const AdamConfig adam = AdamFromProto(request.spec().adam());
   ASSIGN_OR_RETURN(FlatLayout layout, ValidateJobSpec(request.spec()));
-  const StatePrecision precision = StatePrecisionOf(request.spec());
   int64_t step = -1;
   std::vector<std::string> saved_files, copy_files;  // removed once recovered
   for (const auto& [key, value] : records) {
@@ -43,26 +66,9 @@ absl::Status ShardService::Recover(const v1::AllocateChunksRequest& request) {
       return absl::DataLossError(absl::StrCat("server metadata: cannot parse record ", key));
     }
     const uint64_t n = record.chunk().num_params();
-    const StateShape shape{n, precision};
-    std::unique_ptr<ChunkState> state;
-    if (!record.saved_file().empty()) {
-      ASSIGN_OR_RETURN(state, MakeMemoryState(request.spec(), shape, dtype, &gpu_staging));
-      ASSIGN_OR_RETURN(StateView view, state->Load());
-      absl::Status loaded =
-          LoadChunkState(record.saved_file(), record.saved_checksum(), shape.bytes(), view.bytes());
-      if (loaded.ok()) loaded = state->Commit(view);
-      state->Release(view);
-      RETURN_IF_ERROR(loaded);
-      saved_files.push_back(record.saved_file());
-    } else {
-      if (nvme_ == nullptr) {
-        return absl::FailedPreconditionError("its chunks were on an NVMe tier this server lacks");
-      }
-      if (staging == nullptr) {
-        ASSIGN_OR_RETURN(staging, MakeStagingPool(request.spec()));
-      }
-      ASSIGN_OR_RETURN(state, NvmeChunkState::Restore(nvme_, staging, record, precision));
-    }
+    ASSIGN_OR_RETURN(std::unique_ptr<ChunkState> state,
+                     RecoverState(request.spec(), record, dtype, &pools));
+    if (!record.saved_file().empty()) saved_files.push_back(record.saved_file());
     ASSIGN_OR_RETURN(Extent copy, host_->Allocate(ChunkCopyBytes(n, dtype)));
     uint64_t begin = record.chunk().flat_begin();
     const FlatRange range{begin, begin + n};

@@ -35,6 +35,7 @@
 #include "storage/metadata_store.h"
 #include "storage/nvme_tier.h"
 #include "storage/tier.h"
+#include "strata/internal/records.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
 
 namespace strata {
@@ -140,6 +141,18 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   RootedPath CheckpointFile(const std::string& dir, const std::string& name) const;
   // The staging buffers of a job's NVMe chunks, from the host tier.
   absl::StatusOr<std::unique_ptr<StagingPool>> MakeStagingPool(const v1::JobSpec& spec);
+  // The staging buffers a recovered job's chunks share, made for the first
+  // chunk that needs them: the NVMe chunks' and the GPU chunks'.
+  struct StagingPools {
+    std::shared_ptr<StagingPool> nvme;
+    std::shared_ptr<StagingPool> gpu;
+  };
+  // The state of a chunk of a previous run's job `spec`, from its record:
+  // loaded into memory from the file a clean shutdown saved, or restored on
+  // the NVMe tier.
+  absl::StatusOr<std::unique_ptr<ChunkState>> RecoverState(const v1::JobSpec& spec,
+                                                           const internal::ChunkRecord& record,
+                                                           DType dtype, StagingPools* pools);
   // Rebuilds a job of a previous run from its chunk records.
   absl::Status Recover(const v1::AllocateChunksRequest& request);
   absl::Status DoAllocate(const v1::AllocateChunksRequest& request) ABSL_LOCKS_EXCLUDED(mu_);

@@ -138,6 +138,50 @@ absl::StatusOr<strata::DType> ParseDType(const std::string& name) {
   return absl::InvalidArgumentError("dtype must be fp16, bf16 or fp32, not " + name);
 }
 
+// The benches of one process's kernels and tiers: adam, grad-stats, cast,
+// server-step, gpu-step, nvme-step.
+absl::StatusOr<nlohmann::json> RunKernelBench(const std::string& command) {
+  strata::KernelBenchOptions o;
+  o.num_params = NumParams();
+  o.threads = absl::GetFlag(FLAGS_threads);
+  absl::StatusOr<strata::DType> grad = ParseDType(absl::GetFlag(FLAGS_grad));
+  if (!grad.ok()) return grad.status();
+  o.grad_dtype = *grad;
+  o.reps = absl::GetFlag(FLAGS_reps);
+  o.cast_op = absl::GetFlag(FLAGS_op);
+  o.state = absl::GetFlag(FLAGS_state);
+  if (command == "adam") return strata::BenchAdam(o);
+  if (command == "grad-stats") return strata::BenchGradStats(o);
+  if (command == "cast") return strata::BenchCast(o);
+  if (command == "server-step") return strata::BenchServerStep(o);
+  if (command == "gpu-step") return strata::BenchGpuStep(o);
+  if (command == "nvme-step") {
+    return strata::BenchNvmeStep(
+        o,
+        strata::NvmeBenchOptions{absl::GetFlag(FLAGS_dir), absl::GetFlag(FLAGS_queue_depth),
+                                 absl::GetFlag(FLAGS_io_bytes), absl::GetFlag(FLAGS_host_params)});
+  }
+  return absl::InvalidArgumentError("unknown command '" + command + "'");
+}
+
+// The step bench's options from the flags.
+absl::StatusOr<strata::StepBenchOptions> StepOptions() {
+  strata::StepBenchOptions o;
+  o.num_params = NumParams();
+  o.workers = absl::GetFlag(FLAGS_workers);
+  o.servers = absl::GetFlag(FLAGS_servers);
+  o.executor_threads = absl::GetFlag(FLAGS_executor_threads);
+  absl::StatusOr<strata::DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return dtype.status();
+  o.dtype = *dtype;
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.quiet = absl::GetFlag(FLAGS_json);
+  o.tls_dir = absl::GetFlag(FLAGS_tls_dir);
+  o.coordinator = absl::GetFlag(FLAGS_coordinator);
+  o.iperf3_server = absl::GetFlag(FLAGS_iperf3_server);
+  return o;
+}
+
 absl::StatusOr<nlohmann::json> Run(const std::string& command) {
   if (!absl::GetFlag(FLAGS_isa).empty()) {
     absl::StatusOr<strata::Isa> isa = strata::ParseIsa(absl::GetFlag(FLAGS_isa));
@@ -185,42 +229,11 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
     return strata::BenchGpuWorker(o);
   }
   if (command == "step") {
-    strata::StepBenchOptions o;
-    o.num_params = NumParams();
-    o.workers = absl::GetFlag(FLAGS_workers);
-    o.servers = absl::GetFlag(FLAGS_servers);
-    o.executor_threads = absl::GetFlag(FLAGS_executor_threads);
-    absl::StatusOr<strata::DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
-    if (!dtype.ok()) return dtype.status();
-    o.dtype = *dtype;
-    o.steps = absl::GetFlag(FLAGS_steps);
-    o.quiet = absl::GetFlag(FLAGS_json);
-    o.tls_dir = absl::GetFlag(FLAGS_tls_dir);
-    o.coordinator = absl::GetFlag(FLAGS_coordinator);
-    o.iperf3_server = absl::GetFlag(FLAGS_iperf3_server);
-    return strata::BenchStep(o);
+    absl::StatusOr<strata::StepBenchOptions> o = StepOptions();
+    if (!o.ok()) return o.status();
+    return strata::BenchStep(*o);
   }
-  strata::KernelBenchOptions o;
-  o.num_params = NumParams();
-  o.threads = absl::GetFlag(FLAGS_threads);
-  absl::StatusOr<strata::DType> grad = ParseDType(absl::GetFlag(FLAGS_grad));
-  if (!grad.ok()) return grad.status();
-  o.grad_dtype = *grad;
-  o.reps = absl::GetFlag(FLAGS_reps);
-  o.cast_op = absl::GetFlag(FLAGS_op);
-  o.state = absl::GetFlag(FLAGS_state);
-  if (command == "adam") return strata::BenchAdam(o);
-  if (command == "grad-stats") return strata::BenchGradStats(o);
-  if (command == "cast") return strata::BenchCast(o);
-  if (command == "server-step") return strata::BenchServerStep(o);
-  if (command == "gpu-step") return strata::BenchGpuStep(o);
-  if (command == "nvme-step") {
-    return strata::BenchNvmeStep(
-        o,
-        strata::NvmeBenchOptions{absl::GetFlag(FLAGS_dir), absl::GetFlag(FLAGS_queue_depth),
-                                 absl::GetFlag(FLAGS_io_bytes), absl::GetFlag(FLAGS_host_params)});
-  }
-  return absl::InvalidArgumentError("unknown command '" + command + "'");
+  return RunKernelBench(command);
 }
 
 }  // namespace
