@@ -2,16 +2,19 @@
 // while workers are members, it then drops the job's chunks and checkpoint
 // memory on every shard server and frees its id; a server that was away
 // drops the job when it registers again, even if the id was taken again; the
-// job's rendezvous keys go with it.
+// job's rendezvous keys go with it; a delete racing a move of the job's
+// copies leaves nothing behind either.
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/grpc_util.h"
@@ -107,6 +110,69 @@ TEST(DeleteJobTest, ADeletedJobLeavesNothingOnTheServersAndItsIdIsFreeAgain) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ((*again)->step(), 0);
   ASSERT_TRUE(testing::TrainStep(**again).ok());
+}
+
+absl::Status Drain(const std::string& coordinator, const std::string& address, bool cancel) {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+  v1::DrainServerRequest request;
+  request.set_address(address);
+  request.set_cancel(cancel);
+  v1::DrainServerResponse response;
+  return CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request, &response,
+                   absl::Seconds(120));
+}
+
+// A delete racing a move of the job's copies (a drain of one of its
+// servers): refused while the move runs, or first, and the move then finds
+// no job. Either way the drain ends OK, no server keeps a chunk or
+// checkpoint memory of the job, and its id is free again.
+TEST(DeleteJobTest, ADeleteRacingADrainLeavesNothingOnTheServers) {
+  auto cluster = LocalCluster::Start({3, uint64_t{1} << 30, 1});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string& coordinator = (*cluster)->coordinator_address();
+  constexpr int kRounds = 6;
+  int refused_while_moving = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    // 4 Mi params in 4 chunks of 2 copies: a move copies 64 MiB of state.
+    ClientOptions o = testing::SmallFp32Job(coordinator, "raced");
+    o.job.tensors = {{"w", {2048, 2048}}};
+    o.job.chunk_num_params = uint64_t{1} << 20;
+    o.job.world_size = 1;
+    o.job.replicas = 2;
+    auto client = Client::Connect(o);
+    ASSERT_TRUE(client.ok()) << client.status();
+    EXPECT_EQ((*client)->step(), 0) << "round " << round;
+    ASSERT_TRUE(testing::TrainStep(**client).ok());
+    ASSERT_TRUE((*client)->Leave().ok());
+    client->reset();
+
+    const std::string drained = (*cluster)->servers()[round % 3]->address();
+    absl::Status drain_status;
+    std::thread drain([&] { drain_status = Drain(coordinator, drained, /*cancel=*/false); });
+    // The delete is tried from the start of the drain on, and again while
+    // refused for the move.
+    v1::DeleteJobResponse response;
+    absl::Status deleted;
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (true) {
+      deleted = Delete(coordinator, "raced", &response);
+      if (!absl::IsFailedPrecondition(deleted) || absl::Now() > deadline) break;
+      EXPECT_THAT(deleted.message(), HasSubstr("moving its chunks")) << deleted;
+      ++refused_while_moving;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    drain.join();
+    ASSERT_TRUE(deleted.ok()) << "round " << round << ": " << deleted;
+    EXPECT_TRUE(drain_status.ok()) << "round " << round << ": " << drain_status;
+    for (const auto& server : (*cluster)->servers()) {
+      EXPECT_EQ(ChunksOn(server->address()), 0) << "round " << round << ": " << server->address();
+      EXPECT_EQ(server->checkpoint_arena().reserved_bytes(), 0u)
+          << "round " << round << ": " << server->address();
+    }
+    ASSERT_TRUE(Drain(coordinator, drained, /*cancel=*/true).ok());
+  }
+  std::printf("deletes refused while the job moved: %d in %d rounds\n", refused_while_moving,
+              kRounds);
 }
 
 // A shard server's checkpoint save that waits for a step of a job ends when
