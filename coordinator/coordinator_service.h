@@ -318,6 +318,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // Set when RestoreReplicas() failed for a job: the monitor's next round
   // schedules it again.
   std::atomic<bool> restore_again_{false};
+  // Whether the monitor counts a server lost.
+  const IsLost is_lost_ = [this](const std::string& address) { return monitor_->IsLost(address); };
   // Last: stopped (joined) first.
   std::unique_ptr<ServerMonitor> monitor_;
 };

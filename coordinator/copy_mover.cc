@@ -119,8 +119,7 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     moving_.erase(job_id);
   };
   after.set_placement_version(before.placement_version() + 1);
-  auto both = std::make_shared<v1::JobInfo>(BothPlacements(
-      before, after, [this](const std::string& address) { return monitor_->IsLost(address); }));
+  auto both = std::make_shared<v1::JobInfo>(BothPlacements(before, after, is_lost_));
   v1::CopiesMoved copied;
   absl::Status status = PrepareCopies(before, after, both, why, &copied);
   if (!status.ok()) {
@@ -168,8 +167,7 @@ absl::Status CoordinatorService::PrepareCopies(const v1::JobInfo& before, const 
                                                std::shared_ptr<const v1::JobInfo> both,
                                                const std::string& why, v1::CopiesMoved* copied) {
   const absl::Time started = absl::Now();
-  const IsLost is_lost = [this](const std::string& address) { return monitor_->IsLost(address); };
-  if (absl::StatusOr<SeedPlan> new_copies = PlanSeeds(before, after, is_lost); new_copies.ok()) {
+  if (absl::StatusOr<SeedPlan> new_copies = PlanSeeds(before, after, is_lost_); new_copies.ok()) {
     absl::Status prepared = SeedCopies(before, *new_copies, /*prepare=*/true, copied);
     if (!prepared.ok()) {
       LogEventCat("coordinator", "job ", before.spec().job_id(), " (", why,
@@ -245,14 +243,13 @@ absl::StatusOr<SeedPlan> CoordinatorService::PlanCopySeeds(const v1::JobInfo& be
                                                            std::shared_ptr<const v1::JobInfo> both,
                                                            uint64_t generation,
                                                            v1::CopiesMoved* copied) {
-  const IsLost is_lost = [this](const std::string& address) { return monitor_->IsLost(address); };
-  ASSIGN_OR_RETURN(SeedPlan plan, PlanSeeds(before, after, is_lost));
+  ASSIGN_OR_RETURN(SeedPlan plan, PlanSeeds(before, after, is_lost_));
   for (const auto& [servers, chunks] : plan) copied->set_copies(copied->copies() + chunks.size());
   if (before.spec().replicas() <= 1) return plan;
   // The servers hold still: each old copy's step and round are final.
   std::vector<std::string> live;
   for (const std::string& address : ServersOf(before)) {
-    if (!is_lost(address)) live.push_back(address);
+    if (!is_lost_(address)) live.push_back(address);
   }
   std::map<std::string, std::vector<v1::ChunkStatus>> statuses;
   Await([&](auto done) {
@@ -265,7 +262,7 @@ absl::StatusOr<SeedPlan> CoordinatorService::PlanCopySeeds(const v1::JobInfo& be
           done(absl::OkStatus());
         });
   }).IgnoreError();
-  TornCopies torn = FindTornCopies(before, after, statuses, is_lost);
+  TornCopies torn = FindTornCopies(before, after, statuses, is_lost_);
   if (torn.by_server.empty()) return plan;
   // Made anew (empty) where they sit, then seeded like new copies.
   RETURN_IF_ERROR(AwaitAllocate(both, generation, ShardFleet::Absent::kRefuse, torn.by_server));

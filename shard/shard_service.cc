@@ -18,12 +18,16 @@
 namespace strata {
 namespace {
 
+// The ids of the chunks `request` has made anew.
+std::set<uint32_t> SeededIds(const v1::AllocateChunksRequest& request) {
+  return std::set<uint32_t>(request.seeded_chunk_ids().begin(), request.seeded_chunk_ids().end());
+}
+
 // OK, or FAILED_PRECONDITION naming the first chunk of `request` (not seeded
 // anew) missing from `held` (by flat begin; null: the job is not here).
 absl::Status CheckChunksHeld(const v1::AllocateChunksRequest& request,
                              const std::map<uint64_t, std::shared_ptr<Chunk>>* held) {
-  const std::set<uint32_t> seeded(request.seeded_chunk_ids().begin(),
-                                  request.seeded_chunk_ids().end());
+  const std::set<uint32_t> seeded = SeededIds(request);
   for (const v1::ChunkSpec& c : request.chunks()) {
     if (seeded.count(c.chunk_id()) > 0 || (held != nullptr && held->count(c.flat_begin()) > 0)) {
       continue;
@@ -246,8 +250,7 @@ absl::Status ShardService::Reallocate(const v1::AllocateChunksRequest& request,
   }
   // First out: the chunks the request leaves out or seeds anew (their
   // memory makes room); their calls end ABORTED.
-  const std::set<uint32_t> seeded(request.seeded_chunk_ids().begin(),
-                                  request.seeded_chunk_ids().end());
+  const std::set<uint32_t> seeded = SeededIds(request);
   std::set<uint64_t> kept;
   for (const v1::ChunkSpec& c : request.chunks()) {
     if (seeded.count(c.chunk_id()) == 0) kept.insert(c.flat_begin());
