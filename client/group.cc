@@ -170,7 +170,12 @@ absl::Status ClientImpl::CutBuffers() {
 }
 
 absl::StatusOr<int64_t> ClientImpl::AgreeOnStep(absl::Time deadline) {
-  // Rank 0 decides the step and the loss scale; the others take its view.
+  // One all-reduce carries two agreements: rank 0 decides the step (and
+  // whether the job is fresh), the others add zeros -- a broadcast -- and
+  // the workers that ran steps give the loss scaler: they saw the same
+  // overflows, so the sum of their scalers over their count is that scaler.
+  // A broadcast from rank 0 alone would lose it where rank 0 has none: a
+  // worker that restarted under its id within its lease keeps its rank.
   // state = {step, step is fresh, loss scale, good steps, scaler known}
   double state[5] = {0, 0, 0, 0, 0};
   if (rank_ == 0) {
