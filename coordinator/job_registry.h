@@ -1,7 +1,8 @@
 // JobRegistry: the coordinator's record of its shard servers and jobs, and
-// their persistence. Every change is written to the metadata store (synced)
-// before the registry shows it, so what a client was answered survives a
-// restart; Load() reads the records back. Jobs are also found by the digest
+// their persistence. Every change is written to the metadata store before
+// the registry shows it (RocksDB's log, not synced: it survives the
+// coordinator's process, not its machine's crash), so what a client was
+// answered survives a restart; Load() reads the records back. Jobs are also found by the digest
 // of their worker token (rpc/token.h).
 // Thread-compatible: the coordinator's mutex guards it.
 #ifndef STRATA_COORDINATOR_JOB_REGISTRY_H_
