@@ -299,26 +299,24 @@ struct Figures {
 absl::Status Train(strata::Client& c, int steps, const MicroBatchFn& micro_batch,
                    absl::Span<float> params, absl::Span<const float> grads,
                    const FlatLayout& layout, const Batching& batching, Figures* figures) {
+  // `status` with the part that failed before its message.
+  auto failed = [](absl::string_view part, const absl::Status& status) {
+    return absl::Status(status.code(), absl::StrCat(part, ": ", status.message()));
+  };
   for (int s = 0; s < steps; ++s) {
     const auto started = std::chrono::steady_clock::now();
     if (absl::Status copied = c.CopyParams(params); !copied.ok()) {
-      return absl::Status(copied.code(), absl::StrCat("parameters: ", copied.message()));
+      return failed("parameters", copied);
     }
     absl::StatusOr<double> mean_loss = RunMicroBatches(c, micro_batch, grads, layout, batching);
-    if (!mean_loss.ok()) {
-      return absl::Status(mean_loss.status().code(),
-                          absl::StrCat("gradients: ", mean_loss.status().message()));
-    }
+    if (!mean_loss.ok()) return failed("gradients", mean_loss.status());
     double loss = *mean_loss;
     if (absl::Status reduced = c.AllReduceSum(absl::MakeSpan(&loss, 1)); !reduced.ok()) {
-      return absl::Status(reduced.code(), absl::StrCat("loss all-reduce: ", reduced.message()));
+      return failed("loss all-reduce", reduced);
     }
     loss /= c.world_size();
     auto result = c.Step();
-    if (!result.ok()) {
-      return absl::Status(result.status().code(),
-                          absl::StrCat("step failed: ", result.status().message()));
-    }
+    if (!result.ok()) return failed("step failed", result.status());
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
             .count();

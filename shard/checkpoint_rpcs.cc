@@ -68,7 +68,7 @@ absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ShardService::ChunksOf(
     const std::string& job_id, uint64_t* min_generation) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(ServingStatus());
-  std::shared_ptr<ShardJob> job = jobs_.Find(job_id);
+  const ShardJob* job = jobs_.Find(job_id);
   if (job == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("unknown job ", Quoted(job_id), " on this shard server"));

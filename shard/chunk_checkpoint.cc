@@ -21,11 +21,16 @@ absl::Status ChunkCheckpoint::Keep(const StateView& live) {
     held_ = LiveBuffer();
     return absl::OkStatus();
   }
-  absl::StatusOr<ArenaState> copy = ArenaState::Take(arena_, shape_);
+  absl::StatusOr<ArenaState> copy = CopyToArena(live);
   if (!copy.ok()) return WriteNow(live);
-  copy->CopyFrom(live);
   copy_ = *std::move(copy);
   return absl::OkStatus();
+}
+
+absl::StatusOr<ArenaState> ChunkCheckpoint::CopyToArena(const StateView& view) const {
+  ASSIGN_OR_RETURN(ArenaState copy, ArenaState::Take(arena_, shape_));
+  copy.CopyFrom(view);
+  return copy;
 }
 
 absl::Status ChunkCheckpoint::WriteNow(const StateView& live) {
@@ -90,8 +95,7 @@ absl::StatusOr<const std::byte*> ChunkCheckpoint::BeginSave(const StateView& loa
   if (!copy_.empty()) {
     *copy = std::move(copy_);
   } else {
-    ASSIGN_OR_RETURN(*copy, ArenaState::Take(arena_, shape_));
-    copy->CopyFrom(loaded);
+    ASSIGN_OR_RETURN(*copy, CopyToArena(loaded));
   }
   return copy->data();
 }

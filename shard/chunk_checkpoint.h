@@ -86,6 +86,9 @@ class ChunkCheckpoint {
   // Which buffer holds a host-tier chunk's p, m, v.
   enum class Buffer { kNone, kExtent, kShadow };
   Buffer LiveBuffer() const { return live_in_shadow_ ? Buffer::kShadow : Buffer::kExtent; }
+  // `view` copied into arena memory; RESOURCE_EXHAUSTED when the arena
+  // refuses it.
+  absl::StatusOr<ArenaState> CopyToArena(const StateView& view) const;
   // Writes `live` to the armed path now and lets go of the held buffer.
   absl::Status WriteNow(const StateView& live);
   // Gives the shadow back when it holds neither the live state nor a held one.

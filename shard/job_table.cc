@@ -12,9 +12,9 @@ constexpr char kJobPrefix[] = "job/";
 
 }  // namespace
 
-std::shared_ptr<ShardJob> JobTable::Find(const std::string& job_id) const {
+ShardJob* JobTable::Find(const std::string& job_id) const {
   auto it = jobs_.find(job_id);
-  return it == jobs_.end() ? nullptr : it->second;
+  return it == jobs_.end() ? nullptr : it->second.get();
 }
 
 std::optional<std::string> JobTable::JobOfToken(absl::string_view digest) const {

@@ -37,8 +37,8 @@ struct ShardJob {
 
 class JobTable {
  public:
-  // Null when the job is not here.
-  std::shared_ptr<ShardJob> Find(const std::string& job_id) const;
+  // Null when the job is not here; valid until the table changes.
+  ShardJob* Find(const std::string& job_id) const;
   // The job whose record carries `digest` as its worker token's.
   std::optional<std::string> JobOfToken(absl::string_view digest) const;
   // Every job, in no order.

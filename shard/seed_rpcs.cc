@@ -118,7 +118,7 @@ absl::Status ShardService::DoSeedChunks(const v1::SeedChunksRequest& request,
   std::string spec;
   {
     absl::MutexLock lock(&mu_);
-    std::shared_ptr<ShardJob> job = jobs_.Find(request.job_id());
+    const ShardJob* job = jobs_.Find(request.job_id());
     if (job != nullptr) spec = job->record.spec().SerializeAsString();
   }
   if (prepared != nullptr && prepared->spec != spec) prepared.reset();

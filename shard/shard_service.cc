@@ -115,7 +115,7 @@ absl::StatusOr<std::shared_ptr<Chunk>> ShardService::FindChunk(const std::string
   if (n == 0) return absl::InvalidArgumentError("the range is empty (num_params is 0)");
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(ServingStatus());
-  std::shared_ptr<ShardJob> job = jobs_.Find(job_id);
+  const ShardJob* job = jobs_.Find(job_id);
   if (job == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("unknown job ", Quoted(job_id), " on this shard server"));
@@ -160,7 +160,7 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(ServingStatus());
-    std::shared_ptr<ShardJob> job = jobs_.Find(job_id);
+    ShardJob* job = jobs_.Find(job_id);
     if (request.chunks_held()) {
       RETURN_IF_ERROR(CheckChunksHeld(request, job == nullptr ? nullptr : &job->chunks_by_begin));
     }
@@ -168,7 +168,7 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
     if (job->record.SerializeAsString() == request.SerializeAsString()) {
       return absl::OkStatus();  // a retry
     }
-    RETURN_IF_ERROR(Reallocate(request, layout, dtype, job.get()));
+    RETURN_IF_ERROR(Reallocate(request, layout, dtype, job));
     for (const auto& [begin, chunk] : job->chunks_by_begin) kept.push_back(chunk);
   }
   const absl::Time deadline = absl::Now() + kMaxFenceWait;
