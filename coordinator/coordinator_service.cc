@@ -73,7 +73,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
         raw->RecheckServers();
         raw->RecoverEmptiedJobs();
         if (raw->restore_again_.exchange(false)) {
-          raw->movers_.Schedule([raw] { raw->RestoreReplicas(); });
+          raw->movers_.Schedule([raw] { raw->RestoreReplicas(RestoreWhen::kDue); });
         }
       });
   raw->membership_->SetOnMemberLost([raw](const std::string& job_id) {
@@ -124,7 +124,7 @@ absl::Status CoordinatorService::DoRegister(const v1::RegisterServerRequest& req
               record.draining() ? " (draining: it takes no chunks)" : "");
   CheckJobsOn(server.address());
   // Jobs short of copies may have them here.
-  movers_.Schedule([this] { RestoreReplicas(); });
+  movers_.Schedule([this] { RestoreReplicas(RestoreWhen::kNow); });
   return absl::OkStatus();
 }
 

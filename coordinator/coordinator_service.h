@@ -34,6 +34,7 @@
 #include "coordinator/job_registry.h"
 #include "coordinator/membership.h"
 #include "coordinator/rendezvous_store.h"
+#include "coordinator/retry_backoff.h"
 #include "coordinator/seed_plan.h"
 #include "coordinator/server_monitor.h"
 #include "coordinator/shard_fleet.h"
@@ -217,12 +218,13 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // server came back without (emptied_) is UNAVAILABLE until its copies
   // there leave the placement; a server that restarts during the move
   // refuses its allocations (ShardFleet::Absent::kRefuse), failing the move.
+  // A failure leaves the copies where they were; the caller logs it.
   absl::Status MoveCopies(const std::string& job_id, const PlanCopies& plan, const std::string& why,
                           v1::CopiesMoved* moved, bool compare_unmoved = false);
   // A move's first half, while the job trains: each new copy's server
-  // builds it aside (SeedCopies with `prepare`; a failure is logged, those
-  // copies are copied whole later) and the new copies are allocated, empty
-  // and unfenced. The allocation's error.
+  // builds it aside (SeedCopies with `prepare`; those it could not build
+  // are copied whole later, which is logged) and the new copies are
+  // allocated, empty and unfenced. The allocation's error.
   absl::Status PrepareCopies(const v1::JobInfo& before, const v1::JobInfo& after,
                              std::shared_ptr<const v1::JobInfo> both, const std::string& why,
                              v1::CopiesMoved* copied);
@@ -267,11 +269,16 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // copies: a replicated job is fenced and its torn copies seeded again
   // (MoveCopies comparing an unmoved placement). On the movers.
   void CheckCopies(const std::string& job_id);
+  // Which jobs RestoreReplicas() tries: all (a server was lost or
+  // registered: there may be new room), or those whose last failure's
+  // backoff has passed (the monitor's rounds).
+  enum class RestoreWhen { kNow, kDue };
   // Gives every job whose chunks have fewer copies than its replicas more,
   // where live servers have room (after a server is lost, or registers).
-  // A job it failed for (a server not reachable yet) is tried again after
-  // the next round of health checks. On the movers.
-  void RestoreReplicas();
+  // A job it failed for (a server not reachable yet, a seed refused) is
+  // tried again at the first round of health checks after its backoff
+  // (`restore_retries_`). On the movers.
+  void RestoreReplicas(RestoreWhen when);
   // Replaces the copy of chunk `chunk_id` of `job_id` on `address` (its
   // state diverged from the primary's) with one seeded from the primary:
   // elsewhere where a server has room, else on `address` again.
@@ -315,8 +322,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   absl::Mutex moves_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   // Runs copy moves (they block), one at a time.
   ThreadPool movers_{1};
-  // Set when RestoreReplicas() failed for a job: the monitor's next round
-  // schedules it again.
+  // The jobs RestoreReplicas() failed for, and when each is tried again
+  // (movers only).
+  RetryBackoff restore_retries_{absl::Seconds(1), absl::Seconds(30)};
+  // Set while a job awaits a retry of RestoreReplicas(): the monitor's
+  // rounds schedule it.
   std::atomic<bool> restore_again_{false};
   // Whether the monitor counts a server lost.
   const IsLost is_lost_ = [this](const std::string& address) { return monitor_->IsLost(address); };

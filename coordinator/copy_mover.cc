@@ -18,6 +18,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "coordinator/await.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/job_info.h"
@@ -124,8 +125,6 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
   absl::Status status = PrepareCopies(before, after, both, why, &copied);
   if (!status.ok()) {
     KeepPlacedCopies(*both, before, /*generation=*/0);
-    LogEventCat("coordinator", "job ", job_id, " (", why,
-                "): its copies stay where they were: ", status.ToString());
     return status;
   }
   v1::JobSummary summary;
@@ -147,12 +146,8 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
   copied.set_fenced_seconds(absl::ToDoubleSeconds(absl::Now() - paused));
   KeepPlacedCopies(*both, committed.ok() ? placed : before, generation);
   status.Update(committed);
+  if (!status.ok()) return status;
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
-  if (!status.ok()) {
-    LogEventCat("coordinator", "job ", job_id, " (", why,
-                "): its copies stay where they were: ", status.ToString());
-    return status;
-  }
   LogEventCat(
       "coordinator", "job ", job_id, " (", why, "): ", copied.copies(), " chunk copies seeded and ",
       copied.torn(), " torn by a step cut short seeded again (", copied.prepared(),
@@ -167,20 +162,22 @@ absl::Status CoordinatorService::PrepareCopies(const v1::JobInfo& before, const 
                                                std::shared_ptr<const v1::JobInfo> both,
                                                const std::string& why, v1::CopiesMoved* copied) {
   const absl::Time started = absl::Now();
+  absl::Status prepared;
   if (absl::StatusOr<SeedPlan> new_copies = PlanSeeds(before, after, is_lost_); new_copies.ok()) {
-    absl::Status prepared = SeedCopies(before, *new_copies, /*prepare=*/true, copied);
-    if (!prepared.ok()) {
-      LogEventCat("coordinator", "job ", before.spec().job_id(), " (", why,
-                  "): copies not built aside are copied whole once fenced: ", prepared.ToString());
-    }
+    prepared = SeedCopies(before, *new_copies, /*prepare=*/true, copied);
   }
   copied->set_prepare_seconds(absl::ToDoubleSeconds(absl::Now() - started));
   // The new copies start empty, also on a server that holds a stale one
   // (not in `before`: no worker pushes to it). They are made -- their
   // memory zeroed and pinned -- while the job trains: fenced against no
   // generation, every server goes on.
-  return AwaitAllocate(both, /*min_generation=*/0, ShardFleet::Absent::kRefuse,
-                       NewCopies(before, after));
+  RETURN_IF_ERROR(AwaitAllocate(both, /*min_generation=*/0, ShardFleet::Absent::kRefuse,
+                                NewCopies(before, after)));
+  if (!prepared.ok()) {
+    LogEventCat("coordinator", "job ", before.spec().job_id(), " (", why,
+                "): copies not built aside are copied whole once fenced: ", prepared.ToString());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CoordinatorService::SeedFenced(const v1::JobInfo& before, const v1::JobInfo& after,
@@ -324,7 +321,7 @@ absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const See
   return status;
 }
 
-void CoordinatorService::RestoreReplicas() {
+void CoordinatorService::RestoreReplicas(RestoreWhen when) {
   std::vector<std::string> ids;
   {
     absl::MutexLock lock(&mu_);
@@ -336,7 +333,10 @@ void CoordinatorService::RestoreReplicas() {
       }
     }
   }
+  // Jobs with all their copies, and deleted ones, start over.
+  restore_retries_.ForgetAllBut(ids);
   for (const std::string& id : ids) {
+    if (when == RestoreWhen::kDue && !restore_retries_.Due(id, absl::Now())) continue;
     absl::Status restored = MoveCopies(
         id,
         [this](v1::JobInfo* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -344,12 +344,16 @@ void CoordinatorService::RestoreReplicas() {
           return absl::OkStatus();
         },
         "restoring its replica count", nullptr);
-    if (!restored.ok() && !absl::IsNotFound(restored)) {
-      LogEventCat("coordinator", "job ", id, ": replicas not restored yet (tried again after the ",
-                  "next round of health checks): ", restored.ToString());
-      restore_again_ = true;
+    if (restored.ok() || absl::IsNotFound(restored)) {
+      restore_retries_.Forget(id);
+    } else if (restore_retries_.Failed(id, restored.ToString(), absl::Now())) {
+      LogEventCat("coordinator", "job ", id, ": replicas not restored yet (tried again after ",
+                  absl::FormatDuration(restore_retries_.Delay(id)),
+                  ", doubling while it fails, and when a server registers; logged again when ",
+                  "the failure changes): ", restored.ToString());
     }
   }
+  restore_again_ = !restore_retries_.empty();
 }
 
 void CoordinatorService::ReseedCopy(const std::string& job_id, uint32_t chunk_id,
@@ -381,7 +385,7 @@ void CoordinatorService::ReseedCopy(const std::string& job_id, uint32_t chunk_id
                 address, " stays for now: ", moved.ToString());
   }
   // Where no other server had room, the copy comes back on `address`, seeded anew.
-  RestoreReplicas();
+  RestoreReplicas(RestoreWhen::kNow);
 }
 
 void CoordinatorService::CheckCopies(const std::string& job_id) {
@@ -437,7 +441,11 @@ absl::Status CoordinatorService::DoDrain(const v1::DrainServerRequest& request,
           return absl::OkStatus();
         },
         why, moved);
-    if (!drained.ok() && !absl::IsNotFound(drained)) return drained;
+    if (!drained.ok() && !absl::IsNotFound(drained)) {
+      LogEventCat("coordinator", "job ", id, " (", why,
+                  "): its copies stay where they were: ", drained.ToString());
+      return drained;
+    }
   }
   moved->set_seconds(absl::ToDoubleSeconds(absl::Now() - started));
   return absl::OkStatus();
@@ -445,13 +453,18 @@ absl::Status CoordinatorService::DoDrain(const v1::DrainServerRequest& request,
 
 absl::Status CoordinatorService::DoRebalance(const std::string& job_id, v1::CopiesMoved* moved) {
   const absl::Time started = absl::Now();
-  RETURN_IF_ERROR(MoveCopies(
+  const absl::Status rebalanced = MoveCopies(
       job_id,
       [this](v1::JobInfo* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         RebalanceCopies(PlacementServers(), PlacedJobs(), job);
         return absl::OkStatus();
       },
-      "rebalance", moved));
+      "rebalance", moved);
+  if (!rebalanced.ok()) {
+    LogEventCat("coordinator", "job ", job_id,
+                " (rebalance): its copies stay where they were: ", rebalanced.ToString());
+    return rebalanced;
+  }
   moved->set_seconds(absl::ToDoubleSeconds(absl::Now() - started));
   return absl::OkStatus();
 }

@@ -75,7 +75,7 @@ absl::Status CoordinatorService::DropCopies(const std::string& job_id,
   LogEventCat("coordinator", "job ", job_id, " (", why,
               "): goes on from the other copies of its chunks on ", ServersOf(kept).size(),
               " live shard server(s); no step lost");
-  movers_.Schedule([this] { RestoreReplicas(); });
+  movers_.Schedule([this] { RestoreReplicas(RestoreWhen::kNow); });
   return absl::OkStatus();
 }
 

@@ -1,0 +1,207 @@
+// A replicated job whose lost copies cannot be restored where the
+// coordinator would put them -- the only server with room refuses every
+// copy -- keeps training from the copies left while the coordinator tries
+// again with a doubling backoff, logging the failure once; a server that
+// registers is tried at once, whatever the backoff, and takes the copies.
+// Real coordinator and shard server processes on loopback; the refusing
+// server is a gRPC service in the test that answers health checks and
+// refuses every chunk.
+#include <grpcpp/grpcpp.h>
+
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "rpc/grpc_util.h"
+#include "strata/client.h"
+#include "strata/v1/coordinator.grpc.pb.h"
+#include "strata/v1/shard.grpc.pb.h"
+#include "testing/job_runner.h"
+#include "testing/placement.h"
+#include "testing/processes.h"
+#include "testing/scratch_dir.h"
+#include "testing/server_kill.h"
+
+namespace strata {
+namespace {
+
+constexpr int64_t kSteps = 30;
+constexpr int64_t kKillDuringStep = 13;
+// How long the refused restores are watched: with delays of 1, 2, 4 and 8 s
+// after the first, it is tried 5 times in it (at 0, 1, 3, 7 and 15 s; the
+// next at 31 s), and would be at every round of health checks (every
+// 250 ms) without a backoff.
+constexpr absl::Duration kWatched = absl::Seconds(17);
+
+// A shard server that is healthy, holds nothing and refuses every chunk it
+// is asked to make or seed. Records when it was asked to make chunks.
+class RefusingShardServer final : public v1::ShardServer::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* AllocateChunks(grpc::CallbackServerContext* context,
+                                           const v1::AllocateChunksRequest*,
+                                           v1::AllocateChunksResponse*) override {
+    absl::MutexLock lock(&mu_);
+    allocations_.push_back(absl::Now());
+    return Finish(context, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                        "refused: this server makes no chunk"));
+  }
+  grpc::ServerUnaryReactor* SeedChunks(grpc::CallbackServerContext* context,
+                                       const v1::SeedChunksRequest*,
+                                       v1::SeedChunksResponse*) override {
+    return Finish(context, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                        "refused: this server seeds no chunk"));
+  }
+  grpc::ServerUnaryReactor* ListChunks(grpc::CallbackServerContext* context,
+                                       const v1::ListChunksRequest*,
+                                       v1::ListChunksResponse*) override {
+    return Finish(context, grpc::Status::OK);
+  }
+  std::vector<absl::Time> allocations() const {
+    absl::MutexLock lock(&mu_);
+    return allocations_;
+  }
+
+ private:
+  static grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
+                                          const grpc::Status& status) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(status);
+    return reactor;
+  }
+
+  mutable absl::Mutex mu_;
+  std::vector<absl::Time> allocations_ ABSL_GUARDED_BY(mu_);
+};
+
+class RestoreRetryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    coordinator_ = testing::StartCoordinator(STRATA_BIN_DIR, scratch_.path(), &daemons_,
+                                             {"--server_timeout_ms=1000"});
+    ASSERT_FALSE(coordinator_.empty());
+  }
+  void TearDown() override {
+    if (refusing_server_ != nullptr) refusing_server_->Shutdown();
+  }
+
+  testing::ServerProcess StartServer(const std::string& name, const std::string& zone) {
+    return testing::StartServer(STRATA_BIN_DIR, scratch_.path(), name, coordinator_,
+                                {"--host_budget_mib=64", "--zone=" + zone}, &daemons_);
+  }
+
+  // Starts the refusing server and registers it, in `zone`, with room for
+  // any copy of the test's job.
+  void StartRefusingServer(const std::string& zone) {
+    grpc::EnableDefaultHealthCheckService(true);
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&refusing_);
+    refusing_server_ = builder.BuildAndStart();
+    ASSERT_NE(refusing_server_, nullptr);
+    refusing_address_ = absl::StrCat("127.0.0.1:", port);
+    auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
+    v1::RegisterServerRequest request;
+    request.mutable_server()->set_address(refusing_address_);
+    request.mutable_server()->set_host_budget_bytes(64 << 20);
+    request.mutable_server()->set_zone(zone);
+    v1::RegisterServerResponse response;
+    const absl::Status registered = CallUnary(stub.get(), &v1::Coordinator::Stub::RegisterServer,
+                                              request, &response, absl::Seconds(10));
+    ASSERT_TRUE(registered.ok()) << registered;
+  }
+
+  // The coordinator log's lines that contain `text`.
+  std::vector<std::string> CoordinatorLogLines(const std::string& text) const {
+    std::ifstream in(scratch_.path() + "/coordinator.log");
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(text) != std::string::npos) lines.push_back(line);
+    }
+    return lines;
+  }
+
+  const testing::ScratchDir scratch_{"restore_retry"};
+  testing::Processes daemons_;
+  std::string coordinator_;
+  RefusingShardServer refusing_;
+  std::unique_ptr<grpc::Server> refusing_server_;
+  std::string refusing_address_;
+};
+
+TEST_F(RestoreRetryTest, ARefusedRestoreBacksOffAndANewServerIsTriedAtOnce) {
+  testing::ServerProcess kept = StartServer("server-0", "a");
+  testing::ServerProcess victim = StartServer("server-1", "b");
+  ASSERT_FALSE(kept.address.empty());
+  ASSERT_FALSE(victim.address.empty());
+  ClientOptions options = testing::SmallFp32Job(coordinator_, "replicated");
+  options.job.samples_per_step = 8;
+  options.job.replicas = 2;
+  options.initial.params = testing::InitialParams(
+      FlatLayout::Create(options.job.tensors, options.job.chunk_num_params)->num_params());
+
+  // The refusing server joins after the job's copies are placed on the two
+  // real servers; once the victim is lost it is the only server with room.
+  testing::ServerKill kill{&victim, &daemons_, kKillDuringStep};
+  kill.before = [&] { StartRefusingServer("a"); };
+  const testing::KilledRun run =
+      testing::TrainThroughAKill(options, kSteps, testing::ParamDependentGradient, kill);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  for (size_t rank = 0; rank < run.steps.size(); ++rank) {
+    EXPECT_EQ(run.steps[rank].size(), static_cast<size_t>(kSteps)) << "rank " << rank;
+    EXPECT_EQ(run.reforms[rank].steps_lost, 0) << "rank " << rank;
+  }
+
+  // Watch the restores the refusing server turns down.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (refusing_.allocations().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_FALSE(refusing_.allocations().empty()) << "the coordinator never tried to restore";
+  const absl::Time first = refusing_.allocations().front();
+  absl::SleepFor(first + kWatched - absl::Now());
+  std::vector<absl::Time> tried = refusing_.allocations();
+  std::string times;
+  for (absl::Time t : tried) absl::StrAppend(&times, " ", absl::ToDoubleSeconds(t - first));
+  std::printf("refused restores %zu times in %.0f s, at (s after the first):%s\n", tried.size(),
+              absl::ToDoubleSeconds(kWatched), times.c_str());
+  EXPECT_GE(tried.size(), 4u) << "the restore is tried again";
+  EXPECT_LE(tried.size(), 6u) << "the retries back off";
+  for (size_t i = 2; i < tried.size(); ++i) {
+    EXPECT_GT(tried[i] - tried[i - 1], tried[i - 1] - tried[i - 2]) << "retry " << i;
+  }
+  // The refusal is in the log once, however often it came back.
+  const std::vector<std::string> logged = CoordinatorLogLines("refused");
+  ASSERT_EQ(logged.size(), 1u) << "the same failure is logged once";
+  EXPECT_NE(logged.front().find("replicas not restored yet"), std::string::npos) << logged.front();
+
+  // A server registers in a zone of its own: it is tried at once, not
+  // after the backoff (16 s by now), and takes the missing copies.
+  const size_t refused = refusing_.allocations().size();
+  const absl::Time registered = absl::Now();
+  testing::ServerProcess added = StartServer("server-2", "c");
+  ASSERT_FALSE(added.address.empty());
+  bool restored = false;
+  while (!restored && absl::Now() < registered + absl::Seconds(20)) {
+    auto placement = testing::Placement(coordinator_, "replicated");
+    restored = placement.ok() && testing::HasCopies(*placement, 2, victim.address);
+    if (!restored) absl::SleepFor(absl::Milliseconds(50));
+  }
+  const double restore_s = absl::ToDoubleSeconds(absl::Now() - registered);
+  std::printf("a new server took the missing copies %.2f s after it started\n", restore_s);
+  ASSERT_TRUE(restored);
+  EXPECT_LT(restore_s, 8.0) << "the new server waited out the backoff";
+  EXPECT_EQ(refusing_.allocations().size(), refused);
+  auto on_added = testing::ChunksOnServer(added.address, "replicated");
+  ASSERT_TRUE(on_added.ok()) << on_added.status();
+  EXPECT_GT(*on_added, 0);
+}
+
+}  // namespace
+}  // namespace strata
