@@ -23,12 +23,49 @@ HostTier::~HostTier() {
 void HostTier::Release(const Block& block) {
   if (block.num_bytes > 0 && pinning_ == Pinning::kMlock) munlock(block.data, block.num_bytes);
   if (block.num_bytes > 0 && pinning_ == Pinning::kGpu) UnpinForGpu(block.data);
-  std::free(block.data);
+  FreeMemory(block);
+}
+
+void HostTier::FreeMemory(const Block& block) {
+  if (block.mapped) {
+    munmap(block.data, block.num_bytes);
+  } else {
+    std::free(block.data);
+  }
 }
 
 uint64_t HostTier::used_bytes() const {
   absl::MutexLock lock(&mu_);
   return used_bytes_;
+}
+
+absl::StatusOr<HostTier::Block> HostTier::NewBlock(uint64_t num_bytes, uint64_t alignment) {
+  Block block{nullptr, num_bytes, /*mapped=*/alignment == 4096 && num_bytes > 0};
+  if (block.mapped) {
+    // Zero pages that the kernel faults in now, so that no step touches a
+    // page first, with no pass of our own over them.
+    void* mapped = mmap(nullptr, num_bytes, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (mapped != MAP_FAILED) block.data = static_cast<std::byte*>(mapped);
+  } else {
+    void* allocated = std::aligned_alloc(alignment, num_bytes == 0 ? alignment : num_bytes);
+    if (allocated != nullptr) {
+      block.data = static_cast<std::byte*>(std::memset(allocated, 0, num_bytes));
+    }
+  }
+  if (block.data == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("host tier: the system refused ", num_bytes, " bytes"));
+  }
+  absl::Status pinned = num_bytes == 0 ? absl::OkStatus() : Pin(block.data, num_bytes);
+  if (!pinned.ok()) {
+    FreeMemory(block);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "host tier: cannot page-lock ", num_bytes, " bytes (", pinned.message(),
+        "): raise the memlock limit (ulimit -l; in docker-compose, ulimits: memlock: -1) or "
+        "grant CAP_IPC_LOCK, or run the server with --pin_host_memory=false"));
+  }
+  return block;
 }
 
 absl::StatusOr<Extent> HostTier::Allocate(uint64_t num_bytes) {
@@ -37,26 +74,23 @@ absl::StatusOr<Extent> HostTier::Allocate(uint64_t num_bytes) {
   // unless registered with CUDA, which refuses two registrations of a page.
   const uint64_t alignment =
       num_bytes >= kPageAlignedFromBytes || pinning_ == Pinning::kGpu ? 4096 : 64;
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(const uint64_t rounded,
-                   RoundUpInBudget("host tier", num_bytes, alignment, used_bytes_, budget_bytes_));
-  void* block = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
-  if (block == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("host tier: the system refused ", rounded, " bytes"));
+  uint64_t rounded = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(
+        rounded, RoundUpInBudget("host tier", num_bytes, alignment, used_bytes_, budget_bytes_));
+    used_bytes_ += rounded;  // reserved while the block is made
   }
-  std::memset(block, 0, rounded);
-  absl::Status pinned = rounded == 0 ? absl::OkStatus() : Pin(block, rounded);
-  if (!pinned.ok()) {
-    std::free(block);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "host tier: cannot page-lock ", rounded, " bytes (", pinned.message(),
-        "): raise the memlock limit (ulimit -l; in docker-compose, ulimits: memlock: -1) or "
-        "grant CAP_IPC_LOCK, or run the server with --pin_host_memory=false"));
+  // Made, zeroed and pinned outside the lock: the tier's other extents stay
+  // readable and writable meanwhile.
+  absl::StatusOr<Block> block = NewBlock(rounded, alignment);
+  absl::MutexLock lock(&mu_);
+  if (!block.ok()) {
+    used_bytes_ -= rounded;
+    return block.status();
   }
   Extent extent{next_id_++, 0, num_bytes};
-  blocks_.emplace(extent.id, Block{static_cast<std::byte*>(block), rounded});
-  used_bytes_ += rounded;
+  blocks_.emplace(extent.id, *block);
   return extent;
 }
 
@@ -74,12 +108,18 @@ absl::Status HostTier::Pin(void* block, uint64_t num_bytes) {
 }
 
 void HostTier::Free(const Extent& extent) {
+  Block block;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = blocks_.find(extent.id);
+    if (it == blocks_.end()) return;
+    block = it->second;
+    blocks_.erase(it);
+  }
+  Release(block);
+  // The budget comes back once the memory has.
   absl::MutexLock lock(&mu_);
-  auto it = blocks_.find(extent.id);
-  if (it == blocks_.end()) return;
-  used_bytes_ -= it->second.num_bytes;
-  Release(it->second);
-  blocks_.erase(it);
+  used_bytes_ -= block.num_bytes;
 }
 
 absl::StatusOr<std::byte*> HostTier::Locate(const Extent& extent, uint64_t offset,

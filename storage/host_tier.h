@@ -1,10 +1,11 @@
-// HostTier: chunk extents in host memory, zeroed, aligned to 4 KiB from
-// kPageAlignedFromBytes (64 KiB) on (pinned for the GPU: all) and to 64
-// bytes below, within
-// a byte budget, optionally page-locked so that they are never swapped out:
-// with mlock, or registered with CUDA (cudaHostRegister, storage/gpu_tier.h)
-// so that the GPUs copy to and from them by DMA. Thread-safe. Reads and
-// writes are memcpy and complete inline.
+// HostTier: chunk extents in host memory, zeroed and faulted in, aligned to
+// 4 KiB from kPageAlignedFromBytes (64 KiB) on (pinned for the GPU: all) and
+// to 64 bytes below, within a byte budget, optionally page-locked so that
+// they are never swapped out: with mlock, or registered with CUDA
+// (cudaHostRegister, storage/gpu_tier.h) so that the GPUs copy to and from
+// them by DMA. Thread-safe; an extent is made and freed outside the lock
+// that reads and writes of the others take. Reads and writes are memcpy and
+// complete inline.
 #ifndef STRATA_STORAGE_HOST_TIER_H_
 #define STRATA_STORAGE_HOST_TIER_H_
 
@@ -41,15 +42,22 @@ class HostTier : public Tier {
 
  private:
   struct Block {
-    std::byte* data;
-    uint64_t num_bytes;  // as reserved from the budget
+    std::byte* data = nullptr;
+    uint64_t num_bytes = 0;  // as reserved from the budget
+    bool mapped = false;     // mmap()ed (page-aligned), else aligned_alloc()ed
   };
   // OUT_OF_RANGE unless [offset, offset + num_bytes) lies in `extent`.
   absl::StatusOr<std::byte*> Locate(const Extent& extent, uint64_t offset, uint64_t num_bytes);
 
+  // A new block of `num_bytes` (a multiple of `alignment`: 4096 or 64),
+  // zeroed, its pages faulted in, and pinned as pinning_ says; the error
+  // names the cause. Takes no lock.
+  absl::StatusOr<Block> NewBlock(uint64_t num_bytes, uint64_t alignment);
   // Page-locks a new block as pinning_ says; the error names the cause.
   absl::Status Pin(void* block, uint64_t num_bytes);
+  // Unpins and frees `block`; FreeMemory only frees it.
   void Release(const Block& block);
+  void FreeMemory(const Block& block);
 
   const uint64_t budget_bytes_;
   const Pinning pinning_;
