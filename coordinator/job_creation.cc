@@ -152,7 +152,8 @@ grpc::ServerUnaryReactor* CoordinatorService::CreateJob(grpc::CallbackServerCont
                 [answer](std::vector<std::string>) { answer(); });
   };
   fleet_.Allocate(
-      job, /*min_generation=*/0, ShardFleet::Absent::kMakeAnew,
+      job, /*min_generation=*/0,
+      manifest == nullptr ? ShardFleet::Absent::kMakeAnew : ShardFleet::Absent::kMakeAnewToLoad,
       [this, job, manifest, finish](absl::Status status, std::vector<std::string> allocated) {
         if (!status.ok() || manifest == nullptr) return finish(status, allocated);
         fleet_.Load(job, manifest,

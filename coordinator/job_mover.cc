@@ -176,7 +176,7 @@ absl::Status CoordinatorService::MoveJob(const std::string& job_id, const std::s
   DropJobOn(job_id, {stale.begin(), stale.end()});
   std::vector<std::string> allocated;
   absl::Status status =
-      AwaitAllocate(moved, generation, ShardFleet::Absent::kMakeAnew, {}, &allocated);
+      AwaitAllocate(moved, generation, ShardFleet::Absent::kMakeAnewToLoad, {}, &allocated);
   if (status.ok()) status = Await([&](auto done) { fleet_.Load(moved, manifest, done); });
   if (status.ok()) status = RecordPlacement(*moved);
   if (absl::IsNotFound(status)) {

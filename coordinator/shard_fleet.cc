@@ -63,6 +63,7 @@ void ShardFleet::Allocate(std::shared_ptr<const v1::JobInfo> job, uint64_t min_g
         for (const v1::ChunkSpec& c : ChunksOn(*job, address)) *allocate->add_chunks() = c;
         allocate->set_min_generation(min_generation);
         allocate->set_chunks_held(absent == Absent::kRefuse);
+        allocate->set_loads_checkpoint(absent == Absent::kMakeAnewToLoad);
         if (seeded != nullptr) {
           if (auto it = seeded->find(address); it != seeded->end()) {
             allocate->mutable_seeded_chunk_ids()->Assign(it->second.begin(), it->second.end());

@@ -43,10 +43,12 @@ class ShardFleet {
   void Reconnect(const std::string& address);
 
   // What a server does with a chunk it is to hold but lacks (and `seeded`
-  // does not name): a job created or restored from a checkpoint has it made
-  // anew; a copy move has the server refuse (FAILED_PRECONDITION: it
-  // restarted without the chunk, which must not come back at step 0).
-  enum class Absent { kMakeAnew, kRefuse };
+  // does not name): a job created has it made anew; one restored from a
+  // checkpoint too, and the server waits for the load before it faults in
+  // the job's checkpoint memory (AllocateChunksRequest.loads_checkpoint); a
+  // copy move has the server refuse (FAILED_PRECONDITION: it restarted
+  // without the chunk, which must not come back at step 0).
+  enum class Absent { kMakeAnew, kMakeAnewToLoad, kRefuse };
   // Allocates the job's chunks on its servers (pushes of generations before
   // `min_generation` refused; the chunks `seeded` names per server made
   // anew, the others `absent` says), then `done(status, servers that

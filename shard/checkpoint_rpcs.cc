@@ -314,7 +314,9 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
 grpc::ServerUnaryReactor* ShardService::LoadChunks(grpc::CallbackServerContext* ctx,
                                                    const v1::LoadChunksRequest* request,
                                                    v1::LoadChunksResponse*) {
-  return FinishUnary(ctx, DoLoadChunks(*request));
+  absl::Status loaded = DoLoadChunks(*request);
+  if (loaded.ok()) FaultInCheckpointMemory(request->job_id());
+  return FinishUnary(ctx, loaded);
 }
 
 }  // namespace strata

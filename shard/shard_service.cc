@@ -302,7 +302,9 @@ grpc::ServerUnaryReactor* ShardService::AllocateChunks(grpc::CallbackServerConte
                                                        const v1::AllocateChunksRequest* request,
                                                        v1::AllocateChunksResponse*) {
   absl::Status allocated = DoAllocate(*request);
-  if (allocated.ok()) FaultInCheckpointMemory(request->spec().job_id());
+  if (allocated.ok() && !request->loads_checkpoint()) {
+    FaultInCheckpointMemory(request->spec().job_id());
+  }
   return FinishUnary(ctx, allocated);
 }
 

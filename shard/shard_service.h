@@ -215,9 +215,10 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   void AddJob(std::shared_ptr<ShardJob> job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reserves (again) the pieces of `job`'s chunks in memory in the checkpoint arena.
   void ReserveCheckpointPieces(ShardJob* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After a job is allocated or recovered: faults in, on a checkpoint
-  // writer, the memory its saves' second buffers and copies will take
-  // (StateArena::FaultInReserved), so that no save's training steps do.
+  // After a job is allocated (and loaded, when a load follows), or
+  // recovered: faults in, on a checkpoint writer, the memory its saves'
+  // second buffers and copies will take (StateArena::FaultInReserved), so
+  // that no save's training steps do.
   void FaultInCheckpointMemory(const std::string& job_id);
   // Arms every chunk of the request, or none (the first chunk's error).
   absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ArmChunks(

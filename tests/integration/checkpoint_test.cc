@@ -18,6 +18,7 @@
 #include "rpc/grpc_util.h"
 #include "shard/state_arena.h"
 #include "strata/client.h"
+#include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
 #include "testing/job_runner.h"
 #include "testing/local_cluster.h"
@@ -141,6 +142,66 @@ TEST(CheckpointTest, EachJobGetsMemoryForItsSavesFaultedInAtAllocationUntilDropp
             .ok());
   }
   EXPECT_EQ(held_bytes(), per_job) << "the dropped job's pieces were kept";
+}
+
+// A job restored from a checkpoint gets that memory faulted in once its
+// chunks are loaded, not alongside the load, which it would slow down: an
+// allocation that says a load follows (AllocateChunksRequest.
+// loads_checkpoint) faults nothing in by itself; the restore's load does.
+TEST(CheckpointTest, ARestoredJobGetsMemoryForItsSavesFaultedInAfterItsLoad) {
+  const testing::ScratchDir scratch("checkpoint_fault_in_after_load");
+  auto cluster = LocalCluster::Start({1, uint64_t{64} << 20, 1});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const ShardServer& server = *(*cluster)->servers().front();
+  auto await_held = [&](uint64_t want) {
+    for (int i = 0; i < 100 && server.checkpoint_arena().held_bytes() != want; ++i) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return server.checkpoint_arena().held_bytes();
+  };
+  ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "saved");
+  o.job.world_size = 1;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const uint64_t n = (*client)->layout().num_params();
+  ASSERT_TRUE((*client)->AccumulateGradients(testing::Gradient(n, 0, 1, 0)).ok());
+  ASSERT_TRUE((*client)->Step().ok());
+  const uint64_t per_job = (*client)->layout().num_chunks() * StateArena::kAlignment;
+  ASSERT_EQ(await_held(per_job), per_job);
+  auto [code, output] =
+      Stratactl(o.coordinator_address,
+                absl::StrCat("--job=saved --dir=", scratch.path(), " checkpoint save"));
+  ASSERT_EQ(code, 0) << output;
+
+  // The saved job's chunks again, as a job that awaits its load.
+  auto coordinator = v1::Coordinator::NewStub(MakeChannel(o.coordinator_address));
+  v1::GetJobRequest get;
+  get.set_job_id("saved");
+  v1::JobInfo saved;
+  ASSERT_TRUE(
+      CallUnary(coordinator.get(), &v1::Coordinator::Stub::GetJob, get, &saved, absl::Seconds(10))
+          .ok());
+  v1::AllocateChunksRequest allocate;
+  *allocate.mutable_spec() = saved.spec();
+  allocate.mutable_spec()->set_job_id("awaits-its-load");
+  for (const v1::ChunkAssignment& a : saved.chunks()) *allocate.add_chunks() = a.chunk();
+  allocate.set_loads_checkpoint(true);
+  auto shard = v1::ShardServer::NewStub(MakeChannel(server.address()));
+  v1::AllocateChunksResponse allocated;
+  ASSERT_TRUE(CallUnary(shard.get(), &v1::ShardServer::Stub::AllocateChunks, allocate, &allocated,
+                        absl::Seconds(10))
+                  .ok());
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(server.checkpoint_arena().held_bytes(), per_job) << "faulted in before a load";
+
+  // A restore: what every job here reserved is faulted in after its load.
+  ClientOptions r = o;
+  r.job_id = "restored";
+  r.initial.checkpoint = CheckpointPath(scratch.path(), "saved", 1);
+  auto restored = Client::Connect(r);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->step(), 1);
+  EXPECT_EQ(await_held(3 * per_job), 3 * per_job) << "nothing faulted in after the load";
 }
 
 // The manifest keeps the loss scaler of its step (reported by the pushes);
