@@ -68,7 +68,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
       std::min(absl::Seconds(1), server_timeout / 4), server_timeout, shard_credentials,
       service->reachability_.get(),
       [raw](const std::string& address) { raw->OnServerLost(address); },
-      [raw](const std::string& address) { raw->CheckJobsOn(address); },
+      [raw](const std::string& address) {
+        raw->moves_due_now_ = true;  // it may be lost again: a first try then
+        raw->CheckJobsOn(address);
+      },
       [raw] {
         raw->RecheckServers();
         raw->RecoverEmptiedJobs();
@@ -123,6 +126,8 @@ absl::Status CoordinatorService::DoRegister(const v1::RegisterServerRequest& req
               server.nvme_budget_bytes(), " nvme budget bytes",
               record.draining() ? " (draining: it takes no chunks)" : "");
   CheckJobsOn(server.address());
+  // Jobs that could not move may move here.
+  moves_due_now_ = true;
   // Jobs short of copies may have them here.
   movers_.Schedule([this] { RestoreReplicas(RestoreWhen::kNow); });
   return absl::OkStatus();

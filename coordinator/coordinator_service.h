@@ -291,8 +291,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // none answers): how far the job got, which the workers' reports
   // (membership's committed step) may lag.
   int64_t HighestAppliedStep(const std::string& job_id, const std::set<std::string>& addresses);
-  // Logs `job_id`'s move failure `status` (after `why`) when it differs
-  // from its last.
+  // Whether MoveJob(`job_id`) is due again: it has not failed, its
+  // backoff has passed, or a server registered since (monitor thread).
+  bool MoveDue(const std::string& job_id);
+  // Records MoveJob(`job_id`)'s result: a failure (after `why`) backs the
+  // next try off and is logged when it differs from its last.
   void NoteMoveFailure(const std::string& job_id, const std::string& why,
                        const absl::Status& status);
 
@@ -310,8 +313,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   Checkpointer checkpointer_;
   // Runs SaveCheckpoint requests, which block.
   ThreadPool checkpoint_requests_{2};
-  // Why each job could not move yet (monitor thread only): logged when it changes.
-  std::map<std::string, std::string> move_failures_;
+  // The jobs MoveJob failed for, and when each is tried again (monitor
+  // thread only).
+  RetryBackoff move_retries_{absl::Seconds(1), absl::Seconds(30)};
+  // Set by a registration (new room): every job's move is due again.
+  std::atomic<bool> moves_due_now_{false};
   // Jobs a server lost the chunks of, and those servers: their copies go,
   // or the jobs resume from their checkpoints.
   absl::flat_hash_map<std::string, std::set<std::string>> emptied_ ABSL_GUARDED_BY(mu_);

@@ -14,6 +14,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "coordinator/await.h"
 #include "coordinator/checkpoint_store.h"
 #include "coordinator/coordinator_service.h"
@@ -36,7 +37,9 @@ void CoordinatorService::OnServerLost(const std::string& address) {
   const std::string why = absl::StrCat("shard server ", address, " is lost");
   for (const std::string& id : affected) {
     absl::Status dropped = DropCopies(id, {}, why);
-    if (absl::IsFailedPrecondition(dropped)) NoteMoveFailure(id, why, MoveJob(id, why));
+    if (absl::IsFailedPrecondition(dropped) && MoveDue(id)) {
+      NoteMoveFailure(id, why, MoveJob(id, why));
+    }
   }
 }
 
@@ -89,6 +92,7 @@ void CoordinatorService::RecoverEmptiedJobs() {
     const std::string why = "a shard server restarted without its chunks, or lost their state";
     absl::Status moved = DropCopies(id, servers, why);
     if (absl::IsFailedPrecondition(moved)) {
+      if (!MoveDue(id)) continue;
       moved = MoveJob(id, why);
       NoteMoveFailure(id, why, moved);
     }
@@ -117,14 +121,20 @@ void CoordinatorService::RecheckServers() {
   for (const std::string& address : servers) CheckJobsOn(address);
 }
 
+bool CoordinatorService::MoveDue(const std::string& job_id) {
+  if (moves_due_now_.exchange(false)) move_retries_.ForgetAllBut({});
+  return move_retries_.Due(job_id, absl::Now());
+}
+
 void CoordinatorService::NoteMoveFailure(const std::string& job_id, const std::string& why,
                                          const absl::Status& status) {
-  std::string failure = status.ok() ? "" : status.ToString();
-  if (!failure.empty() && move_failures_[job_id] != failure) {
+  if (status.ok() || absl::IsNotFound(status)) {
+    move_retries_.Forget(job_id);
+  } else if (move_retries_.Failed(job_id, status.ToString(), absl::Now())) {
     LogEventCat("coordinator", "job ", job_id, " cannot resume from a checkpoint yet (", why,
-                "): ", failure);
+                "; tried again after ", absl::FormatDuration(move_retries_.Delay(job_id)),
+                ", doubling while it fails, and when a server registers): ", status.ToString());
   }
-  move_failures_[job_id] = std::move(failure);
 }
 
 absl::Status CoordinatorService::MoveJob(const std::string& job_id, const std::string& why) {

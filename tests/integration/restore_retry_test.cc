@@ -1,12 +1,15 @@
-// A replicated job whose lost copies cannot be restored where the
-// coordinator would put them -- the only server with room refuses every
-// copy -- keeps training from the copies left while the coordinator tries
-// again with a doubling backoff, logging the failure once; a server that
+// Work the coordinator cannot finish where it would put it -- the only
+// server with room refuses every chunk -- is tried again with a doubling
+// backoff and its failure logged once: a replicated job's lost copies
+// (which keeps training from the copies left) and a job of one copy
+// resuming from its checkpoint after its server was lost. A server that
 // registers is tried at once, whatever the backoff, and takes the copies.
 // Real coordinator and shard server processes on loopback; the refusing
 // server is a gRPC service in the test that answers health checks and
 // refuses every chunk.
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include <fstream>
 #include <iterator>
@@ -33,7 +36,7 @@ namespace {
 
 constexpr int64_t kSteps = 30;
 constexpr int64_t kKillDuringStep = 13;
-// How long the refused restores are watched: with delays of 1, 2, 4 and 8 s
+// How long refusals are watched: with delays of 1, 2, 4 and 8 s
 // after the first, it is tried 5 times in it (at 0, 1, 3, 7 and 15 s; the
 // next at 31 s), and would be at every round of health checks (every
 // 250 ms) without a backoff.
@@ -117,6 +120,39 @@ class RestoreRetryTest : public ::testing::Test {
     ASSERT_TRUE(registered.ok()) << registered;
   }
 
+  // The times the refusing server refused to make chunks, from the first
+  // (awaited up to 20 s) to kWatched after it.
+  std::vector<absl::Time> WatchRefusals() {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (refusing_.allocations().empty() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    if (refusing_.allocations().empty()) return {};
+    const absl::Time first = refusing_.allocations().front();
+    absl::SleepFor(first + kWatched - absl::Now());
+    std::vector<absl::Time> tried = refusing_.allocations();
+    std::string times;
+    for (absl::Time t : tried) absl::StrAppend(&times, " ", absl::ToDoubleSeconds(t - first));
+    std::printf("refused %zu times in %.0f s, at (s after the first):%s\n", tried.size(),
+                absl::ToDoubleSeconds(kWatched), times.c_str());
+    return tried;
+  }
+
+  // `tried` (WatchRefusals) backed off: tried again, each time after a
+  // longer wait; and the refusal is in the coordinator log once, in a line
+  // with `logged_as`.
+  void ExpectBackedOff(const std::vector<absl::Time>& tried, const std::string& logged_as) {
+    ASSERT_FALSE(tried.empty()) << "the coordinator never tried";
+    EXPECT_GE(tried.size(), 4u) << "tried again";
+    EXPECT_LE(tried.size(), 6u) << "the retries back off";
+    for (size_t i = 2; i < tried.size(); ++i) {
+      EXPECT_GT(tried[i] - tried[i - 1], tried[i - 1] - tried[i - 2]) << "retry " << i;
+    }
+    const std::vector<std::string> logged = CoordinatorLogLines("refused");
+    ASSERT_EQ(logged.size(), 1u) << "the same failure is logged once";
+    EXPECT_NE(logged.front().find(logged_as), std::string::npos) << logged.front();
+  }
+
   // The coordinator log's lines that contain `text`.
   std::vector<std::string> CoordinatorLogLines(const std::string& text) const {
     std::ifstream in(scratch_.path() + "/coordinator.log");
@@ -158,28 +194,7 @@ TEST_F(RestoreRetryTest, ARefusedRestoreBacksOffAndANewServerIsTriedAtOnce) {
     EXPECT_EQ(run.reforms[rank].steps_lost, 0) << "rank " << rank;
   }
 
-  // Watch the restores the refusing server turns down.
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (refusing_.allocations().empty() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  ASSERT_FALSE(refusing_.allocations().empty()) << "the coordinator never tried to restore";
-  const absl::Time first = refusing_.allocations().front();
-  absl::SleepFor(first + kWatched - absl::Now());
-  std::vector<absl::Time> tried = refusing_.allocations();
-  std::string times;
-  for (absl::Time t : tried) absl::StrAppend(&times, " ", absl::ToDoubleSeconds(t - first));
-  std::printf("refused restores %zu times in %.0f s, at (s after the first):%s\n", tried.size(),
-              absl::ToDoubleSeconds(kWatched), times.c_str());
-  EXPECT_GE(tried.size(), 4u) << "the restore is tried again";
-  EXPECT_LE(tried.size(), 6u) << "the retries back off";
-  for (size_t i = 2; i < tried.size(); ++i) {
-    EXPECT_GT(tried[i] - tried[i - 1], tried[i - 1] - tried[i - 2]) << "retry " << i;
-  }
-  // The refusal is in the log once, however often it came back.
-  const std::vector<std::string> logged = CoordinatorLogLines("refused");
-  ASSERT_EQ(logged.size(), 1u) << "the same failure is logged once";
-  EXPECT_NE(logged.front().find("replicas not restored yet"), std::string::npos) << logged.front();
+  ExpectBackedOff(WatchRefusals(), "replicas not restored yet");
 
   // A server registers in a zone of its own: it is tried at once, not
   // after the backoff (16 s by now), and takes the missing copies.
@@ -201,6 +216,33 @@ TEST_F(RestoreRetryTest, ARefusedRestoreBacksOffAndANewServerIsTriedAtOnce) {
   auto on_added = testing::ChunksOnServer(added.address, "replicated");
   ASSERT_TRUE(on_added.ok()) << on_added.status();
   EXPECT_GT(*on_added, 0);
+}
+
+// A job of one copy per chunk whose server is lost for good resumes from its
+// checkpoint on the servers left (MoveJob); the only one with room refuses
+// the chunks, and the move backs off the same way.
+TEST_F(RestoreRetryTest, ARefusedMoveFromACheckpointBacksOff) {
+  testing::ServerProcess victim = StartServer("server-0", "a");
+  ASSERT_FALSE(victim.address.empty());
+  ClientOptions options = testing::SmallFp32Job(coordinator_, "single");
+  options.job.world_size = 1;
+  options.job.checkpoint_dir = scratch_.path();
+  {
+    auto client = Client::Connect(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    const uint64_t n = (*client)->layout().num_params();
+    ASSERT_TRUE((*client)->AccumulateGradients(testing::Gradient(n, 0, 1, 0)).ok());
+    ASSERT_TRUE((*client)->Step().ok());
+  }
+  auto [code, output] = testing::RunCommand(absl::StrCat(
+      STRATA_BIN_DIR, "/stratactl --coordinator=", coordinator_, " --job=single checkpoint save"));
+  ASSERT_EQ(code, 0) << output;
+  StartRefusingServer("b");
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  kill(victim.pid, SIGKILL);
+  waitpid(victim.pid, nullptr, 0);
+  daemons_.Forget(victim.pid);
+  ExpectBackedOff(WatchRefusals(), "cannot resume from a checkpoint yet");
 }
 
 }  // namespace
