@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
@@ -51,19 +52,19 @@ class RefusingShardServer final : public v1::ShardServer::CallbackService {
                                            v1::AllocateChunksResponse*) override {
     absl::MutexLock lock(&mu_);
     allocations_.push_back(absl::Now());
-    return Finish(context, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                        "refused: this server makes no chunk"));
+    return FinishUnary(context,
+                       absl::ResourceExhaustedError("refused: this server makes no chunk"));
   }
   grpc::ServerUnaryReactor* SeedChunks(grpc::CallbackServerContext* context,
                                        const v1::SeedChunksRequest*,
                                        v1::SeedChunksResponse*) override {
-    return Finish(context, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                        "refused: this server seeds no chunk"));
+    return FinishUnary(context,
+                       absl::ResourceExhaustedError("refused: this server seeds no chunk"));
   }
   grpc::ServerUnaryReactor* ListChunks(grpc::CallbackServerContext* context,
                                        const v1::ListChunksRequest*,
                                        v1::ListChunksResponse*) override {
-    return Finish(context, grpc::Status::OK);
+    return FinishUnary(context, absl::OkStatus());
   }
   std::vector<absl::Time> allocations() const {
     absl::MutexLock lock(&mu_);
@@ -71,13 +72,6 @@ class RefusingShardServer final : public v1::ShardServer::CallbackService {
   }
 
  private:
-  static grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
-                                          const grpc::Status& status) {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(status);
-    return reactor;
-  }
-
   mutable absl::Mutex mu_;
   std::vector<absl::Time> allocations_ ABSL_GUARDED_BY(mu_);
 };
