@@ -290,8 +290,12 @@ absl::Status ShardService::Reallocate(const v1::AllocateChunksRequest& request,
   }
   status.Update(WriteJobRecord(metadata_, record));
   job->record = std::move(record);
-  checkpoint_arena_->Unreserve(job->checkpoint_pieces);
+  // The new reservations first: the pieces kept for the chunks that stay
+  // are still needed when the old ones go, and are not freed (to be faulted
+  // in again).
+  const std::vector<uint64_t> before = std::move(job->checkpoint_pieces);
   ReserveCheckpointPieces(job);
+  checkpoint_arena_->Unreserve(before);
   LogEventCat("server", "job ", job_id, ": ", job->chunks_by_begin.size(), " chunks here (",
               placed_status.ok() ? added.chunks_size() : 0, " added, ", dropped,
               " dropped); pushes of generations before ", job->record.min_generation(), " refused");

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "rpc/grpc_util.h"
+#include "rpc/token.h"
 #include "shard/state_arena.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
@@ -142,6 +143,53 @@ TEST(CheckpointTest, EachJobGetsMemoryForItsSavesFaultedInAtAllocationUntilDropp
             .ok());
   }
   EXPECT_EQ(held_bytes(), per_job) << "the dropped job's pieces were kept";
+}
+
+// A job allocated again with the chunks it has (as each round of a move
+// allocates it on the servers that keep their copies) keeps the memory
+// faulted in for its saves: none of it is freed to be faulted in again.
+TEST(CheckpointTest, AReallocationKeepsTheMemoryFaultedInForItsSaves) {
+  auto cluster = LocalCluster::Start({1, uint64_t{64} << 20, 1});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const ShardServer& server = *(*cluster)->servers().front();
+  ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "kept");
+  o.job.world_size = 1;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const uint64_t per_job = (*client)->layout().num_chunks() * StateArena::kAlignment;
+  for (int i = 0; i < 100 && server.checkpoint_arena().held_bytes() != per_job; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(server.checkpoint_arena().held_bytes(), per_job);
+  const uint64_t allocated = server.checkpoint_arena().allocated_beyond_bytes();
+  ASSERT_EQ(allocated, per_job);
+
+  auto coordinator = v1::Coordinator::NewStub(MakeChannel(o.coordinator_address));
+  v1::GetJobRequest get;
+  get.set_job_id("kept");
+  v1::JobInfo job;
+  ASSERT_TRUE(
+      CallUnary(coordinator.get(), &v1::Coordinator::Stub::GetJob, get, &job, absl::Seconds(10))
+          .ok());
+  v1::AllocateChunksRequest allocate;
+  *allocate.mutable_spec() = job.spec();
+  for (const v1::ChunkAssignment& a : job.chunks()) *allocate.add_chunks() = a.chunk();
+  allocate.set_min_generation(2);
+  allocate.set_chunks_held(true);
+  if (!job.worker_token().empty()) {
+    allocate.set_worker_token_sha256(TokenDigest(job.worker_token()));
+  }
+  auto shard = v1::ShardServer::NewStub(MakeChannel(server.address()));
+  for (int round = 0; round < 3; ++round) {
+    v1::AllocateChunksResponse allocated;
+    ASSERT_TRUE(CallUnary(shard.get(), &v1::ShardServer::Stub::AllocateChunks, allocate, &allocated,
+                          absl::Seconds(10))
+                    .ok());
+  }
+  absl::SleepFor(absl::Milliseconds(500));  // a fault-in would be done
+  EXPECT_EQ(server.checkpoint_arena().held_bytes(), per_job);
+  EXPECT_EQ(server.checkpoint_arena().allocated_beyond_bytes(), allocated)
+      << "memory kept for the job's saves was freed and faulted in again";
 }
 
 // A job restored from a checkpoint gets that memory faulted in once its
