@@ -4,6 +4,7 @@
 #include "rpc/certified_host.h"
 #include "rpc/grpc_status.h"
 #include "rpc/rendezvous_keys.h"
+#include "rpc/step_wire.h"
 
 namespace strata {
 namespace {
@@ -18,6 +19,15 @@ grpc::ServerUnaryReactor* Gated(
     grpc::CallbackServerContext* ctx, const Request* request, Response* response) {
   if (absl::Status s = gate.Admit(*ctx, method, job_id); !s.ok()) return FinishUnary(ctx, s);
   return (service->*handler)(ctx, request, response);
+}
+
+// The job that a raw request of type `Request` names; empty for one that
+// does not parse, which the service refuses once the call is admitted.
+template <typename Request>
+std::string JobOfRaw(const grpc::ByteBuffer& raw) {
+  Request parsed;
+  ParseMessageBuffer(raw, &parsed);
+  return parsed.job_id();
 }
 
 // A stream refused before it started.
@@ -151,7 +161,7 @@ AuthorizedShardServer::AuthorizedShardServer(ShardServerService* service, const 
     : service_(service), gate_(v1::ShardServer::service_full_name(), auth, nullptr) {}
 
 using ShardBase = v1::ShardServer::CallbackService;
-using RawPullBase = ShardServerService;
+using RawBase = ShardServerService;
 
 grpc::ServerUnaryReactor* AuthorizedShardServer::AllocateChunks(
     grpc::CallbackServerContext* ctx, const v1::AllocateChunksRequest* request,
@@ -186,17 +196,12 @@ grpc::ServerUnaryReactor* AuthorizedShardServer::CommitStep(grpc::CallbackServer
 grpc::ServerUnaryReactor* AuthorizedShardServer::Pull(grpc::CallbackServerContext* ctx,
                                                       const grpc::ByteBuffer* request,
                                                       grpc::ByteBuffer* response) {
-  // The job named in the raw request; one that does not parse is refused
-  // by the service, once admitted.
-  v1::PullRequest parsed;
-  grpc::ByteBuffer copy(*request);  // Deserialize consumes its buffer
-  grpc::SerializationTraits<v1::PullRequest>::Deserialize(&copy, &parsed).IgnoreError();
-  return STRATA_GATED(RawPullBase, Pull, parsed.job_id());
+  return STRATA_GATED(RawBase, Pull, JobOfRaw<v1::PullRequest>(*request));
 }
 grpc::ServerUnaryReactor* AuthorizedShardServer::ReadState(grpc::CallbackServerContext* ctx,
-                                                           const v1::ReadStateRequest* request,
-                                                           v1::ReadStateResponse* response) {
-  return STRATA_GATED(ShardBase, ReadState, request->job_id());
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  return STRATA_GATED(RawBase, ReadState, JobOfRaw<v1::ReadStateRequest>(*request));
 }
 grpc::ServerUnaryReactor* AuthorizedShardServer::ListChunks(grpc::CallbackServerContext* ctx,
                                                             const v1::ListChunksRequest* request,

@@ -133,8 +133,8 @@ class AuthorizedShardServer final : public ShardServerService {
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ReadState(grpc::CallbackServerContext* ctx,
-                                      const v1::ReadStateRequest* request,
-                                      v1::ReadStateResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListChunks(grpc::CallbackServerContext* ctx,
                                        const v1::ListChunksRequest* request,
                                        v1::ListChunksResponse* response) override;

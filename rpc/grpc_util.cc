@@ -4,6 +4,8 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include "absl/synchronization/notification.h"
+
 namespace strata {
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
@@ -21,6 +23,21 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return grpc::CreateCustomChannel(address, credentials, args);
+}
+
+absl::Status CallRawUnary(grpc::GenericStub* stub, const std::string& method,
+                          const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
+                          absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  absl::Notification done;
+  grpc::Status status;
+  stub->UnaryCall(&context, method, grpc::StubOptions(), &request, response, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return FromGrpcStatus(status);
 }
 
 void ConfigureServerBuilder(grpc::ServerBuilder& builder) {

@@ -6,6 +6,7 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/server_builder.h>
 
 #include <memory>
@@ -40,6 +41,13 @@ absl::Status CallUnary(Stub* stub,
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   return FromGrpcStatus((stub->*method)(&context, request, response));
 }
+
+// Calls unary `method` (its full name: rpc/step_wire.h) of `stub` with raw
+// buffers in the protobuf wire format, blocking, with a deadline `timeout`
+// from now.
+absl::Status CallRawUnary(grpc::GenericStub* stub, const std::string& method,
+                          const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
+                          absl::Duration timeout);
 
 }  // namespace strata
 

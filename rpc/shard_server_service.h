@@ -1,7 +1,7 @@
-// ShardServerService: the shard server's gRPC service type. Pull takes and
-// answers raw buffers in the protobuf wire format (rpc/step_wire.h), so that
-// the pulled bytes are copied once on their way out; every other method is a
-// typed callback.
+// ShardServerService: the shard server's gRPC service type. Pull and
+// ReadState take and answer raw buffers in the protobuf wire format
+// (rpc/step_wire.h), so that the pulled parameters and the read state are
+// copied once on their way out; every other method is a typed callback.
 #ifndef STRATA_RPC_SHARD_SERVER_SERVICE_H_
 #define STRATA_RPC_SHARD_SERVER_SERVICE_H_
 
@@ -9,8 +9,8 @@
 
 namespace strata {
 
-using ShardServerService =
-    v1::ShardServer::WithRawCallbackMethod_Pull<v1::ShardServer::CallbackService>;
+using ShardServerService = v1::ShardServer::WithRawCallbackMethod_Pull<
+    v1::ShardServer::WithRawCallbackMethod_ReadState<v1::ShardServer::CallbackService>>;
 
 }  // namespace strata
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace strata {
 namespace {
@@ -21,6 +22,8 @@ using google::protobuf::io::StringOutputStream;
 constexpr int kPushGradsField = v1::PushRequest::kGradsFieldNumber;
 constexpr int kPullStepField = v1::PullResponse::kStepFieldNumber;
 constexpr int kPullParamsField = v1::PullResponse::kParamsFieldNumber;
+constexpr int kStateStepField = v1::ReadStateResponse::kAppliedStepFieldNumber;
+constexpr int kStoredStateField = v1::ReadStateResponse::kStoredStateFieldNumber;
 
 // `fields` serialized, then the key and length of bytes field `field` of
 // `bytes` bytes: the field's bytes come next on the wire.
@@ -33,6 +36,52 @@ grpc::Slice HeadOfBytesField(const google::protobuf::MessageLite& fields, int fi
     out.WriteVarint64(bytes);
   }
   return grpc::Slice(head);
+}
+
+// Parses a message of varint field `step_field` (into `*step`; 0 when
+// absent) and bytes field `bytes_field`, read into `out` span after span,
+// which must take exactly its bytes; INTERNAL naming `what` and `field_name`
+// otherwise.
+absl::Status ReadStepAndBytes(grpc::ByteBuffer* buffer, int step_field, int bytes_field,
+                              absl::Span<const absl::Span<std::byte>> out, absl::string_view what,
+                              absl::string_view field_name, int64_t* step) {
+  size_t expected_bytes = 0;
+  for (const absl::Span<std::byte>& span : out) expected_bytes += span.size();
+  grpc::ProtoBufferReader reader(buffer);
+  CodedInputStream in(&reader);
+  in.SetTotalBytesLimit(INT32_MAX);
+  bool got_bytes = false;
+  *step = 0;
+  while (uint32_t tag = in.ReadTag()) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    if (field == step_field &&
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_VARINT) {
+      uint64_t value;
+      if (!in.ReadVarint64(&value)) break;
+      *step = static_cast<int64_t>(value);
+    } else if (field == bytes_field &&
+               WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint64_t length;
+      if (!in.ReadVarint64(&length)) break;
+      if (length != expected_bytes) {
+        return absl::InternalError(
+            absl::StrCat(what, " returned ", length, " bytes; ", expected_bytes, " expected"));
+      }
+      bool read = true;
+      for (const absl::Span<std::byte>& span : out) {
+        read = read && in.ReadRaw(span.data(), static_cast<int>(span.size()));
+      }
+      if (!read) break;
+      got_bytes = true;
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      break;
+    }
+  }
+  if (!in.ConsumedEntireMessage() || (!got_bytes && expected_bytes > 0)) {
+    return absl::InternalError(
+        absl::StrCat(what, "'s response does not parse or has no ", field_name));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -59,38 +108,36 @@ grpc::ByteBuffer MessageBuffer(const google::protobuf::Message& message) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
+bool ParseMessageBuffer(const grpc::ByteBuffer& buffer, google::protobuf::Message* message) {
+  grpc::ByteBuffer copy(buffer);  // the reader consumes its buffer
+  grpc::ProtoBufferReader reader(&copy);
+  return message->ParseFromZeroCopyStream(&reader);
+}
+
+absl::StatusOr<grpc::ByteBuffer> StoredStateResponseBuffer(
+    size_t bytes, absl::FunctionRef<absl::StatusOr<int64_t>(uint8_t*)> fill) {
+  grpc_slice state = grpc_slice_malloc(bytes);
+  grpc::Slice owned(state, grpc::Slice::STEAL_REF);
+  ASSIGN_OR_RETURN(const int64_t step, fill(GRPC_SLICE_START_PTR(state)));
+  // The step follows the state: protobuf fields may come in any order.
+  v1::ReadStateResponse tail;
+  tail.set_applied_step(step);
+  grpc::Slice slices[3] = {HeadOfBytesField(v1::ReadStateResponse(), kStoredStateField, bytes),
+                           std::move(owned), grpc::Slice(tail.SerializeAsString())};
+  return grpc::ByteBuffer(slices, 3);
+}
+
 absl::Status ReadPullResponse(grpc::ByteBuffer* buffer, int64_t* step, uint8_t* out,
                               size_t expected_bytes) {
-  grpc::ProtoBufferReader reader(buffer);
-  CodedInputStream in(&reader);
-  in.SetTotalBytesLimit(INT32_MAX);
-  bool got_params = false;
-  *step = 0;
-  while (uint32_t tag = in.ReadTag()) {
-    const int field = WireFormatLite::GetTagFieldNumber(tag);
-    if (field == kPullStepField &&
-        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_VARINT) {
-      uint64_t value;
-      if (!in.ReadVarint64(&value)) break;
-      *step = static_cast<int64_t>(value);
-    } else if (field == kPullParamsField &&
-               WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
-      uint64_t length;
-      if (!in.ReadVarint64(&length)) break;
-      if (length != expected_bytes) {
-        return absl::InternalError(
-            absl::StrCat("a pull returned ", length, " bytes; ", expected_bytes, " expected"));
-      }
-      if (!in.ReadRaw(out, static_cast<int>(length))) break;
-      got_params = true;
-    } else if (!WireFormatLite::SkipField(&in, tag)) {
-      break;
-    }
-  }
-  if (!in.ConsumedEntireMessage() || (!got_params && expected_bytes > 0)) {
-    return absl::InternalError("a pull's response does not parse or has no parameters");
-  }
-  return absl::OkStatus();
+  const absl::Span<std::byte> params(reinterpret_cast<std::byte*>(out), expected_bytes);
+  return ReadStepAndBytes(buffer, kPullStepField, kPullParamsField, {&params, 1}, "a pull",
+                          "parameters", step);
+}
+
+absl::Status ReadStoredStateResponse(grpc::ByteBuffer* buffer, int64_t* step,
+                                     absl::Span<const absl::Span<std::byte>> out) {
+  return ReadStepAndBytes(buffer, kStateStepField, kStoredStateField, out, "a state read",
+                          "stored state", step);
 }
 
 }  // namespace strata

@@ -64,11 +64,20 @@ absl::Status CatchUpCopy::SetPiece(size_t i, int64_t step, absl::string_view sto
   }
   WriteStoredRange(shape_, state_, piece.offset, piece.n,
                    reinterpret_cast<const std::byte*>(stored.data()));
+  PieceRead(i, step);
+  return absl::OkStatus();
+}
+
+std::vector<absl::Span<std::byte>> CatchUpCopy::PieceSpans(size_t i) const {
+  return StoredRangeSpans(shape_, state_, pieces_[i].offset, pieces_[i].n);
+}
+
+void CatchUpCopy::PieceRead(size_t i, int64_t step) {
+  Piece& piece = pieces_[i];
   piece.step = step;
   piece.previous = false;
   CastFromFloat(state_.p + piece.offset, dtype_, copy(step) + piece.offset * DTypeSize(dtype_),
                 piece.n);
-  return absl::OkStatus();
 }
 
 std::byte* CatchUpCopy::previous(size_t i) {

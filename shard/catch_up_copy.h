@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "kernels/adam.h"
 #include "shard/chunk.h"
 #include "shard/chunk_groups.h"
@@ -65,6 +66,11 @@ class CatchUpCopy {
   // stored form: the piece is at `step`, without its copy of the step
   // before. INVALID_ARGUMENT for another size; the piece is then unchanged.
   absl::Status SetPiece(size_t i, int64_t step, absl::string_view stored);
+  // Where piece i's stored form goes (StoredRangeSpans): the source's
+  // stored state of it, read into these spans one after another, then
+  // PieceRead(i, step) sets the piece as SetPiece does.
+  std::vector<absl::Span<std::byte>> PieceSpans(size_t i) const;
+  void PieceRead(size_t i, int64_t step);
   // Piece i's copy of step pieces()[i].step - 1 (n values of the dtype),
   // for the source's, then SetPrevious(i).
   std::byte* previous(size_t i);

@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_util.h"
-#include "shard/chunk_seeder.h"
 
 namespace strata {
 namespace {
@@ -41,22 +40,17 @@ absl::Status ReadPieces(const SeedSource& source, CatchUpCopy* copy) {
                            source.address));
   return ForEachPiece(*copy, [&](size_t i) {
     const CatchUpCopy::Piece& piece = copy->pieces()[i];
-    v1::ReadStateRequest read;
-    read.set_job_id(source.job_id);
-    read.set_flat_begin(copy->chunk().flat_begin() + piece.offset);
-    read.set_num_params(piece.n);
-    read.set_stored(true);
-    v1::ReadStateResponse state;
-    RETURN_IF_ERROR(AtSource(CallUnary(source.stub, &v1::ShardServer::Stub::ReadState, read, &state,
-                                       source.call_timeout),
-                             source.address));
-    if (state.applied_step() < started.since_step()) {
-      return AtSource(
-          absl::AbortedError(absl::StrCat("read step ", state.applied_step(),
-                                          " before its log's step ", started.since_step())),
-          source.address);
+    // Straight into the copy; a piece that fails leaves the copy unusable.
+    ASSIGN_OR_RETURN(const int64_t step,
+                     ReadStoredState(source, copy->chunk().flat_begin() + piece.offset, piece.n,
+                                     copy->PieceSpans(i)));
+    if (step < started.since_step()) {
+      return AtSource(absl::AbortedError(absl::StrCat("read step ", step, " before its log's step ",
+                                                      started.since_step())),
+                      source.address);
     }
-    return AtSource(copy->SetPiece(i, state.applied_step(), state.stored_state()), source.address);
+    copy->PieceRead(i, step);
+    return absl::OkStatus();
   });
 }
 
@@ -104,9 +98,8 @@ absl::Status PullPrevious(const SeedSource& source, CatchUpCopy* copy) {
     const CatchUpCopy::Piece& piece = copy->pieces()[i];
     if (piece.previous || piece.step < 1) return absl::OkStatus();
     ASSIGN_OR_RETURN(std::optional<std::string> before,
-                     PullCopyAt(source.stub, source.address, source.job_id, piece.step - 1,
-                                copy->chunk().flat_begin() + piece.offset, piece.n, copy->dtype(),
-                                source.call_timeout));
+                     PullCopyAt(source, piece.step - 1, copy->chunk().flat_begin() + piece.offset,
+                                piece.n, copy->dtype()));
     if (!before.has_value()) return absl::OkStatus();
     std::memcpy(copy->previous(i), before->data(), before->size());
     copy->SetPrevious(i);

@@ -14,17 +14,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "shard/catch_up_copy.h"
+#include "shard/chunk_seeder.h"
 #include "strata/v1/shard.grpc.pb.h"
 
 namespace strata {
-
-// The shard server a copy is built from.
-struct SeedSource {
-  v1::ShardServer::Stub* stub = nullptr;
-  std::string address;  // for errors
-  std::string job_id;
-  absl::Duration call_timeout;
-};
 
 // Starts `copy`'s chunk's step log at the source, then reads every piece
 // (at the step the source has then, each). The source's error, naming it.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_util.h"
+#include "rpc/step_wire.h"
 
 namespace strata {
 namespace {
@@ -23,33 +24,29 @@ struct Piece {
 };
 
 // Reads `piece` from the source and writes it here.
-void SeedPiece(v1::ShardServer::Stub* source, const std::string& source_address,
-               const std::string& job_id, DType dtype, absl::Duration call_timeout,
+void SeedPiece(const SeedSource& source, DType dtype, StatePrecision precision,
                const WriteStatePiece& write, Piece* piece) {
-  v1::ReadStateRequest read;
-  read.set_job_id(job_id);
-  read.set_flat_begin(piece->begin);
-  read.set_num_params(piece->num_params);
-  read.set_stored(true);
-  v1::ReadStateResponse state;
-  piece->status =
-      AtSource(CallUnary(source, &v1::ShardServer::Stub::ReadState, read, &state, call_timeout),
-               source_address);
-  if (!piece->status.ok()) return;
-  piece->step = state.applied_step();
   v1::WriteStateRequest here;
-  here.set_job_id(job_id);
+  std::string& stored = *here.mutable_stored_state();
+  stored.resize(StateBytes(piece->num_params, precision));
+  const absl::Span<std::byte> into(reinterpret_cast<std::byte*>(stored.data()), stored.size());
+  absl::StatusOr<int64_t> step =
+      ReadStoredState(source, piece->begin, piece->num_params, {&into, 1});
+  if (!step.ok()) {
+    piece->status = step.status();
+    return;
+  }
+  piece->step = *step;
+  here.set_job_id(source.job_id);
   here.set_flat_begin(piece->begin);
   here.set_step(piece->step);
   here.set_num_params(piece->num_params);
-  here.set_stored_state(std::move(*state.mutable_stored_state()));
   // The copy of the step before, where the source keeps it (ABORTED: not
   // after a restart, nor at step 0); the new copy serves that step only
   // once every piece brought it.
   if (piece->step > 0) {
     absl::StatusOr<std::optional<std::string>> before =
-        PullCopyAt(source, source_address, job_id, piece->step - 1, piece->begin, piece->num_params,
-                   dtype, call_timeout);
+        PullCopyAt(source, piece->step - 1, piece->begin, piece->num_params, dtype);
     if (!before.ok()) {
       piece->status = before.status();
       return;
@@ -83,24 +80,38 @@ absl::Status InSeedStreams(size_t count, const std::function<absl::Status(size_t
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<std::string>> PullCopyAt(v1::ShardServer::Stub* source,
-                                                      const std::string& source_address,
-                                                      const std::string& job_id, int64_t step,
-                                                      uint64_t begin, uint64_t n, DType dtype,
-                                                      absl::Duration call_timeout) {
+absl::StatusOr<int64_t> ReadStoredState(const SeedSource& source, uint64_t begin, uint64_t n,
+                                        absl::Span<const absl::Span<std::byte>> out) {
+  v1::ReadStateRequest read;
+  read.set_job_id(source.job_id);
+  read.set_flat_begin(begin);
+  read.set_num_params(n);
+  read.set_stored(true);
+  grpc::ByteBuffer response;
+  RETURN_IF_ERROR(AtSource(CallRawUnary(source.generic, kReadStateMethod, MessageBuffer(read),
+                                        &response, source.call_timeout),
+                           source.address));
+  int64_t step = 0;
+  RETURN_IF_ERROR(AtSource(ReadStoredStateResponse(&response, &step, out), source.address));
+  return step;
+}
+
+absl::StatusOr<std::optional<std::string>> PullCopyAt(const SeedSource& source, int64_t step,
+                                                      uint64_t begin, uint64_t n, DType dtype) {
   v1::PullRequest pull;
-  pull.set_job_id(job_id);
+  pull.set_job_id(source.job_id);
   pull.set_step(step);
   pull.set_flat_begin(begin);
   pull.set_num_params(n);
   v1::PullResponse copy;
-  absl::Status pulled = CallUnary(source, &v1::ShardServer::Stub::Pull, pull, &copy, call_timeout);
+  absl::Status pulled =
+      CallUnary(source.stub, &v1::ShardServer::Stub::Pull, pull, &copy, source.call_timeout);
   if (absl::IsAborted(pulled)) return std::nullopt;
-  RETURN_IF_ERROR(AtSource(pulled, source_address));
+  RETURN_IF_ERROR(AtSource(pulled, source.address));
   if (copy.params().size() != n * DTypeSize(dtype)) {
     return AtSource(absl::InternalError(absl::StrCat("a pull of ", copy.params().size(),
                                                      " bytes for ", n, " params")),
-                    source_address);
+                    source.address);
   }
   return std::move(*copy.mutable_params());
 }
@@ -111,11 +122,9 @@ absl::Status AtSource(const absl::Status& status, const std::string& address) {
                       absl::StrCat("source shard server ", address, ": ", status.message()));
 }
 
-absl::StatusOr<SeededChunks> SeedChunkStates(v1::ShardServer::Stub* source,
-                                             const std::string& source_address,
-                                             const std::string& job_id,
+absl::StatusOr<SeededChunks> SeedChunkStates(const SeedSource& source,
                                              const std::vector<v1::ChunkSpec>& chunks, DType dtype,
-                                             absl::Duration call_timeout,
+                                             StatePrecision precision,
                                              const WriteStatePiece& write) {
   std::vector<Piece> pieces;
   for (size_t c = 0; c < chunks.size(); ++c) {
@@ -125,7 +134,7 @@ absl::StatusOr<SeededChunks> SeedChunkStates(v1::ShardServer::Stub* source,
     }
   }
   RETURN_IF_ERROR(InSeedStreams(pieces.size(), [&](size_t i) {
-    SeedPiece(source, source_address, job_id, dtype, call_timeout, write, &pieces[i]);
+    SeedPiece(source, dtype, precision, write, &pieces[i]);
     return pieces[i].status;
   }));
   SeededChunks seeded;
@@ -136,8 +145,8 @@ absl::StatusOr<SeededChunks> SeedChunkStates(v1::ShardServer::Stub* source,
     if (first == nullptr) first = &piece;
     if (piece.step != first->step) {
       return absl::AbortedError(absl::StrCat(
-          "chunk ", chunks[piece.chunk].chunk_id(), " of job ", job_id, " on shard server ",
-          source_address, " went from step ", first->step, " to ", piece.step, " during its copy"));
+          "chunk ", chunks[piece.chunk].chunk_id(), " of job ", source.job_id, " on shard server ",
+          source.address, " went from step ", first->step, " to ", piece.step, " during its copy"));
     }
     seeded.bytes += piece.bytes;
     previous[piece.chunk] = previous[piece.chunk] && piece.previous;

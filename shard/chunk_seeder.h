@@ -17,8 +17,11 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "core/chunk_bytes.h"
 #include "strata/types.h"
 #include "strata/v1/common.pb.h"
@@ -34,19 +37,32 @@ inline constexpr uint64_t kSeedPieceParams = uint64_t{1} << 18;
 static_assert(kSeedPieceParams % kInt8StateBlock == 0);
 inline constexpr uint64_t kSeedStreams = 4;
 
+// The shard server a seed reads: typed stub, generic stub (ReadState's
+// answer is read into place: rpc/step_wire.h) over the same channel, its
+// address (for errors), the job, and how long each call may take.
+struct SeedSource {
+  v1::ShardServer::Stub* stub = nullptr;
+  grpc::GenericStub* generic = nullptr;
+  std::string address;
+  std::string job_id;
+  absl::Duration call_timeout;
+};
+
 // `status` with the source shard server at `address` named.
 absl::Status AtSource(const absl::Status& status, const std::string& address);
 // Runs `each(i)` for every i in [0, count), kSeedStreams at a time, until
 // one fails; the first failure in index order.
 absl::Status InSeedStreams(size_t count, const std::function<absl::Status(size_t)>& each);
+// Reads the stored state of [begin, begin + n) of the source's chunk
+// (ReadState) into `out`, span after span, which take exactly its bytes;
+// returns the step the source had applied. The source's error, naming it.
+absl::StatusOr<int64_t> ReadStoredState(const SeedSource& source, uint64_t begin, uint64_t n,
+                                        absl::Span<const absl::Span<std::byte>> out);
 // The source's copy of `step` of [begin, begin + n) in `dtype` (Pull), or
 // nullopt where it keeps none (ABORTED: not after a restart, nor at step 0);
 // its error, naming it, otherwise.
-absl::StatusOr<std::optional<std::string>> PullCopyAt(v1::ShardServer::Stub* source,
-                                                      const std::string& source_address,
-                                                      const std::string& job_id, int64_t step,
-                                                      uint64_t begin, uint64_t n, DType dtype,
-                                                      absl::Duration call_timeout);
+absl::StatusOr<std::optional<std::string>> PullCopyAt(const SeedSource& source, int64_t step,
+                                                      uint64_t begin, uint64_t n, DType dtype);
 
 // What a seed wrote.
 struct SeededChunks {
@@ -58,16 +74,13 @@ struct SeededChunks {
 // step before when it came); the first error ends the seed.
 using WriteStatePiece = std::function<absl::Status(const v1::WriteStateRequest& piece)>;
 
-// Copies `chunks` of job `job_id` (dtype `dtype`) from the shard server
-// `source` (named `source_address` in errors) through `write`; every call
-// to the source ends within `call_timeout`. ABORTED when a chunk's pieces
-// were read at different steps (the source was not fenced); else the first
-// error of a read or a write, a read's naming the source.
-absl::StatusOr<SeededChunks> SeedChunkStates(v1::ShardServer::Stub* source,
-                                             const std::string& source_address,
-                                             const std::string& job_id,
+// Copies `chunks` of the source's job (dtype `dtype`, states of
+// `precision`) through `write`. ABORTED when a chunk's pieces were read at
+// different steps (the source was not fenced); else the first error of a
+// read or a write, a read's naming the source.
+absl::StatusOr<SeededChunks> SeedChunkStates(const SeedSource& source,
                                              const std::vector<v1::ChunkSpec>& chunks, DType dtype,
-                                             absl::Duration call_timeout,
+                                             StatePrecision precision,
                                              const WriteStatePiece& write);
 
 }  // namespace strata

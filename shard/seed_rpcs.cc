@@ -74,12 +74,19 @@ absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
   return std::vector<v1::ChunkSpec>(request.chunks().begin(), request.chunks().end());
 }
 
-absl::StatusOr<std::unique_ptr<v1::ShardServer::Stub>> ShardService::DialSource(
+absl::StatusOr<std::unique_ptr<ShardService::DialedSource>> ShardService::DialSource(
     const v1::SeedChunksRequest& request) {
   if (!dial_source_) {
     return absl::FailedPreconditionError("this shard server reads no other server");
   }
-  return dial_source_(request.source_address(), request.worker_token());
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   dial_source_(request.source_address(), request.worker_token()));
+  auto dialed = std::make_unique<DialedSource>();
+  dialed->stub = v1::ShardServer::NewStub(channel);
+  dialed->generic = std::make_unique<grpc::GenericStub>(channel);
+  dialed->source = {dialed->stub.get(), dialed->generic.get(), request.source_address(),
+                    request.job_id(), kSeedCallTimeout};
+  return dialed;
 }
 
 std::unique_ptr<ShardService::PreparedCopies> ShardService::TakePrepared(
@@ -111,18 +118,22 @@ absl::StatusOr<uint64_t> ShardService::FinishPrepared(const SeedSource& source, 
 absl::Status ShardService::DoSeedChunks(const v1::SeedChunksRequest& request,
                                         const std::vector<v1::ChunkSpec>& chunks, DType dtype,
                                         v1::SeedChunksResponse* response) {
-  ASSIGN_OR_RETURN(std::unique_ptr<v1::ShardServer::Stub> source, DialSource(request));
+  ASSIGN_OR_RETURN(std::unique_ptr<DialedSource> dialed, DialSource(request));
+  const SeedSource& from = dialed->source;
   const absl::Time started = absl::Now();
   std::unique_ptr<PreparedCopies> prepared =
       TakePrepared(request.job_id(), request.source_address());
   std::string spec;
+  StatePrecision precision = StatePrecision::kFp32;
   {
     absl::MutexLock lock(&mu_);
     const ShardJob* job = jobs_.Find(request.job_id());
-    if (job != nullptr) spec = job->record.spec().SerializeAsString();
+    if (job != nullptr) {
+      spec = job->record.spec().SerializeAsString();
+      precision = StatePrecisionOf(job->record.spec());
+    }
   }
   if (prepared != nullptr && prepared->spec != spec) prepared.reset();
-  const SeedSource from{source.get(), request.source_address(), request.job_id(), kSeedCallTimeout};
   // Chunks with a copy built aside replay the last steps; the others, and
   // those whose copy fell behind, are copied whole.
   std::vector<v1::ChunkSpec> whole;
@@ -160,10 +171,9 @@ absl::Status ShardService::DoSeedChunks(const v1::SeedChunksRequest& request,
   if (!whole.empty()) {
     ASSIGN_OR_RETURN(
         SeededChunks seeded,
-        SeedChunkStates(source.get(), request.source_address(), request.job_id(), whole, dtype,
-                        kSeedCallTimeout, [this](const v1::WriteStateRequest& piece) {
-                          return DoWriteState(piece);
-                        }));
+        SeedChunkStates(from, whole, dtype, precision, [this](const v1::WriteStateRequest& piece) {
+          return DoWriteState(piece);
+        }));
     response->set_bytes(seeded.bytes);
     response->set_previous(response->previous() + seeded.previous);
   }
@@ -197,13 +207,13 @@ absl::Status ShardService::ValidatePrepare(const v1::SeedChunksRequest& request)
 
 absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
                                          v1::SeedChunksResponse* response) {
-  ASSIGN_OR_RETURN(std::unique_ptr<v1::ShardServer::Stub> source, DialSource(request));
+  ASSIGN_OR_RETURN(std::unique_ptr<DialedSource> dialed, DialSource(request));
+  const SeedSource& from = dialed->source;
   const absl::Time started = absl::Now();
   const v1::JobSpec& spec = request.spec();
   ASSIGN_OR_RETURN(const FlatLayout layout, ValidateJobSpec(spec));
   ASSIGN_OR_RETURN(const DType dtype, DTypeFromProto(spec.dtype()));
   const StatePrecision precision = StatePrecisionOf(spec);
-  const SeedSource from{source.get(), request.source_address(), request.job_id(), kSeedCallTimeout};
   auto prepared = std::make_unique<PreparedCopies>();
   prepared->spec = spec.SerializeAsString();
   // Chunk by chunk, each read then replayed; the copies built so far

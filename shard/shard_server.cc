@@ -150,11 +150,12 @@ absl::Status ShardServer::MakeService(const ShardServerOptions& options) {
   // shard server there, which reads no job's state.
   TlsFiles ca_only;
   ca_only.ca_file = options.tls.ca_file;
-  service_->set_source_dialer([ca_only](const std::string& address, const std::string& token)
-                                  -> absl::StatusOr<std::unique_ptr<v1::ShardServer::Stub>> {
-    ASSIGN_OR_RETURN(ChannelCredentials credentials, MakeChannelCredentials(ca_only, token));
-    return v1::ShardServer::NewStub(MakeChannel(address, credentials));
-  });
+  service_->set_source_dialer(
+      [ca_only](const std::string& address,
+                const std::string& token) -> absl::StatusOr<std::shared_ptr<grpc::Channel>> {
+        ASSIGN_OR_RETURN(ChannelCredentials credentials, MakeChannelCredentials(ca_only, token));
+        return MakeChannel(address, credentials);
+      });
   if (options.auth) {
     ASSIGN_OR_RETURN(auth_, Authenticator::Create("", service_.get()));
     authorized_ = std::make_unique<AuthorizedShardServer>(service_.get(), auth_.get());

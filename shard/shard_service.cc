@@ -13,6 +13,7 @@
 #include "core/status_macros.h"
 #include "rpc/grpc_status.h"
 #include "rpc/job_spec.h"
+#include "rpc/step_wire.h"
 #include "shard/state_math.h"
 
 namespace strata {
@@ -422,8 +423,7 @@ grpc::ServerUnaryReactor* ShardService::WriteState(grpc::CallbackServerContext* 
   return FinishUnary(ctx, DoWriteState(*request));
 }
 
-absl::Status ShardService::DoReadState(const v1::ReadStateRequest& request,
-                                       v1::ReadStateResponse* response) {
+absl::StatusOr<grpc::ByteBuffer> ShardService::DoReadState(const v1::ReadStateRequest& request) {
   constexpr uint64_t kMaxReadParams = uint64_t{1} << 20;
   if (request.num_params() > kMaxReadParams) {
     return absl::InvalidArgumentError(absl::StrCat("read of ", request.num_params(),
@@ -434,30 +434,34 @@ absl::Status ShardService::DoReadState(const v1::ReadStateRequest& request,
                    FindChunk(request.job_id(), request.flat_begin(), request.num_params()));
   if (request.stored()) {
     const uint64_t n = request.num_params();
-    std::string* out = response->mutable_stored_state();
-    out->resize(StateBytes(n, chunk->state_shape().precision));
-    ASSIGN_OR_RETURN(
-        const int64_t step,
-        chunk->CopyState(request.flat_begin(), n, reinterpret_cast<std::byte*>(out->data())));
-    response->set_applied_step(step);
-    return absl::OkStatus();
+    return StoredStateResponseBuffer(
+        StateBytes(n, chunk->state_shape().precision), [&](uint8_t* out) {
+          return chunk->CopyState(request.flat_begin(), n, reinterpret_cast<std::byte*>(out));
+        });
   }
+  v1::ReadStateResponse response;
   int n = static_cast<int>(request.num_params());
-  response->mutable_params()->Resize(n, 0.0f);
-  response->mutable_exp_avg()->Resize(n, 0.0f);
-  response->mutable_exp_avg_sq()->Resize(n, 0.0f);
+  response.mutable_params()->Resize(n, 0.0f);
+  response.mutable_exp_avg()->Resize(n, 0.0f);
+  response.mutable_exp_avg_sq()->Resize(n, 0.0f);
   ASSIGN_OR_RETURN(int64_t step, chunk->ReadState(request.flat_begin(), n,
-                                                  response->mutable_params()->mutable_data(),
-                                                  response->mutable_exp_avg()->mutable_data(),
-                                                  response->mutable_exp_avg_sq()->mutable_data()));
-  response->set_applied_step(step);
-  return absl::OkStatus();
+                                                  response.mutable_params()->mutable_data(),
+                                                  response.mutable_exp_avg()->mutable_data(),
+                                                  response.mutable_exp_avg_sq()->mutable_data()));
+  response.set_applied_step(step);
+  return MessageBuffer(response);
 }
 
 grpc::ServerUnaryReactor* ShardService::ReadState(grpc::CallbackServerContext* ctx,
-                                                  const v1::ReadStateRequest* request,
-                                                  v1::ReadStateResponse* response) {
-  return FinishUnary(ctx, DoReadState(*request, response));
+                                                  const grpc::ByteBuffer* raw_request,
+                                                  grpc::ByteBuffer* response) {
+  v1::ReadStateRequest request;
+  if (!ParseMessageBuffer(*raw_request, &request)) {
+    return FinishUnary(ctx, absl::InvalidArgumentError("the state read request does not parse"));
+  }
+  absl::StatusOr<grpc::ByteBuffer> read = DoReadState(request);
+  if (read.ok()) *response = *std::move(read);
+  return FinishUnary(ctx, read.status());
 }
 
 grpc::ServerUnaryReactor* ShardService::ListChunks(grpc::CallbackServerContext* ctx,

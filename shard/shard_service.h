@@ -12,6 +12,9 @@
 #ifndef STRATA_SHARD_SHARD_SERVICE_H_
 #define STRATA_SHARD_SHARD_SERVICE_H_
 
+#include <grpcpp/channel.h>
+#include <grpcpp/generic/generic_stub.h>
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -78,11 +81,11 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // finds a chunk's state lost (Chunk::lost()), so that the coordinator
   // hears of it; call before serving.
   void set_on_chunk_lost(std::function<void()> on_lost) { on_chunk_lost_ = std::move(on_lost); }
-  // Makes the stub through which SeedChunks reads the source server at
+  // Makes the channel through which SeedChunks reads the source server at
   // `address` as a worker of the job whose token is `worker_token` (empty:
   // no credentials). Without one, SeedChunks is FAILED_PRECONDITION. Call
   // before serving.
-  using SourceDialer = std::function<absl::StatusOr<std::unique_ptr<v1::ShardServer::Stub>>(
+  using SourceDialer = std::function<absl::StatusOr<std::shared_ptr<grpc::Channel>>(
       const std::string& address, const std::string& worker_token)>;
   void set_source_dialer(SourceDialer dial) { dial_source_ = std::move(dial); }
   // The job whose AllocateChunks carried `digest` as its worker token's.
@@ -108,9 +111,10 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // A PullRequest in, a PullResponse out, as raw buffers (ShardServerService).
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
+  // A ReadStateRequest in, a ReadStateResponse out, as raw buffers.
   grpc::ServerUnaryReactor* ReadState(grpc::CallbackServerContext* ctx,
-                                      const v1::ReadStateRequest* request,
-                                      v1::ReadStateResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListChunks(grpc::CallbackServerContext* ctx,
                                        const v1::ListChunksRequest* request,
                                        v1::ListChunksResponse* response) override;
@@ -193,7 +197,8 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // Commits a step's scalars to every chunk of the job here, scheduling the
   // apply of those that are ready; the first chunk's error.
   absl::Status DoCommitStep(const v1::CommitStepRequest& request);
-  absl::Status DoReadState(const v1::ReadStateRequest& request, v1::ReadStateResponse* response);
+  // The ReadStateResponse to `request`, as a buffer.
+  absl::StatusOr<grpc::ByteBuffer> DoReadState(const v1::ReadStateRequest& request);
   // The chunk of `job_id` that holds all of [begin, begin + n): NOT_FOUND for
   // an unknown job or a range no chunk here holds, INVALID_ARGUMENT for an
   // empty range or one that crosses a chunk boundary. Sets the job's dtype
@@ -242,10 +247,15 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   absl::Status DoSeedChunks(const v1::SeedChunksRequest& request,
                             const std::vector<v1::ChunkSpec>& chunks, DType dtype,
                             v1::SeedChunksResponse* response);
-  // The stub through which a seed reads the request's source, as a worker
-  // of its job; FAILED_PRECONDITION without a SourceDialer.
-  absl::StatusOr<std::unique_ptr<v1::ShardServer::Stub>> DialSource(
-      const v1::SeedChunksRequest& request);
+  // The request's source as a seed reads it (as a worker of its job): the
+  // stubs, and the SeedSource that points at them.
+  struct DialedSource {
+    std::unique_ptr<v1::ShardServer::Stub> stub;
+    std::unique_ptr<grpc::GenericStub> generic;
+    SeedSource source;
+  };
+  // FAILED_PRECONDITION without a SourceDialer; the dialer's error.
+  absl::StatusOr<std::unique_ptr<DialedSource>> DialSource(const v1::SeedChunksRequest& request);
   // Copies of a job's chunks built aside from one source (SeedChunks with
   // prepare), by chunk id, and the job's spec (serialized) they follow.
   struct PreparedCopies {

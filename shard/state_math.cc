@@ -34,21 +34,6 @@ StateView ViewFrom(const StateView& state, uint64_t offset) {
   return view;
 }
 
-// Copies n parameters' state from `from` to `to`, views of `precision`.
-void CopyView(StatePrecision precision, uint64_t n, const StateView& from, const StateView& to) {
-  std::memcpy(to.p, from.p, n * sizeof(float));
-  if (precision == StatePrecision::kFp32) {
-    std::memcpy(to.m, from.m, n * sizeof(float));
-    std::memcpy(to.v, from.v, n * sizeof(float));
-    return;
-  }
-  const uint64_t blocks = Int8StateBlocks(n);
-  std::memcpy(to.q.m_scale, from.q.m_scale, blocks * sizeof(float));
-  std::memcpy(to.q.v_scale, from.q.v_scale, blocks * sizeof(float));
-  std::memcpy(to.q.m, from.q.m, n);
-  std::memcpy(to.q.v, from.q.v, n);
-}
-
 // The first of `count` FP32 values at `values` (any alignment) that is not
 // finite or, with `non_negative`, is below 0; -1 when none.
 int64_t FirstBadValue(const std::byte* values, uint64_t count, bool non_negative) {
@@ -206,16 +191,35 @@ bool IsStoredRange(const StateShape& shape, uint64_t offset, uint64_t n) {
          (n % kInt8StateBlock == 0 || offset + n == shape.num_params);
 }
 
+std::vector<absl::Span<std::byte>> StoredRangeSpans(const StateShape& shape, const StateView& state,
+                                                    uint64_t offset, uint64_t n) {
+  const StateView at = ViewFrom(state, offset);
+  auto span = [](void* data, uint64_t bytes) {
+    return absl::Span<std::byte>(static_cast<std::byte*>(data), bytes);
+  };
+  if (shape.precision == StatePrecision::kFp32) {
+    return {span(at.p, n * sizeof(float)), span(at.m, n * sizeof(float)),
+            span(at.v, n * sizeof(float))};
+  }
+  const uint64_t blocks = Int8StateBlocks(n);
+  return {span(at.p, n * sizeof(float)), span(at.q.m_scale, blocks * sizeof(float)),
+          span(at.q.v_scale, blocks * sizeof(float)), span(at.q.m, n), span(at.q.v, n)};
+}
+
 void ReadStoredRange(const StateShape& shape, const StateView& state, uint64_t offset, uint64_t n,
                      std::byte* out) {
-  CopyView(shape.precision, n, ViewFrom(state, offset), StateShape{n, shape.precision}.ViewOf(out));
+  for (const absl::Span<std::byte>& span : StoredRangeSpans(shape, state, offset, n)) {
+    std::memcpy(out, span.data(), span.size());
+    out += span.size();
+  }
 }
 
 void WriteStoredRange(const StateShape& shape, const StateView& state, uint64_t offset, uint64_t n,
                       const std::byte* in) {
-  // The view does not write through `in`.
-  CopyView(shape.precision, n, StateShape{n, shape.precision}.ViewOf(const_cast<std::byte*>(in)),
-           ViewFrom(state, offset));
+  for (const absl::Span<std::byte>& span : StoredRangeSpans(shape, state, offset, n)) {
+    std::memcpy(span.data(), in, span.size());
+    in += span.size();
+  }
 }
 
 absl::Status CheckStoredState(const StateShape& shape, const std::byte* state,

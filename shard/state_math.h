@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -44,6 +45,10 @@ void WriteStateFp32(const StateShape& shape, const StateView& state, uint64_t of
 // range of an FP32 state; whole blocks of an 8-bit one, the last of which
 // may end the state.
 bool IsStoredRange(const StateShape& shape, uint64_t offset, uint64_t n);
+// Where the stored form of [offset, offset + n) of `state` (IsStoredRange)
+// lies in it: spans whose bytes, one after another, are that stored form.
+std::vector<absl::Span<std::byte>> StoredRangeSpans(const StateShape& shape, const StateView& state,
+                                                    uint64_t offset, uint64_t n);
 // Copies [offset, offset + n) of `state` (IsStoredRange) to `out`, in its
 // stored form: the same bits.
 void ReadStoredRange(const StateShape& shape, const StateView& state, uint64_t offset, uint64_t n,

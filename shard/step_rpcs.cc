@@ -222,8 +222,7 @@ grpc::ServerUnaryReactor* ShardService::Pull(grpc::CallbackServerContext* ctx,
                                              const grpc::ByteBuffer* raw_request,
                                              grpc::ByteBuffer* response) {
   v1::PullRequest request;
-  grpc::ByteBuffer raw(*raw_request);  // Deserialize consumes its buffer
-  if (!grpc::SerializationTraits<v1::PullRequest>::Deserialize(&raw, &request).ok()) {
+  if (!ParseMessageBuffer(*raw_request, &request)) {
     return FinishUnary(ctx, absl::InvalidArgumentError("the pull request does not parse"));
   }
   DType dtype;

@@ -149,11 +149,22 @@ TEST_P(CatchUpCopyTest, PiecesReadAtDifferentStepsReplayToTheChunksBits) {
                                   kPieceParams, &arena_);
   ASSERT_TRUE(copy.ok()) << copy.status();
   ASSERT_EQ((*copy)->pieces().size(), 4u);
-  // Each piece read one step after the one before: steps 3, 4, 5, 6.
+  // Each piece read one step after the one before: steps 3, 4, 5, 6; the
+  // odd ones as a seed reads them, into the piece's spans.
   for (size_t i = 0; i < (*copy)->pieces().size(); ++i) {
     const CatchUpCopy::Piece& piece = (*copy)->pieces()[i];
     const State read = Read(*source, kBegin + piece.offset, piece.n);
-    ASSERT_TRUE((*copy)->SetPiece(i, read.step, read.stored).ok());
+    if (i % 2 == 0) {
+      ASSERT_TRUE((*copy)->SetPiece(i, read.step, read.stored).ok());
+    } else {
+      const char* from = read.stored.data();
+      for (const absl::Span<std::byte>& span : (*copy)->PieceSpans(i)) {
+        std::memcpy(span.data(), from, span.size());
+        from += span.size();
+      }
+      ASSERT_EQ(from, read.stored.data() + read.stored.size());
+      (*copy)->PieceRead(i, read.step);
+    }
     Train(*source, ++step, Grads());
   }
   Train(*source, ++step, Grads());

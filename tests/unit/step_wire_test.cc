@@ -1,10 +1,12 @@
 // rpc/step_wire.h against protobuf's own serializer and parser: a push
 // built from its fields and referenced gradients parses as the same
-// PushRequest, a server's pull response as the same PullResponse; a pull
-// response is read into place with its step; wrong sizes and garbage are
+// PushRequest, a server's pull response as the same PullResponse and its
+// stored-state read as the same ReadStateResponse; pull responses and state
+// reads are read into place with their step; wrong sizes and garbage are
 // refused.
 #include "rpc/step_wire.h"
 
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -110,6 +112,59 @@ TEST(StepWireTest, WrongSizesAndGarbageAreRefused) {
   grpc::Slice empty_slice(empty.SerializeAsString());
   grpc::ByteBuffer none(&empty_slice, 1);
   EXPECT_TRUE(absl::IsInternal(ReadPullResponse(&none, &step, out.data(), 100)));
+}
+
+// A state read filled in place, as a shard server answers it.
+absl::StatusOr<grpc::ByteBuffer> StateBuffer(const std::vector<uint8_t>& state, int64_t step) {
+  return StoredStateResponseBuffer(state.size(), [&](uint8_t* out) -> absl::StatusOr<int64_t> {
+    std::memcpy(out, state.data(), state.size());
+    return step;
+  });
+}
+
+TEST(StepWireTest, AStoredStateReadParsesAsTheReadStateResponseAndIsReadIntoSpans) {
+  const std::vector<uint8_t> state = RandomBytes(300000, 4);
+  absl::StatusOr<grpc::ByteBuffer> buffer = StateBuffer(state, 41);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  v1::ReadStateResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Bytes(*buffer)));
+  EXPECT_EQ(parsed.applied_step(), 41);
+  EXPECT_EQ(parsed.stored_state(), std::string(state.begin(), state.end()));
+  // Read back into spans of uneven sizes, one after another.
+  std::vector<std::byte> p(100000), one(1), rest(199999);
+  const absl::Span<std::byte> spans[] = {absl::MakeSpan(p), absl::MakeSpan(one),
+                                         absl::MakeSpan(rest)};
+  int64_t step = -1;
+  ASSERT_TRUE(ReadStoredStateResponse(&*buffer, &step, spans).ok());
+  EXPECT_EQ(step, 41);
+  std::vector<uint8_t> joined;
+  for (const auto& span : spans) {
+    for (std::byte b : span) joined.push_back(static_cast<uint8_t>(b));
+  }
+  EXPECT_EQ(joined, state);
+}
+
+TEST(StepWireTest, AStateReadsFailureIsItsAndWrongSizesAreRefused) {
+  absl::StatusOr<grpc::ByteBuffer> failed =
+      StoredStateResponseBuffer(10, [](uint8_t*) -> absl::StatusOr<int64_t> {
+        return absl::InvalidArgumentError("the range cuts a block");
+      });
+  EXPECT_TRUE(absl::IsInvalidArgument(failed.status())) << failed.status();
+  absl::StatusOr<grpc::ByteBuffer> buffer = StateBuffer(RandomBytes(10, 5), 3);
+  ASSERT_TRUE(buffer.ok());
+  std::vector<std::byte> longer(11);
+  const absl::Span<std::byte> into[] = {absl::MakeSpan(longer)};
+  int64_t step;
+  absl::Status s = ReadStoredStateResponse(&*buffer, &step, into);
+  EXPECT_TRUE(absl::IsInternal(s)) << s;
+  EXPECT_EQ(s.message(), "a state read returned 10 bytes; 11 expected");
+  // A typed response without a stored state (FP32 values instead).
+  v1::ReadStateResponse values;
+  values.set_applied_step(3);
+  values.add_params(1.0f);
+  grpc::Slice slice(values.SerializeAsString());
+  grpc::ByteBuffer typed(&slice, 1);
+  EXPECT_TRUE(absl::IsInternal(ReadStoredStateResponse(&typed, &step, into)));
 }
 
 }  // namespace
