@@ -223,7 +223,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
                           v1::CopiesMoved* moved, bool compare_unmoved = false);
   // A move's first half, while the job trains: each new copy's server
   // builds it aside (SeedCopies with `prepare`; those it could not build
-  // are copied whole later, which is logged) and the new copies are
+  // are copied whole later, which is logged) while the new copies are
   // allocated, empty and unfenced. The allocation's error.
   absl::Status PrepareCopies(const v1::JobInfo& before, const v1::JobInfo& after,
                              std::shared_ptr<const v1::JobInfo> both, const std::string& why,

@@ -161,18 +161,23 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
 absl::Status CoordinatorService::PrepareCopies(const v1::JobInfo& before, const v1::JobInfo& after,
                                                std::shared_ptr<const v1::JobInfo> both,
                                                const std::string& why, v1::CopiesMoved* copied) {
+  // The new copies start empty, also on a server that holds a stale one
+  // (not in `before`: no worker pushes to it). They are made -- their
+  // memory zeroed and pinned -- while the job trains and while their copies
+  // are built aside: fenced against no generation, every server goes on.
+  absl::Status allocated;
+  std::thread allocate([&] {
+    allocated = AwaitAllocate(both, /*min_generation=*/0, ShardFleet::Absent::kRefuse,
+                              NewCopies(before, after));
+  });
   const absl::Time started = absl::Now();
   absl::Status prepared;
   if (absl::StatusOr<SeedPlan> new_copies = PlanSeeds(before, after, is_lost_); new_copies.ok()) {
     prepared = SeedCopies(before, *new_copies, /*prepare=*/true, copied);
   }
   copied->set_prepare_seconds(absl::ToDoubleSeconds(absl::Now() - started));
-  // The new copies start empty, also on a server that holds a stale one
-  // (not in `before`: no worker pushes to it). They are made -- their
-  // memory zeroed and pinned -- while the job trains: fenced against no
-  // generation, every server goes on.
-  RETURN_IF_ERROR(AwaitAllocate(both, /*min_generation=*/0, ShardFleet::Absent::kRefuse,
-                                NewCopies(before, after)));
+  allocate.join();
+  RETURN_IF_ERROR(allocated);
   if (!prepared.ok()) {
     LogEventCat("coordinator", "job ", before.spec().job_id(), " (", why,
                 "): copies not built aside are copied whole once fenced: ", prepared.ToString());
