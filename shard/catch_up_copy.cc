@@ -13,45 +13,49 @@ namespace strata {
 absl::StatusOr<std::unique_ptr<CatchUpCopy>> CatchUpCopy::Create(
     const v1::ChunkSpec& chunk, DType dtype, StatePrecision precision, AdamConfig adam,
     ChunkGroups groups, uint64_t piece_params, StateArena* arena) {
-  // The state, then two copies; a chunk has at most kMaxChunkNumParams, so
-  // this does not overflow.
-  const uint64_t bytes =
-      CopiesOffset({chunk.num_params(), precision}) + ChunkCopyBytes(chunk.num_params(), dtype);
-  absl::StatusOr<std::byte*> memory = arena->Take(bytes);
-  if (!memory.ok()) {
-    return absl::ResourceExhaustedError(absl::StrCat("no memory to build a copy of chunk ",
-                                                     chunk.chunk_id(), " aside (", bytes,
-                                                     " bytes): ", memory.status().message()));
+  // A chunk has at most kMaxChunkNumParams, so these do not overflow.
+  const uint64_t state_bytes = StateBytes(chunk.num_params(), precision);
+  const uint64_t copies_bytes = ChunkCopyBytes(chunk.num_params(), dtype);
+  auto refused = [&](const absl::Status& s) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no memory to build a copy of chunk ", chunk.chunk_id(), " aside (",
+                     state_bytes + copies_bytes, " bytes): ", s.message()));
+  };
+  absl::StatusOr<std::byte*> state = arena->Take(state_bytes);
+  if (!state.ok()) return refused(state.status());
+  absl::StatusOr<std::byte*> copies = arena->Take(copies_bytes);
+  if (!copies.ok()) {
+    arena->Give(*state, state_bytes);
+    return refused(copies.status());
   }
   return std::unique_ptr<CatchUpCopy>(new CatchUpCopy(
-      chunk, dtype, precision, adam, std::move(groups), piece_params, arena, *memory, bytes));
+      chunk, dtype, precision, adam, std::move(groups), piece_params, arena, *state, *copies));
 }
 
 CatchUpCopy::CatchUpCopy(const v1::ChunkSpec& chunk, DType dtype, StatePrecision precision,
                          AdamConfig adam, ChunkGroups groups, uint64_t piece_params,
-                         StateArena* arena, std::byte* memory, uint64_t bytes)
+                         StateArena* arena, std::byte* state, std::byte* copies)
     : chunk_(chunk),
       dtype_(dtype),
       adam_(adam),
       groups_(std::move(groups)),
       arena_(arena),
-      memory_(memory),
-      bytes_(bytes),
       shape_{chunk.num_params(), precision},
-      state_(shape_.ViewOf(memory)) {
+      state_memory_(state),
+      copies_memory_(copies),
+      state_(shape_.ViewOf(state)) {
   for (uint64_t offset = 0; offset < chunk.num_params(); offset += piece_params) {
     pieces_.push_back({offset, std::min(piece_params, chunk.num_params() - offset)});
   }
 }
 
-CatchUpCopy::~CatchUpCopy() { arena_->Give(memory_, bytes_); }
-
-uint64_t CatchUpCopy::CopiesOffset(const StateShape& shape) {
-  return (shape.bytes() + kCopiesAlignment - 1) / kCopiesAlignment * kCopiesAlignment;
+CatchUpCopy::~CatchUpCopy() {
+  arena_->Give(state_memory_, shape_.bytes());
+  arena_->Give(copies_memory_, copies_bytes());
 }
 
 std::byte* CatchUpCopy::copy(int64_t step) const {
-  return memory_ + CopiesOffset(shape_) + (step & 1) * num_params() * DTypeSize(dtype_);
+  return copies_memory_ + (step & 1) * num_params() * DTypeSize(dtype_);
 }
 
 absl::Status CatchUpCopy::SetPiece(size_t i, int64_t step, absl::string_view stored) {
@@ -134,7 +138,7 @@ absl::Status CatchUpCopy::WriteInto(Chunk& chunk) {
       previous ? absl::string_view(reinterpret_cast<const char*>(copy(step - 1)),
                                    num_params() * DTypeSize(dtype_))
                : absl::string_view();
-  return chunk.WriteStoredState(chunk_.flat_begin(), num_params(), step, before, memory_);
+  return chunk.WriteStoredState(chunk_.flat_begin(), num_params(), step, before, state_memory_);
 }
 
 }  // namespace strata

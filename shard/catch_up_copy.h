@@ -10,9 +10,11 @@
 // once every piece is at t: WriteInto() puts it into the chunk allocated
 // for it.
 //
-// Memory: the state and each piece's low-precision copies of its last two
-// steps (what Chunk keeps for pulls), from a StateArena, given back when
-// the copy goes.
+// Memory: the state, and apart each piece's low-precision copies of its
+// last two steps (what Chunk keeps for pulls), from a StateArena, given
+// back when the copy goes. The state is a piece of a chunk state's size:
+// the arena keeps it for the new chunk's saves once its reservation is
+// made (StateArena::Reserve), with no memory faulted in again.
 //
 // Thread-safety: distinct pieces may be filled and replayed from different
 // threads at once; everything else one thread at a time.
@@ -92,14 +94,10 @@ class CatchUpCopy {
 
  private:
   CatchUpCopy(const v1::ChunkSpec& chunk, DType dtype, StatePrecision precision, AdamConfig adam,
-              ChunkGroups groups, uint64_t piece_params, StateArena* arena, std::byte* memory,
-              uint64_t bytes);
+              ChunkGroups groups, uint64_t piece_params, StateArena* arena, std::byte* state,
+              std::byte* copies);
   uint64_t num_params() const { return chunk_.num_params(); }
-  // Where the copies start in the memory: after the state, aligned for any
-  // dtype's vector stores (an 8-bit state's bytes need not be a multiple
-  // of 4).
-  static constexpr uint64_t kCopiesAlignment = 64;
-  static uint64_t CopiesOffset(const StateShape& shape);
+  uint64_t copies_bytes() const { return ChunkCopyBytes(num_params(), dtype_); }
   // The copy of `step`: the two copies alternate, as in Chunk.
   std::byte* copy(int64_t step) const;
 
@@ -108,9 +106,9 @@ class CatchUpCopy {
   const AdamConfig adam_;
   const ChunkGroups groups_;
   StateArena* const arena_;
-  std::byte* const memory_;  // the state, then (CopiesOffset) the two copies
-  const uint64_t bytes_;
   const StateShape shape_;
+  std::byte* const state_memory_;   // shape_.bytes()
+  std::byte* const copies_memory_;  // copies_bytes(): the two copies
   const StateView state_;
   std::vector<Piece> pieces_;
 };

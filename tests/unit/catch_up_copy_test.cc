@@ -228,11 +228,42 @@ TEST_P(CatchUpCopyTest, AStepThatIsNotAPiecesNextIsRefusedAndChangesNothing) {
   EXPECT_TRUE(Read(*replica, kBegin, kPieceParams).stored == read.stored);
 }
 
+// Rounded up to the arena's pieces.
+uint64_t PieceBytes(uint64_t bytes) {
+  return (bytes + StateArena::kAlignment - 1) / StateArena::kAlignment * StateArena::kAlignment;
+}
+
 TEST_P(CatchUpCopyTest, ACopyTheArenaHasNoRoomForIsRefused) {
   StateArena small(0, /*limit_bytes=*/4096);
   auto copy = CatchUpCopy::Create(Spec(), dtype(), precision(), AdamConfig{}, TwoGroups(),
                                   kPieceParams, &small);
   EXPECT_EQ(copy.status().code(), absl::StatusCode::kResourceExhausted);
+  // Room for the state and not the copies: the state goes back.
+  StateArena state_only(0, PieceBytes(StoredBytes(kN)));
+  copy = CatchUpCopy::Create(Spec(), dtype(), precision(), AdamConfig{}, TwoGroups(), kPieceParams,
+                             &state_only);
+  EXPECT_EQ(copy.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(state_only.taken_bytes(), 0u);
+}
+
+// A copy's state is a piece of a chunk state's size: once the new chunk's
+// saves reserve theirs, the arena counts it and faults nothing in for
+// them, and keeps it when the copy goes (its copies of the steps are freed).
+TEST_P(CatchUpCopyTest, ACopysStateStaysAsTheMemoryOfItsChunksSaves) {
+  StateArena arena(0);
+  auto copy = CatchUpCopy::Create(Spec(), dtype(), precision(), AdamConfig{}, TwoGroups(),
+                                  kPieceParams, &arena);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  const uint64_t allocated = arena.allocated_beyond_bytes();
+  EXPECT_EQ(allocated, PieceBytes(StoredBytes(kN)) + PieceBytes(ChunkCopyBytes(kN, dtype())));
+  arena.Reserve({StoredBytes(kN)});
+  EXPECT_EQ(arena.FaultInReserved().allocated_bytes, 0u);
+  copy->reset();
+  EXPECT_EQ(arena.held_bytes(), PieceBytes(StoredBytes(kN)));
+  absl::StatusOr<std::byte*> save = arena.Take(StoredBytes(kN));
+  ASSERT_TRUE(save.ok()) << save.status();
+  EXPECT_EQ(arena.allocated_beyond_bytes(), allocated) << "the save's memory was faulted in anew";
+  arena.Give(*save, StoredBytes(kN));
 }
 
 // An 8-bit state's stored form covers whole blocks: a range that cuts one
