@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
@@ -19,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
+#include "rpc/step_wire.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
@@ -258,6 +260,24 @@ TEST_F(BadInputTest, GarbageBytesOnThePort) {
     char buffer[256];
     (void)read(fd, buffer, sizeof(buffer));  // the server answers or closes
     close(fd);
+  }
+}
+
+// Pull and ReadState take raw buffers (rpc/step_wire.h): bytes that are
+// no request of theirs are INVALID_ARGUMENT, said so, and change nothing
+// (TearDown).
+TEST_F(BadInputTest, RawRequestsThatDoNotParseAreRefused) {
+  grpc::GenericStub generic(MakeChannel(chunk0_server_));
+  grpc::Slice garbage(std::string("\x0a\xff\xff\xff\xff\x0f truncated"));
+  const grpc::ByteBuffer request(&garbage, 1);
+  const std::pair<const char*, const char*> rpcs[] = {
+      {kPullMethod, "the pull request does not parse"},
+      {kReadStateMethod, "the state read request does not parse"}};
+  for (const auto& [method, message] : rpcs) {
+    grpc::ByteBuffer response;
+    const absl::Status s = CallRawUnary(&generic, method, request, &response, absl::Seconds(10));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << method << ": " << s;
+    EXPECT_EQ(s.message(), message);
   }
 }
 
