@@ -49,6 +49,46 @@ std::vector<int64_t> ListedSteps(const std::string& coordinator, const std::stri
   return steps;
 }
 
+// Waits up to 5 s for `server`'s checkpoint arena to hold `want` bytes;
+// what it holds then.
+uint64_t AwaitHeld(const ShardServer& server, uint64_t want) {
+  for (int i = 0; i < 100 && server.checkpoint_arena().held_bytes() != want; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return server.checkpoint_arena().held_bytes();
+}
+
+// `job_id` as the coordinator at `coordinator` has it (GetJob; a failure
+// fails the test).
+v1::JobInfo JobOf(const std::string& coordinator, const std::string& job_id) {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+  v1::GetJobRequest get;
+  get.set_job_id(job_id);
+  v1::JobInfo job;
+  const absl::Status got =
+      CallUnary(stub.get(), &v1::Coordinator::Stub::GetJob, get, &job, absl::Seconds(10));
+  EXPECT_TRUE(got.ok()) << got;
+  return job;
+}
+
+// Every chunk of `job`, allocated on one server as the coordinator asks.
+v1::AllocateChunksRequest AllocationOf(const v1::JobInfo& job) {
+  v1::AllocateChunksRequest allocate;
+  *allocate.mutable_spec() = job.spec();
+  for (const v1::ChunkAssignment& a : job.chunks()) *allocate.add_chunks() = a.chunk();
+  if (!job.worker_token().empty()) {
+    allocate.set_worker_token_sha256(TokenDigest(job.worker_token()));
+  }
+  return allocate;
+}
+
+absl::Status Allocate(const ShardServer& server, const v1::AllocateChunksRequest& allocate) {
+  auto shard = v1::ShardServer::NewStub(MakeChannel(server.address()));
+  v1::AllocateChunksResponse allocated;
+  return CallUnary(shard.get(), &v1::ShardServer::Stub::AllocateChunks, allocate, &allocated,
+                   absl::Seconds(10));
+}
+
 // Test 1: checkpoints every 5 steps of a 2-server, 2-worker job (chunks of
 // 256), the newest 3 kept; the oldest kept one (step 5 or 10: a multiple
 // that training passes while the previous save writes is skipped) restored
@@ -157,35 +197,15 @@ TEST(CheckpointTest, AReallocationKeepsTheMemoryFaultedInForItsSaves) {
   auto client = Client::Connect(o);
   ASSERT_TRUE(client.ok()) << client.status();
   const uint64_t per_job = (*client)->layout().num_chunks() * StateArena::kAlignment;
-  for (int i = 0; i < 100 && server.checkpoint_arena().held_bytes() != per_job; ++i) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  ASSERT_EQ(server.checkpoint_arena().held_bytes(), per_job);
+  ASSERT_EQ(AwaitHeld(server, per_job), per_job);
   const uint64_t allocated = server.checkpoint_arena().allocated_beyond_bytes();
   ASSERT_EQ(allocated, per_job);
 
-  auto coordinator = v1::Coordinator::NewStub(MakeChannel(o.coordinator_address));
-  v1::GetJobRequest get;
-  get.set_job_id("kept");
-  v1::JobInfo job;
-  ASSERT_TRUE(
-      CallUnary(coordinator.get(), &v1::Coordinator::Stub::GetJob, get, &job, absl::Seconds(10))
-          .ok());
-  v1::AllocateChunksRequest allocate;
-  *allocate.mutable_spec() = job.spec();
-  for (const v1::ChunkAssignment& a : job.chunks()) *allocate.add_chunks() = a.chunk();
+  // As a move's fenced round allocates it.
+  v1::AllocateChunksRequest allocate = AllocationOf(JobOf(o.coordinator_address, "kept"));
   allocate.set_min_generation(2);
   allocate.set_chunks_held(true);
-  if (!job.worker_token().empty()) {
-    allocate.set_worker_token_sha256(TokenDigest(job.worker_token()));
-  }
-  auto shard = v1::ShardServer::NewStub(MakeChannel(server.address()));
-  for (int round = 0; round < 3; ++round) {
-    v1::AllocateChunksResponse allocated;
-    ASSERT_TRUE(CallUnary(shard.get(), &v1::ShardServer::Stub::AllocateChunks, allocate, &allocated,
-                          absl::Seconds(10))
-                    .ok());
-  }
+  for (int round = 0; round < 3; ++round) ASSERT_TRUE(Allocate(server, allocate).ok());
   absl::SleepFor(absl::Milliseconds(500));  // a fault-in would be done
   EXPECT_EQ(server.checkpoint_arena().held_bytes(), per_job);
   EXPECT_EQ(server.checkpoint_arena().allocated_beyond_bytes(), allocated)
@@ -201,12 +221,6 @@ TEST(CheckpointTest, ARestoredJobGetsMemoryForItsSavesFaultedInAfterItsLoad) {
   auto cluster = LocalCluster::Start({1, uint64_t{64} << 20, 1});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const ShardServer& server = *(*cluster)->servers().front();
-  auto await_held = [&](uint64_t want) {
-    for (int i = 0; i < 100 && server.checkpoint_arena().held_bytes() != want; ++i) {
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return server.checkpoint_arena().held_bytes();
-  };
   ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "saved");
   o.job.world_size = 1;
   auto client = Client::Connect(o);
@@ -215,30 +229,17 @@ TEST(CheckpointTest, ARestoredJobGetsMemoryForItsSavesFaultedInAfterItsLoad) {
   ASSERT_TRUE((*client)->AccumulateGradients(testing::Gradient(n, 0, 1, 0)).ok());
   ASSERT_TRUE((*client)->Step().ok());
   const uint64_t per_job = (*client)->layout().num_chunks() * StateArena::kAlignment;
-  ASSERT_EQ(await_held(per_job), per_job);
+  ASSERT_EQ(AwaitHeld(server, per_job), per_job);
   auto [code, output] =
       Stratactl(o.coordinator_address,
                 absl::StrCat("--job=saved --dir=", scratch.path(), " checkpoint save"));
   ASSERT_EQ(code, 0) << output;
 
   // The saved job's chunks again, as a job that awaits its load.
-  auto coordinator = v1::Coordinator::NewStub(MakeChannel(o.coordinator_address));
-  v1::GetJobRequest get;
-  get.set_job_id("saved");
-  v1::JobInfo saved;
-  ASSERT_TRUE(
-      CallUnary(coordinator.get(), &v1::Coordinator::Stub::GetJob, get, &saved, absl::Seconds(10))
-          .ok());
-  v1::AllocateChunksRequest allocate;
-  *allocate.mutable_spec() = saved.spec();
+  v1::AllocateChunksRequest allocate = AllocationOf(JobOf(o.coordinator_address, "saved"));
   allocate.mutable_spec()->set_job_id("awaits-its-load");
-  for (const v1::ChunkAssignment& a : saved.chunks()) *allocate.add_chunks() = a.chunk();
   allocate.set_loads_checkpoint(true);
-  auto shard = v1::ShardServer::NewStub(MakeChannel(server.address()));
-  v1::AllocateChunksResponse allocated;
-  ASSERT_TRUE(CallUnary(shard.get(), &v1::ShardServer::Stub::AllocateChunks, allocate, &allocated,
-                        absl::Seconds(10))
-                  .ok());
+  ASSERT_TRUE(Allocate(server, allocate).ok());
   absl::SleepFor(absl::Milliseconds(500));
   EXPECT_EQ(server.checkpoint_arena().held_bytes(), per_job) << "faulted in before a load";
 
@@ -249,7 +250,7 @@ TEST(CheckpointTest, ARestoredJobGetsMemoryForItsSavesFaultedInAfterItsLoad) {
   auto restored = Client::Connect(r);
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ((*restored)->step(), 1);
-  EXPECT_EQ(await_held(3 * per_job), 3 * per_job) << "nothing faulted in after the load";
+  EXPECT_EQ(AwaitHeld(server, 3 * per_job), 3 * per_job) << "nothing faulted in after the load";
 }
 
 // The manifest keeps the loss scaler of its step (reported by the pushes);
