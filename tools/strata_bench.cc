@@ -121,10 +121,12 @@ constexpr char kUsage[] =
     "      a coordinator and 3 shard server processes; 2 workers train a job of one\n"
     "      copy per chunk while server 0 is drained (drain_s, its GB/s against\n"
     "      iperf3's loopback TCP, the copies built while training, the pause, the\n"
-    "      longest step meanwhile against a step), then one of two\n"
-    "      copies (the second copy's price, target <= 1.25), and one server is\n"
-    "      SIGKILLed: steps lost (target 0), the pause against the server timeout\n"
-    "      (the detection) plus 1 s, and reseed_s until every chunk has 2 copies";
+    "      longest step meanwhile against a step; then, with no worker left, a\n"
+    "      rebalance back onto it: idle_rebalance_*, the move's own rate), then\n"
+    "      one of two copies (the second copy's price, target <= 1.25), and one\n"
+    "      server is SIGKILLed: steps lost (target 0), the pause against the\n"
+    "      server timeout (the detection) plus 1 s, and reseed_s until every\n"
+    "      chunk has 2 copies";
 
 uint64_t NumParams() {
   uint64_t n = absl::GetFlag(FLAGS_params);

@@ -200,6 +200,20 @@ absl::Status CallDrain(const std::string& coordinator, const std::string& addres
   return CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request, response, timeout);
 }
 
+// Spreads `job_id`'s copies over the live servers (RebalanceJob).
+absl::Status CallRebalance(const std::string& coordinator, const std::string& job_id,
+                           v1::RebalanceJobResponse* response, absl::Duration timeout) {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+  v1::RebalanceJobRequest request;
+  request.set_job_id(job_id);
+  return CallUnary(stub.get(), &v1::Coordinator::Stub::RebalanceJob, request, response, timeout);
+}
+
+// Bytes per second of `moved`, in GB/s (0 for no time).
+double MovedGBps(const v1::CopiesMoved& moved) {
+  return moved.seconds() > 0 ? moved.bytes() / moved.seconds() / 1e9 : 0;
+}
+
 }  // namespace
 
 absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
@@ -231,6 +245,10 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
   v1::DrainServerResponse ignored;  // server 0 takes chunks again
   RETURN_IF_ERROR(
       CallDrain(coordinator, servers[0].address, /*cancel=*/true, &ignored, absl::Seconds(30)));
+  // The same move with no job training (its workers are gone): the copies
+  // spread back onto server 0 with the cores to themselves.
+  v1::RebalanceJobResponse idle;
+  RETURN_IF_ERROR(CallRebalance(coordinator, "replicas-1", &idle, absl::Minutes(10)));
   // Two copies: o.steps timed steps, then a server killed, then as many
   // again, while the copies it held are seeded on the others.
   double reseed_s = -1;
@@ -247,7 +265,7 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
   const double timeout_s = absl::ToDoubleSeconds(o.server_timeout);
   const double step_1 = Median(timed(one)), step_2 = Median(timed(two));
   const double drain_s = drained.moved().seconds();
-  const double drain_GBps = drain_s > 0 ? drained.moved().bytes() / drain_s / 1e9 : 0;
+  const double drain_GBps = MovedGBps(drained.moved());
   return json{
       {"bench", "failover"},
       {"params", o.num_params},
@@ -279,7 +297,12 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
       {"drain_fraction_of_loopback_tcp", tcp_GBps > 0 ? drain_GBps / tcp_GBps : -1},
       {"max_step_during_drain_s", LongestStepWithin(one, drain_started, drain_ended)},
       {"max_step_during_drain_over_step",
-       LongestStepWithin(one, drain_started, drain_ended) / step_1}};
+       LongestStepWithin(one, drain_started, drain_ended) / step_1},
+      {"idle_rebalance_s", idle.moved().seconds()},
+      {"idle_rebalance_bytes", idle.moved().bytes()},
+      {"idle_rebalance_paused_s", idle.moved().fenced_seconds()},
+      {"idle_rebalance_fraction_of_loopback_tcp",
+       tcp_GBps > 0 ? MovedGBps(idle.moved()) / tcp_GBps : -1}};
 }
 
 }  // namespace strata

@@ -5,7 +5,9 @@
 // price of the second copy (step_s_replicas_2 over step_s_replicas_1;
 // target <= 1.25). While the first trains, server 0 is drained: drain_s,
 // the bytes it moved per second against single-stream loopback TCP
-// (iperf3; target >= 0.5) and the longest step meanwhile. While the second
+// (iperf3; target >= 0.5) and the longest step meanwhile; once it is done
+// (no worker left), a rebalance moves copies back onto server 0 with the
+// cores idle: the move's own rate (idle_rebalance_*). While the second
 // trains, another server is SIGKILLed and never restarted: steps_lost
 // (target 0) and pause_s, from the kill to the next completed step,
 // against its bound -- the coordinator's server timeout (the detection)
