@@ -35,7 +35,7 @@ absl::Status ReadPieces(const SeedSource& source, CatchUpCopy* copy) {
   v1::ReadStepLogRequest start = LogRequest(source, *copy, copy->pieces()[0]);
   start.set_start(true);
   v1::ReadStepLogResponse started;
-  RETURN_IF_ERROR(AtSource(CallUnary(source.stub, &v1::ShardServer::Stub::ReadStepLog, start,
+  RETURN_IF_ERROR(AtSource(CallUnary(source.stub.get(), &v1::ShardServer::Stub::ReadStepLog, start,
                                      &started, source.call_timeout),
                            source.address));
   return ForEachPiece(*copy, [&](size_t i) {
@@ -65,8 +65,8 @@ absl::StatusOr<uint64_t> CatchUp(const SeedSource& source, CatchUpCopy* copy,
       read.set_after_step(piece.step);
       read.set_release_through(release_through);
       v1::ReadStepLogResponse log;
-      RETURN_IF_ERROR(AtSource(CallUnary(source.stub, &v1::ShardServer::Stub::ReadStepLog, read,
-                                         &log, source.call_timeout),
+      RETURN_IF_ERROR(AtSource(CallUnary(source.stub.get(), &v1::ShardServer::Stub::ReadStepLog,
+                                         read, &log, source.call_timeout),
                                source.address));
       for (const v1::LoggedStep& step : log.steps()) {
         if (step.step() != piece.step + 1) {
@@ -111,7 +111,8 @@ void EndStepLog(const SeedSource& source, const CatchUpCopy& copy) {
   v1::ReadStepLogRequest end = LogRequest(source, copy, copy.pieces()[0]);
   end.set_end(true);
   v1::ReadStepLogResponse ignored;
-  CallUnary(source.stub, &v1::ShardServer::Stub::ReadStepLog, end, &ignored, source.call_timeout)
+  CallUnary(source.stub.get(), &v1::ShardServer::Stub::ReadStepLog, end, &ignored,
+            source.call_timeout)
       .IgnoreError();
 }
 

@@ -88,7 +88,7 @@ absl::StatusOr<int64_t> ReadStoredState(const SeedSource& source, uint64_t begin
   read.set_num_params(n);
   read.set_stored(true);
   grpc::ByteBuffer response;
-  RETURN_IF_ERROR(AtSource(CallRawUnary(source.generic, kReadStateMethod, MessageBuffer(read),
+  RETURN_IF_ERROR(AtSource(CallRawUnary(source.generic.get(), kReadStateMethod, MessageBuffer(read),
                                         &response, source.call_timeout),
                            source.address));
   int64_t step = 0;
@@ -105,7 +105,7 @@ absl::StatusOr<std::optional<std::string>> PullCopyAt(const SeedSource& source, 
   pull.set_num_params(n);
   v1::PullResponse copy;
   absl::Status pulled =
-      CallUnary(source.stub, &v1::ShardServer::Stub::Pull, pull, &copy, source.call_timeout);
+      CallUnary(source.stub.get(), &v1::ShardServer::Stub::Pull, pull, &copy, source.call_timeout);
   if (absl::IsAborted(pulled)) return std::nullopt;
   RETURN_IF_ERROR(AtSource(pulled, source.address));
   if (copy.params().size() != n * DTypeSize(dtype)) {

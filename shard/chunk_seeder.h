@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,8 +42,8 @@ inline constexpr uint64_t kSeedStreams = 4;
 // answer is read into place: rpc/step_wire.h) over the same channel, its
 // address (for errors), the job, and how long each call may take.
 struct SeedSource {
-  v1::ShardServer::Stub* stub = nullptr;
-  grpc::GenericStub* generic = nullptr;
+  std::unique_ptr<v1::ShardServer::Stub> stub;
+  std::unique_ptr<grpc::GenericStub> generic;
   std::string address;
   std::string job_id;
   absl::Duration call_timeout;

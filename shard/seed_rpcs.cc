@@ -74,19 +74,14 @@ absl::StatusOr<std::vector<v1::ChunkSpec>> ShardService::ValidateSeed(
   return std::vector<v1::ChunkSpec>(request.chunks().begin(), request.chunks().end());
 }
 
-absl::StatusOr<std::unique_ptr<ShardService::DialedSource>> ShardService::DialSource(
-    const v1::SeedChunksRequest& request) {
+absl::StatusOr<SeedSource> ShardService::DialSource(const v1::SeedChunksRequest& request) {
   if (!dial_source_) {
     return absl::FailedPreconditionError("this shard server reads no other server");
   }
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                    dial_source_(request.source_address(), request.worker_token()));
-  auto dialed = std::make_unique<DialedSource>();
-  dialed->stub = v1::ShardServer::NewStub(channel);
-  dialed->generic = std::make_unique<grpc::GenericStub>(channel);
-  dialed->source = {dialed->stub.get(), dialed->generic.get(), request.source_address(),
-                    request.job_id(), kSeedCallTimeout};
-  return dialed;
+  return SeedSource{v1::ShardServer::NewStub(channel), std::make_unique<grpc::GenericStub>(channel),
+                    request.source_address(), request.job_id(), kSeedCallTimeout};
 }
 
 std::unique_ptr<ShardService::PreparedCopies> ShardService::TakePrepared(
@@ -118,8 +113,7 @@ absl::StatusOr<uint64_t> ShardService::FinishPrepared(const SeedSource& source, 
 absl::Status ShardService::DoSeedChunks(const v1::SeedChunksRequest& request,
                                         const std::vector<v1::ChunkSpec>& chunks, DType dtype,
                                         v1::SeedChunksResponse* response) {
-  ASSIGN_OR_RETURN(std::unique_ptr<DialedSource> dialed, DialSource(request));
-  const SeedSource& from = dialed->source;
+  ASSIGN_OR_RETURN(const SeedSource from, DialSource(request));
   const absl::Time started = absl::Now();
   std::unique_ptr<PreparedCopies> prepared =
       TakePrepared(request.job_id(), request.source_address());
@@ -207,8 +201,7 @@ absl::Status ShardService::ValidatePrepare(const v1::SeedChunksRequest& request)
 
 absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
                                          v1::SeedChunksResponse* response) {
-  ASSIGN_OR_RETURN(std::unique_ptr<DialedSource> dialed, DialSource(request));
-  const SeedSource& from = dialed->source;
+  ASSIGN_OR_RETURN(const SeedSource from, DialSource(request));
   const absl::Time started = absl::Now();
   const v1::JobSpec& spec = request.spec();
   ASSIGN_OR_RETURN(const FlatLayout layout, ValidateJobSpec(spec));

@@ -13,7 +13,6 @@
 #define STRATA_SHARD_SHARD_SERVICE_H_
 
 #include <grpcpp/channel.h>
-#include <grpcpp/generic/generic_stub.h>
 
 #include <functional>
 #include <map>
@@ -247,15 +246,9 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   absl::Status DoSeedChunks(const v1::SeedChunksRequest& request,
                             const std::vector<v1::ChunkSpec>& chunks, DType dtype,
                             v1::SeedChunksResponse* response);
-  // The request's source as a seed reads it (as a worker of its job): the
-  // stubs, and the SeedSource that points at them.
-  struct DialedSource {
-    std::unique_ptr<v1::ShardServer::Stub> stub;
-    std::unique_ptr<grpc::GenericStub> generic;
-    SeedSource source;
-  };
+  // The request's source as a seed reads it, as a worker of its job:
   // FAILED_PRECONDITION without a SourceDialer; the dialer's error.
-  absl::StatusOr<std::unique_ptr<DialedSource>> DialSource(const v1::SeedChunksRequest& request);
+  absl::StatusOr<SeedSource> DialSource(const v1::SeedChunksRequest& request);
   // Copies of a job's chunks built aside from one source (SeedChunks with
   // prepare), by chunk id, and the job's spec (serialized) they follow.
   struct PreparedCopies {
