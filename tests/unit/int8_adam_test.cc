@@ -184,6 +184,65 @@ TEST_F(Int8AdamTest, CodesAreTheNearestTiesToEven) {
   }
 }
 
+// The 32 random bits of element `index` under `seed`: the lowbias32 hash
+// (C. Wellons) of seed ^ index, as kernels/cpu/int8_codes.h draws them.
+uint32_t RandomBitsOf(uint32_t seed, uint32_t index) {
+  uint32_t x = seed ^ index;
+  x = (x ^ (x >> 16)) * 0x7feb352du;
+  x = (x ^ (x >> 15)) * 0x846ca68bu;
+  return x ^ (x >> 16);
+}
+
+// v's stochastic code of y (0 <= y <= 1) with `random` bits: the code below
+// y, and one more where y's place between it and the next code, in 2^-20ths
+// (rounded to the nearest, ties to even, where it is not whole: below the
+// smallest normal code), plus the top 20 random bits reaches a whole step.
+int StochasticCode(double y, uint32_t random) {
+  const int lower = FloorCode(y);
+  if (lower == 255) return lower;
+  const double step = CodeValue(false, lower + 1) - CodeValue(false, lower);
+  const double place = std::nearbyint((y - CodeValue(false, lower)) / step * 0x1p20);
+  return place + (random >> 12) >= 0x1p20 ? lower + 1 : lower;
+}
+
+// Stochastically rounded v (QuantizeMomentsRounded, as the update stores
+// it), in every variant, against the model: each format's values and ties,
+// values spread over 2^-40 .. 1 and ties of the subnormal codes' 2^-20ths.
+TEST_F(Int8AdamTest, StochasticCodesFollowTheModel) {
+  std::vector<float> v = EveryValueAndTie(false);
+  std::uniform_real_distribution<float> exponent(-40.0f, 0.0f);
+  std::uniform_int_distribution<uint32_t> below_2_23(0, (1u << 23) - 1);
+  for (int i = 0; i < 4096; ++i) {
+    if (v.size() % kInt8StateBlock == 0) v.push_back(1.0f);
+    v.push_back(i % 2 == 0 ? std::exp2(exponent(rng_))
+                           : std::ldexp(static_cast<float>(below_2_23(rng_)) + 0.5f, -53));
+  }
+  std::vector<float> m(v.size());
+  for (size_t i = 0; i < m.size(); ++i) m[i] = i % 3 == 0 ? -v[i] : v[i];
+  const Int8Rounding rounding{std::uniform_int_distribution<uint32_t>()(rng_), 12345};
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    Moments8 got(v.size());
+    KernelsFor(isa).int8.quantize_moments(m.data(), v.data(), got.view(), &rounding, v.size());
+    for (size_t b = 0; b < got.v_scale.size(); ++b) {
+      const size_t begin = b * kInt8StateBlock;
+      const size_t len = std::min(kInt8StateBlock, v.size() - begin);
+      const float v_scale = ScaleOf(v.data() + begin, len);
+      const float m_scale = ScaleOf(m.data() + begin, len);
+      ASSERT_EQ(got.v_scale[b], v_scale) << "block " << b;
+      const float v_inverse = 1.0f / v_scale, m_inverse = 1.0f / m_scale;
+      for (size_t i = begin; i < begin + len; ++i) {
+        const uint32_t random =
+            RandomBitsOf(rounding.seed, rounding.first_index + static_cast<uint32_t>(i));
+        const int v_code = StochasticCode(v[i] * v_inverse, random);
+        const int m_code = v_code == 0 ? 0 : NearestCode(true, m[i] * m_inverse);
+        ASSERT_EQ(got.v[i], v_code) << "v[" << i << "] = " << v[i];
+        ASSERT_EQ(got.m[i], m_code) << "m[" << i << "] = " << m[i];
+      }
+    }
+  }
+}
+
 // One step of AdamW on decoded moments in double, then the codes of its
 // moments: p within FP32 rounding of the double step, each new moment's code
 // within one of the nearest code to the double moment (FP32 rounding may
