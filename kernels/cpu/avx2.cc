@@ -109,7 +109,9 @@ struct Avx2Ops {
   static I SelectLessI(I a, I b, I x, I y) {
     return _mm256_blendv_epi8(y, x, _mm256_cmpgt_epi32(b, a));
   }
-  static F Max(F a, F b) { return _mm256_max_ps(a, b); }
+  static F MaxMagnitude(F a, F x) {
+    return _mm256_max_ps(a, _mm256_and_ps(x, _mm256_castsi256_ps(SetI(0x7fffffffu))));
+  }
   static float ReduceMax(F x) {
     __m128 half = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
     half = _mm_max_ps(half, _mm_movehl_ps(half, half));

@@ -110,7 +110,8 @@ struct Avx512Ops {
   static I SelectLessI(I a, I b, I x, I y) {
     return _mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(a, b), y, x);
   }
-  static F Max(F a, F b) { return _mm512_max_ps(a, b); }
+  // VRANGEPS 0b1011: the operand of larger magnitude, its sign cleared.
+  static F MaxMagnitude(F a, F x) { return _mm512_range_ps(a, x, 0b1011); }
   static float ReduceMax(F x) {
     __m256 lower = _mm512_castps512_ps256(x);
     __m256 upper = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1));
@@ -123,9 +124,7 @@ struct Avx512Ops {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
   static void StoreU8(uint8_t* p, I x) {
-    // Saturated to [0, 255] as signed integers, as the AVX2 variant's packs do.
-    const I clamped = _mm512_min_epi32(_mm512_max_epi32(x, _mm512_setzero_si512()), SetI(255));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(clamped));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(x));
   }
 };
 

@@ -46,8 +46,8 @@ inline void AdamInt8At(const AdamVectors<Ops>& k, const void* grads, float* p, c
   StoreAs<Ops, C, kStream>(copy, i, param);
   Ops::template StoreF32<false>(m_new + at, m);
   Ops::template StoreF32<false>(v_new + at, v);
-  largest.m = Ops::Max(largest.m, Magnitude<Ops>(m));
-  largest.v = Ops::Max(largest.v, Magnitude<Ops>(v));
+  largest.m = Ops::MaxMagnitude(largest.m, m);
+  largest.v = Ops::MaxMagnitude(largest.v, v);
 }
 
 // Codes m[at], v[at] (vector lanes) into element i of the state; v rounded
@@ -147,10 +147,10 @@ float LargestMagnitude(const float* x, size_t len) {
   typename Ops::F largest = Ops::Set(0.0f);
   size_t j = 0;
   for (; j < vector_end; j += Ops::kWidth) {
-    largest = Ops::Max(largest, Magnitude<Ops>(Ops::LoadF32(x + j)));
+    largest = Ops::MaxMagnitude(largest, Ops::LoadF32(x + j));
   }
   float result = Ops::ReduceMax(largest);
-  for (; j < len; ++j) result = ScalarOps::Max(result, Magnitude<ScalarOps>(x[j]));
+  for (; j < len; ++j) result = ScalarOps::MaxMagnitude(result, x[j]);
   return result;
 }
 

@@ -16,9 +16,10 @@
 // ShiftRightI<k> (logical), ShiftLeftI<k>, MinI (unsigned), Bits(x) and
 // FromBits(i) (reinterpretations), ToFloat(i) (of lanes below 2^31),
 // SelectLess(a, b, x, y) (a < b ? x : y, ordered float compare),
-// SelectLessI(a, b, x, y) (the same for lanes below 2^31), Max(a, b)
-// (a > b ? a : b), ReduceMax(x) (the largest lane), LoadU8 and StoreU8
-// (kWidth bytes, one a lane; lanes below 256).
+// SelectLessI(a, b, x, y) (the same for lanes below 2^31), MaxMagnitude(a,
+// x) (the larger of a >= 0 and |x|, for finite lanes), ReduceMax(x) (the
+// largest lane), LoadU8 and StoreU8 (kWidth bytes, one a lane; lanes below
+// 256).
 //
 // Defined in an anonymous namespace on purpose: each variant's translation
 // unit gets its own copy, compiled for its own instruction set.
@@ -96,7 +97,7 @@ struct ScalarOps {
   static F ToFloat(I x) { return static_cast<float>(static_cast<int32_t>(x)); }
   static I SelectLess(F a, F b, I x, I y) { return a < b ? x : y; }
   static I SelectLessI(I a, I b, I x, I y) { return a < b ? x : y; }
-  static F Max(F a, F b) { return a > b ? a : b; }
+  static F MaxMagnitude(F a, F x) { return a > std::fabs(x) ? a : std::fabs(x); }
   static float ReduceMax(F x) { return x; }
   static I LoadU8(const uint8_t* p) { return *p; }
   static void StoreU8(uint8_t* p, I x) { *p = static_cast<uint8_t>(x); }
