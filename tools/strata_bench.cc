@@ -29,6 +29,9 @@ ABSL_FLAG(std::string, op, "to_float", "cast: to_float (16-bit -> fp32) or from_
 ABSL_FLAG(std::string, state, "fp32",
           "adam, nvme-step: the optimizer state's precision, fp32 (m, v FP32) or int8 (m, v "
           "8-bit codes with a scale per 256 parameters; nvme-step then steps FP32 states too)");
+ABSL_FLAG(int, grad_binades, 0,
+          "adam: gradients +/-1e-3 * 2^-k with k spread over this many binades, as a trained "
+          "layer's (0: all 1e-3)");
 ABSL_FLAG(std::string, coordinator, "",
           "step: the cluster at this HOST:PORT (--servers shard servers, each with room for the "
           "job) instead of a loopback one; the workers run here");
@@ -75,9 +78,10 @@ constexpr char kUsage[] =
     "strata-bench: benchmarks; each measures its limit in the same run and prints\n"
     "one JSON object as its last line.\n\n"
     "  strata-bench adam --params N --threads T [--isa scalar|avx2|avx512] [--state fp32|int8]\n"
-    "                    [--grad fp16|bf16|fp32] [--json]\n"
+    "                    [--grad fp16|bf16|fp32] [--grad_binades K] [--json]\n"
     "      fused AdamW over N parameters in 4 Mi chunks, against a memory probe\n"
-    "      with the kernel's streams (read p m v g, write p m v and the copy)\n"
+    "      with the kernel's streams (read p m v g, write p m v and the copy);\n"
+    "      gradients 1e-3, or with K spread over K binades as a trained layer's\n"
     "  strata-bench grad-stats --params N --threads T [--isa ...] [--grad ...]\n"
     "      sum of squares + finite flag, against a read probe\n"
     "  strata-bench cast --params N --threads T [--op to_float|from_float] [--grad fp16|bf16]\n"
@@ -152,6 +156,8 @@ absl::StatusOr<nlohmann::json> RunKernelBench(const std::string& command) {
   o.reps = absl::GetFlag(FLAGS_reps);
   o.cast_op = absl::GetFlag(FLAGS_op);
   o.state = absl::GetFlag(FLAGS_state);
+  o.grad_binades = absl::GetFlag(FLAGS_grad_binades);
+  if (o.grad_binades < 0) return absl::InvalidArgumentError("--grad_binades must be >= 0");
   if (command == "adam") return strata::BenchAdam(o);
   if (command == "grad-stats") return strata::BenchGradStats(o);
   if (command == "cast") return strata::BenchCast(o);

@@ -1,5 +1,6 @@
 #include "tools/bench/kernel_bench.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -32,13 +33,30 @@ void Fill(ThreadPool& pool, uint8_t* data, size_t num_bytes, uint8_t byte) {
   TimeChunks(pool, num_bytes, [&](size_t b, size_t e) { std::memset(data + b, byte, e - b); });
 }
 
-// Fills n elements of `dtype` with `value` (a normal number in every dtype,
-// so that no denormal slows the arithmetic down).
-void FillValue(ThreadPool& pool, uint8_t* data, DType dtype, size_t n, float value) {
-  std::vector<float> values(kBenchChunkElements, value);
+// Fills n elements of `dtype` with the chunk-sized pattern `values`.
+void FillValues(ThreadPool& pool, uint8_t* data, DType dtype, size_t n,
+                const std::vector<float>& values) {
   TimeChunks(pool, n, [&](size_t b, size_t e) {
     CastFromFloat(values.data(), dtype, data + b * DTypeSize(dtype), e - b);
   });
+}
+
+// Fills n elements of `dtype` with `value` (a normal number in every dtype,
+// so that no denormal slows the arithmetic down).
+void FillValue(ThreadPool& pool, uint8_t* data, DType dtype, size_t n, float value) {
+  FillValues(pool, data, dtype, n, std::vector<float>(kBenchChunkElements, value));
+}
+
+// Gradients ±value 2^-k, with k spread over [0, binades) and the sign drawn
+// by a hash of the element's place: a trained layer's gradients span tens of
+// binades, their squares (Adam's v) twice as many.
+std::vector<float> SpreadGradients(float value, int binades) {
+  std::vector<float> values(kBenchChunkElements);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint32_t hash = static_cast<uint32_t>(i) * 2654435761u;
+    values[i] = std::ldexp(hash & 1 ? -value : value, -static_cast<int>((hash >> 8) % binades));
+  }
+  return values;
 }
 
 // Runs the kernel and the probe alternately `reps` times (after one warm-up
@@ -95,7 +113,11 @@ absl::StatusOr<json> BenchAdam(const KernelBenchOptions& o) {
   FillValue(pool, p.get(), DType::kFp32, n, 0.75f);
   Fill(pool, m.get(), n * state_bytes, 0);
   Fill(pool, v.get(), n * state_bytes, 0);
-  FillValue(pool, g.get(), o.grad_dtype, n, 1e-3f);
+  if (o.grad_binades > 0) {
+    FillValues(pool, g.get(), o.grad_dtype, n, SpreadGradients(1e-3f, o.grad_binades));
+  } else {
+    FillValue(pool, g.get(), o.grad_dtype, n, 1e-3f);
+  }
   Fill(pool, copy.get(), n * csize, 0);
   if (int8) {
     Fill(pool, m_scale.get(), blocks * 4, 0);
@@ -135,6 +157,7 @@ absl::StatusOr<json> BenchAdam(const KernelBenchOptions& o) {
   };
   json out = Report(int8 ? "adamw_int8" : "adamw", o, bytes_per_param, kernel, probe);
   out["state"] = o.state;
+  out["grad_binades"] = o.grad_binades;
   return out;
 }
 

@@ -19,6 +19,7 @@ struct KernelBenchOptions {
   int reps = 5;
   std::string cast_op = "to_float";  // cast: to_float (fp16 -> fp32) or from_float
   std::string state = "fp32";        // adam, nvme-step: fp32 or int8 (kernels/int8_adam.h)
+  int grad_binades = 0;              // adam: gradients spread over this many binades (0: none)
 };
 
 // `state` as a precision; INVALID_ARGUMENT for another name.
