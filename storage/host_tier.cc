@@ -21,8 +21,9 @@ HostTier::~HostTier() {
 }
 
 void HostTier::Release(const Block& block) {
-  if (block.num_bytes > 0 && pinning_ == Pinning::kMlock) munlock(block.data, block.num_bytes);
-  if (block.num_bytes > 0 && pinning_ == Pinning::kGpu) UnpinForGpu(block.data);
+  const bool pinned = block.settled && block.num_bytes > 0;
+  if (pinned && pinning_ == Pinning::kMlock) munlock(block.data, block.num_bytes);
+  if (pinned && pinning_ == Pinning::kGpu) UnpinForGpu(block.data);
   FreeMemory(block);
 }
 
@@ -39,13 +40,16 @@ uint64_t HostTier::used_bytes() const {
   return used_bytes_;
 }
 
-absl::StatusOr<HostTier::Block> HostTier::NewBlock(uint64_t num_bytes, uint64_t alignment) {
+absl::StatusOr<HostTier::Block> HostTier::NewBlock(uint64_t num_bytes, uint64_t alignment,
+                                                   bool to_fill) {
   Block block{nullptr, num_bytes, /*mapped=*/alignment == 4096 && num_bytes > 0};
+  block.settled = !(to_fill && block.mapped);
   if (block.mapped) {
     // Zero pages that the kernel faults in now, so that no step touches a
-    // page first, with no pass of our own over them.
+    // page first, with no pass of our own over them; or, to fill, as the
+    // writes touch them.
     void* mapped = mmap(nullptr, num_bytes, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+                        MAP_PRIVATE | MAP_ANONYMOUS | (block.settled ? MAP_POPULATE : 0), -1, 0);
     if (mapped != MAP_FAILED) block.data = static_cast<std::byte*>(mapped);
   } else {
     void* allocated = std::aligned_alloc(alignment, num_bytes == 0 ? alignment : num_bytes);
@@ -57,18 +61,25 @@ absl::StatusOr<HostTier::Block> HostTier::NewBlock(uint64_t num_bytes, uint64_t 
     return absl::ResourceExhaustedError(
         absl::StrCat("host tier: the system refused ", num_bytes, " bytes"));
   }
-  absl::Status pinned = num_bytes == 0 ? absl::OkStatus() : Pin(block.data, num_bytes);
-  if (!pinned.ok()) {
-    FreeMemory(block);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "host tier: cannot page-lock ", num_bytes, " bytes (", pinned.message(),
-        "): raise the memlock limit (ulimit -l; in docker-compose, ulimits: memlock: -1) or "
-        "grant CAP_IPC_LOCK, or run the server with --pin_host_memory=false"));
+  if (block.settled && num_bytes > 0) {
+    absl::Status pinned = Pin(block.data, num_bytes);
+    if (!pinned.ok()) {
+      FreeMemory(block);
+      return pinned;
+    }
   }
   return block;
 }
 
 absl::StatusOr<Extent> HostTier::Allocate(uint64_t num_bytes) {
+  return AllocateBlock(num_bytes, /*to_fill=*/false);
+}
+
+absl::StatusOr<Extent> HostTier::AllocateToFill(uint64_t num_bytes) {
+  return AllocateBlock(num_bytes, /*to_fill=*/true);
+}
+
+absl::StatusOr<Extent> HostTier::AllocateBlock(uint64_t num_bytes, bool to_fill) {
   // Large extents 4 KiB-aligned: direct I/O writes checkpoints straight from
   // chunk states; small ones 64 bytes, so that tiny chunks do not take pages,
   // unless registered with CUDA, which refuses two registrations of a page.
@@ -83,7 +94,7 @@ absl::StatusOr<Extent> HostTier::Allocate(uint64_t num_bytes) {
   }
   // Made, zeroed and pinned outside the lock: the tier's other extents stay
   // readable and writable meanwhile.
-  absl::StatusOr<Block> block = NewBlock(rounded, alignment);
+  absl::StatusOr<Block> block = NewBlock(rounded, alignment, to_fill);
   absl::MutexLock lock(&mu_);
   if (!block.ok()) {
     used_bytes_ -= rounded;
@@ -95,15 +106,39 @@ absl::StatusOr<Extent> HostTier::Allocate(uint64_t num_bytes) {
 }
 
 absl::Status HostTier::Pin(void* block, uint64_t num_bytes) {
+  absl::Status pinned;
   switch (pinning_) {
     case Pinning::kNone:
-      return absl::OkStatus();
+      break;
     case Pinning::kMlock:
-      if (mlock(block, num_bytes) == 0) return absl::OkStatus();
-      return absl::ResourceExhaustedError(std::strerror(errno));
+      if (mlock(block, num_bytes) != 0) pinned = absl::ResourceExhaustedError(std::strerror(errno));
+      break;
     case Pinning::kGpu:
-      return PinForGpu(block, num_bytes);
+      pinned = PinForGpu(block, num_bytes);
+      break;
   }
+  if (pinned.ok()) return pinned;
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "host tier: cannot page-lock ", num_bytes, " bytes (", pinned.message(),
+      "): raise the memlock limit (ulimit -l; in docker-compose, ulimits: memlock: -1) or "
+      "grant CAP_IPC_LOCK, or run the server with --pin_host_memory=false"));
+}
+
+absl::Status HostTier::Settle(const Extent& extent) {
+  Block block;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = blocks_.find(extent.id);
+    if (it == blocks_.end()) {
+      return absl::NotFoundError(absl::StrCat("host tier: no extent ", extent.id));
+    }
+    if (it->second.settled) return absl::OkStatus();
+    block = it->second;
+  }
+  RETURN_IF_ERROR(Pin(block.data, block.num_bytes));
+  absl::MutexLock lock(&mu_);
+  auto it = blocks_.find(extent.id);
+  if (it != blocks_.end()) it->second.settled = true;
   return absl::OkStatus();
 }
 

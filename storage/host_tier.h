@@ -3,9 +3,10 @@
 // to 64 bytes below, within a byte budget, optionally page-locked so that
 // they are never swapped out: with mlock, or registered with CUDA
 // (cudaHostRegister, storage/gpu_tier.h) so that the GPUs copy to and from
-// them by DMA. Thread-safe; an extent is made and freed outside the lock
-// that reads and writes of the others take. Reads and writes are memcpy and
-// complete inline.
+// them by DMA. A page-aligned extent to fill (AllocateToFill) is faulted in
+// by the writes that fill it and pinned by Settle. Thread-safe; an extent is
+// made, settled and freed outside the lock that reads and writes of the
+// others take. Reads and writes are memcpy and complete inline.
 #ifndef STRATA_STORAGE_HOST_TIER_H_
 #define STRATA_STORAGE_HOST_TIER_H_
 
@@ -34,6 +35,12 @@ class HostTier : public Tier {
   uint64_t budget_bytes() const override { return budget_bytes_; }
   uint64_t used_bytes() const override;
   absl::StatusOr<Extent> Allocate(uint64_t num_bytes) override;
+  absl::StatusOr<Extent> AllocateToFill(uint64_t num_bytes) override;
+  // Pins as pinning says (mlock faults in the pages the writes left out;
+  // unpinned, such a page is faulted in, zeroed, when first touched);
+  // RESOURCE_EXHAUSTED naming the memlock limit when that is refused;
+  // NOT_FOUND for an extent the tier does not hold.
+  absl::Status Settle(const Extent& extent) override;
   void Free(const Extent& extent) override;
   void Read(const Extent& from, uint64_t offset, absl::Span<std::byte> to, IoDone done) override;
   void Write(const Extent& to, uint64_t offset, absl::Span<const std::byte> from,
@@ -45,15 +52,19 @@ class HostTier : public Tier {
     std::byte* data = nullptr;
     uint64_t num_bytes = 0;  // as reserved from the budget
     bool mapped = false;     // mmap()ed (page-aligned), else aligned_alloc()ed
+    bool settled = false;    // faulted in and pinned as pinning_ says
   };
+  absl::StatusOr<Extent> AllocateBlock(uint64_t num_bytes, bool to_fill);
   // OUT_OF_RANGE unless [offset, offset + num_bytes) lies in `extent`.
   absl::StatusOr<std::byte*> Locate(const Extent& extent, uint64_t offset, uint64_t num_bytes);
 
   // A new block of `num_bytes` (a multiple of `alignment`: 4096 or 64),
-  // zeroed, its pages faulted in, and pinned as pinning_ says; the error
-  // names the cause. Takes no lock.
-  absl::StatusOr<Block> NewBlock(uint64_t num_bytes, uint64_t alignment);
-  // Page-locks a new block as pinning_ says; the error names the cause.
+  // zeroed, its pages faulted in, and pinned as pinning_ says, or with
+  // `to_fill` and page-aligned, mapped only (not settled); the error names
+  // the cause. Takes no lock.
+  absl::StatusOr<Block> NewBlock(uint64_t num_bytes, uint64_t alignment, bool to_fill);
+  // Page-locks a block as pinning_ says; RESOURCE_EXHAUSTED naming the
+  // memlock limit when that is refused.
   absl::Status Pin(void* block, uint64_t num_bytes);
   // Unpins and frees `block`; FreeMemory only frees it.
   void Release(const Block& block);

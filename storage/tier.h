@@ -43,6 +43,15 @@ class Tier {
   virtual uint64_t used_bytes() const = 0;
   // Reserves `num_bytes` within the budget; RESOURCE_EXHAUSTED when it does not fit.
   virtual absl::StatusOr<Extent> Allocate(uint64_t num_bytes) = 0;
+  // The same for an extent about to be written whole (a restore's load): a
+  // tier may leave its memory to be faulted in by those writes, alongside
+  // them, and unpinned until Settle. Until then the extent reads as
+  // Allocate's would.
+  virtual absl::StatusOr<Extent> AllocateToFill(uint64_t num_bytes) { return Allocate(num_bytes); }
+  // Makes an extent from AllocateToFill what Allocate's are (page-locked where
+  // the tier pins); the tier's refusal (RESOURCE_EXHAUSTED) leaves it as it was.
+  // Once settled, a call does nothing.
+  virtual absl::Status Settle(const Extent&) { return absl::OkStatus(); }
   // Returns an extent's bytes to the budget.
   virtual void Free(const Extent& extent) = 0;
   virtual void Read(const Extent& from, uint64_t offset, absl::Span<std::byte> to, IoDone done) = 0;

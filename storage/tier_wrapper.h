@@ -21,6 +21,10 @@ class TierWrapper : public Tier {
   absl::StatusOr<Extent> Allocate(uint64_t num_bytes) override {
     return target_->Allocate(num_bytes);
   }
+  absl::StatusOr<Extent> AllocateToFill(uint64_t num_bytes) override {
+    return target_->AllocateToFill(num_bytes);
+  }
+  absl::Status Settle(const Extent& extent) override { return target_->Settle(extent); }
   void Free(const Extent& extent) override { target_->Free(extent); }
   void Read(const Extent& from, uint64_t offset, absl::Span<std::byte> to, IoDone done) override {
     target_->Read(from, offset, to, std::move(done));

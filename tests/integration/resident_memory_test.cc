@@ -7,14 +7,13 @@
 // max_step_bytes_in_flight of each in flight.
 #include <sys/types.h>
 
-#include <fstream>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "strata/client.h"
 #include "testing/job_runner.h"
+#include "testing/proc_status.h"
 #include "testing/processes.h"
 #include "testing/scratch_dir.h"
 
@@ -27,20 +26,6 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 // allocator keeps of it.
 constexpr uint64_t kFixedOverheadBytes = 80 * kMiB;
 constexpr uint64_t kStepBytesInFlight = 4 * kMiB;
-
-// A field of /proc/PID/status in bytes (VmRSS, VmHWM), or 0.
-uint64_t ProcStatusBytes(pid_t pid, const std::string& field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) != 0) continue;
-    uint64_t kib = 0;
-    std::string number = line.substr(field.size() + 1);
-    number = number.substr(0, number.find("kB"));
-    if (absl::SimpleAtoi(number, &kib)) return kib * 1024;
-  }
-  return 0;
-}
 
 // Whether ASan instruments this build: GCC defines __SANITIZE_ADDRESS__,
 // clang answers __has_feature(address_sanitizer).
@@ -98,7 +83,7 @@ TEST(ResidentMemoryTest, ServerStaysWithinItsHostBudget) {
     absl::Status step = testing::TrainStep(**client);
     ASSERT_TRUE(step.ok()) << step;
   }
-  const uint64_t peak_bytes = ProcStatusBytes(server.pid, "VmHWM");
+  const uint64_t peak_bytes = testing::ProcStatusBytes(server.pid, "VmHWM");
   ASSERT_GT(peak_bytes, 0u) << "no VmHWM for the server";
   RecordProperty("peak_resident_mib", std::to_string(peak_bytes / kMiB));
   // Both bounds: within the budget, and far below the state it trains.

@@ -129,6 +129,26 @@ TEST_P(TierConformanceTest, WritesAndReadsBackExtentsAndBlocks) {
   EXPECT_TRUE(in_b == out_b);  // the neighbour is untouched
 }
 
+// An extent to fill reads as a new one, holds what is written, takes its
+// bytes of the budget, and keeps its bytes when settled (once or twice).
+TEST_P(TierConformanceTest, AnExtentToFillHoldsWhatIsWrittenAndSettles) {
+  auto tier = Make(16 * kBlock);
+  if (tier == nullptr) return;
+  auto e = tier->AllocateToFill(8 * kBlock);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_GE(tier->used_bytes(), 8 * kBlock);
+  EXPECT_EQ(tier->AllocateToFill(9 * kBlock).status().code(), absl::StatusCode::kResourceExhausted);
+  AlignedBuffer in(8 * kBlock), out(8 * kBlock);
+  in.Fill(4);
+  ASSERT_TRUE(WriteAndWait(*tier, *e, 0, in.span()).ok());
+  ASSERT_TRUE(tier->Settle(*e).ok());
+  ASSERT_TRUE(tier->Settle(*e).ok());
+  ASSERT_TRUE(ReadAndWait(*tier, *e, 0, out.span()).ok());
+  EXPECT_TRUE(in == out);
+  tier->Free(*e);
+  EXPECT_EQ(tier->used_bytes(), 0u);
+}
+
 TEST_P(TierConformanceTest, RefusesRangesOutsideTheExtent) {
   auto tier = Make(16 * kBlock);
   if (tier == nullptr) return;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -13,6 +14,7 @@
 #include "storage/host_tier.h"
 #include "storage/nvme_tier.h"
 #include "testing/faulty_tier.h"
+#include "testing/proc_status.h"
 #include "testing/scratch_dir.h"
 #include "tests/storage/tier_conformance.h"
 
@@ -76,6 +78,54 @@ TEST(HostTierTest, RefusedPageLockNamesTheMemlockLimit) {
   auto extent = tier.Allocate(limit.rlim_cur * 2);
   EXPECT_EQ(extent.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(extent.status().message()), HasSubstr("ulimit -l"));
+  EXPECT_EQ(tier.used_bytes(), 0u);
+}
+
+// Whether this process may page-lock `num_bytes`.
+bool MayLock(uint64_t num_bytes) {
+  rlimit limit{};
+  getrlimit(RLIMIT_MEMLOCK, &limit);
+  return geteuid() == 0 || limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= num_bytes;
+}
+
+// An extent to fill is left to the writes that fill it, page-locked only
+// once settled; then unlocked when freed, as any pinned extent.
+TEST(HostTierTest, AnExtentToFillIsPageLockedWhenSettled) {
+  constexpr uint64_t kExtentBytes = uint64_t{1} << 20;
+  if (!MayLock(4 * kExtentBytes)) GTEST_SKIP() << "memlock limit below 4 MiB";
+  HostTier tier(4 * kExtentBytes, HostTier::Pinning::kMlock);
+  const uint64_t before = LockedBytes();
+  auto to_fill = tier.AllocateToFill(kExtentBytes);
+  ASSERT_TRUE(to_fill.ok()) << to_fill.status();
+  EXPECT_EQ(LockedBytes(), before) << "locked before it was filled";
+  auto pinned = tier.Allocate(kExtentBytes);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_EQ(LockedBytes(), before + kExtentBytes);
+  ASSERT_TRUE(tier.Settle(*to_fill).ok());
+  EXPECT_EQ(LockedBytes(), before + 2 * kExtentBytes);
+  tier.Free(*to_fill);
+  EXPECT_EQ(LockedBytes(), before + kExtentBytes);
+  EXPECT_EQ(tier.Settle(*to_fill).code(), absl::StatusCode::kNotFound);
+}
+
+// A page-lock refused when the extent is settled names the memlock limit
+// and leaves the extent as it was: held, readable, freeable.
+TEST(HostTierTest, RefusedPageLockOfAFilledExtentNamesTheMemlockLimit) {
+  if (geteuid() == 0) GTEST_SKIP() << "root may lock any amount";
+  rlimit limit{};
+  getrlimit(RLIMIT_MEMLOCK, &limit);
+  if (limit.rlim_cur == RLIM_INFINITY) GTEST_SKIP() << "no memlock limit";
+  HostTier tier(limit.rlim_cur * 4, HostTier::Pinning::kMlock);
+  auto extent = tier.AllocateToFill(limit.rlim_cur * 2);
+  ASSERT_TRUE(extent.ok()) << extent.status();
+  const absl::Status settled = tier.Settle(*extent);
+  EXPECT_EQ(settled.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(settled.message()), HasSubstr("ulimit -l"));
+  EXPECT_EQ(tier.used_bytes(), limit.rlim_cur * 2);
+  std::vector<std::byte> back(kBlock, std::byte{1});
+  ASSERT_TRUE(ReadAndWait(tier, *extent, 0, absl::MakeSpan(back)).ok());
+  EXPECT_EQ(back, std::vector<std::byte>(kBlock));
+  tier.Free(*extent);
   EXPECT_EQ(tier.used_bytes(), 0u);
 }
 
