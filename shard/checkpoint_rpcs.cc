@@ -304,6 +304,8 @@ absl::Status ShardService::DoLoadChunks(const v1::LoadChunksRequest& request) {
           absl::StrCat("the checkpoint's files cover ", covered[i].load(), " of the ",
                        chunks[i]->range().size(), " parameters of chunk ", chunks[i]->chunk_id()));
     }
+    // Allocated to be filled by this load (loads_checkpoint): pinned now.
+    RETURN_IF_ERROR(chunks[i]->SettleState());
   }
   LogEventCat("server", "job ", request.job_id(), ": loaded ", chunks.size(), " chunk(s) at step ",
               request.step(), " from ", request.files_size(), " checkpoint file(s) in ",

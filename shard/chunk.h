@@ -207,6 +207,9 @@ class Chunk {
   // copy of the step before. `fill`'s error is returned and leaves the state
   // undefined (a restore that fails drops the job).
   absl::Status WriteStoredState(int64_t step, absl::FunctionRef<absl::Status(std::byte*)> fill);
+  // Settles a state and copies made to be filled (ChunkState::Settle,
+  // Tier::Settle) once the state has been written whole; nothing for others.
+  absl::Status SettleState() ABSL_LOCKS_EXCLUDED(state_mu_);
   // Copies p, m, v of [begin, begin + n) out in FP32 (waiting out an Apply() in
   // progress); returns the applied step they hold, or the tier's error.
   absl::StatusOr<int64_t> ReadState(uint64_t begin, uint64_t n, float* p, float* m, float* v);

@@ -31,8 +31,10 @@ std::vector<Tier*> ShardService::Tiers() const {
 
 absl::StatusOr<std::unique_ptr<ChunkState>> ShardService::MakeMemoryState(
     const v1::JobSpec& spec, StateShape shape, DType dtype,
-    std::shared_ptr<StagingPool>* gpu_staging) {
-  if (shape.precision != StatePrecision::kFp32) return HostChunkState::Create(host_, shape);
+    std::shared_ptr<StagingPool>* gpu_staging, bool to_fill) {
+  if (shape.precision != StatePrecision::kFp32) {
+    return HostChunkState::Create(host_, shape, to_fill);
+  }
   if (gpu_ != nullptr && *gpu_staging == nullptr) {
     absl::StatusOr<std::unique_ptr<StagingPool>> pool = StagingPool::Create(
         host_, GpuStagingBytes(spec.chunk_num_params(), dtype), executor_->num_threads() + 1);
@@ -43,7 +45,7 @@ absl::StatusOr<std::unique_ptr<ChunkState>> ShardService::MakeMemoryState(
         CreateGpuChunkState(gpu_, *gpu_staging, shape.num_params, dtype);
     if (state.ok() || state.status().code() != absl::StatusCode::kResourceExhausted) return state;
   }
-  return HostChunkState::Create(host_, shape);
+  return HostChunkState::Create(host_, shape, to_fill);
 }
 
 absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
@@ -53,11 +55,15 @@ absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
   const AdamConfig adam = AdamFromProto(request.spec().adam());
   const StatePrecision precision = StatePrecisionOf(request.spec());
   // Copies first: every chunk's copy is in host memory whatever its tier.
+  // Chunks that a load fills are settled after it (Chunk::SettleState).
+  const bool to_fill = request.loads_checkpoint();
   std::vector<Extent> copies;
   std::shared_ptr<StagingPool> gpu_staging;  // made for the first GPU chunk
   absl::Status status;
   for (const v1::ChunkSpec& c : request.chunks()) {
-    absl::StatusOr<Extent> copy = host_->Allocate(ChunkCopyBytes(c.num_params(), dtype));
+    const uint64_t copy_bytes = ChunkCopyBytes(c.num_params(), dtype);
+    absl::StatusOr<Extent> copy =
+        to_fill ? host_->AllocateToFill(copy_bytes) : host_->Allocate(copy_bytes);
     if (!copy.ok()) {
       status = copy.status();
       break;
@@ -68,7 +74,7 @@ absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
     const v1::ChunkSpec& c = request.chunks(i);
     const StateShape shape{c.num_params(), precision};
     absl::StatusOr<std::unique_ptr<ChunkState>> state =
-        MakeMemoryState(request.spec(), shape, dtype, &gpu_staging);
+        MakeMemoryState(request.spec(), shape, dtype, &gpu_staging, to_fill);
     if (!state.ok() && staging != nullptr) state = NvmeChunkState::Create(nvme_, staging, shape);
     if (!state.ok()) {
       status = state.status();

@@ -51,8 +51,10 @@ void StagingPool::Release(std::byte* buffer) {
   free_.push_back(buffer);
 }
 
-absl::StatusOr<std::unique_ptr<ChunkState>> HostChunkState::Create(Tier* host, StateShape shape) {
-  ASSIGN_OR_RETURN(Extent extent, host->Allocate(shape.bytes()));
+absl::StatusOr<std::unique_ptr<ChunkState>> HostChunkState::Create(Tier* host, StateShape shape,
+                                                                   bool to_fill) {
+  ASSIGN_OR_RETURN(Extent extent,
+                   to_fill ? host->AllocateToFill(shape.bytes()) : host->Allocate(shape.bytes()));
   return std::unique_ptr<ChunkState>(new HostChunkState(host, extent, shape));
 }
 

@@ -72,6 +72,9 @@ class ChunkState {
   virtual bool durable() const { return false; }
   virtual absl::Status Describe(internal::ChunkRecord*) const { return absl::OkStatus(); }
   virtual void Rollback() {}
+  // Makes a state created to be filled (a restore's load) what others are:
+  // pinned where its tier pins (Tier::Settle); the tier's refusal otherwise.
+  virtual absl::Status Settle() { return absl::OkStatus(); }
   // Whether the tier computes the update where the state lives (GPU):
   // Update() then takes the place of Load(), a CPU update and Commit().
   virtual bool updates_in_tier() const { return false; }
@@ -87,8 +90,11 @@ class ChunkState {
 
 class HostChunkState : public ChunkState {
  public:
-  // RESOURCE_EXHAUSTED when the state does not fit in `host`.
-  static absl::StatusOr<std::unique_ptr<ChunkState>> Create(Tier* host, StateShape shape);
+  // RESOURCE_EXHAUSTED when the state does not fit in `host`. With
+  // `to_fill`, the state is about to be written whole and is settled after
+  // (Tier::AllocateToFill).
+  static absl::StatusOr<std::unique_ptr<ChunkState>> Create(Tier* host, StateShape shape,
+                                                            bool to_fill = false);
   ~HostChunkState() override;
   TierKind tier() const override { return TierKind::kHost; }
   StateShape shape() const override { return shape_; }
@@ -96,6 +102,7 @@ class HostChunkState : public ChunkState {
   absl::StatusOr<StateView> Load() override;
   absl::Status Commit(const StateView&) override { return absl::OkStatus(); }
   void Release(const StateView&) override {}
+  absl::Status Settle() override { return host_->Settle(extent_); }
 
  private:
   HostChunkState(Tier* host, Extent extent, StateShape shape)

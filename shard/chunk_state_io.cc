@@ -67,6 +67,14 @@ absl::Status Chunk::WriteStoredState(int64_t step,
                   [&](const StateView& view, uint64_t) { return fill(view.bytes()); });
 }
 
+absl::Status Chunk::SettleState() {
+  {
+    absl::MutexLock state_lock(&state_mu_);
+    RETURN_IF_ERROR(state_->Settle());
+  }
+  return host_->Settle(copy_extent_);
+}
+
 absl::Status Chunk::SetState(uint64_t begin, uint64_t n, int64_t step, absl::string_view previous,
                              StateWrite write) {
   const size_t esize = DTypeSize(dtype_);

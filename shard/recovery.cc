@@ -33,12 +33,13 @@ absl::StatusOr<std::unique_ptr<ChunkState>> ShardService::RecoverState(
     return NvmeChunkState::Restore(nvme_, pools->nvme, record, precision);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<ChunkState> state,
-                   MakeMemoryState(spec, shape, dtype, &pools->gpu));
+                   MakeMemoryState(spec, shape, dtype, &pools->gpu, /*to_fill=*/true));
   ASSIGN_OR_RETURN(StateView view, state->Load());
   absl::Status loaded =
       LoadChunkState(record.saved_file(), record.saved_checksum(), shape.bytes(), view.bytes());
   if (loaded.ok()) loaded = state->Commit(view);
   state->Release(view);
+  if (loaded.ok()) loaded = state->Settle();
   RETURN_IF_ERROR(loaded);
   return state;
 }

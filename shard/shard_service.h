@@ -178,10 +178,12 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // A chunk state of job `spec` in memory: GPU memory if it fits (FP32
   // states), else host memory. GPU states share the job's staging buffers in `gpu_staging`,
   // made for the first (one per executor thread, one spare, from the host
-  // tier); without room for them the state goes to host memory.
+  // tier); without room for them the state goes to host memory. With
+  // `to_fill` the state is about to be written whole and then settled
+  // (ChunkState::Settle): host memory is faulted in by those writes.
   absl::StatusOr<std::unique_ptr<ChunkState>> MakeMemoryState(
       const v1::JobSpec& spec, StateShape shape, DType dtype,
-      std::shared_ptr<StagingPool>* gpu_staging);
+      std::shared_ptr<StagingPool>* gpu_staging, bool to_fill);
   // Makes every chunk of `request` (its job laid out as `layout`) in `job`:
   // copies in host memory, states in memory, then (with `staging`) on NVMe.
   // On error `job` has no chunks.

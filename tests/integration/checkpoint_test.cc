@@ -3,7 +3,9 @@
 // size (continuing bitwise), atomic under a SIGKILL during the write, and
 // refused with DATA_LOSS / FAILED_PRECONDITION when damaged or mismatched.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/checkpoint_store.h"
+#include "core/chunk_bytes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -23,6 +26,7 @@
 #include "strata/v1/shard.grpc.pb.h"
 #include "testing/job_runner.h"
 #include "testing/local_cluster.h"
+#include "testing/proc_status.h"
 #include "testing/processes.h"
 #include "testing/scratch_dir.h"
 
@@ -251,6 +255,56 @@ TEST(CheckpointTest, ARestoredJobGetsMemoryForItsSavesFaultedInAfterItsLoad) {
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ((*restored)->step(), 1);
   EXPECT_EQ(AwaitHeld(server, 3 * per_job), 3 * per_job) << "nothing faulted in after the load";
+}
+
+// A restore's allocation leaves the new job's host memory (states and
+// copies) to its load, which faults it in as it writes it (the kernel
+// clearing pages alongside the reads, not before them), and page-locks it
+// after: nothing is locked before the load, all of it once restored.
+TEST(CheckpointTest, ARestoredJobsMemoryIsPageLockedOnceLoaded) {
+  constexpr uint64_t kChunkParams = 32768;  // states and copies of 64 KiB and up: whole pages
+  rlimit limit{};
+  getrlimit(RLIMIT_MEMLOCK, &limit);
+  if (geteuid() != 0 && limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < (uint64_t{64} << 20)) {
+    GTEST_SKIP() << "memlock limit below 64 MiB";
+  }
+  const testing::ScratchDir scratch("checkpoint_pinned_after_load");
+  LocalClusterOptions c{1, uint64_t{64} << 20, 1};
+  c.pin_host_memory = true;
+  auto cluster = LocalCluster::Start(c);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const ShardServer& server = *(*cluster)->servers().front();
+  ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "saved");
+  o.job.world_size = 1;
+  o.job.tensors = {{"w", {256, 256}}};
+  o.job.chunk_num_params = kChunkParams;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const uint64_t num_chunks = (*client)->layout().num_chunks();
+  ASSERT_EQ(num_chunks, 2u);
+  ASSERT_TRUE((*client)->AccumulateGradients(testing::Gradient(2 * kChunkParams, 0, 1, 0)).ok());
+  ASSERT_TRUE((*client)->Step().ok());
+  auto [code, output] =
+      Stratactl(o.coordinator_address,
+                absl::StrCat("--job=saved --dir=", scratch.path(), " checkpoint save"));
+  ASSERT_EQ(code, 0) << output;
+  const uint64_t copies = num_chunks * ChunkCopyBytes(kChunkParams, DType::kFp32);
+  const uint64_t states = num_chunks * StateBytes(kChunkParams, StatePrecision::kFp32);
+
+  const uint64_t before = testing::LockedBytes();
+  v1::AllocateChunksRequest allocate = AllocationOf(JobOf(o.coordinator_address, "saved"));
+  allocate.mutable_spec()->set_job_id("awaits-its-load");
+  allocate.set_loads_checkpoint(true);
+  ASSERT_TRUE(Allocate(server, allocate).ok());
+  EXPECT_EQ(testing::LockedBytes(), before) << "locked before its load";
+
+  ClientOptions r = o;
+  r.job_id = "restored";
+  r.initial.checkpoint = CheckpointPath(scratch.path(), "saved", 1);
+  auto restored = Client::Connect(r);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->step(), 1);
+  EXPECT_EQ(testing::LockedBytes() - before, copies + states) << "not locked once loaded";
 }
 
 // The manifest keeps the loss scaler of its step (reported by the pushes);
