@@ -26,7 +26,7 @@
 #include "strata/v1/shard.grpc.pb.h"
 #include "testing/job_runner.h"
 #include "testing/local_cluster.h"
-#include "testing/proc_status.h"
+#include "testing/process_memory.h"
 #include "testing/processes.h"
 #include "testing/scratch_dir.h"
 

@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "strata/client.h"
 #include "testing/job_runner.h"
-#include "testing/proc_status.h"
+#include "testing/process_memory.h"
 #include "testing/processes.h"
 #include "testing/scratch_dir.h"
 

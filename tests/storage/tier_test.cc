@@ -14,7 +14,7 @@
 #include "storage/host_tier.h"
 #include "storage/nvme_tier.h"
 #include "testing/faulty_tier.h"
-#include "testing/proc_status.h"
+#include "testing/process_memory.h"
 #include "testing/scratch_dir.h"
 #include "tests/storage/tier_conformance.h"
 
@@ -86,6 +86,24 @@ bool MayLock(uint64_t num_bytes) {
   rlimit limit{};
   getrlimit(RLIMIT_MEMLOCK, &limit);
   return geteuid() == 0 || limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= num_bytes;
+}
+
+// A page-aligned extent is faulted in when allocated; one to fill, by the
+// writes that fill it (unpinned, a page they leave out is faulted in when
+// first touched).
+TEST(HostTierTest, AnExtentToFillIsFaultedInByItsWrites) {
+  constexpr uint64_t kExtentBytes = uint64_t{1} << 20;
+  HostTier tier(2 * kExtentBytes);
+  auto allocated = tier.Allocate(kExtentBytes);
+  auto to_fill = tier.AllocateToFill(kExtentBytes);
+  ASSERT_TRUE(allocated.ok() && to_fill.ok());
+  EXPECT_EQ(ResidentPages(tier.Map(*allocated), kExtentBytes), kExtentBytes / kBlock);
+  EXPECT_EQ(ResidentPages(tier.Map(*to_fill), kExtentBytes), 0u);
+  AlignedBuffer written(16 * kBlock);
+  written.Fill(5);
+  ASSERT_TRUE(WriteAndWait(tier, *to_fill, 0, written.span()).ok());
+  ASSERT_TRUE(tier.Settle(*to_fill).ok());
+  EXPECT_EQ(ResidentPages(tier.Map(*to_fill), kExtentBytes), 16u);
 }
 
 // An extent to fill is left to the writes that fill it, page-locked only

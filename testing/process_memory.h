@@ -1,14 +1,16 @@
-// ProcStatusBytes: a memory field of /proc/PID/status (VmRSS, VmHWM, VmLck)
-// in bytes, for tests of what a process holds, resident or page-locked.
-#ifndef STRATA_TESTING_PROC_STATUS_H_
-#define STRATA_TESTING_PROC_STATUS_H_
+// What a process holds in memory, for tests: fields of /proc/PID/status
+// (resident, peak, page-locked) and the resident pages of a range.
+#ifndef STRATA_TESTING_PROCESS_MEMORY_H_
+#define STRATA_TESTING_PROCESS_MEMORY_H_
 
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -32,6 +34,17 @@ inline uint64_t ProcStatusBytes(pid_t pid, const std::string& field) {
 // This process's page-locked bytes.
 inline uint64_t LockedBytes() { return ProcStatusBytes(getpid(), "VmLck"); }
 
+// Pages of [data, data + num_bytes) resident in memory (mincore), `data`
+// page-aligned; 0 when mincore refuses.
+inline size_t ResidentPages(const void* data, size_t num_bytes) {
+  const size_t page_bytes = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident((num_bytes + page_bytes - 1) / page_bytes);
+  if (mincore(const_cast<void*>(data), num_bytes, resident.data()) != 0) return 0;
+  size_t count = 0;
+  for (unsigned char r : resident) count += r & 1;
+  return count;
+}
+
 }  // namespace strata::testing
 
-#endif  // STRATA_TESTING_PROC_STATUS_H_
+#endif  // STRATA_TESTING_PROCESS_MEMORY_H_
