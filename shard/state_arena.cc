@@ -1,26 +1,20 @@
 #include "shard/state_arena.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/memory_pages.h"
 
 namespace strata {
 
 std::byte* AllocateFaultedIn(size_t bytes) {
   void* memory = std::aligned_alloc(StateArena::kAlignment, bytes);
   if (memory == nullptr) return nullptr;
-  // MADV_POPULATE_WRITE is Linux 5.14's; older kernels refuse it, and then
-  // each page is touched.
-  if (madvise(memory, bytes, MADV_POPULATE_WRITE) != 0) {
-    for (size_t i = 0; i < bytes; i += StateArena::kAlignment) {
-      static_cast<volatile char*>(memory)[i] = 0;
-    }
-  }
+  AdviseHugePages(memory, bytes);
+  FaultInPages(memory, bytes);
   return static_cast<std::byte*>(memory);
 }
 

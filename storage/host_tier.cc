@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/memory_pages.h"
 #include "core/status_macros.h"
 #include "storage/gpu_tier.h"
 
@@ -45,12 +46,16 @@ absl::StatusOr<HostTier::Block> HostTier::NewBlock(uint64_t num_bytes, uint64_t 
   Block block{nullptr, num_bytes, /*mapped=*/alignment == 4096 && num_bytes > 0};
   block.settled = !(to_fill && block.mapped);
   if (block.mapped) {
-    // Zero pages that the kernel faults in now, so that no step touches a
-    // page first, with no pass of our own over them; or, to fill, as the
-    // writes touch them.
-    void* mapped = mmap(nullptr, num_bytes, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | (block.settled ? MAP_POPULATE : 0), -1, 0);
-    if (mapped != MAP_FAILED) block.data = static_cast<std::byte*>(mapped);
+    // Zero pages, 2 MiB ones where the kernel has them, that the kernel
+    // faults in now, so that no step touches a page first, with no pass of
+    // our own over them; or, to fill, as the writes touch them.
+    void* mapped =
+        mmap(nullptr, num_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapped != MAP_FAILED) {
+      block.data = static_cast<std::byte*>(mapped);
+      AdviseHugePages(mapped, num_bytes);
+      if (block.settled) FaultInPages(mapped, num_bytes);
+    }
   } else {
     void* allocated = std::aligned_alloc(alignment, num_bytes == 0 ? alignment : num_bytes);
     if (allocated != nullptr) {
