@@ -75,6 +75,21 @@ v1::JobInfo JobOf(const std::string& coordinator, const std::string& job_id) {
   return job;
 }
 
+// `o`'s job restored as `job_id` from `checkpoint`, expected at `step`
+// (nullptr and a failed test when the restore fails).
+std::unique_ptr<Client> RestoreAs(ClientOptions o, const std::string& job_id,
+                                  const std::string& checkpoint, int64_t step) {
+  o.job_id = job_id;
+  o.initial.checkpoint = checkpoint;
+  auto restored = Client::Connect(o);
+  if (!restored.ok()) {
+    ADD_FAILURE() << "restore from " << checkpoint << ": " << restored.status();
+    return nullptr;
+  }
+  EXPECT_EQ((*restored)->step(), step);
+  return *std::move(restored);
+}
+
 // Every chunk of `job`, allocated on one server as the coordinator asks.
 v1::AllocateChunksRequest AllocationOf(const v1::JobInfo& job) {
   v1::AllocateChunksRequest allocate;
@@ -248,12 +263,7 @@ TEST(CheckpointTest, ARestoredJobGetsMemoryForItsSavesFaultedInAfterItsLoad) {
   EXPECT_EQ(server.checkpoint_arena().held_bytes(), per_job) << "faulted in before a load";
 
   // A restore: what every job here reserved is faulted in after its load.
-  ClientOptions r = o;
-  r.job_id = "restored";
-  r.initial.checkpoint = CheckpointPath(scratch.path(), "saved", 1);
-  auto restored = Client::Connect(r);
-  ASSERT_TRUE(restored.ok()) << restored.status();
-  EXPECT_EQ((*restored)->step(), 1);
+  ASSERT_NE(RestoreAs(o, "restored", CheckpointPath(scratch.path(), "saved", 1), 1), nullptr);
   EXPECT_EQ(AwaitHeld(server, 3 * per_job), 3 * per_job) << "nothing faulted in after the load";
 }
 
@@ -298,12 +308,7 @@ TEST(CheckpointTest, ARestoredJobsMemoryIsPageLockedOnceLoaded) {
   ASSERT_TRUE(Allocate(server, allocate).ok());
   EXPECT_EQ(testing::LockedBytes(), before) << "locked before its load";
 
-  ClientOptions r = o;
-  r.job_id = "restored";
-  r.initial.checkpoint = CheckpointPath(scratch.path(), "saved", 1);
-  auto restored = Client::Connect(r);
-  ASSERT_TRUE(restored.ok()) << restored.status();
-  EXPECT_EQ((*restored)->step(), 1);
+  ASSERT_NE(RestoreAs(o, "restored", CheckpointPath(scratch.path(), "saved", 1), 1), nullptr);
   EXPECT_EQ(testing::LockedBytes() - before, copies + states) << "not locked once loaded";
 }
 
@@ -341,14 +346,10 @@ TEST(CheckpointTest, ARestoredJobTakesTheLossScaleOfItsCheckpoint) {
   EXPECT_EQ(json["loss_scale"]["scale"].get<float>(), scale) << json.dump();
   EXPECT_EQ(json["loss_scale"]["good_steps"].get<int>(), good_steps) << json.dump();
 
-  ClientOptions r = o;
-  r.job_id = "scaled-restored";
-  r.initial.checkpoint = CheckpointPath(dir, "scaled", 8);
-  auto restored = Client::Connect(r);
-  ASSERT_TRUE(restored.ok()) << restored.status();
-  EXPECT_EQ((*restored)->step(), 8);
-  EXPECT_EQ((*restored)->loss_scale(), scale);
-  EXPECT_EQ((*restored)->loss_scale_good_steps(), good_steps);
+  auto restored = RestoreAs(o, "scaled-restored", CheckpointPath(dir, "scaled", 8), 8);
+  ASSERT_NE(restored, nullptr);
+  EXPECT_EQ(restored->loss_scale(), scale);
+  EXPECT_EQ(restored->loss_scale_good_steps(), good_steps);
 }
 
 // Test 5 and bad input: damaged or mismatched checkpoints are refused before
