@@ -15,7 +15,26 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
+// Whether ASan instruments this build: GCC defines __SANITIZE_ADDRESS__,
+// clang answers __has_feature(address_sanitizer).
+#if defined(__SANITIZE_ADDRESS__)
+#define STRATA_TESTING_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define STRATA_TESTING_UNDER_ASAN 1
+#endif
+#endif
+
 namespace strata::testing {
+
+// Under ASan a process's memory holds its shadow memory and quarantine, and
+// mlock is a no-op (its interceptor locks nothing): tests of what a process
+// holds or locks skip there.
+#if defined(STRATA_TESTING_UNDER_ASAN)
+inline constexpr bool kUnderAsan = true;
+#else
+inline constexpr bool kUnderAsan = false;
+#endif
 
 // The field in bytes, or 0 when the file or the field is missing.
 inline uint64_t ProcStatusBytes(pid_t pid, const std::string& field) {

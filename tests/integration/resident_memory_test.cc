@@ -27,20 +27,9 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kFixedOverheadBytes = 80 * kMiB;
 constexpr uint64_t kStepBytesInFlight = 4 * kMiB;
 
-// Whether ASan instruments this build: GCC defines __SANITIZE_ADDRESS__,
-// clang answers __has_feature(address_sanitizer).
-#if defined(__SANITIZE_ADDRESS__)
-#define STRATA_TEST_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define STRATA_TEST_UNDER_ASAN 1
-#endif
-#endif
-
 TEST(ResidentMemoryTest, ServerStaysWithinItsHostBudget) {
-#if defined(STRATA_TEST_UNDER_ASAN)
-  GTEST_SKIP() << "ASan's shadow memory and quarantine are not the server's";
-#endif
+  if (testing::kUnderAsan)
+    GTEST_SKIP() << "ASan's shadow memory and quarantine are not the server's";
   const testing::ScratchDir scratch("resident_memory_test");
   const std::string& dir = scratch.path();
   testing::Processes daemons;

@@ -71,6 +71,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(HostTierTest, RefusedPageLockNamesTheMemlockLimit) {
   if (geteuid() == 0) GTEST_SKIP() << "root may lock any amount";
+  if (kUnderAsan) GTEST_SKIP() << "ASan's mlock locks nothing";
   rlimit limit{};
   getrlimit(RLIMIT_MEMLOCK, &limit);
   if (limit.rlim_cur == RLIM_INFINITY) GTEST_SKIP() << "no memlock limit";
@@ -110,6 +111,7 @@ TEST(HostTierTest, AnExtentToFillIsFaultedInByItsWrites) {
 // once settled; then unlocked when freed, as any pinned extent.
 TEST(HostTierTest, AnExtentToFillIsPageLockedWhenSettled) {
   constexpr uint64_t kExtentBytes = uint64_t{1} << 20;
+  if (kUnderAsan) GTEST_SKIP() << "ASan's mlock locks nothing";
   if (!MayLock(4 * kExtentBytes)) GTEST_SKIP() << "memlock limit below 4 MiB";
   HostTier tier(4 * kExtentBytes, HostTier::Pinning::kMlock);
   const uint64_t before = LockedBytes();
@@ -130,6 +132,7 @@ TEST(HostTierTest, AnExtentToFillIsPageLockedWhenSettled) {
 // and leaves the extent as it was: held, readable, freeable.
 TEST(HostTierTest, RefusedPageLockOfAFilledExtentNamesTheMemlockLimit) {
   if (geteuid() == 0) GTEST_SKIP() << "root may lock any amount";
+  if (kUnderAsan) GTEST_SKIP() << "ASan's mlock locks nothing";
   rlimit limit{};
   getrlimit(RLIMIT_MEMLOCK, &limit);
   if (limit.rlim_cur == RLIM_INFINITY) GTEST_SKIP() << "no memlock limit";
