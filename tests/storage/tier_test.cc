@@ -69,14 +69,20 @@ INSTANTIATE_TEST_SUITE_P(
                     }}),
     [](const auto& info) { return info.param.name; });
 
-TEST(HostTierTest, RefusedPageLockNamesTheMemlockLimit) {
-  if (geteuid() == 0) GTEST_SKIP() << "root may lock any amount";
-  if (kUnderAsan) GTEST_SKIP() << "ASan's mlock locks nothing";
+// The memlock limit that refuses page-locks beyond it here, or 0 where none
+// does: root, no limit, or ASan (whose mlock locks nothing).
+uint64_t RefusingMemlockLimit() {
+  if (geteuid() == 0 || kUnderAsan) return 0;
   rlimit limit{};
   getrlimit(RLIMIT_MEMLOCK, &limit);
-  if (limit.rlim_cur == RLIM_INFINITY) GTEST_SKIP() << "no memlock limit";
-  HostTier tier(limit.rlim_cur * 4, HostTier::Pinning::kMlock);
-  auto extent = tier.Allocate(limit.rlim_cur * 2);
+  return limit.rlim_cur == RLIM_INFINITY ? 0 : limit.rlim_cur;
+}
+
+TEST(HostTierTest, RefusedPageLockNamesTheMemlockLimit) {
+  const uint64_t limit = RefusingMemlockLimit();
+  if (limit == 0) GTEST_SKIP() << "nothing refuses a page-lock here (root, no limit or ASan)";
+  HostTier tier(limit * 4, HostTier::Pinning::kMlock);
+  auto extent = tier.Allocate(limit * 2);
   EXPECT_EQ(extent.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(extent.status().message()), HasSubstr("ulimit -l"));
   EXPECT_EQ(tier.used_bytes(), 0u);
@@ -131,18 +137,15 @@ TEST(HostTierTest, AnExtentToFillIsPageLockedWhenSettled) {
 // A page-lock refused when the extent is settled names the memlock limit
 // and leaves the extent as it was: held, readable, freeable.
 TEST(HostTierTest, RefusedPageLockOfAFilledExtentNamesTheMemlockLimit) {
-  if (geteuid() == 0) GTEST_SKIP() << "root may lock any amount";
-  if (kUnderAsan) GTEST_SKIP() << "ASan's mlock locks nothing";
-  rlimit limit{};
-  getrlimit(RLIMIT_MEMLOCK, &limit);
-  if (limit.rlim_cur == RLIM_INFINITY) GTEST_SKIP() << "no memlock limit";
-  HostTier tier(limit.rlim_cur * 4, HostTier::Pinning::kMlock);
-  auto extent = tier.AllocateToFill(limit.rlim_cur * 2);
+  const uint64_t limit = RefusingMemlockLimit();
+  if (limit == 0) GTEST_SKIP() << "nothing refuses a page-lock here (root, no limit or ASan)";
+  HostTier tier(limit * 4, HostTier::Pinning::kMlock);
+  auto extent = tier.AllocateToFill(limit * 2);
   ASSERT_TRUE(extent.ok()) << extent.status();
   const absl::Status settled = tier.Settle(*extent);
   EXPECT_EQ(settled.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(settled.message()), HasSubstr("ulimit -l"));
-  EXPECT_EQ(tier.used_bytes(), limit.rlim_cur * 2);
+  EXPECT_EQ(tier.used_bytes(), limit * 2);
   std::vector<std::byte> back(kBlock, std::byte{1});
   ASSERT_TRUE(ReadAndWait(tier, *extent, 0, absl::MakeSpan(back)).ok());
   EXPECT_EQ(back, std::vector<std::byte>(kBlock));
