@@ -1,14 +1,17 @@
 // What a process holds in memory, for tests: fields of /proc/PID/status
-// (resident, peak, page-locked) and the resident pages of a range.
+// (resident, peak, page-locked), the resident pages of a range, and what it
+// may page-lock.
 #ifndef STRATA_TESTING_PROCESS_MEMORY_H_
 #define STRATA_TESTING_PROCESS_MEMORY_H_
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -52,6 +55,16 @@ inline uint64_t ProcStatusBytes(pid_t pid, const std::string& field) {
 
 // This process's page-locked bytes.
 inline uint64_t LockedBytes() { return ProcStatusBytes(getpid(), "VmLck"); }
+
+// The bytes this process may page-lock: its memlock limit (0 when it cannot
+// be read), or the largest uint64_t where none applies (root, no limit).
+inline uint64_t MemlockLimitBytes() {
+  if (geteuid() == 0) return std::numeric_limits<uint64_t>::max();
+  rlimit limit{};
+  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return 0;
+  if (limit.rlim_cur == RLIM_INFINITY) return std::numeric_limits<uint64_t>::max();
+  return limit.rlim_cur;
+}
 
 // Pages of [data, data + num_bytes) resident in memory (mincore), `data`
 // page-aligned; 0 when mincore refuses.

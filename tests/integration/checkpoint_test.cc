@@ -3,9 +3,7 @@
 // size (continuing bitwise), atomic under a SIGKILL during the write, and
 // refused with DATA_LOSS / FAILED_PRECONDITION when damaged or mismatched.
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -274,9 +272,7 @@ TEST(CheckpointTest, ARestoredJobGetsMemoryForItsSavesFaultedInAfterItsLoad) {
 TEST(CheckpointTest, ARestoredJobsMemoryIsPageLockedOnceLoaded) {
   constexpr uint64_t kChunkParams = 32768;  // states and copies of 64 KiB and up: whole pages
   if (testing::kUnderAsan) GTEST_SKIP() << "ASan's mlock locks nothing";
-  rlimit limit{};
-  getrlimit(RLIMIT_MEMLOCK, &limit);
-  if (geteuid() != 0 && limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < (uint64_t{64} << 20)) {
+  if (testing::MemlockLimitBytes() < (uint64_t{64} << 20)) {
     GTEST_SKIP() << "memlock limit below 64 MiB";
   }
   const testing::ScratchDir scratch("checkpoint_pinned_after_load");

@@ -2,10 +2,10 @@
 // page-locking of the host tier; alignment, checksums and refusals of the
 // NVMe tier; fault injection through FaultyTier.
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <limits>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -37,9 +37,7 @@ INSTANTIATE_TEST_SUITE_P(
         TierFactory{"host_pinned",
                     [](uint64_t budget, const std::string&) -> std::unique_ptr<Tier> {
                       // Page-locking needs a memlock limit above the budget.
-                      rlimit limit{};
-                      getrlimit(RLIMIT_MEMLOCK, &limit);
-                      if (geteuid() != 0 && limit.rlim_cur < budget) return nullptr;
+                      if (MemlockLimitBytes() < budget) return nullptr;
                       return std::make_unique<HostTier>(budget, HostTier::Pinning::kMlock);
                     }},
         TierFactory{"host_pinned_for_gpu",
@@ -72,10 +70,8 @@ INSTANTIATE_TEST_SUITE_P(
 // The memlock limit that refuses page-locks beyond it here, or 0 where none
 // does: root, no limit, or ASan (whose mlock locks nothing).
 uint64_t RefusingMemlockLimit() {
-  if (geteuid() == 0 || kUnderAsan) return 0;
-  rlimit limit{};
-  getrlimit(RLIMIT_MEMLOCK, &limit);
-  return limit.rlim_cur == RLIM_INFINITY ? 0 : limit.rlim_cur;
+  const uint64_t limit = MemlockLimitBytes();
+  return kUnderAsan || limit == std::numeric_limits<uint64_t>::max() ? 0 : limit;
 }
 
 TEST(HostTierTest, RefusedPageLockNamesTheMemlockLimit) {
@@ -86,13 +82,6 @@ TEST(HostTierTest, RefusedPageLockNamesTheMemlockLimit) {
   EXPECT_EQ(extent.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(extent.status().message()), HasSubstr("ulimit -l"));
   EXPECT_EQ(tier.used_bytes(), 0u);
-}
-
-// Whether this process may page-lock `num_bytes`.
-bool MayLock(uint64_t num_bytes) {
-  rlimit limit{};
-  getrlimit(RLIMIT_MEMLOCK, &limit);
-  return geteuid() == 0 || limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= num_bytes;
 }
 
 // A page-aligned extent is faulted in when allocated; one to fill, by the
@@ -118,7 +107,7 @@ TEST(HostTierTest, AnExtentToFillIsFaultedInByItsWrites) {
 TEST(HostTierTest, AnExtentToFillIsPageLockedWhenSettled) {
   constexpr uint64_t kExtentBytes = uint64_t{1} << 20;
   if (kUnderAsan) GTEST_SKIP() << "ASan's mlock locks nothing";
-  if (!MayLock(4 * kExtentBytes)) GTEST_SKIP() << "memlock limit below 4 MiB";
+  if (MemlockLimitBytes() < 4 * kExtentBytes) GTEST_SKIP() << "memlock limit below 4 MiB";
   HostTier tier(4 * kExtentBytes, HostTier::Pinning::kMlock);
   const uint64_t before = LockedBytes();
   auto to_fill = tier.AllocateToFill(kExtentBytes);
