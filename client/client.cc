@@ -176,10 +176,11 @@ absl::Status ClientImpl::WriteInitialState() {
 
 absl::Status ClientImpl::Init() {
   RETURN_IF_ERROR(CreateJob());
-  ASSIGN_OR_RETURN(
-      membership_,
-      WorkerMembership::Join(options_.coordinator_address, credentials_, options_.job_id,
-                             worker_id_, [this](uint64_t running) { CancelInFlight(running); }));
+  ASSIGN_OR_RETURN(membership_, WorkerMembership::Join(
+                                    options_.coordinator_address, credentials_, options_.job_id,
+                                    worker_id_, [this](uint64_t running, bool members_changed) {
+                                      CancelInFlight(running, members_changed);
+                                    }));
   return Reform(/*than=*/0);
 }
 

@@ -192,8 +192,9 @@ class ClientImpl : public Client {
   // A streamed step's end once its scalars are known: commits them to every
   // server, then pulls; the pushes are done once the pulls are.
   absl::Status CommitAndPull(int64_t step, const PushScalars& push);
-  // The lowest and highest step the job's chunks have applied.
-  absl::StatusOr<std::pair<int64_t, int64_t>> AppliedSteps();
+  // The lowest and highest step the job's chunks have applied; UNAVAILABLE
+  // while chunks move, unless `while_moving` (the recorded placement's).
+  absl::StatusOr<std::pair<int64_t, int64_t>> AppliedSteps(bool while_moving = false);
   // AppliedSteps(), asked again (after a backoff) while a chunk's server
   // cannot tell (it restarts: the chunk shows as missing or unreachable),
   // until `deadline` or a generation newer than the one forming.
@@ -216,16 +217,27 @@ class ClientImpl : public Client {
   // padded space, the parameters held, the buckets, the gradient memory
   // and the slice's pieces. Errors are the device's.
   absl::Status CutBuffers();
+  // Cuts the slice into pieces at chunk and bucket boundaries (slice_pieces_)
+  // under the transport's placement.
+  void CutSlicePieces();
   // With the group just formed: the step every chunk has applied and the
   // loss scale, as rank 0 sees them (written first when the job is new);
   // the scaler takes the scale.
   absl::StatusOr<int64_t> AgreeOnStep(absl::Time deadline);
-  // The generation carries a newer placement: waits (until `deadline`) for
-  // the coordinator's JobInfo with it and takes it.
-  absl::Status FollowPlacement(absl::Time deadline);
+  // Waits (until `deadline`) for the coordinator's JobInfo with placement
+  // `version` or newer and takes it.
+  absl::Status FollowPlacement(uint64_t version, absl::Time deadline);
+  // With the group's collective: where every worker heard of the same newer
+  // generation, it has this group's members (it only moved chunks), and
+  // rank 0 finds every chunk at the group's step (or, `in_step`, the next),
+  // takes its placement and runs on in it without re-forming -- no new
+  // group, no parameters pulled, the step not recomputed. False (all
+  // workers alike) where not: re-form. Errors are the collective's.
+  absl::StatusOr<bool> FollowInPlace(bool in_step);
   // At a step boundary, with no collective of its own: re-forms if the last
   // step failed, or if its closing all-reduce found a newer generation (all
-  // the workers of the group decided together: it carried each one's view).
+  // the workers of the group decided together: it carried each one's view)
+  // that the group cannot follow in place.
   absl::Status FollowGeneration();
   bool NewerGenerationHeard() const {
     return membership_->Latest().number() > generation_.number();
@@ -244,13 +256,17 @@ class ClientImpl : public Client {
   // generation (one all-reduce tells): a shard server that fails or restarts
   // mid-step (UNAVAILABLE, DEADLINE_EXCEEDED) makes every worker push and
   // pull the step again -- chunks that applied it answer from the stored
-  // result -- for up to step_timeout. Other errors end the step everywhere.
+  // result -- for up to step_timeout, and so does a generation that cut
+  // the step (ABORTED) where the group follows it in place. Other errors
+  // end the step everywhere.
   // A streamed step's first try is CommitAndPull().
   absl::Status PushPullEverywhere(int64_t step, const PushScalars& push, bool streamed);
-  // Cancels the RPCs in flight of `generation` and aborts its collective (a
-  // worker of it was lost); from the membership's watch thread, so it reads
-  // nothing of the step's but collective_ under collective_mu_.
-  void CancelInFlight(uint64_t generation);
+  // Cancels the RPCs in flight of `generation` and, where a member of it is
+  // missing, aborts its collective (the group's members all there, it
+  // serves a generation that only moved the chunks: FollowInPlace()); from
+  // the membership's watch thread, so it reads nothing of the step's but
+  // collective_ under collective_mu_.
+  void CancelInFlight(uint64_t generation, bool members_changed);
   // Replaces the collective (null: none) with that of `generation`; from the
   // step's thread.
   void SetCollective(std::unique_ptr<Collective> collective, uint64_t generation);

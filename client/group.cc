@@ -15,13 +15,13 @@
 
 namespace strata {
 
-absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedSteps() {
+absl::StatusOr<std::pair<int64_t, int64_t>> ClientImpl::AppliedSteps(bool while_moving) {
   v1::GetPlacementRequest request;
   request.set_job_id(options_.job_id);
   v1::GetPlacementResponse placement;
   RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::GetPlacement, request,
                             &placement, kControlRpcTimeout));
-  if (placement.moving()) {
+  if (placement.moving() && !while_moving) {
     return absl::UnavailableError(
         absl::StrCat("job '", options_.job_id, "' has chunks moving to a new placement"));
   }
@@ -119,7 +119,7 @@ absl::Status ClientImpl::ReformOnce(uint64_t* than, absl::Time started, absl::Ti
   rank_ = collective.rank;
   world_size_ = collective.size;
   if (generation_.placement_version() != transport_.job().placement_version()) {
-    RETURN_IF_ERROR(FollowPlacement(deadline));
+    RETURN_IF_ERROR(FollowPlacement(generation_.placement_version(), deadline));
   }
   RETURN_IF_ERROR(CutBuffers());
   ASSIGN_OR_RETURN(const int64_t step, AgreeOnStep(deadline));
@@ -158,6 +158,12 @@ absl::Status ClientImpl::CutBuffers() {
   buckets_ = Buckets(padded_num_params_, options_.bucket_num_params);
   // Accumulated gradients keep their flat positions in the new world's buffer.
   RETURN_IF_ERROR(grads_.Reset(buckets_, slice, esize_));
+  CutSlicePieces();
+  return absl::OkStatus();
+}
+
+void ClientImpl::CutSlicePieces() {
+  const FlatRange slice = layout_.WorkerSlice(rank_, world_size_);
   slice_pieces_.clear();
   for (size_t i = buckets_.BucketOf(slice.begin); !slice.empty() && i < buckets_.size(); ++i) {
     FlatRange part = Intersect(buckets_.bucket(i), slice);
@@ -166,7 +172,6 @@ absl::Status ClientImpl::CutBuffers() {
       slice_pieces_.push_back(std::move(piece));
     }
   }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> ClientImpl::AgreeOnStep(absl::Time deadline) {
@@ -210,7 +215,7 @@ absl::StatusOr<int64_t> ClientImpl::AgreeOnStep(absl::Time deadline) {
   return step;
 }
 
-absl::Status ClientImpl::FollowPlacement(absl::Time deadline) {
+absl::Status ClientImpl::FollowPlacement(uint64_t version, absl::Time deadline) {
   v1::GetJobRequest request;
   request.set_job_id(options_.job_id);
   // The coordinator announces a move before it has finished it: asked
@@ -219,14 +224,14 @@ absl::Status ClientImpl::FollowPlacement(absl::Time deadline) {
     v1::JobInfo job;
     RETURN_IF_ERROR(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::GetJob, request, &job,
                               kControlRpcTimeout));
-    if (job.placement_version() >= generation_.placement_version()) {
+    if (job.placement_version() >= version) {
       RETURN_IF_ERROR(transport_.SetPlacement(std::move(job)));
       break;
     }
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("job '", options_.job_id, "': its chunks did not finish moving (placement ",
-                       generation_.placement_version(), ") within the rendezvous timeout"));
+                       version, ") within the rendezvous timeout"));
     }
     absl::SleepFor(wait);
   }
@@ -236,13 +241,64 @@ absl::Status ClientImpl::FollowPlacement(absl::Time deadline) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> ClientImpl::FollowInPlace(bool in_step) {
+  const v1::Generation latest = membership_->Latest();
+  const auto& ids = latest.worker_ids();
+  bool follows = step_ > 0 && latest.number() > generation_.number() &&
+                 std::equal(ids.begin(), ids.end(), generation_.worker_ids().begin(),
+                            generation_.worker_ids().end());
+  if (follows && rank_ == 0) {
+    // Every chunk must hold the step the group is at, or (mid-step) the
+    // next: copies moved, none taken back to a checkpoint.
+    const absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
+    absl::Status checked = FollowPlacement(latest.placement_version(), deadline);
+    absl::StatusOr<std::pair<int64_t, int64_t>> steps =
+        checked.ok() ? AppliedSteps(/*while_moving=*/true) : checked;
+    follows = steps.ok() && steps->first >= step_ && steps->second <= step_ + (in_step ? 1 : 0);
+    if (!follows) {
+      LogEventCat("client", "job ", options_.job_id, ": generation ", latest.number(),
+                  " is re-formed: ",
+                  steps.ok() ? absl::StrCat("its chunks are at steps ", steps->first, "..",
+                                            steps->second, ", the group at ", step_)
+                             : steps.status().ToString());
+    }
+  }
+  // All or none: every worker heard of the same generation (the sum of the
+  // numbers' squares is the square of their sum over the count only when
+  // they are equal) and rank 0 found its chunks where the group is.
+  const double number = static_cast<double>(latest.number());
+  double agreed[3] = {number, number * number, follows ? 1.0 : 0.0};
+  RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(agreed)));
+  const double workers = static_cast<double>(world_size_);
+  if (agreed[2] != workers || agreed[0] * agreed[0] != workers * agreed[1]) return false;
+  if (rank_ != 0) {
+    RETURN_IF_ERROR(
+        FollowPlacement(latest.placement_version(), absl::Now() + options_.rendezvous_timeout));
+  }
+  CutSlicePieces();
+  {
+    absl::MutexLock lock(&collective_mu_);
+    collective_generation_ = latest.number();
+  }
+  generation_ = latest;
+  reform_agreed_ = false;
+  membership_->Running(generation_, step_);
+  LogEventCat("client", "job ", options_.job_id, ": generation ", generation_.number(),
+              " moved chunks (placement ", generation_.placement_version(), "); the group goes on",
+              in_step ? absl::StrCat(" with step ", step_ + 1) : std::string());
+  return true;
+}
+
 absl::Status ClientImpl::FollowGeneration() {
   // An all-gather that failed leaves parameters to pull again.
   if (!FinishParamStream().ok()) broken_ = true;
   if (broken_) return Recover(absl::UnavailableError("the last step failed"));
   if (!reform_agreed_) return absl::OkStatus();
   // A generation newer than the group's is open (or opens once a worker
-  // that announced its leave has left).
+  // that announced its leave has left): followed in place where it only
+  // moved chunks, else re-formed.
+  absl::StatusOr<bool> followed = FollowInPlace(/*in_step=*/false);
+  if (followed.ok() && *followed) return absl::OkStatus();
   return Reform(generation_.number());
 }
 
@@ -256,8 +312,9 @@ absl::Status ClientImpl::Recover(const absl::Status& error) {
   return reformed;
 }
 
-void ClientImpl::CancelInFlight(uint64_t generation) {
+void ClientImpl::CancelInFlight(uint64_t generation, bool members_changed) {
   transport_.CancelGeneration(generation);
+  if (!members_changed) return;
   absl::MutexLock lock(&collective_mu_);
   if (collective_ != nullptr && collective_generation_ == generation) collective_->Abort();
 }

@@ -18,6 +18,9 @@ namespace {
 
 // Step(GradientFn) computes a step at most this often (overflows, lost workers).
 constexpr int kMaxStepAttempts = 64;
+// How long a worker whose step was cut waits to hear of the generation that
+// cut it (a server's fence can answer before the coordinator's stream).
+constexpr absl::Duration kHearCut = absl::Seconds(2);
 
 }  // namespace
 
@@ -118,19 +121,36 @@ absl::Status ClientImpl::PushPullEverywhere(int64_t step, const PushScalars& pus
   for (bool first = true;; first = false) {
     absl::Status s = streamed && first ? CommitAndPull(step, push) : PushPull(step, &push);
     // NOT_FOUND: the job is not on that server (now): its chunks are moving.
-    bool retryable = absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsNotFound(s);
-    // {failed and retryable here, failed for good here, a newer generation
-    // or this worker's leave}: every worker acts on the sums.
-    double failed[3] = {!s.ok() && retryable ? 1.0 : 0.0, !s.ok() && !retryable ? 1.0 : 0.0,
+    const bool retryable =
+        absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsNotFound(s);
+    // ABORTED: a newer generation cut the step (its generation cancelled
+    // here, or a server fenced against it).
+    const bool cut = absl::IsAborted(s);
+    // {failed and retryable here, cut here, failed for good here, a newer
+    // generation or this worker's leave}: every worker acts on the sums.
+    double failed[4] = {!s.ok() && retryable ? 1.0 : 0.0, cut ? 1.0 : 0.0,
+                        !s.ok() && !retryable && !cut ? 1.0 : 0.0,
                         leave_announced_ || NewerGenerationHeard() ? 1.0 : 0.0};
     RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(failed)));
-    if (failed[0] == 0 && failed[1] == 0) {
-      reform_agreed_ = failed[2] > 0;
+    if (failed[0] == 0 && failed[1] == 0 && failed[2] == 0) {
+      reform_agreed_ = failed[3] > 0;
       return absl::OkStatus();
     }
-    if (failed[1] > 0 || absl::Now() > deadline) {
+    if (failed[2] > 0 || absl::Now() > deadline) {
       return s.ok() ? absl::AbortedError(absl::StrCat("step ", step, " failed at another worker"))
                     : s;
+    }
+    if (failed[1] > 0) {
+      // The generation that cut it may not have reached this worker yet.
+      membership_->WaitNewer(generation_.number(), std::min(deadline, absl::Now() + kHearCut))
+          .IgnoreError();
+      ASSIGN_OR_RETURN(const bool followed, FollowInPlace(/*in_step=*/true));
+      if (!followed) {
+        return s.ok()
+                   ? absl::AbortedError(absl::StrCat("step ", step, " was cut at another worker"))
+                   : s;
+      }
+      continue;
     }
     LogEventCat("client", "step ", step, ": ",
                 s.ok() ? std::string("another worker's push or pull failed") : s.ToString(),

@@ -30,13 +30,21 @@ std::string HostAndPid() {
   return absl::StrCat(host, ":", getpid());
 }
 
-// Whether `newer` ends a step of `running`: it lacks one of its members or
-// moved the job's chunks.
-bool Interrupts(const v1::Generation& newer, const v1::Generation& running) {
-  if (running.number() == 0 || newer.number() <= running.number()) return false;
-  bool interrupts = newer.placement_version() != running.placement_version();
-  for (const std::string& id : running.worker_ids()) interrupts |= !Includes(newer, id);
-  return interrupts;
+// How `newer` ends a step of `running`, if it does.
+struct Interruption {
+  bool chunks_moved = false;     // it carries another placement version
+  bool members_changed = false;  // it lacks a member of `running`
+  bool any() const { return chunks_moved || members_changed; }
+};
+
+Interruption Interrupts(const v1::Generation& newer, const v1::Generation& running) {
+  Interruption interruption;
+  if (running.number() == 0 || newer.number() <= running.number()) return interruption;
+  interruption.chunks_moved = newer.placement_version() != running.placement_version();
+  for (const std::string& id : running.worker_ids()) {
+    interruption.members_changed |= !Includes(newer, id);
+  }
+  return interruption;
 }
 
 }  // namespace
@@ -44,7 +52,7 @@ bool Interrupts(const v1::Generation& newer, const v1::Generation& running) {
 WorkerMembership::WorkerMembership(const std::string& coordinator_address,
                                    const ChannelCredentials& credentials, std::string job_id,
                                    std::string worker_id,
-                                   std::function<void(uint64_t)> on_interrupted)
+                                   std::function<void(uint64_t, bool)> on_interrupted)
     : job_id_(std::move(job_id)),
       worker_id_(std::move(worker_id)),
       on_interrupted_(std::move(on_interrupted)),
@@ -53,7 +61,7 @@ WorkerMembership::WorkerMembership(const std::string& coordinator_address,
 absl::StatusOr<std::unique_ptr<WorkerMembership>> WorkerMembership::Join(
     const std::string& coordinator_address, const ChannelCredentials& credentials,
     const std::string& job_id, const std::string& worker_id,
-    std::function<void(uint64_t)> on_interrupted) {
+    std::function<void(uint64_t, bool)> on_interrupted) {
   std::unique_ptr<WorkerMembership> membership(new WorkerMembership(
       coordinator_address, credentials, job_id, worker_id, std::move(on_interrupted)));
   RETURN_IF_ERROR(membership->SendJoin());
@@ -89,7 +97,7 @@ absl::Status WorkerMembership::SendJoin() {
 }
 
 void WorkerMembership::Observe(const v1::Generation& generation) {
-  bool interrupted = false;
+  Interruption interruption;
   uint64_t running = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -98,9 +106,11 @@ void WorkerMembership::Observe(const v1::Generation& generation) {
     recent_.push_back(generation);
     if (recent_.size() > kRecentGenerations) recent_.pop_front();
     running = running_.number();
-    interrupted = Interrupts(latest_, running_);
+    interruption = Interrupts(latest_, running_);
   }
-  if (interrupted && on_interrupted_) on_interrupted_(running);
+  if (interruption.any() && on_interrupted_) {
+    on_interrupted_(running, interruption.members_changed);
+  }
 }
 
 v1::Generation WorkerMembership::Latest() const {
@@ -125,18 +135,24 @@ absl::StatusOr<v1::Generation> WorkerMembership::WaitNewer(uint64_t than,
 }
 
 void WorkerMembership::Running(const v1::Generation& generation, int64_t completed_step) {
-  bool interrupted = false;
+  Interruption interruption;
   {
     absl::MutexLock lock(&mu_);
     // A generation that ends this one may have been observed while this one
     // formed: Observe() judged it against the previous one.
     if (generation.number() != running_.number()) {
-      for (const v1::Generation& newer : recent_) interrupted |= Interrupts(newer, generation);
+      for (const v1::Generation& newer : recent_) {
+        const Interruption by = Interrupts(newer, generation);
+        interruption.chunks_moved |= by.chunks_moved;
+        interruption.members_changed |= by.members_changed;
+      }
     }
     running_ = generation;
     completed_step_ = completed_step;
   }
-  if (interrupted && on_interrupted_) on_interrupted_(generation.number());
+  if (interruption.any() && on_interrupted_) {
+    on_interrupted_(generation.number(), interruption.members_changed);
+  }
 }
 
 absl::StatusOr<v1::Generation> WorkerMembership::Leave() {

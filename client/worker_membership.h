@@ -3,13 +3,14 @@
 // (joining again if the lease was lost), and follows the job's generations
 // through the WatchGeneration stream on a second thread.
 //
-// Thread-safe. `on_interrupted(running)` runs on the watch thread when a
-// generation arrives that lacks a member of generation `running`, the one
-// this worker runs in (set by Running()), or that moved the job's chunks (a
-// newer placement version): the running step cannot complete, so its
-// in-flight RPCs and collectives should be cancelled. Running() calls it on
-// the caller's thread when such a generation came while `running` formed.
-// It must not block.
+// Thread-safe. `on_interrupted(running, members_changed)` runs on the watch
+// thread when a generation arrives that lacks a member of generation
+// `running`, the one this worker runs in (set by Running()), or that moved
+// the job's chunks (a newer placement version): the running step cannot
+// complete, so its in-flight RPCs should be cancelled, and where a member is
+// missing (`members_changed`) its collectives too. Running() calls it on the
+// caller's thread when such a generation came while `running` formed. It
+// must not block.
 #ifndef STRATA_CLIENT_WORKER_MEMBERSHIP_H_
 #define STRATA_CLIENT_WORKER_MEMBERSHIP_H_
 
@@ -36,7 +37,7 @@ class WorkerMembership {
   static absl::StatusOr<std::unique_ptr<WorkerMembership>> Join(
       const std::string& coordinator_address, const ChannelCredentials& credentials,
       const std::string& job_id, const std::string& worker_id,
-      std::function<void(uint64_t)> on_interrupted);
+      std::function<void(uint64_t, bool)> on_interrupted);
   // Stops the threads (without leaving: the lease then runs out).
   ~WorkerMembership();
 
@@ -62,7 +63,7 @@ class WorkerMembership {
  private:
   WorkerMembership(const std::string& coordinator_address, const ChannelCredentials& credentials,
                    std::string job_id, std::string worker_id,
-                   std::function<void(uint64_t)> on_interrupted);
+                   std::function<void(uint64_t, bool)> on_interrupted);
   absl::Status SendJoin();
   void Observe(const v1::Generation& generation);
   void HeartbeatLoop();
@@ -70,7 +71,7 @@ class WorkerMembership {
 
   const std::string job_id_;
   const std::string worker_id_;
-  const std::function<void(uint64_t)> on_interrupted_;
+  const std::function<void(uint64_t, bool)> on_interrupted_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   absl::Duration lease_ = absl::Seconds(3);
 

@@ -175,6 +175,15 @@ class ReplicationTest : public ::testing::Test {
     EXPECT_TRUE(run.master.exp_avg_sq == uninterrupted.master.exp_avg_sq);
   }
 
+  // The workers followed every move in place: each formed its group once,
+  // when it started, and never pulled every parameter or recomputed a step
+  // again.
+  static void ExpectFormedOnce(const testing::KilledRun& run) {
+    for (size_t rank = 0; rank < run.reforms.size(); ++rank) {
+      EXPECT_EQ(run.reforms[rank].count, 1) << "rank " << rank << " re-formed";
+    }
+  }
+
   // Every copy of every chunk of `job_id` at the last step, with the bits
   // of `run`'s master state (read from the primaries) and the stored bits
   // of the chunk's other copies (8-bit moments too), and `copies` of each
@@ -244,6 +253,7 @@ class ReplicationTest : public ::testing::Test {
     auto held = testing::ChunksOnServer(drained, job.job_id);
     ASSERT_TRUE(held.ok()) << held.status();
     EXPECT_EQ(*held, 0);
+    ExpectFormedOnce(run);
     ExpectNothingLost(run, job);
   }
 
@@ -300,6 +310,8 @@ TEST_F(ReplicationTest, AServerLostForGoodCostsAReplicatedJobNoStep) {
   EXPECT_EQ(primaries, chunks) << "one primary per chunk";
   EXPECT_THAT(CoordinatorLog(), HasSubstr("restoring its replica count"));
 
+  // The copies' drop and their restore each moved chunks mid-step or between steps.
+  ExpectFormedOnce(run);
   ExpectNothingLost(run);
 }
 
@@ -446,6 +458,7 @@ TEST_F(ReplicationTest, ARebalanceSpreadsCopiesOntoANewServerWhileTheJobTrains) 
   auto held = testing::ChunksOnServer(added, "rebalanced");
   ASSERT_TRUE(held.ok()) << held.status();
   EXPECT_EQ(*held, static_cast<int>(response.moved().copies()));
+  ExpectFormedOnce(run);
   ExpectNothingLost(run);
 }
 

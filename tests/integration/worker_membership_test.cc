@@ -3,6 +3,7 @@
 
 #include "client/worker_membership.h"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -19,21 +20,23 @@ namespace {
 constexpr char kJob[] = "membership";
 constexpr absl::Duration kWait = absl::Seconds(30);
 
-// The generations each on_interrupted call named, in order.
+// What each on_interrupted call said, in order: the generation it ended and
+// whether a member of it was missing.
+using Interruption = std::pair<uint64_t, bool>;
 class Interruptions {
  public:
-  std::function<void(uint64_t)> Callback() {
-    return [this](uint64_t running) {
+  std::function<void(uint64_t, bool)> Callback() {
+    return [this](uint64_t running, bool members_changed) {
       absl::MutexLock lock(&mu_);
-      seen_.push_back(running);
+      seen_.emplace_back(running, members_changed);
     };
   }
-  std::vector<uint64_t> Seen() {
+  std::vector<Interruption> Seen() {
     absl::MutexLock lock(&mu_);
     return seen_;
   }
   // Seen() once it holds `count` calls, or when `timeout` has passed.
-  std::vector<uint64_t> SeenOnce(size_t count, absl::Duration timeout) {
+  std::vector<Interruption> SeenOnce(size_t count, absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return seen_.size() >= count; };
     mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
@@ -42,14 +45,14 @@ class Interruptions {
 
  private:
   absl::Mutex mu_;
-  std::vector<uint64_t> seen_ ABSL_GUARDED_BY(mu_);
+  std::vector<Interruption> seen_ ABSL_GUARDED_BY(mu_);
 };
 
 class WorkerMembershipTest : public ::testing::Test {
  protected:
   void SetUp() override {
     LocalClusterOptions options;
-    options.num_servers = 1;
+    options.num_servers = 2;
     auto cluster = LocalCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
@@ -66,10 +69,10 @@ class WorkerMembershipTest : public ::testing::Test {
     spec->mutable_adam()->set_beta1(0.9f);
     spec->mutable_adam()->set_beta2(0.999f);
     spec->mutable_adam()->set_eps(1e-8f);
-    auto coordinator = v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
+    coordinator_ = v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
     grpc::ClientContext context;
     v1::JobInfo info;
-    ASSERT_TRUE(FromGrpcStatus(coordinator->CreateJob(&context, create, &info)).ok());
+    ASSERT_TRUE(FromGrpcStatus(coordinator_->CreateJob(&context, create, &info)).ok());
   }
 
   std::unique_ptr<WorkerMembership> Join(const std::string& worker_id,
@@ -82,6 +85,7 @@ class WorkerMembershipTest : public ::testing::Test {
   }
 
   std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
 };
 
 TEST_F(WorkerMembershipTest, AGenerationThatCameWhileOneFormedEndsIt) {
@@ -102,11 +106,12 @@ TEST_F(WorkerMembershipTest, AGenerationThatCameWhileOneFormedEndsIt) {
   EXPECT_TRUE(w0_interruptions.Seen().empty()) << "nothing ran yet, nothing to end";
 
   w0->Running(*both, 0);
-  EXPECT_EQ(w0_interruptions.Seen(), std::vector<uint64_t>{both->number()});
+  const std::vector<Interruption> ended = {{both->number(), true}};
+  EXPECT_EQ(w0_interruptions.Seen(), ended);
   // Recording the same generation again, or the newest, ends nothing more.
   w0->Running(*both, 1);
   w0->Running(*alone, 1);
-  EXPECT_EQ(w0_interruptions.Seen(), std::vector<uint64_t>{both->number()});
+  EXPECT_EQ(w0_interruptions.Seen(), ended);
 }
 
 TEST_F(WorkerMembershipTest, AGenerationThatOnlyAddsAMemberEndsNothing) {
@@ -135,7 +140,36 @@ TEST_F(WorkerMembershipTest, AGenerationThatOnlyAddsAMemberEndsNothing) {
   ASSERT_TRUE(w2->Leave().ok());
   absl::StatusOr<v1::Generation> after = w0->WaitNewer(three->number(), absl::Now() + kWait);
   ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_EQ(w0_interruptions.SeenOnce(1, kWait), std::vector<uint64_t>{three->number()});
+  const std::vector<Interruption> ended = {{three->number(), true}};
+  EXPECT_EQ(w0_interruptions.SeenOnce(1, kWait), ended);
+}
+
+TEST_F(WorkerMembershipTest, AMoveOfTheChunksEndsTheStepAndKeepsTheMembers) {
+  Interruptions w0_interruptions, w1_interruptions;
+  std::unique_ptr<WorkerMembership> w0 = Join("w0", &w0_interruptions);
+  std::unique_ptr<WorkerMembership> w1 = Join("w1", &w1_interruptions);
+  ASSERT_TRUE(w0 && w1);
+  absl::StatusOr<v1::Generation> first = w0->WaitNewer(0, absl::Now() + kWait);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->worker_ids_size(), 2);
+  w0->Running(*first, 0);
+  w1->Running(*first, 0);
+
+  v1::DrainServerRequest drain;
+  drain.set_address(cluster_->servers()[0]->address());
+  v1::DrainServerResponse drained;
+  grpc::ClientContext context;
+  ASSERT_TRUE(FromGrpcStatus(coordinator_->DrainServer(&context, drain, &drained)).ok());
+  ASSERT_GT(drained.moved().copies(), 0u);
+  absl::StatusOr<v1::Generation> moved = w0->WaitNewer(first->number(), absl::Now() + kWait);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_GT(moved->placement_version(), first->placement_version());
+  EXPECT_TRUE(std::equal(moved->worker_ids().begin(), moved->worker_ids().end(),
+                         first->worker_ids().begin(), first->worker_ids().end()));
+  // The step of `first` ends; its members are all there.
+  const std::vector<Interruption> expected = {{first->number(), false}};
+  EXPECT_EQ(w0_interruptions.SeenOnce(1, kWait), expected);
+  EXPECT_EQ(w1_interruptions.SeenOnce(1, kWait), expected);
 }
 
 }  // namespace
