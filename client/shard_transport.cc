@@ -38,18 +38,25 @@ absl::Status ShardTransport::SetPlacement(v1::JobInfo job) {
     servers_.clear();  // their channels presented another token
   }
   job_ = std::move(job);
-  auto add = [this](const std::string& address) {
-    Server& server = servers_[address];
-    if (server.channel == nullptr) {
-      server.channel = MakeChannel(address, credentials_);
-      server.stub = v1::ShardServer::NewStub(server.channel);
-      server.generic = std::make_unique<grpc::GenericStub>(server.channel);
+  // The servers of the placement, keeping the channels of those that stay;
+  // a server the chunks left gets no more calls (its commits would fail).
+  std::map<std::string, Server> placed;
+  auto add = [&](const std::string& address) {
+    Server& server = placed[address];
+    if (server.channel != nullptr) return;
+    if (auto kept = servers_.find(address); kept != servers_.end()) {
+      server = std::move(kept->second);
+      return;
     }
+    server.channel = MakeChannel(address, credentials_);
+    server.stub = v1::ShardServer::NewStub(server.channel);
+    server.generic = std::make_unique<grpc::GenericStub>(server.channel);
   };
   for (const auto& c : job_.chunks()) {
     add(c.server_address());
     for (const std::string& address : c.replica_addresses()) add(address);
   }
+  servers_ = std::move(placed);
   return absl::OkStatus();
 }
 

@@ -141,6 +141,9 @@ absl::Status ClientImpl::PushPullEverywhere(int64_t step, const PushScalars& pus
                     : s;
     }
     if (failed[1] > 0) {
+      // A streamed step's pushes still open were cut too: the step is
+      // pushed again whole, maybe to other servers.
+      DropStream();
       // The generation that cut it may not have reached this worker yet.
       membership_->WaitNewer(generation_.number(), std::min(deadline, absl::Now() + kHearCut))
           .IgnoreError();

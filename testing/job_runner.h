@@ -38,16 +38,42 @@ inline absl::Status TrainStep(Client& client) {
   return client.Step().status();
 }
 
-// A GradientFn: noise fixed by the micro-batch's first sample and step,
-// plus a term in the parameters the worker holds, so that a step computed
-// from the wrong parameters shows.
-inline absl::Status ParamDependentGradient(const MicroBatch& batch, Client& client) {
+// Noise fixed by the micro-batch's first sample and step, plus a term in
+// the parameters the worker holds, so that a step computed from the wrong
+// parameters shows.
+inline absl::StatusOr<std::vector<float>> ParamDependentGradientOf(const MicroBatch& batch,
+                                                                   Client& client) {
   const uint64_t n = client.layout().num_params();
   std::vector<float> params(n);
   if (absl::Status s = client.CopyParams(absl::MakeSpan(params)); !s.ok()) return s;
   std::vector<float> g = Gradient(n, static_cast<int>(batch.sample_begin), batch.step, 0);
   for (uint64_t i = 0; i < n; ++i) g[i] += 0.1f * params[i];
-  return client.AccumulateGradients(g);
+  return g;
+}
+
+// A GradientFn: ParamDependentGradientOf(), accumulated.
+inline absl::Status ParamDependentGradient(const MicroBatch& batch, Client& client) {
+  absl::StatusOr<std::vector<float>> g = ParamDependentGradientOf(batch, client);
+  if (!g.ok()) return g.status();
+  return client.AccumulateGradients(*g);
+}
+
+// A GradientFn: ParamDependentGradientOf(), streamed (GradientsReady) in
+// ranges of `range_params` in backward's reverse flat order, so that the
+// step's pushes leave before its scalars are known.
+inline GradientFn StreamedParamDependentGradient(uint64_t range_params) {
+  return [range_params](const MicroBatch& batch, Client& client) -> absl::Status {
+    absl::StatusOr<std::vector<float>> g = ParamDependentGradientOf(batch, client);
+    if (!g.ok()) return g.status();
+    for (uint64_t end = g->size(); end > 0;) {
+      const uint64_t begin = end > range_params ? end - range_params : 0;
+      absl::Status s = client.GradientsReady(FlatRange{begin, end},
+                                             absl::MakeConstSpan(*g).subspan(begin, end - begin));
+      if (!s.ok()) return s;
+      end = begin;
+    }
+    return absl::OkStatus();
+  };
 }
 
 inline std::vector<float> InitialParams(size_t n) {

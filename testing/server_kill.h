@@ -33,6 +33,7 @@ struct ServerKill {
 struct KilledRun {
   std::vector<std::vector<int64_t>> steps;  // completed, per rank
   std::vector<ReformStats> reforms;         // the last re-forming, per rank
+  std::vector<int> num_servers;             // Client::num_servers() at the end, per rank
   double paused_s = 0;                      // from the kill to the next step completed (rank 0)
   MasterState master;                       // at the end
 };
@@ -46,6 +47,7 @@ inline KilledRun TrainThroughAKill(const ClientOptions& options, int64_t steps,
   KilledRun run;
   run.steps.resize(options.job.world_size);
   run.reforms.resize(options.job.world_size);
+  run.num_servers.resize(options.job.world_size);
   RunClients(options, [&](Client& client) {
     const int rank = client.rank();
     auto killing = [&](const MicroBatch& batch, Client& c) {
@@ -73,6 +75,7 @@ inline KilledRun TrainThroughAKill(const ClientOptions& options, int64_t steps,
       }
     }
     run.reforms[rank] = client.last_reform();
+    run.num_servers[rank] = client.num_servers();
     if (rank == 0) {
       auto state = client.ReadMasterState();
       ASSERT_TRUE(state.ok()) << state.status();

@@ -92,25 +92,30 @@ GradientFn WaitForCopies(const std::string& coordinator, const std::string& job_
 // before step `start_at` and waits for it before step `done_by`.
 class WhileTraining {
  public:
-  WhileTraining(int64_t start_at, int64_t done_by, std::function<void()> task)
-      : start_at_(start_at), done_by_(done_by), task_(std::move(task)) {}
+  WhileTraining(int64_t start_at, int64_t done_by, std::function<void()> task,
+                GradientFn gradient = Compute)
+      : start_at_(start_at),
+        done_by_(done_by),
+        task_(std::move(task)),
+        gradient_(std::move(gradient)) {}
   ~WhileTraining() {
     if (thread_.joinable()) thread_.join();
   }
-  // Compute, around which the task runs.
+  // The gradient, around which the task runs.
   GradientFn compute() {
     return [this](const MicroBatch& batch, Client& client) {
       if (client.rank() == 0 && batch.step == start_at_ && !thread_.joinable()) {
         thread_ = std::thread(task_);
       }
       if (client.rank() == 0 && batch.step == done_by_ && thread_.joinable()) thread_.join();
-      return Compute(batch, client);
+      return gradient_(batch, client);
     };
   }
 
  private:
   const int64_t start_at_, done_by_;
   const std::function<void()> task_;
+  const GradientFn gradient_;
   std::thread thread_;
 };
 
@@ -177,10 +182,11 @@ class ReplicationTest : public ::testing::Test {
 
   // The workers followed every move in place: each formed its group once,
   // when it started, and never pulled every parameter or recomputed a step
-  // again.
-  static void ExpectFormedOnce(const testing::KilledRun& run) {
+  // again; and each sends to the `num_servers` servers that hold the job.
+  static void ExpectFollowedInPlace(const testing::KilledRun& run, int num_servers) {
     for (size_t rank = 0; rank < run.reforms.size(); ++rank) {
       EXPECT_EQ(run.reforms[rank].count, 1) << "rank " << rank << " re-formed";
+      EXPECT_EQ(run.num_servers[rank], num_servers) << "rank " << rank;
     }
   }
 
@@ -223,20 +229,23 @@ class ReplicationTest : public ::testing::Test {
     }
   }
 
-  // Drains server 0 at step 10 while `job` (one copy) trains to kSteps:
-  // every copy built while the job trained, nothing left there, no step
-  // lost, the same bits.
-  void DrainWhileTraining(const ClientOptions& job) {
+  // Drains server 0 at step 10 while `job` (one copy) trains to kSteps with
+  // `gradient`: every copy built while the job trained, nothing left there,
+  // no re-forming, no step lost, the bits of an unstreamed run.
+  void DrainWhileTraining(const ClientOptions& job, GradientFn gradient = Compute) {
     const std::string drained = servers_[0].address;
     v1::DrainServerResponse response;
-    WhileTraining drain(10, 20, [&] {
-      auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
-      v1::DrainServerRequest request;
-      request.set_address(drained);
-      absl::Status s = CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request,
-                                 &response, absl::Seconds(120));
-      EXPECT_TRUE(s.ok()) << s;
-    });
+    WhileTraining drain(
+        10, 20,
+        [&] {
+          auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
+          v1::DrainServerRequest request;
+          request.set_address(drained);
+          absl::Status s = CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request,
+                                     &response, absl::Seconds(120));
+          EXPECT_TRUE(s.ok()) << s;
+        },
+        std::move(gradient));
     const testing::KilledRun run = Train(
         job, nullptr, nullptr, nullptr, [] {}, drain.compute());
     ASSERT_FALSE(::testing::Test::HasFailure());
@@ -253,7 +262,7 @@ class ReplicationTest : public ::testing::Test {
     auto held = testing::ChunksOnServer(drained, job.job_id);
     ASSERT_TRUE(held.ok()) << held.status();
     EXPECT_EQ(*held, 0);
-    ExpectFormedOnce(run);
+    ExpectFollowedInPlace(run, 2);
     ExpectNothingLost(run, job);
   }
 
@@ -311,7 +320,7 @@ TEST_F(ReplicationTest, AServerLostForGoodCostsAReplicatedJobNoStep) {
   EXPECT_THAT(CoordinatorLog(), HasSubstr("restoring its replica count"));
 
   // The copies' drop and their restore each moved chunks mid-step or between steps.
-  ExpectFormedOnce(run);
+  ExpectFollowedInPlace(run, 2);
   ExpectNothingLost(run);
 }
 
@@ -426,6 +435,15 @@ TEST_F(ReplicationTest, AnEightBitJobsChunksMoveOffADrainedServerWithTheirBits) 
   DrainWhileTraining(Int8Job(coordinator_, "int8-drained", /*replicas=*/1));
 }
 
+// The same with streamed steps: a drain's fence cuts pushes that left
+// during backward; the step is pushed again from the reduced slice.
+TEST_F(ReplicationTest, AStreamedJobsChunksMoveOffADrainedServerWithoutReforming) {
+  StartCluster(kServerTimeoutMs);
+  ClientOptions job = Job(coordinator_, "streamed-drained", /*replicas=*/1);
+  job.bucket_num_params = 256;
+  DrainWhileTraining(job, testing::StreamedParamDependentGradient(256));
+}
+
 // A fourth server registers at step 10 and the job is rebalanced onto it
 // while it trains: copies spread, no step lost, every copy the same bits.
 TEST_F(ReplicationTest, ARebalanceSpreadsCopiesOntoANewServerWhileTheJobTrains) {
@@ -458,7 +476,7 @@ TEST_F(ReplicationTest, ARebalanceSpreadsCopiesOntoANewServerWhileTheJobTrains) 
   auto held = testing::ChunksOnServer(added, "rebalanced");
   ASSERT_TRUE(held.ok()) << held.status();
   EXPECT_EQ(*held, static_cast<int>(response.moved().copies()));
-  ExpectFormedOnce(run);
+  ExpectFollowedInPlace(run, 4);
   ExpectNothingLost(run);
 }
 
