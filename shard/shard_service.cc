@@ -157,20 +157,49 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
                                                      ") is not a chunk of job '", job_id, "'"));
     }
   }
-  std::vector<std::shared_ptr<Chunk>> kept;
+  // One allocation at a time, its chunks made outside mu_: the server's
+  // other calls (other jobs' steps, this job's chunks that stay) never wait
+  // while their memory is cleared and pinned.
+  absl::MutexLock serial(&allocate_mu_);
+  const ShardJob* job = nullptr;
+  TakenOut taken;
   {
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(ServingStatus());
-    ShardJob* job = jobs_.Find(job_id);
+    ShardJob* held = jobs_.Find(job_id);
     if (request.chunks_held()) {
-      RETURN_IF_ERROR(CheckChunksHeld(request, job == nullptr ? nullptr : &job->chunks_by_begin));
+      RETURN_IF_ERROR(CheckChunksHeld(request, held == nullptr ? nullptr : &held->chunks_by_begin));
     }
-    if (job == nullptr) return AddNewJob(request, layout, dtype);
-    if (job->record.SerializeAsString() == request.SerializeAsString()) {
+    if (held != nullptr && held->record.SerializeAsString() == request.SerializeAsString()) {
       return absl::OkStatus();  // a retry
     }
-    RETURN_IF_ERROR(Reallocate(request, layout, dtype, job));
-    for (const auto& [begin, chunk] : job->chunks_by_begin) kept.push_back(chunk);
+    if (held == nullptr) {
+      taken.added = request;
+    } else {
+      ASSIGN_OR_RETURN(taken, TakeOutChunks(request, held));
+    }
+    job = held;
+    allocating_ = Allocation{job_id, /*dropped=*/false};
+  }
+  ShardJob placed;
+  const absl::Status placed_status = PlaceAll(taken.added, layout, dtype, &placed);
+  std::vector<std::shared_ptr<Chunk>> kept;
+  {
+    absl::MutexLock lock(&mu_);
+    ShardJob* held = jobs_.Find(job_id);
+    const bool dropped_meanwhile = allocating_->dropped || held != job;
+    allocating_.reset();
+    if (dropped_meanwhile) {
+      ForgetPlaced(job_id, placed);
+      return absl::AbortedError(
+          absl::StrCat("job '", job_id, "' was dropped while its chunks were allocated"));
+    }
+    if (held == nullptr) {
+      RETURN_IF_ERROR(placed_status);
+      return AddNewJob(request, dtype, std::move(placed));
+    }
+    RETURN_IF_ERROR(AddChunks(request, taken, placed_status, std::move(placed), held));
+    for (const auto& [begin, chunk] : held->chunks_by_begin) kept.push_back(chunk);
   }
   const absl::Time deadline = absl::Now() + kMaxFenceWait;
   for (const auto& chunk : kept) {
@@ -220,14 +249,13 @@ absl::Status ShardService::PlaceAll(const v1::AllocateChunksRequest& request,
                    " chunks) does not fit on this shard server (", free, "): ", placed.message()));
 }
 
-absl::Status ShardService::AddNewJob(const v1::AllocateChunksRequest& request,
-                                     const FlatLayout& layout, DType dtype) {
+absl::Status ShardService::AddNewJob(const v1::AllocateChunksRequest& request, DType dtype,
+                                     ShardJob placed) {
   const std::string& job_id = request.spec().job_id();
-  auto job = std::make_shared<ShardJob>();
+  RETURN_IF_ERROR(WriteJobRecord(metadata_, request));
+  auto job = std::make_shared<ShardJob>(std::move(placed));
   job->record = request;
   job->dtype = dtype;
-  RETURN_IF_ERROR(PlaceAll(request, layout, dtype, job.get()));
-  RETURN_IF_ERROR(WriteJobRecord(metadata_, request));
   std::map<TierKind, int> per_tier;
   for (const auto& [begin, chunk] : job->chunks_by_begin) ++per_tier[chunk->tier()];
   AddJob(std::move(job));
@@ -241,8 +269,8 @@ absl::Status ShardService::AddNewJob(const v1::AllocateChunksRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status ShardService::Reallocate(const v1::AllocateChunksRequest& request,
-                                      const FlatLayout& layout, DType dtype, ShardJob* job) {
+absl::StatusOr<ShardService::TakenOut> ShardService::TakeOutChunks(
+    const v1::AllocateChunksRequest& request, ShardJob* job) {
   const std::string& job_id = request.spec().job_id();
   if (job->record.spec().SerializeAsString() != request.spec().SerializeAsString() ||
       job->record.worker_token_sha256() != request.worker_token_sha256()) {
@@ -258,26 +286,30 @@ absl::Status ShardService::Reallocate(const v1::AllocateChunksRequest& request,
   }
   const absl::Status left =
       absl::AbortedError(absl::StrCat("job '", job_id, "': the chunk left this shard server"));
-  absl::Status status;
-  int dropped = 0;
+  TakenOut taken;
   for (auto it = job->chunks_by_begin.begin(); it != job->chunks_by_begin.end();) {
     if (kept.count(it->first) > 0) {
       ++it;
       continue;
     }
-    status.Update(metadata_->Delete(Chunk::RecordKey(job_id, it->second->chunk_id())));
+    taken.records.Update(metadata_->Delete(Chunk::RecordKey(job_id, it->second->chunk_id())));
     it->second->FailWaiters(left);
     it->second->CancelCheckpoint();
     it = job->chunks_by_begin.erase(it);
-    ++dropped;
+    ++taken.dropped;
   }
-  v1::AllocateChunksRequest added = request;
-  added.clear_chunks();
+  taken.added = request;
+  taken.added.clear_chunks();
   for (const v1::ChunkSpec& c : request.chunks()) {
-    if (job->chunks_by_begin.count(c.flat_begin()) == 0) *added.add_chunks() = c;
+    if (job->chunks_by_begin.count(c.flat_begin()) == 0) *taken.added.add_chunks() = c;
   }
-  ShardJob placed;
-  const absl::Status placed_status = PlaceAll(added, layout, dtype, &placed);
+  return taken;
+}
+
+absl::Status ShardService::AddChunks(const v1::AllocateChunksRequest& request,
+                                     const TakenOut& taken, const absl::Status& placed_status,
+                                     ShardJob placed, ShardJob* job) {
+  const std::string& job_id = request.spec().job_id();
   job->chunks_by_begin.merge(placed.chunks_by_begin);
   // The record names the chunks the job has here now.
   v1::AllocateChunksRequest record = request;
@@ -289,7 +321,8 @@ absl::Status ShardService::Reallocate(const v1::AllocateChunksRequest& request,
       if (job->chunks_by_begin.count(c.flat_begin()) > 0) *record.add_chunks() = c;
     }
   }
-  status.Update(WriteJobRecord(metadata_, record));
+  absl::Status recorded = taken.records;
+  recorded.Update(WriteJobRecord(metadata_, record));
   job->record = std::move(record);
   // The new reservations first: the pieces kept for the chunks that stay
   // are still needed when the old ones go, and are not freed (to be faulted
@@ -298,9 +331,17 @@ absl::Status ShardService::Reallocate(const v1::AllocateChunksRequest& request,
   ReserveCheckpointPieces(job);
   checkpoint_arena_->Unreserve(before);
   LogEventCat("server", "job ", job_id, ": ", job->chunks_by_begin.size(), " chunks here (",
-              placed_status.ok() ? added.chunks_size() : 0, " added, ", dropped,
+              placed_status.ok() ? taken.added.chunks_size() : 0, " added, ", taken.dropped,
               " dropped); pushes of generations before ", job->record.min_generation(), " refused");
-  return placed_status.ok() ? status : placed_status;
+  return placed_status.ok() ? recorded : placed_status;
+}
+
+void ShardService::ForgetPlaced(const std::string& job_id, const ShardJob& placed) {
+  for (const auto& [begin, chunk] : placed.chunks_by_begin) {
+    metadata_->Delete(Chunk::RecordKey(job_id, chunk->chunk_id())).IgnoreError();
+  }
+  LogEventCat("server", "job ", job_id, ": dropped while ", placed.chunks_by_begin.size(),
+              " chunks were allocated for it; they are freed");
 }
 
 grpc::ServerUnaryReactor* ShardService::AllocateChunks(grpc::CallbackServerContext* ctx,
@@ -339,6 +380,11 @@ grpc::ServerUnaryReactor* ShardService::DropJob(grpc::CallbackServerContext* ctx
   {
     absl::MutexLock lock(&mu_);
     job = jobs_.Remove(request->job_id());
+    // The allocation under way honours the drop once its chunks are made.
+    if (allocating_.has_value() && allocating_->job_id == request->job_id()) {
+      allocating_->dropped = true;
+      if (job == nullptr) return FinishUnary(ctx, absl::OkStatus());
+    }
   }
   if (job == nullptr) {
     return FinishUnary(

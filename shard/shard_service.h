@@ -159,15 +159,33 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // Rebuilds a job of a previous run from its chunk records.
   absl::Status Recover(const v1::AllocateChunksRequest& request);
   absl::Status DoAllocate(const v1::AllocateChunksRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
-  // A job this server does not have: places its chunks and records it.
-  absl::Status AddNewJob(const v1::AllocateChunksRequest& request, const FlatLayout& layout,
-                         DType dtype) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A job this server has: takes out the chunks the request leaves out or
-  // seeds anew (their calls end ABORTED), places those it lacks then, and
-  // records the chunks it has with the larger min_generation. On error (the
-  // new chunks do not fit) the job keeps the request's chunks it had.
-  absl::Status Reallocate(const v1::AllocateChunksRequest& request, const FlatLayout& layout,
-                          DType dtype, ShardJob* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A job this server does not have, its chunks `placed` (PlaceAll's):
+  // records it and adds it.
+  absl::Status AddNewJob(const v1::AllocateChunksRequest& request, DType dtype, ShardJob placed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What TakeOutChunks() took out of a job this server has: the request
+  // less the chunks the job keeps, how many went, and the first error
+  // deleting their records.
+  struct TakenOut {
+    v1::AllocateChunksRequest added;
+    int dropped = 0;
+    absl::Status records;
+  };
+  // The first half of an allocation of a job this server has: takes out
+  // the chunks the request leaves out or seeds anew (their calls end
+  // ABORTED). FAILED_PRECONDITION for another spec or worker token.
+  absl::StatusOr<TakenOut> TakeOutChunks(const v1::AllocateChunksRequest& request, ShardJob* job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The second half: adds the chunks `placed` (PlaceAll's of taken.added,
+  // which returned `placed_status`) and records the chunks the job has with
+  // the larger min_generation. On error (the new chunks did not fit) the
+  // job keeps the request's chunks it had.
+  absl::Status AddChunks(const v1::AllocateChunksRequest& request, const TakenOut& taken,
+                         const absl::Status& placed_status, ShardJob placed, ShardJob* job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes the records of chunks made for job `job_id` that was dropped
+  // while they were (their memory goes with `placed`).
+  void ForgetPlaced(const std::string& job_id, const ShardJob& placed);
   // Places every chunk of `request` in `job`, fastest tier first, and writes
   // their records; RESOURCE_EXHAUSTED naming the free bytes of each tier
   // when they do not fit (`job` then has no chunks).
@@ -290,9 +308,18 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   const std::optional<PathRoot> checkpoint_root_;
   // Staging buffers per job on NVMe: one per NVMe executor thread, one spare.
   const int staging_buffers_;
+  // Held by one AllocateChunks at a time, which makes its chunks without mu_.
+  absl::Mutex allocate_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   JobTable jobs_ ABSL_GUARDED_BY(mu_);
+  // The job whose chunks AllocateChunks makes now, and whether a DropJob
+  // came meanwhile (the allocation then frees them and is ABORTED).
+  struct Allocation {
+    std::string job_id;
+    bool dropped = false;
+  };
+  std::optional<Allocation> allocating_ ABSL_GUARDED_BY(mu_);
   // Copies built aside, by (job, source address).
   std::map<std::pair<std::string, std::string>, std::unique_ptr<PreparedCopies>> prepared_
       ABSL_GUARDED_BY(mu_);

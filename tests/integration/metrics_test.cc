@@ -1,10 +1,6 @@
 // The daemons' Prometheus endpoints, scraped over HTTP while a job trains:
 // tier budgets and chunks, bytes pushed and pulled, apply times, RPCs by
 // method and code (errors included), and the job's members and generation.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <regex>
 
@@ -18,44 +14,10 @@
 #include "strata/v1/shard.grpc.pb.h"
 #include "testing/job_runner.h"
 #include "testing/local_cluster.h"
+#include "testing/metrics_scrape.h"
 
 namespace strata {
 namespace {
-
-// GET http://address/metrics; the body, or "" on failure.
-std::string Scrape(const std::string& address) {
-  std::vector<std::string> host_port = absl::StrSplit(address, ':');
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(host_port[1])));
-  inet_pton(AF_INET, host_port[0].c_str(), &addr.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return "";
-  }
-  std::string response;
-  char buffer[4096];
-  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) response.append(buffer, n);
-  close(fd);
-  size_t body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
-}
-
-// The value of the sample `series` (name and labels exactly as exposed), or -1.
-double Value(const std::string& text, const std::string& series) {
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (!absl::ConsumePrefix(&line, series + " ")) continue;
-    double value;
-    if (absl::SimpleAtod(line, &value)) return value;
-  }
-  return -1;
-}
 
 TEST(MetricsTest, ServersAndCoordinatorExportWhatOperatorsWatch) {
   LocalClusterOptions options;
@@ -89,52 +51,57 @@ TEST(MetricsTest, ServersAndCoordinatorExportWhatOperatorsWatch) {
   ASSERT_FALSE(
       CallUnary(stub.get(), &v1::ShardServer::Stub::Push, bad, &unused, absl::Seconds(10)).ok());
 
-  std::string text = Scrape((*cluster)->servers()[0]->metrics_address());
+  std::string text = testing::Scrape((*cluster)->servers()[0]->metrics_address());
   ASSERT_FALSE(text.empty());
   const uint64_t n = FlatLayout::Create(o.job.tensors, 256)->num_params();
   const double chunks = static_cast<double>((n + 255) / 256);
-  EXPECT_EQ(Value(text, "strata_tier_budget_bytes{tier=\"host\"}"), options.host_budget_bytes);
-  EXPECT_EQ(Value(text, "strata_tier_chunks{tier=\"host\"}"), chunks);
+  EXPECT_EQ(testing::MetricValue(text, "strata_tier_budget_bytes{tier=\"host\"}"),
+            options.host_budget_bytes);
+  EXPECT_EQ(testing::MetricValue(text, "strata_tier_chunks{tier=\"host\"}"), chunks);
   // The chunks' bytes, each extent rounded up to the tier's 64-byte alignment.
-  const double used = Value(text, "strata_tier_used_bytes{tier=\"host\"}");
+  const double used = testing::MetricValue(text, "strata_tier_used_bytes{tier=\"host\"}");
   EXPECT_GE(used, static_cast<double>(ChunkBytes(n, DType::kFp16, StatePrecision::kFp32)));
   EXPECT_LE(used, static_cast<double>(ChunkBytes(n, DType::kFp16, StatePrecision::kFp32)) +
                       2 * 64 * chunks);
   // Every parameter pushed once per step (2 bytes), pulled at connect and per step.
-  EXPECT_EQ(Value(text, "strata_pushed_bytes_total"), 2.0 * n * kSteps);
-  EXPECT_EQ(Value(text, "strata_pulled_bytes_total"), 2.0 * n * (kSteps + 1));
-  EXPECT_EQ(Value(text, "strata_chunk_apply_seconds_count"), chunks * kSteps);
-  EXPECT_GE(Value(text, "strata_rpcs_total{code=\"OK\",method=\"/strata.v1.ShardServer/Push\"}"),
+  EXPECT_EQ(testing::MetricValue(text, "strata_pushed_bytes_total"), 2.0 * n * kSteps);
+  EXPECT_EQ(testing::MetricValue(text, "strata_pulled_bytes_total"), 2.0 * n * (kSteps + 1));
+  EXPECT_EQ(testing::MetricValue(text, "strata_chunk_apply_seconds_count"), chunks * kSteps);
+  EXPECT_GE(testing::MetricValue(
+                text, "strata_rpcs_total{code=\"OK\",method=\"/strata.v1.ShardServer/Push\"}"),
             chunks * kSteps);
   EXPECT_EQ(
-      Value(text, "strata_rpcs_total{code=\"NOT_FOUND\",method=\"/strata.v1.ShardServer/Push\"}"),
+      testing::MetricValue(
+          text, "strata_rpcs_total{code=\"NOT_FOUND\",method=\"/strata.v1.ShardServer/Push\"}"),
       1);
-  EXPECT_EQ(Value(text, "strata_checkpoint_memory_bytes{kind=\"limit\"}"),
+  EXPECT_EQ(testing::MetricValue(text, "strata_checkpoint_memory_bytes{kind=\"limit\"}"),
             options.checkpoint_memory_limit_bytes);
-  EXPECT_EQ(Value(text, "strata_checkpoint_memory_bytes{kind=\"taken\"}"), 0);
-  EXPECT_EQ(Value(text, "strata_checkpoint_memory_bytes{kind=\"held\"}"),
+  EXPECT_EQ(testing::MetricValue(text, "strata_checkpoint_memory_bytes{kind=\"taken\"}"), 0);
+  EXPECT_EQ(testing::MetricValue(text, "strata_checkpoint_memory_bytes{kind=\"held\"}"),
             options.checkpoint_buffer_bytes);  // the region holds the job's pieces
   // One page per chunk (256 parameters' p, m and v fit in one).
-  EXPECT_EQ(Value(text, "strata_checkpoint_memory_bytes{kind=\"reserved\"}"),
+  EXPECT_EQ(testing::MetricValue(text, "strata_checkpoint_memory_bytes{kind=\"reserved\"}"),
             chunks * StateArena::kAlignment);
-  EXPECT_EQ(Value(text, "strata_checkpoint_memory_refused_bytes_total"), 0);
+  EXPECT_EQ(testing::MetricValue(text, "strata_checkpoint_memory_refused_bytes_total"), 0);
 
   // The worker trained in generation 1; its client is gone (closed without
   // leaving), which opens generation 2 without it as soon as the
   // coordinator sees the connection close.
-  std::string coordinator = Scrape((*cluster)->coordinator_metrics_address());
-  for (int i = 0; i < 100 && Value(coordinator, "strata_job_members{job=\"metrics-job\"}") > 0;
+  std::string coordinator = testing::Scrape((*cluster)->coordinator_metrics_address());
+  for (int i = 0;
+       i < 100 && testing::MetricValue(coordinator, "strata_job_members{job=\"metrics-job\"}") > 0;
        ++i) {
     absl::SleepFor(absl::Milliseconds(50));
-    coordinator = Scrape((*cluster)->coordinator_metrics_address());
+    coordinator = testing::Scrape((*cluster)->coordinator_metrics_address());
   }
-  EXPECT_EQ(Value(coordinator, "strata_servers"), 1);
-  EXPECT_EQ(Value(coordinator, "strata_jobs"), 1);
-  EXPECT_EQ(Value(coordinator, "strata_job_generation{job=\"metrics-job\"}"), 2);
-  EXPECT_EQ(Value(coordinator, "strata_job_members{job=\"metrics-job\"}"), 0);
-  EXPECT_GE(Value(coordinator,
-                  "strata_rpcs_total{code=\"OK\",method=\"/strata.v1.Coordinator/JoinJob\"}"),
-            1);
+  EXPECT_EQ(testing::MetricValue(coordinator, "strata_servers"), 1);
+  EXPECT_EQ(testing::MetricValue(coordinator, "strata_jobs"), 1);
+  EXPECT_EQ(testing::MetricValue(coordinator, "strata_job_generation{job=\"metrics-job\"}"), 2);
+  EXPECT_EQ(testing::MetricValue(coordinator, "strata_job_members{job=\"metrics-job\"}"), 0);
+  EXPECT_GE(
+      testing::MetricValue(
+          coordinator, "strata_rpcs_total{code=\"OK\",method=\"/strata.v1.Coordinator/JoinJob\"}"),
+      1);
 }
 
 }  // namespace
