@@ -244,7 +244,10 @@ absl::Status ClientImpl::FollowPlacement(uint64_t version, absl::Time deadline) 
 absl::StatusOr<bool> ClientImpl::FollowInPlace(bool in_step) {
   const v1::Generation latest = membership_->Latest();
   const auto& ids = latest.worker_ids();
+  // A newer generation of the same members that moved chunks; one that did
+  // not was opened for a group that could not form (RenewGeneration).
   bool follows = step_ > 0 && latest.number() > generation_.number() &&
+                 latest.placement_version() != generation_.placement_version() &&
                  std::equal(ids.begin(), ids.end(), generation_.worker_ids().begin(),
                             generation_.worker_ids().end());
   if (follows && rank_ == 0) {
