@@ -146,19 +146,25 @@ double LongestStepWithin(const Steps& steps, absl::Time from, absl::Time to) {
   return longest;
 }
 
-// Seconds from `since` until every chunk of `job_id` has `copies` copies,
-// none on `not_on` (polled every 10 ms for up to `limit`); negative when
-// they do not.
-double SecondsUntilCopies(const std::string& coordinator, const std::string& job_id, size_t copies,
-                          const std::string& not_on, absl::Time since, absl::Duration limit) {
+// Seconds from `since` until the placement of `job_id` satisfies `done`
+// (polled every 10 ms for up to `limit`); negative when it does not.
+double SecondsUntil(const std::string& coordinator, const std::string& job_id,
+                    const std::function<bool(const v1::GetPlacementResponse&)>& done,
+                    absl::Time since, absl::Duration limit) {
   while (absl::Now() < since + limit) {
     auto placement = testing::Placement(coordinator, job_id);
-    if (placement.ok() && testing::HasCopies(*placement, copies, not_on)) {
-      return absl::ToDoubleSeconds(absl::Now() - since);
-    }
+    if (placement.ok() && done(*placement)) return absl::ToDoubleSeconds(absl::Now() - since);
     absl::SleepFor(absl::Milliseconds(10));
   }
   return -1;
+}
+
+// Whether no copy of `placement` is on `server`.
+bool NoneOn(const v1::GetPlacementResponse& placement, const std::string& server) {
+  for (const v1::PlacementRow& row : placement.rows()) {
+    if (row.server_address() == server) return false;
+  }
+  return true;
 }
 
 // A coordinator process and kServers shard servers in `dir`.
@@ -251,11 +257,21 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
   RETURN_IF_ERROR(CallRebalance(coordinator, "replicas-1", &idle, absl::Minutes(10)));
   // Two copies: o.steps timed steps, then a server killed, then as many
   // again, while the copies it held are seeded on the others.
-  double reseed_s = -1;
-  Event kill{event_before, &servers[1], &daemons, [&] {
-               reseed_s = SecondsUntilCopies(coordinator, "replicas-2", 2, servers[1].address,
-                                             absl::Now(), absl::Minutes(5));
-             }};
+  // The loss is detected when the victim's copies leave the placement.
+  double detection_s = -1, reseed_s = -1;
+  Event kill{
+      event_before, &servers[1], &daemons, [&] {
+        const std::string& victim = servers[1].address;
+        const absl::Time killed = absl::Now();
+        detection_s = SecondsUntil(
+            coordinator, "replicas-2",
+            [&](const v1::GetPlacementResponse& p) { return NoneOn(p, victim); }, killed,
+            absl::Minutes(5));
+        reseed_s = SecondsUntil(
+            coordinator, "replicas-2",
+            [&](const v1::GetPlacementResponse& p) { return testing::HasCopies(p, 2, victim); },
+            killed, absl::Minutes(5));
+      }};
   ASSIGN_OR_RETURN(Steps two, Train(o, coordinator, "replicas-2", 2, 2 * o.steps + 2, kill));
   const auto timed = [&](const Steps& steps) {
     return std::vector<double>(
@@ -281,6 +297,8 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
       {"server_timeout_s", timeout_s},
       {"pause_bound_s", timeout_s + 1.0},
       {"pause_fraction_of_bound", two.pause_s / (timeout_s + 1.0)},
+      {"detection_s", detection_s},
+      {"pause_beyond_detection_s", two.pause_s - detection_s},
       {"reseed_s", reseed_s},
       {"drain_s", drain_s},
       {"drain_bytes", drained.moved().bytes()},

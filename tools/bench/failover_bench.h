@@ -11,8 +11,9 @@
 // trains, another server is SIGKILLed and never restarted: steps_lost
 // (target 0) and pause_s, from the kill to the next completed step,
 // against its bound -- the coordinator's server timeout (the detection)
-// plus 1 s -- and reseed_s, from the kill until every chunk has two copies
-// again.
+// plus 1 s --, detection_s, from the kill until the server's copies left
+// the placement (pause_beyond_detection_s: pause_s less it; target <= 1 s),
+// and reseed_s, from the kill until every chunk has two copies again.
 #ifndef STRATA_TOOLS_BENCH_FAILOVER_BENCH_H_
 #define STRATA_TOOLS_BENCH_FAILOVER_BENCH_H_
 
