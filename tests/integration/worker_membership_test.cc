@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
+#include "testing/job_runner.h"
 #include "testing/local_cluster.h"
 
 namespace strata {
@@ -170,6 +171,41 @@ TEST_F(WorkerMembershipTest, AMoveOfTheChunksEndsTheStepAndKeepsTheMembers) {
   const std::vector<Interruption> expected = {{first->number(), false}};
   EXPECT_EQ(w0_interruptions.SeenOnce(1, kWait), expected);
   EXPECT_EQ(w1_interruptions.SeenOnce(1, kWait), expected);
+}
+
+// A generation of the same members that moved no chunk is one that
+// RenewGeneration opened for a group that could not form: the workers
+// re-form in it rather than run on in their group (FollowInPlace declines).
+TEST_F(WorkerMembershipTest, ARenewedGenerationIsReformedNotFollowed) {
+  constexpr int64_t kRenewBefore = 4, kSteps = 8;
+  ClientOptions options = testing::SmallFp32Job(cluster_->coordinator_address(), "renewed");
+  std::vector<ReformStats> reforms(options.job.world_size);
+  std::vector<uint64_t> generations(options.job.world_size);
+  testing::RunClients(options, [&](Client& client) {
+    const uint64_t first = client.generation();
+    for (int64_t s = 1; s <= kSteps; ++s) {
+      if (s == kRenewBefore && client.rank() == 0) {
+        v1::RenewGenerationRequest renew;
+        renew.set_job_id("renewed");
+        renew.set_worker_id("worker-0");
+        renew.set_generation(first);
+        renew.set_reason("a test's renewal");
+        v1::RenewGenerationResponse renewed;
+        ASSERT_TRUE(CallUnary(coordinator_.get(), &v1::Coordinator::Stub::RenewGeneration, renew,
+                              &renewed, absl::Seconds(10))
+                        .ok());
+        ASSERT_GT(renewed.generation().number(), first);
+      }
+      ASSERT_TRUE(testing::TrainStep(client).ok());
+    }
+    reforms[client.rank()] = client.last_reform();
+    generations[client.rank()] = client.generation();
+  });
+  for (size_t rank = 0; rank < reforms.size(); ++rank) {
+    EXPECT_EQ(reforms[rank].count, 2) << "rank " << rank;
+    EXPECT_EQ(reforms[rank].generation, generations[rank]) << "rank " << rank;
+    EXPECT_EQ(reforms[rank].steps_lost, 0) << "rank " << rank;
+  }
 }
 
 }  // namespace
