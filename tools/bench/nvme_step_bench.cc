@@ -5,7 +5,9 @@
 #include <memory>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/notification.h"
+#include "core/status_macros.h"
 #include "storage/nvme_tier.h"
 #include "tools/bench/fio.h"
 #include "tools/bench/server_step_rig.h"
@@ -84,6 +86,42 @@ absl::StatusOr<NvmeSteps> StepOnNvme(const KernelBenchOptions& o, const NvmeBenc
   return steps;
 }
 
+// fio's rates on the tier's directory, in GB/s: writing its file, reading
+// it, and both at once.
+struct DiskRates {
+  double write_GBps = 0;
+  double read_GBps = 0;
+  FioMixed mixed;
+};
+
+// One fio run of each kind on a file of `file_bytes`, removed afterwards;
+// the first error.
+absl::StatusOr<DiskRates> MeasureDisk(const NvmeBenchOptions& nvme, uint64_t file_bytes) {
+  absl::Cleanup remove_file = [&nvme] {
+    std::error_code ignored;
+    std::filesystem::remove(nvme.dir + "/strata-fio.data", ignored);
+  };
+  DiskRates rates;
+  ASSIGN_OR_RETURN(rates.write_GBps,
+                   Fio(nvme.dir, "write", file_bytes, nvme.io_bytes, nvme.queue_depth));
+  ASSIGN_OR_RETURN(rates.read_GBps,
+                   Fio(nvme.dir, "read", file_bytes, nvme.io_bytes, nvme.queue_depth));
+  ASSIGN_OR_RETURN(rates.mixed,
+                   FioReadWrite(nvme.dir, file_bytes, nvme.io_bytes, nvme.queue_depth));
+  return rates;
+}
+
+// Each of `a`'s and `b`'s rates, the better one (the mixed run's by its sum).
+DiskRates Better(const DiskRates& a, const DiskRates& b) {
+  DiskRates better;
+  better.write_GBps = std::max(a.write_GBps, b.write_GBps);
+  better.read_GBps = std::max(a.read_GBps, b.read_GBps);
+  better.mixed = a.mixed.read_GBps + a.mixed.write_GBps >= b.mixed.read_GBps + b.mixed.write_GBps
+                     ? a.mixed
+                     : b.mixed;
+  return better;
+}
+
 }  // namespace
 
 absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchOptions& nvme) {
@@ -96,20 +134,13 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
   // device's cache, if it has one).
   const uint64_t file_bytes =
       2 * StateBytes(o.num_params, StatePrecision::kFp32) + (uint64_t{64} << 20);
-  // fio writes its file first, then reads and writes it at once, before
-  // the steps and after them: the better run is the disk's (a cloud disk's
-  // rate varies from second to second).
+  // fio writes its file first, reads it, then reads and writes it at once,
+  // before the steps and after them: the better run is the disk's (a cloud
+  // disk's rate varies from second to second).
   std::error_code ignored;
   std::filesystem::create_directories(nvme.dir, ignored);  // the tier would, after fio
-  auto remove_fio_file = [&] { std::filesystem::remove(nvme.dir + "/strata-fio.data", ignored); };
-  absl::StatusOr<double> w = Fio(nvme.dir, "write", file_bytes, nvme.io_bytes, nvme.queue_depth);
-  if (!w.ok()) return w.status();
-  absl::StatusOr<double> r = Fio(nvme.dir, "read", file_bytes, nvme.io_bytes, nvme.queue_depth);
-  if (!r.ok()) return r.status();
-  absl::StatusOr<FioMixed> mixed =
-      FioReadWrite(nvme.dir, file_bytes, nvme.io_bytes, nvme.queue_depth);
-  remove_fio_file();
-  if (!mixed.ok()) return mixed.status();
+  absl::StatusOr<DiskRates> disk = MeasureDisk(nvme, file_bytes);
+  if (!disk.ok()) return disk.status();
   absl::StatusOr<NvmeSteps> steps = StepOnNvme(o, nvme, *precision, file_bytes);
   if (!steps.ok()) return steps.status();
   // 8-bit states: the FP32 states' step too, in the same run.
@@ -124,32 +155,21 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
   const double params_per_s = o.num_params / step_seconds;
   const double read_bytes_per_step = steps->read_bytes_per_step;
   const double written_bytes_per_step = steps->written_bytes_per_step;
-  if (absl::StatusOr<double> again =
-          Fio(nvme.dir, "write", file_bytes, nvme.io_bytes, nvme.queue_depth);
-      again.ok()) {
-    w = std::max(*w, *again);
-    if (absl::StatusOr<double> read_again =
-            Fio(nvme.dir, "read", file_bytes, nvme.io_bytes, nvme.queue_depth);
-        read_again.ok()) {
-      r = std::max(*r, *read_again);
-    }
-    absl::StatusOr<FioMixed> after =
-        FioReadWrite(nvme.dir, file_bytes, nvme.io_bytes, nvme.queue_depth);
-    if (after.ok() && after->read_GBps + after->write_GBps > mixed->read_GBps + mixed->write_GBps) {
-      mixed = after;
-    }
+  if (absl::StatusOr<DiskRates> again = MeasureDisk(nvme, file_bytes); again.ok()) {
+    disk = Better(*disk, *again);
   }
-  remove_fio_file();
+  const FioMixed& mixed = disk->mixed;
   // The disk moves at most mixed.read + mixed.write GB/s when it reads and
   // writes at once; a step needs its bytes per parameter of both.
   const double bytes_per_param = (read_bytes_per_step + written_bytes_per_step) / o.num_params;
-  const double bound = (mixed->read_GBps + mixed->write_GBps) * 1e9 / bytes_per_param;
+  const double bound = (mixed.read_GBps + mixed.write_GBps) * 1e9 / bytes_per_param;
   // Whatever the disk shares between reading and writing, a step reads no
   // faster than fio reads alone and writes no faster than it writes alone:
   // a limit no step can pass, where fio's mixed run (one stream, reads and
   // writes alternating) can be the slower pattern of the two.
-  const double solo_bound = std::min(*r * 1e9 / (read_bytes_per_step / o.num_params),
-                                     *w * 1e9 / (written_bytes_per_step / o.num_params));
+  const double solo_bound =
+      std::min(disk->read_GBps * 1e9 / (read_bytes_per_step / o.num_params),
+               disk->write_GBps * 1e9 / (written_bytes_per_step / o.num_params));
   json result{{"bench", "nvme-step"},
               {"params", o.num_params},
               {"state", o.state},
@@ -160,10 +180,10 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
               {"bytes_per_param", bytes_per_param},
               {"read_GBps", read_bytes_per_step / step_seconds / 1e9},
               {"write_GBps", written_bytes_per_step / step_seconds / 1e9},
-              {"fio_write_GBps", *w},
-              {"fio_read_GBps", *r},
-              {"fio_mixed_read_GBps", mixed->read_GBps},
-              {"fio_mixed_write_GBps", mixed->write_GBps},
+              {"fio_write_GBps", disk->write_GBps},
+              {"fio_read_GBps", disk->read_GBps},
+              {"fio_mixed_read_GBps", mixed.read_GBps},
+              {"fio_mixed_write_GBps", mixed.write_GBps},
               {"bound_params_per_s", bound},
               {"fraction_of_bound", params_per_s / bound},
               {"solo_bound_params_per_s", solo_bound},
