@@ -242,6 +242,7 @@ absl::Status ClientImpl::FollowPlacement(uint64_t version, absl::Time deadline) 
 }
 
 absl::StatusOr<bool> ClientImpl::FollowInPlace(bool in_step) {
+  const absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
   const v1::Generation latest = membership_->Latest();
   const auto& ids = latest.worker_ids();
   // A newer generation of the same members that moved chunks; one that did
@@ -253,7 +254,6 @@ absl::StatusOr<bool> ClientImpl::FollowInPlace(bool in_step) {
   if (follows && rank_ == 0) {
     // Every chunk must hold the step the group is at, or (mid-step) the
     // next: copies moved, none taken back to a checkpoint.
-    const absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
     absl::Status checked = FollowPlacement(latest.placement_version(), deadline);
     absl::StatusOr<std::pair<int64_t, int64_t>> steps =
         checked.ok() ? AppliedSteps(/*while_moving=*/true) : checked;
@@ -274,10 +274,7 @@ absl::StatusOr<bool> ClientImpl::FollowInPlace(bool in_step) {
   RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(agreed)));
   const double workers = static_cast<double>(world_size_);
   if (agreed[2] != workers || agreed[0] * agreed[0] != workers * agreed[1]) return false;
-  if (rank_ != 0) {
-    RETURN_IF_ERROR(
-        FollowPlacement(latest.placement_version(), absl::Now() + options_.rendezvous_timeout));
-  }
+  if (rank_ != 0) RETURN_IF_ERROR(FollowPlacement(latest.placement_version(), deadline));
   CutSlicePieces();
   {
     absl::MutexLock lock(&collective_mu_);
