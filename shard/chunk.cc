@@ -95,9 +95,23 @@ uint64_t Chunk::staged_params() const {
   return staged_params_;
 }
 
+void Chunk::AwaitSeed() {
+  absl::MutexLock lock(&mu_);
+  awaiting_seed_ = true;
+}
+
+bool Chunk::awaiting_seed() const {
+  absl::MutexLock lock(&mu_);
+  return awaiting_seed_;
+}
+
 absl::StatusOr<bool> Chunk::EnterRound(int64_t step, PushRound round,
                                        std::map<uint64_t, StagedPush>* superseded) {
   RETURN_IF_ERROR(lost_);
+  if (awaiting_seed_) {
+    return absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
+                                           " is a new copy that awaits its seed"));
+  }
   if (step == applied_step_ || (applying_ && step == applied_step_ + 1)) return false;
   if (step != applied_step_ + 1) {
     return absl::AbortedError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ",

@@ -146,6 +146,13 @@ class Chunk {
   absl::Status lost() const;
   // Parameters pushed so far for the next step.
   uint64_t staged_params() const;
+  // A chunk made for a seed (AllocateChunksRequest.seeded_chunk_ids) holds
+  // no state until the seed writes it, and no worker pushes to it before
+  // its placement is recorded: until its state is first written, a
+  // CommitStep (which reaches every chunk of the job on the server) passes
+  // it by, and pushes and commits to it are ABORTED.
+  void AwaitSeed();
+  bool awaiting_seed() const;
 
   // Stages the gradients of flat range [begin, begin + n) for `step`, pushed
   // by workers in `round`, without copying: `grads` must stay valid until
@@ -374,6 +381,7 @@ class Chunk {
   std::optional<PushRound> applied_round_ ABSL_GUARDED_BY(mu_);
   bool applying_ ABSL_GUARDED_BY(mu_) = false;
   bool applied_any_ ABSL_GUARDED_BY(mu_) = false;  // Apply() succeeded once
+  bool awaiting_seed_ ABSL_GUARDED_BY(mu_) = false;
   // Set by an Apply() that found the state corrupted (lost()).
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
   // The oldest generation whose pushes and commits the chunk takes (Fence).

@@ -94,6 +94,7 @@ absl::Status Chunk::SetState(uint64_t begin, uint64_t n, int64_t step, absl::str
     }
     applied_step_ = step;
     applied_round_.reset();
+    awaiting_seed_ = false;
     if (!previous.empty()) {
       std::memcpy(copy(step - 1) + (begin - range_.begin) * esize, previous.data(),
                   previous.size());

@@ -183,6 +183,10 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   }
   ShardJob placed;
   const absl::Status placed_status = PlaceAll(taken.added, layout, dtype, &placed);
+  const std::set<uint32_t> seeded = SeededIds(request);
+  for (const auto& [begin, chunk] : placed.chunks_by_begin) {
+    if (seeded.count(chunk->chunk_id()) > 0) chunk->AwaitSeed();
+  }
   std::vector<std::shared_ptr<Chunk>> kept;
   {
     absl::MutexLock lock(&mu_);

@@ -137,6 +137,7 @@ absl::Status ShardService::DoCommitStep(const v1::CommitStepRequest& request) {
   }
   absl::Status first_error;
   for (std::shared_ptr<Chunk>& chunk : chunks) {
+    if (chunk->awaiting_seed()) continue;  // a new copy, in no placement yet
     absl::StatusOr<bool> ready =
         chunk->Commit(request.step(), PushRound{request.generation(), request.attempt()}, scalars);
     if (!ready.ok()) {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/adam.h"
 #include "kernels/half.h"
@@ -22,6 +23,8 @@
 
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
 
 constexpr uint64_t kBegin = 128;
 constexpr uint64_t kN = 100;
@@ -332,6 +335,26 @@ TEST_F(ChunkTest, WriteStateSetsTheStateAndStepBeforeTheFirstPush) {
   // Once a step was applied, the state can no longer be written.
   EXPECT_EQ(chunk_->WriteState(kBegin, p.data(), m.data(), v.data(), kN, 8).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// A chunk made for a seed takes no push or commit until its state is
+// written (a server's CommitStep passes it by: awaiting_seed()).
+TEST_F(ChunkTest, AChunkAwaitingItsSeedRefusesStepsUntilItsStateIsWritten) {
+  chunk_->AwaitSeed();
+  EXPECT_TRUE(chunk_->awaiting_seed());
+  auto pushed = Stage(1, kBegin, kN, Grads(kN, 0.5f), 1.0f);
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(pushed.status().message(), HasSubstr("awaits its seed"));
+  EXPECT_EQ(chunk_->Commit(1, {1}, StepScalars{1.0f}).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(chunk_->staged_params(), 0u);
+
+  std::vector<float> p(kN, 0.25f), m(kN, 0.01f), v(kN, 0.04f);
+  ASSERT_TRUE(chunk_->WriteState(kBegin, p.data(), m.data(), v.data(), 60, 7).ok());
+  EXPECT_FALSE(chunk_->awaiting_seed());
+  ASSERT_TRUE(chunk_->WriteState(kBegin + 60, p.data(), m.data(), v.data(), 40, 7).ok());
+  ASSERT_TRUE(*Stage(8, kBegin, kN, Grads(kN, 0.5f), 1.0f));
+  chunk_->Apply();
+  EXPECT_EQ(chunk_->applied_step(), 8);
 }
 
 TEST_F(ChunkTest, WriteStateWithThePreviousCopyServesTheStepBeforeOnceWhole) {
