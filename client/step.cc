@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/buckets.h"
@@ -81,6 +82,7 @@ absl::Status ClientImpl::StreamGradients(FlatRange range, absl::Span<const float
     round.dtype = options_.job.dtype;
     round.deadline = absl::Now() + options_.step_timeout;
     push_stream_ = std::make_unique<PushStream>(std::move(round));
+    membership_->SetStepInFlight(true);
     GradientStream::Context context;
     context.collective = collective_.get();
     context.layout = &layout_;
@@ -104,6 +106,7 @@ void ClientImpl::DropStream() {
   stream_.reset();  // waits for its buckets' work
   push_stream_.reset();
   stream_failure_ = absl::OkStatus();
+  if (membership_ != nullptr) membership_->SetStepInFlight(false);
 }
 
 absl::Status ClientImpl::CommitAndPull(int64_t step, const PushScalars& push) {
@@ -118,17 +121,23 @@ absl::Status ClientImpl::CommitAndPull(int64_t step, const PushScalars& push) {
 absl::Status ClientImpl::PushPullEverywhere(int64_t step, const PushScalars& push, bool streamed) {
   const absl::Time deadline = absl::Now() + options_.step_timeout;
   absl::Duration backoff = absl::Milliseconds(50);
+  absl::Cleanup landed = [this] { membership_->SetStepInFlight(false); };
   for (bool first = true;; first = false) {
+    membership_->SetStepInFlight(true);
     absl::Status s = streamed && first ? CommitAndPull(step, push) : PushPull(step, &push);
     // NOT_FOUND: the job is not on that server (now): its chunks are moving.
     const bool retryable =
         absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsNotFound(s);
     // ABORTED: a newer generation cut the step (its generation cancelled
-    // here, or a server fenced against it).
-    const bool cut = absl::IsAborted(s);
+    // here, or a server fenced against it); so did a retryable failure once
+    // a generation that moved the chunks is heard of (they moved at a step
+    // boundary while this step's pushes were still to go).
+    const bool cut =
+        absl::IsAborted(s) ||
+        (retryable && membership_->Latest().placement_version() != generation_.placement_version());
     // {failed and retryable here, cut here, failed for good here, a newer
     // generation or this worker's leave}: every worker acts on the sums.
-    double failed[4] = {!s.ok() && retryable ? 1.0 : 0.0, cut ? 1.0 : 0.0,
+    double failed[4] = {!s.ok() && retryable && !cut ? 1.0 : 0.0, cut ? 1.0 : 0.0,
                         !s.ok() && !retryable && !cut ? 1.0 : 0.0,
                         leave_announced_ || NewerGenerationHeard() ? 1.0 : 0.0};
     RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(failed)));
@@ -148,10 +157,9 @@ absl::Status ClientImpl::PushPullEverywhere(int64_t step, const PushScalars& pus
       membership_->WaitNewer(generation_.number(), std::min(deadline, absl::Now() + kHearCut))
           .IgnoreError();
       ASSIGN_OR_RETURN(const bool followed, FollowInPlace(/*in_step=*/true));
-      if (!followed) {
-        return s.ok()
-                   ? absl::AbortedError(absl::StrCat("step ", step, " was cut at another worker"))
-                   : s;
+      if (!followed) {  // re-formed: ABORTED, retryable, whatever cut it here
+        return absl::AbortedError(absl::StrCat(
+            "step ", step, " was cut ", s.ok() ? "at another worker" : "here: ", s.message()));
       }
       continue;
     }

@@ -40,7 +40,8 @@ struct Interruption {
 Interruption Interrupts(const v1::Generation& newer, const v1::Generation& running) {
   Interruption interruption;
   if (running.number() == 0 || newer.number() <= running.number()) return interruption;
-  interruption.chunks_moved = newer.placement_version() != running.placement_version();
+  interruption.chunks_moved =
+      newer.placement_version() != running.placement_version() && !newer.at_step_boundary();
   for (const std::string& id : running.worker_ids()) {
     interruption.members_changed |= !Includes(newer, id);
   }
@@ -105,6 +106,7 @@ void WorkerMembership::Observe(const v1::Generation& generation) {
     latest_ = generation;
     recent_.push_back(generation);
     if (recent_.size() > kRecentGenerations) recent_.pop_front();
+    if (generation.at_step_boundary() && !step_in_flight_) stopped_for_ = generation.number();
     running = running_.number();
     interruption = Interrupts(latest_, running_);
   }
@@ -155,6 +157,14 @@ void WorkerMembership::Running(const v1::Generation& generation, int64_t complet
   }
 }
 
+void WorkerMembership::SetStepInFlight(bool in_flight) {
+  absl::MutexLock lock(&mu_);
+  step_in_flight_ = in_flight;
+  if (!in_flight && latest_.at_step_boundary()) {
+    stopped_for_ = std::max(stopped_for_, latest_.number());
+  }
+}
+
 absl::StatusOr<v1::Generation> WorkerMembership::Leave() {
   {
     absl::MutexLock lock(&mu_);
@@ -182,14 +192,20 @@ absl::Status WorkerMembership::Renew(uint64_t number, absl::string_view reason) 
 
 void WorkerMembership::HeartbeatLoop() {
   absl::MutexLock lock(&mu_);
+  // Every lease / 3, and at once when this worker stopped for a generation.
+  auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || stopped_for_ > stopped_for_sent_;
+  };
   while (!stopping_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), lease_ / 3);
+    mu_.AwaitWithTimeout(absl::Condition(&due), lease_ / 3);
+    stopped_for_sent_ = stopped_for_;
     if (stopping_ || left_) continue;
     v1::HeartbeatRequest request;
     request.set_job_id(job_id_);
     request.set_worker_id(worker_id_);
     request.set_generation(running_.number());
     request.set_completed_step(completed_step_);
+    request.set_stopped_for(stopped_for_);
     mu_.Unlock();
     v1::HeartbeatResponse response;
     absl::Status s =

@@ -6,11 +6,15 @@
 // Thread-safe. `on_interrupted(running, members_changed)` runs on the watch
 // thread when a generation arrives that lacks a member of generation
 // `running`, the one this worker runs in (set by Running()), or that moved
-// the job's chunks (a newer placement version): the running step cannot
+// the job's chunks (a newer placement version) other than at a step
+// boundary (Generation.at_step_boundary): the running step cannot
 // complete, so its in-flight RPCs should be cancelled, and where a member is
 // missing (`members_changed`) its collectives too. Running() calls it on the
 // caller's thread when such a generation came while `running` formed. It
-// must not block.
+// must not block. A move at a step boundary waits until every member said
+// it stopped for it: each worker says so for every such generation it hears
+// while it has no step's pushes or pulls in flight (SetStepInFlight()), at
+// once in a heartbeat (stopped_for).
 #ifndef STRATA_CLIENT_WORKER_MEMBERSHIP_H_
 #define STRATA_CLIENT_WORKER_MEMBERSHIP_H_
 
@@ -52,6 +56,11 @@ class WorkerMembership {
   // (reported by heartbeats). Where a generation observed already ends
   // `generation`, calls on_interrupted(generation.number()) before returning.
   void Running(const v1::Generation& generation, int64_t completed_step);
+  // Whether a step's pushes or pulls are in flight: a generation at a step
+  // boundary heard while none are, or once they end, is stopped for -- the
+  // servers may be fenced against older generations: pushes that follow in
+  // one are cut (ABORTED), as a move cuts them without the boundary.
+  void SetStepInFlight(bool in_flight);
   // A graceful leave: returns the generation without this worker, and stops
   // heartbeats. FAILED_PRECONDITION when it was no longer a member.
   absl::StatusOr<v1::Generation> Leave();
@@ -81,6 +90,9 @@ class WorkerMembership {
   // The newest generations observed, oldest first.
   std::deque<v1::Generation> recent_ ABSL_GUARDED_BY(mu_);
   int64_t completed_step_ ABSL_GUARDED_BY(mu_) = 0;
+  bool step_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t stopped_for_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t stopped_for_sent_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool left_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(mu_) = nullptr;

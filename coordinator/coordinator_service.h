@@ -203,7 +203,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // Gives `job_id` the copies `plan` makes without losing a step: while
   // the job trains, each new copy's server builds it aside from a live old
   // one (SeedCopies with `prepare`); then a new generation stops its
-  // workers and has them wait for the new placement; every server of the
+  // workers at the end of the step under way and has them wait for the new
+  // placement (StopAtStepBoundary); every server of the
   // old and new placements is fenced against older generations
   // (AllocateChunks with the new one's number), each new copy is seeded
   // from the same live old one (SeedCopies: the copies built aside replay
@@ -228,6 +229,13 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   absl::Status PrepareCopies(const v1::JobInfo& before, const v1::JobInfo& after,
                              std::shared_ptr<const v1::JobInfo> both, const std::string& why,
                              v1::CopiesMoved* copied);
+  // Opens the generation of `after`'s placement version at a step boundary
+  // and waits for the workers to stop (Membership::AwaitStepBoundary);
+  // where they do not within a lease, opens another that cuts the step
+  // under way. Returns the generation to fence at; counts a stop at the
+  // boundary and the wait in `copied`.
+  absl::StatusOr<uint64_t> StopAtStepBoundary(const std::string& job_id, const v1::JobInfo& after,
+                                              v1::CopiesMoved* copied);
   // A move's second half, the workers stopped: fences every server of
   // `both` at `generation`, then seeds the new and torn copies
   // (PlanCopySeeds, SeedCopies). The first error.

@@ -70,6 +70,8 @@ void AddMoved(const v1::CopiesMoved& copied, v1::CopiesMoved* moved) {
   moved->set_prepared(moved->prepared() + copied.prepared());
   moved->set_prepare_seconds(moved->prepare_seconds() + copied.prepare_seconds());
   moved->set_fenced_seconds(moved->fenced_seconds() + copied.fenced_seconds());
+  moved->set_at_step_boundary(moved->at_step_boundary() + copied.at_step_boundary());
+  moved->set_boundary_wait_seconds(moved->boundary_wait_seconds() + copied.boundary_wait_seconds());
 }
 
 }  // namespace
@@ -127,13 +129,11 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
     KeepPlacedCopies(*both, before, /*generation=*/0);
     return status;
   }
-  v1::JobSummary summary;
-  membership_->Summarize(job_id, &summary);
-  // The workers stop the step they run and wait for the new placement.
+  // The workers finish the step they run and wait for the new placement
+  // before the next: the servers are fenced once they all stopped, or the
+  // step under way is cut after a lease (a worker that does not stop).
+  ASSIGN_OR_RETURN(const uint64_t generation, StopAtStepBoundary(job_id, after, &copied));
   const absl::Time paused = absl::Now();
-  ASSIGN_OR_RETURN(
-      const uint64_t generation,
-      membership_->ChunksMoved(job_id, after.placement_version(), summary.committed_step()));
   status = SeedFenced(before, after, both, generation, &copied);
   // The workers go on with the new placement, or on the old one (as a new
   // version) when the copies could not be seeded.
@@ -183,6 +183,25 @@ absl::Status CoordinatorService::PrepareCopies(const v1::JobInfo& before, const 
                 "): copies not built aside are copied whole once fenced: ", prepared.ToString());
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> CoordinatorService::StopAtStepBoundary(const std::string& job_id,
+                                                                const v1::JobInfo& after,
+                                                                v1::CopiesMoved* copied) {
+  v1::JobSummary summary;
+  membership_->Summarize(job_id, &summary);
+  const absl::Time started = absl::Now();
+  ASSIGN_OR_RETURN(const uint64_t generation,
+                   membership_->ChunksMoved(job_id, after.placement_version(),
+                                            summary.committed_step(), /*at_step_boundary=*/true));
+  const bool stopped = membership_->AwaitStepBoundary(job_id, generation);
+  copied->set_boundary_wait_seconds(absl::ToDoubleSeconds(absl::Now() - started));
+  if (stopped) {
+    copied->set_at_step_boundary(1);
+    return generation;
+  }
+  membership_->Summarize(job_id, &summary);
+  return membership_->ChunksMoved(job_id, after.placement_version(), summary.committed_step());
 }
 
 absl::Status CoordinatorService::SeedFenced(const v1::JobInfo& before, const v1::JobInfo& after,

@@ -102,7 +102,8 @@ absl::Status Membership::PutMember(const std::string& job_id, const Member& memb
                         member.info.SerializeAsString());
 }
 
-absl::Status Membership::MaybeOpenGeneration(const std::string& job_id, Job* job, bool changed) {
+absl::Status Membership::MaybeOpenGeneration(const std::string& job_id, Job* job, bool changed,
+                                             bool at_step_boundary) {
   v1::Generation& generation = job->generation;
   bool first = generation.number() == 0;
   if (first ? job->members.size() < job->initial_world_size : !changed) return absl::OkStatus();
@@ -112,6 +113,7 @@ absl::Status Membership::MaybeOpenGeneration(const std::string& job_id, Job* job
   for (const Member& m : job->members) next.add_worker_ids(m.info.worker_id());
   next.set_formed_unix_ms(absl::ToUnixMillis(absl::Now()));
   next.set_placement_version(job->placement_version);
+  next.set_at_step_boundary(at_step_boundary);
   RETURN_IF_ERROR(
       metadata_->Put(absl::StrCat(kGenerationPrefix, job_id), next.SerializeAsString()));
   generation = std::move(next);
@@ -180,6 +182,7 @@ absl::StatusOr<uint64_t> Membership::Heartbeat(const v1::HeartbeatRequest& reque
     m.info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(now));
     m.info.set_generation(request.generation());
     m.info.set_completed_step(request.completed_step());
+    m.stopped_for = std::max(m.stopped_for, request.stopped_for());
     if (m.first_step < 0) m.first_step = request.completed_step();
     m.info.set_steps_taken(request.completed_step() - m.first_step);
     // Steps of workers that have not re-formed since the chunks moved were undone.
@@ -352,20 +355,39 @@ void Membership::EndIsolation(absl::Time now) {
 }
 
 absl::StatusOr<uint64_t> Membership::ChunksMoved(const std::string& job_id, uint64_t version,
-                                                 int64_t step) {
+                                                 int64_t step, bool at_step_boundary) {
   absl::MutexLock lock(&mu_);
   Job& job = jobs_[job_id];
   job.committed_step = step;
-  if (job.placement_version != version) {
+  const bool cuts_boundary = job.generation.at_step_boundary() && !at_step_boundary;
+  if (job.placement_version != version || cuts_boundary) {
     job.placement_version = version;
     if (job.generation.number() > 0) {
-      LogEventCat("coordinator", "job ", job_id, ": chunks moved (placement ", version,
-                  "); the workers resume from step ", step);
-      RETURN_IF_ERROR(MaybeOpenGeneration(job_id, &job, /*changed=*/true));
+      LogEventCat("coordinator", "job ", job_id, ": chunks moved (placement ", version, "); ",
+                  at_step_boundary ? "the workers stop at the end of the step under way"
+                                   : absl::StrCat("the workers resume from step ", step));
+      RETURN_IF_ERROR(MaybeOpenGeneration(job_id, &job, /*changed=*/true, at_step_boundary));
     }
     job.moved_in = std::max<uint64_t>(job.generation.number(), 1);
   }
   return job.moved_in;
+}
+
+bool Membership::AwaitStepBoundary(const std::string& job_id, uint64_t number) {
+  absl::MutexLock lock(&mu_);
+  bool current = true;
+  auto stopped = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto job = jobs_.find(job_id);
+    if (job == jobs_.end() || job->second.generation.number() == 0) return true;  // no step runs
+    current = job->second.generation.number() == number;
+    if (stopping_ || !current) return true;
+    for (const std::string& id : job->second.generation.worker_ids()) {
+      const Member* member = FindMember(job_id, id);
+      if (member == nullptr || member->stopped_for < number) return false;
+    }
+    return true;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&stopped), lease_) && current && !stopping_;
 }
 
 void Membership::ListMembers(const std::string& job_id, v1::ListMembersResponse* response) const {

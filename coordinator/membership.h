@@ -92,10 +92,21 @@ class Membership {
 
   // The job's chunks moved (JobInfo.placement_version is now `version`) and
   // it resumes from `step`: opens a generation of the same members that
-  // carries the version, so that they re-form (unless the current one
-  // carries it already). Returns the number of that generation (of the
-  // first, when none has formed yet).
-  absl::StatusOr<uint64_t> ChunksMoved(const std::string& job_id, uint64_t version, int64_t step);
+  // carries the version, so that they follow it (unless the current one
+  // carries it already). `at_step_boundary` says so in the generation: the
+  // step under way goes on (AwaitStepBoundary()); without it, a current
+  // generation that said so is followed by one that does not, which cuts
+  // the step. Returns the number of that generation (of the first, when
+  // none has formed yet).
+  absl::StatusOr<uint64_t> ChunksMoved(const std::string& job_id, uint64_t version, int64_t step,
+                                       bool at_step_boundary = false);
+  // Waits, for at most a lease, until every member of generation `number`
+  // of `job_id` (opened by ChunksMoved at a step boundary) said it stopped
+  // for it (HeartbeatRequest.stopped_for): true then, or when it has no
+  // member. False at the deadline, or once `number` is not the job's
+  // current generation (a member came or went: that generation cuts the
+  // step under way).
+  bool AwaitStepBoundary(const std::string& job_id, uint64_t number);
 
   // Forgets a deleted job: its generations (and watchers, which hear no
   // more). FAILED_PRECONDITION, naming them, while it has members.
@@ -115,6 +126,7 @@ class Membership {
     int64_t first_step = -1;                           // completed_step at its first heartbeat
     absl::Time watching_since = absl::InfinitePast();  // its newest stream opened
     bool disconnected = false;                         // its lease was cut short by Disconnected()
+    uint64_t stopped_for = 0;                          // HeartbeatRequest.stopped_for, the newest
   };
   struct Job {
     uint32_t initial_world_size = 1;
@@ -140,7 +152,8 @@ class Membership {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Opens the next generation of `job` from its members (or, before the
   // first, once enough have joined), persists it and tells the watchers.
-  absl::Status MaybeOpenGeneration(const std::string& job_id, Job* job, bool changed)
+  absl::Status MaybeOpenGeneration(const std::string& job_id, Job* job, bool changed,
+                                   bool at_step_boundary = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RemoveMember(const std::string& job_id, Job* job, const std::string& worker_id,
                             const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

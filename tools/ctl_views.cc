@@ -16,15 +16,17 @@ json MovedJson(json out, const v1::CopiesMoved& moved) {
   out["seconds"] = moved.seconds();
   out["built_aside"] = moved.prepared();
   out["paused_seconds"] = moved.fenced_seconds();
+  out["at_step_boundary"] = moved.at_step_boundary();
+  out["boundary_wait_seconds"] = moved.boundary_wait_seconds();
   return out;
 }
 
 std::string MovedLine(const v1::CopiesMoved& moved, const std::string& done) {
   return absl::StrFormat(
       "%u chunk copies of %u job(s) moved (%u bytes; %u built while training) in %.2f s, "
-      "training paused %.2f s; %s",
+      "%u job(s) fenced at a step boundary (%.2f s waited for it), training paused %.2f s; %s",
       moved.copies(), moved.jobs(), moved.bytes(), moved.prepared(), moved.seconds(),
-      moved.fenced_seconds(), done);
+      moved.at_step_boundary(), moved.boundary_wait_seconds(), moved.fenced_seconds(), done);
 }
 
 json CheckpointsJson(const std::vector<v1::CheckpointInfo>& checkpoints) {

@@ -251,13 +251,16 @@ class ReplicationTest : public ::testing::Test {
     ASSERT_FALSE(::testing::Test::HasFailure());
     EXPECT_EQ(response.moved().jobs(), 1u);
     EXPECT_GT(response.moved().copies(), 0u);
-    // Every copy was built while the job trained; the fence only replayed.
+    // Every copy was built while the job trained; the fence only replayed,
+    // and came at a step boundary: no step was cut.
     EXPECT_EQ(response.moved().prepared(), response.moved().copies());
+    EXPECT_EQ(response.moved().at_step_boundary(), 1u);
     std::printf(
         "drained %u chunk copies (%llu bytes, %u built while training) in %.3f s, "
-        "training paused %.3f s\n",
+        "%.3f s of it waiting for a step boundary, training paused %.3f s\n",
         response.moved().copies(), static_cast<unsigned long long>(response.moved().bytes()),
-        response.moved().prepared(), response.moved().seconds(), response.moved().fenced_seconds());
+        response.moved().prepared(), response.moved().seconds(),
+        response.moved().boundary_wait_seconds(), response.moved().fenced_seconds());
     ExpectCopiesOf(job.job_id, run, 1, drained);
     auto held = testing::ChunksOnServer(drained, job.job_id);
     ASSERT_TRUE(held.ok()) << held.status();
@@ -472,6 +475,7 @@ TEST_F(ReplicationTest, ARebalanceSpreadsCopiesOntoANewServerWhileTheJobTrains) 
       response.moved().seconds(), response.moved().fenced_seconds());
   EXPECT_GT(response.moved().copies(), 0u);
   EXPECT_EQ(response.moved().prepared(), response.moved().copies());
+  EXPECT_EQ(response.moved().at_step_boundary(), 1u);
   ExpectCopiesOf("rebalanced", run, 2, "");
   auto held = testing::ChunksOnServer(added, "rebalanced");
   ASSERT_TRUE(held.ok()) << held.status();

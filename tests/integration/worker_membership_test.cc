@@ -1,10 +1,12 @@
 // WorkerMembership against a real coordinator: which newer generations end
-// the one a worker runs in, also when they came while it was forming.
+// the one a worker runs in, also when they came while it was forming, and
+// how a move of the chunks waits for the workers to stop at a step boundary.
 
 #include "client/worker_membership.h"
 
 #include <algorithm>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -145,32 +147,107 @@ TEST_F(WorkerMembershipTest, AGenerationThatOnlyAddsAMemberEndsNothing) {
   EXPECT_EQ(w0_interruptions.SeenOnce(1, kWait), ended);
 }
 
-TEST_F(WorkerMembershipTest, AMoveOfTheChunksEndsTheStepAndKeepsTheMembers) {
-  Interruptions w0_interruptions, w1_interruptions;
-  std::unique_ptr<WorkerMembership> w0 = Join("w0", &w0_interruptions);
-  std::unique_ptr<WorkerMembership> w1 = Join("w1", &w1_interruptions);
-  ASSERT_TRUE(w0 && w1);
-  absl::StatusOr<v1::Generation> first = w0->WaitNewer(0, absl::Now() + kWait);
-  ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_EQ(first->worker_ids_size(), 2);
-  w0->Running(*first, 0);
-  w1->Running(*first, 0);
+// Joins w0 and w1 and records that both run in their first generation.
+class MoveTest : public WorkerMembershipTest {
+ protected:
+  void SetUp() override {
+    WorkerMembershipTest::SetUp();
+    w0_ = Join("w0", &w0_interruptions_);
+    w1_ = Join("w1", &w1_interruptions_);
+    ASSERT_TRUE(w0_ && w1_);
+    absl::StatusOr<v1::Generation> first = w0_->WaitNewer(0, absl::Now() + kWait);
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_EQ(first->worker_ids_size(), 2);
+    first_ = *first;
+    w0_->Running(first_, 0);
+    w1_->Running(first_, 0);
+  }
 
-  v1::DrainServerRequest drain;
-  drain.set_address(cluster_->servers()[0]->address());
+  // Drains server 0 on another thread; Join() waits for its answer.
+  std::thread Drain(v1::DrainServerResponse* drained) {
+    return std::thread([this, drained] {
+      v1::DrainServerRequest drain;
+      drain.set_address(cluster_->servers()[0]->address());
+      grpc::ClientContext context;
+      EXPECT_TRUE(FromGrpcStatus(coordinator_->DrainServer(&context, drain, drained)).ok());
+    });
+  }
+
+  // The generation after `than` that w0 hears of: the same members.
+  v1::Generation NextOf(const v1::Generation& than) {
+    absl::StatusOr<v1::Generation> next = w0_->WaitNewer(than.number(), absl::Now() + kWait);
+    EXPECT_TRUE(next.ok()) << next.status();
+    if (!next.ok()) return than;
+    EXPECT_TRUE(std::equal(next->worker_ids().begin(), next->worker_ids().end(),
+                           than.worker_ids().begin(), than.worker_ids().end()));
+    return *next;
+  }
+
+  Interruptions w0_interruptions_, w1_interruptions_;
+  std::unique_ptr<WorkerMembership> w0_, w1_;
+  v1::Generation first_;
+};
+
+// A move opens a generation at a step boundary: the steps under way go on
+// (nothing is interrupted) and the servers are fenced once both members
+// said they stopped for it -- each once its step's pushes and pulls ended.
+TEST_F(MoveTest, AMoveWaitsUntilEveryMemberStoppedAtAStepBoundary) {
+  w0_->SetStepInFlight(true);
+  w1_->SetStepInFlight(true);
   v1::DrainServerResponse drained;
-  grpc::ClientContext context;
-  ASSERT_TRUE(FromGrpcStatus(coordinator_->DrainServer(&context, drain, &drained)).ok());
-  ASSERT_GT(drained.moved().copies(), 0u);
-  absl::StatusOr<v1::Generation> moved = w0->WaitNewer(first->number(), absl::Now() + kWait);
-  ASSERT_TRUE(moved.ok()) << moved.status();
-  EXPECT_GT(moved->placement_version(), first->placement_version());
-  EXPECT_TRUE(std::equal(moved->worker_ids().begin(), moved->worker_ids().end(),
-                         first->worker_ids().begin(), first->worker_ids().end()));
-  // The step of `first` ends; its members are all there.
-  const std::vector<Interruption> expected = {{first->number(), false}};
-  EXPECT_EQ(w0_interruptions.SeenOnce(1, kWait), expected);
-  EXPECT_EQ(w1_interruptions.SeenOnce(1, kWait), expected);
+  std::thread drain = Drain(&drained);
+  const v1::Generation moved = NextOf(first_);
+  EXPECT_TRUE(moved.at_step_boundary());
+  EXPECT_GT(moved.placement_version(), first_.placement_version());
+  w0_->SetStepInFlight(false);
+  // w1's step still runs: the move waits (for at most the 3 s lease).
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(w0_->Latest().number(), moved.number());
+  w1_->SetStepInFlight(false);
+  const absl::Time stopped = absl::Now();
+  drain.join();
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(2)) << "the move went on once both stopped";
+  EXPECT_EQ(drained.moved().at_step_boundary(), 1u);
+  EXPECT_GT(drained.moved().copies(), 0u);
+  EXPECT_GE(drained.moved().boundary_wait_seconds(), 0.5);
+  EXPECT_EQ(w0_->Latest().number(), moved.number()) << "no generation cut the step";
+  EXPECT_TRUE(w0_interruptions_.Seen().empty());
+  EXPECT_TRUE(w1_interruptions_.Seen().empty());
+}
+
+// Workers between steps (computing, no pushes in flight) stop for the move
+// as soon as they hear of it.
+TEST_F(MoveTest, WorkersBetweenStepsStopForAMoveAtOnce) {
+  v1::DrainServerResponse drained;
+  std::thread drain = Drain(&drained);
+  const v1::Generation moved = NextOf(first_);
+  EXPECT_TRUE(moved.at_step_boundary());
+  drain.join();
+  EXPECT_EQ(drained.moved().at_step_boundary(), 1u);
+  EXPECT_LT(drained.moved().boundary_wait_seconds(), 1.0);
+  EXPECT_TRUE(w0_interruptions_.Seen().empty());
+  EXPECT_TRUE(w1_interruptions_.Seen().empty());
+}
+
+// A member whose step does not end within the lease: a generation of the
+// same placement without the boundary cuts the step (its RPCs cancelled,
+// the collective kept: the members are all there).
+TEST_F(MoveTest, AMoveWhoseMembersDoNotStopCutsTheStepAfterALease) {
+  w1_->SetStepInFlight(true);  // and never ends
+  v1::DrainServerResponse drained;
+  std::thread drain = Drain(&drained);
+  const v1::Generation moved = NextOf(first_);
+  EXPECT_TRUE(moved.at_step_boundary());
+  const v1::Generation cut = NextOf(moved);
+  EXPECT_FALSE(cut.at_step_boundary());
+  EXPECT_EQ(cut.placement_version(), moved.placement_version());
+  drain.join();
+  EXPECT_EQ(drained.moved().at_step_boundary(), 0u);
+  EXPECT_GT(drained.moved().copies(), 0u);
+  EXPECT_GE(drained.moved().boundary_wait_seconds(), 2.9);
+  const std::vector<Interruption> expected = {{first_.number(), false}};
+  EXPECT_EQ(w0_interruptions_.SeenOnce(1, kWait), expected);
+  EXPECT_EQ(w1_interruptions_.SeenOnce(1, kWait), expected);
 }
 
 // A generation of the same members that moved no chunk is one that

@@ -215,9 +215,11 @@ absl::Status CallRebalance(const std::string& coordinator, const std::string& jo
   return CallUnary(stub.get(), &v1::Coordinator::Stub::RebalanceJob, request, response, timeout);
 }
 
-// Bytes per second of `moved`, in GB/s (0 for no time).
+// Bytes per second of `moved`, in GB/s (0 for no time), over the time it
+// moved state: not the wait for the workers to reach a step boundary.
 double MovedGBps(const v1::CopiesMoved& moved) {
-  return moved.seconds() > 0 ? moved.bytes() / moved.seconds() / 1e9 : 0;
+  const double seconds = moved.seconds() - moved.boundary_wait_seconds();
+  return seconds > 0 ? moved.bytes() / seconds / 1e9 : 0;
 }
 
 }  // namespace
@@ -306,6 +308,8 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
       {"drain_copies", drained.moved().copies()},
       {"drain_copies_built_while_training", drained.moved().prepared()},
       {"drain_build_s", drained.moved().prepare_seconds()},
+      {"drain_boundary_wait_s", drained.moved().boundary_wait_seconds()},
+      {"drain_at_step_boundary", drained.moved().at_step_boundary() == drained.moved().jobs()},
       {"drain_paused_s", drained.moved().fenced_seconds()},
       {"drain_copy_s", drained.moved().copy_seconds()},
       {"drain_copy_GBps", drained.moved().copy_seconds() > 0
@@ -319,6 +323,7 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
       {"idle_rebalance_s", idle.moved().seconds()},
       {"idle_rebalance_bytes", idle.moved().bytes()},
       {"idle_rebalance_paused_s", idle.moved().fenced_seconds()},
+      {"idle_rebalance_boundary_wait_s", idle.moved().boundary_wait_seconds()},
       {"idle_rebalance_fraction_of_loopback_tcp",
        tcp_GBps > 0 ? MovedGBps(idle.moved()) / tcp_GBps : -1}};
 }
