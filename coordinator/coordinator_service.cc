@@ -101,6 +101,21 @@ absl::Status CoordinatorService::Load() {
   RETURN_IF_ERROR(rendezvous_.Load());
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(registry_.Load());
+  // A move the previous process announced (its generation carries the new
+  // placement version) but did not record: its workers wait for that
+  // version. The copies stay where they were, as after a failed move
+  // (servers drop the new ones when they register: CheckJobsOn).
+  std::vector<v1::JobInfo> cut;
+  for (const auto& [id, job] : registry_.jobs()) {
+    if (membership_->PlacementVersion(id) > job.placement_version()) cut.push_back(job);
+  }
+  for (v1::JobInfo& job : cut) {
+    const uint64_t announced = membership_->PlacementVersion(job.spec().job_id());
+    LogEventCat("coordinator", "job ", job.spec().job_id(), ": the move to placement ", announced,
+                " did not finish before the restart; its copies stay where they were");
+    job.set_placement_version(announced);
+    RETURN_IF_ERROR(registry_.PutJob(job));
+  }
   for (const auto& [address, server] : registry_.servers()) monitor_->Watch(address);
   LogEventCat("coordinator", "loaded ", registry_.servers().size(), " server(s), ",
               registry_.jobs().size(), " job(s) from metadata");

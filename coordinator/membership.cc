@@ -390,6 +390,12 @@ bool Membership::AwaitStepBoundary(const std::string& job_id, uint64_t number) {
   return mu_.AwaitWithTimeout(absl::Condition(&stopped), lease_) && current && !stopping_;
 }
 
+uint64_t Membership::PlacementVersion(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto job = jobs_.find(job_id);
+  return job == jobs_.end() ? 0 : job->second.generation.placement_version();
+}
+
 void Membership::ListMembers(const std::string& job_id, v1::ListMembersResponse* response) const {
   absl::MutexLock lock(&mu_);
   response->set_lease_ms(absl::ToInt64Milliseconds(lease_));

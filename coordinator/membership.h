@@ -112,6 +112,9 @@ class Membership {
   // more). FAILED_PRECONDITION, naming them, while it has members.
   absl::Status Forget(const std::string& job_id);
 
+  // The placement version the job's newest generation carries (0: none).
+  uint64_t PlacementVersion(const std::string& job_id) const;
+
   void ListMembers(const std::string& job_id, v1::ListMembersResponse* response) const;
   void Summarize(const std::string& job_id, v1::JobSummary* summary) const;
 

@@ -3,10 +3,12 @@
 #include <filesystem>
 
 #include "coordinator/coordinator_server.h"
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "rpc/grpc_util.h"
 #include "rpc/rendezvous_keys.h"
 #include "shard/shard_server.h"
+#include "storage/metadata_store.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "testing/scratch_dir.h"
@@ -83,6 +85,83 @@ TEST(CoordinatorRestartTest, StateSurvivesARestart) {
   create.mutable_spec()->set_world_size(2);
   EXPECT_EQ(Call(stub.get(), &v1::Coordinator::Stub::CreateJob, create, &again).error_code(),
             grpc::FAILED_PRECONDITION);
+}
+
+// One step of `client` with zero gradients.
+absl::Status ZeroStep(Client& client) {
+  std::vector<float> grads(client.layout().num_params(), 0.0f);
+  RETURN_IF_ERROR(client.AccumulateGradients(grads));
+  return client.Step().status();
+}
+
+// A move the coordinator announced (a generation with a new placement
+// version) but had not recorded when it stopped: after the restart the
+// copies stay where they were, recorded under that version, and workers --
+// who wait for it -- train on.
+TEST(CoordinatorRestartTest, AMoveCutByARestartLeavesTheCopiesWhereTheyWere) {
+  const testing::ScratchDir scratch("coordinator_restart_test");
+  const std::string& dir = scratch.path();
+  CoordinatorOptions coordinator_options;
+  coordinator_options.data_dir = dir + "/coordinator";
+  auto coordinator = Coordinator::Start(coordinator_options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  ShardServerOptions server_options;
+  server_options.coordinator_address = (*coordinator)->address();
+  server_options.data_dir = dir + "/server";
+  auto server = ShardServer::Start(server_options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ClientOptions options;
+  options.coordinator_address = (*coordinator)->address();
+  options.job_id = "cut";
+  options.worker_id = "w0";
+  options.job.tensors = {{"w", {300}}};
+  options.job.chunk_num_params = 128;
+  options.rendezvous_timeout = absl::Seconds(20);
+  {
+    auto client = Client::Connect(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_TRUE(ZeroStep(**client).ok());
+    ASSERT_TRUE((*client)->Leave().ok());
+  }
+  auto stub = v1::Coordinator::NewStub(MakeChannel((*coordinator)->address()));
+  v1::GetJobRequest get;
+  get.set_job_id("cut");
+  v1::JobInfo before;
+  ASSERT_TRUE(Call(stub.get(), &v1::Coordinator::Stub::GetJob, get, &before).ok());
+
+  // What a move leaves in the coordinator's store once it opened its
+  // generation: the generation after the current one, with the next
+  // placement version.
+  (*coordinator)->Shutdown();
+  coordinator->reset();
+  {
+    auto metadata = MetadataStore::OpenInDataDir(coordinator_options.data_dir);
+    ASSERT_TRUE(metadata.ok()) << metadata.status();
+    auto stored = (*metadata)->Get("generation/cut");
+    ASSERT_TRUE(stored.ok() && stored->has_value());
+    v1::Generation generation;
+    ASSERT_TRUE(generation.ParseFromString(**stored));
+    generation.set_number(generation.number() + 1);
+    generation.set_placement_version(before.placement_version() + 1);
+    ASSERT_TRUE((*metadata)->Put("generation/cut", generation.SerializeAsString()).ok());
+  }
+  coordinator = Coordinator::Start(coordinator_options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  stub = v1::Coordinator::NewStub(MakeChannel((*coordinator)->address()));
+  v1::JobInfo after;
+  ASSERT_TRUE(Call(stub.get(), &v1::Coordinator::Stub::GetJob, get, &after).ok());
+  EXPECT_EQ(after.placement_version(), before.placement_version() + 1);
+  v1::JobInfo same = after;
+  same.set_placement_version(before.placement_version());
+  EXPECT_EQ(same.SerializeAsString(), before.SerializeAsString()) << "the copies moved";
+
+  options.coordinator_address = (*coordinator)->address();
+  options.worker_id = "w1";
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ((*client)->step(), 1);
+  ASSERT_TRUE(ZeroStep(**client).ok());
+  EXPECT_EQ((*client)->step(), 2);
 }
 
 }  // namespace
