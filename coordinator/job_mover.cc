@@ -27,6 +27,9 @@
 namespace strata {
 
 void CoordinatorService::OnServerLost(const std::string& address) {
+  // A move waiting for its workers' step boundary waits no more: their
+  // steps may need the lost server (DropCopies waits for the move).
+  membership_->EndStepBoundaryWaits();
   std::vector<std::string> affected;
   {
     absl::MutexLock lock(&mu_);

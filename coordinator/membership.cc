@@ -375,11 +375,12 @@ absl::StatusOr<uint64_t> Membership::ChunksMoved(const std::string& job_id, uint
 
 bool Membership::AwaitStepBoundary(const std::string& job_id, uint64_t number) {
   absl::MutexLock lock(&mu_);
+  const uint64_t ended = boundary_waits_ended_;
   bool current = true;
   auto stopped = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto job = jobs_.find(job_id);
     if (job == jobs_.end() || job->second.generation.number() == 0) return true;  // no step runs
-    current = job->second.generation.number() == number;
+    current = job->second.generation.number() == number && boundary_waits_ended_ == ended;
     if (stopping_ || !current) return true;
     for (const std::string& id : job->second.generation.worker_ids()) {
       const Member* member = FindMember(job_id, id);
@@ -388,6 +389,11 @@ bool Membership::AwaitStepBoundary(const std::string& job_id, uint64_t number) {
     return true;
   };
   return mu_.AwaitWithTimeout(absl::Condition(&stopped), lease_) && current && !stopping_;
+}
+
+void Membership::EndStepBoundaryWaits() {
+  absl::MutexLock lock(&mu_);
+  ++boundary_waits_ended_;
 }
 
 uint64_t Membership::PlacementVersion(const std::string& job_id) const {

@@ -103,10 +103,13 @@ class Membership {
   // Waits, for at most a lease, until every member of generation `number`
   // of `job_id` (opened by ChunksMoved at a step boundary) said it stopped
   // for it (HeartbeatRequest.stopped_for): true then, or when it has no
-  // member. False at the deadline, or once `number` is not the job's
-  // current generation (a member came or went: that generation cuts the
-  // step under way).
+  // member. False at the deadline, once `number` is not the job's current
+  // generation (a member came or went: that generation cuts the step under
+  // way), or once EndStepBoundaryWaits() is called.
   bool AwaitStepBoundary(const std::string& job_id, uint64_t number);
+  // Ends every AwaitStepBoundary() under way (false): a shard server was
+  // lost, and workers whose step used it reach no boundary.
+  void EndStepBoundaryWaits();
 
   // Forgets a deleted job: its generations (and watchers, which hear no
   // more). FAILED_PRECONDITION, naming them, while it has members.
@@ -167,7 +170,8 @@ class Membership {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool lease_cut_ ABSL_GUARDED_BY(mu_) = false;  // wakes the lease thread
+  bool lease_cut_ ABSL_GUARDED_BY(mu_) = false;             // wakes the lease thread
+  uint64_t boundary_waits_ended_ ABSL_GUARDED_BY(mu_) = 0;  // EndStepBoundaryWaits() calls
   // Since when an expired lease waits for a sign of the network.
   bool isolated_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time isolated_since_ ABSL_GUARDED_BY(mu_);

@@ -26,6 +26,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   coordinator.auth_file = options.auth_file;
   coordinator.data_dir = absl::StrCat(pattern, "/coordinator");
   coordinator.worker_lease = options.worker_lease;
+  coordinator.server_timeout = options.server_timeout;
   if (options.serve_metrics) coordinator.metrics_listen_address = "127.0.0.1:0";
   ASSIGN_OR_RETURN(cluster->coordinator_, Coordinator::Start(coordinator));
   for (int i = 0; i < options.num_servers; ++i) {

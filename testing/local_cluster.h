@@ -28,6 +28,8 @@ struct LocalClusterOptions {
   // Per server, on GPU 0 (ShardServerOptions::gpu_budget_bytes); none by default.
   int64_t gpu_budget_bytes = ShardServerOptions::kNoGpuTier;
   absl::Duration worker_lease = absl::Seconds(3);
+  // The coordinator's (CoordinatorOptions::server_timeout).
+  absl::Duration server_timeout = absl::Seconds(30);
   // Per server (ShardServerOptions::max_pull_wait).
   absl::Duration max_pull_wait = absl::Minutes(10);
   // Serve every daemon's Prometheus metrics on a free loopback port.

@@ -250,6 +250,61 @@ TEST_F(MoveTest, AMoveWhoseMembersDoNotStopCutsTheStepAfterALease) {
   EXPECT_EQ(w1_interruptions_.SeenOnce(1, kWait), expected);
 }
 
+// A shard server lost while a move waits for a step boundary: the workers'
+// steps may need it, so the move waits no more (the coordinator then drops
+// the lost server's copies, which waits for the move).
+TEST(MoveWithALostServerTest, ALostServerEndsTheWaitForAStepBoundary) {
+  LocalClusterOptions options;
+  options.num_servers = 3;
+  options.worker_lease = absl::Seconds(20);
+  options.server_timeout = absl::Milliseconds(500);
+  auto cluster = LocalCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto coordinator = v1::Coordinator::NewStub(MakeChannel((*cluster)->coordinator_address()));
+  v1::CreateJobRequest create;
+  v1::JobSpec* spec = create.mutable_spec();
+  spec->set_job_id(kJob);
+  v1::TensorSpec* tensor = spec->add_tensors();
+  tensor->set_name("w");
+  tensor->add_shape(1536);
+  spec->set_world_size(1);
+  spec->set_chunk_num_params(256);
+  spec->set_dtype(v1::DTYPE_FP32);
+  spec->set_replicas(2);
+  spec->mutable_adam()->set_lr(1e-3f);
+  spec->mutable_adam()->set_beta1(0.9f);
+  spec->mutable_adam()->set_beta2(0.999f);
+  spec->mutable_adam()->set_eps(1e-8f);
+  {
+    grpc::ClientContext context;
+    v1::JobInfo info;
+    ASSERT_TRUE(FromGrpcStatus(coordinator->CreateJob(&context, create, &info)).ok());
+  }
+  Interruptions interruptions;
+  auto w0 = WorkerMembership::Join((*cluster)->coordinator_address(), PlaintextCredentials(), kJob,
+                                   "w0", interruptions.Callback());
+  ASSERT_TRUE(w0.ok()) << w0.status();
+  absl::StatusOr<v1::Generation> first = (*w0)->WaitNewer(0, absl::Now() + kWait);
+  ASSERT_TRUE(first.ok()) << first.status();
+  (*w0)->Running(*first, 0);
+  (*w0)->SetStepInFlight(true);  // and never ends
+
+  const absl::Time started = absl::Now();
+  std::thread drain([&] {
+    v1::DrainServerRequest request;
+    request.set_address((*cluster)->servers()[0]->address());
+    v1::DrainServerResponse response;
+    grpc::ClientContext context;
+    coordinator->DrainServer(&context, request, &response);
+  });
+  absl::StatusOr<v1::Generation> moved = (*w0)->WaitNewer(first->number(), absl::Now() + kWait);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_TRUE(moved->at_step_boundary());
+  (*cluster)->servers()[2]->Shutdown();
+  drain.join();
+  EXPECT_LT(absl::Now() - started, absl::Seconds(10)) << "the move waited out the 20 s lease";
+}
+
 // A generation of the same members that moved no chunk is one that
 // RenewGeneration opened for a group that could not form: the workers
 // re-form in it rather than run on in their group (FollowInPlace declines).
