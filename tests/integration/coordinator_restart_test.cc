@@ -1,6 +1,8 @@
 // The coordinator's state lives in RocksDB: after a restart on the same data
 // directory it has the same servers, jobs, members and rendezvous keys.
 #include <filesystem>
+#include <functional>
+#include <memory>
 
 #include "coordinator/coordinator_server.h"
 #include "core/status_macros.h"
@@ -23,29 +25,63 @@ grpc::Status Call(v1::Coordinator::Stub* stub, Method method, const Request& req
   return (stub->*method)(&context, request, response);
 }
 
-TEST(CoordinatorRestartTest, StateSurvivesARestart) {
-  const testing::ScratchDir scratch("coordinator_restart_test");
-  const std::string& dir = scratch.path();
-  CoordinatorOptions coordinator_options;
-  coordinator_options.data_dir = dir + "/coordinator";
-  auto coordinator = Coordinator::Start(coordinator_options);
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-  ShardServerOptions server_options;
-  server_options.coordinator_address = (*coordinator)->address();
-  server_options.data_dir = dir + "/server";
-  auto server = ShardServer::Start(server_options);
-  ASSERT_TRUE(server.ok()) << server.status();
+// One step of `client` with zero gradients.
+absl::Status ZeroStep(Client& client) {
+  std::vector<float> grads(client.layout().num_params(), 0.0f);
+  RETURN_IF_ERROR(client.AccumulateGradients(grads));
+  return client.Step().status();
+}
 
-  ClientOptions options;
-  options.coordinator_address = (*coordinator)->address();
-  options.job_id = "restart";
-  options.worker_id = "w0";
-  options.job.tensors = {{"w", {300}}};
-  options.job.chunk_num_params = 128;
-  auto client = Client::Connect(options);
+// A coordinator and one shard server in a scratch directory; Restart()
+// starts the coordinator again on the same data directory.
+class CoordinatorRestartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    coordinator_options_.data_dir = scratch_.path() + "/coordinator";
+    auto coordinator = Coordinator::Start(coordinator_options_);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = *std::move(coordinator);
+    ShardServerOptions server_options;
+    server_options.coordinator_address = coordinator_->address();
+    server_options.data_dir = scratch_.path() + "/server";
+    auto server = ShardServer::Start(server_options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  // Stops the coordinator, runs `between` (its store closed), starts it again.
+  void Restart(const std::function<void()>& between = [] {}) {
+    coordinator_->Shutdown();
+    coordinator_.reset();
+    between();
+    auto coordinator = Coordinator::Start(coordinator_options_);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = *std::move(coordinator);
+  }
+
+  // Worker `worker_id` of a one-worker job `job_id` on this coordinator.
+  ClientOptions Job(const std::string& job_id, const std::string& worker_id) const {
+    ClientOptions options;
+    options.coordinator_address = coordinator_->address();
+    options.job_id = job_id;
+    options.worker_id = worker_id;
+    options.job.tensors = {{"w", {300}}};
+    options.job.chunk_num_params = 128;
+    options.rendezvous_timeout = absl::Seconds(20);
+    return options;
+  }
+
+  const testing::ScratchDir scratch_{"coordinator_restart_test"};
+  CoordinatorOptions coordinator_options_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<ShardServer> server_;
+};
+
+TEST_F(CoordinatorRestartTest, StateSurvivesARestart) {
+  auto client = Client::Connect(Job("restart", "w0"));
   ASSERT_TRUE(client.ok()) << client.status();
 
-  auto stub = v1::Coordinator::NewStub(MakeChannel((*coordinator)->address()));
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_->address()));
   v1::KvSetRequest set;
   set.set_key(RendezvousPrefix("restart") + "some/key");
   set.set_value("value");
@@ -56,10 +92,8 @@ TEST(CoordinatorRestartTest, StateSurvivesARestart) {
   v1::JobInfo before;
   ASSERT_TRUE(Call(stub.get(), &v1::Coordinator::Stub::GetJob, get, &before).ok());
 
-  (*coordinator)->Shutdown();
-  coordinator = Coordinator::Start(coordinator_options);
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-  stub = v1::Coordinator::NewStub(MakeChannel((*coordinator)->address()));
+  Restart();
+  stub = v1::Coordinator::NewStub(MakeChannel(coordinator_->address()));
 
   v1::JobInfo after;
   ASSERT_TRUE(Call(stub.get(), &v1::Coordinator::Stub::GetJob, get, &after).ok());
@@ -87,43 +121,18 @@ TEST(CoordinatorRestartTest, StateSurvivesARestart) {
             grpc::FAILED_PRECONDITION);
 }
 
-// One step of `client` with zero gradients.
-absl::Status ZeroStep(Client& client) {
-  std::vector<float> grads(client.layout().num_params(), 0.0f);
-  RETURN_IF_ERROR(client.AccumulateGradients(grads));
-  return client.Step().status();
-}
-
 // A move the coordinator announced (a generation with a new placement
 // version) but had not recorded when it stopped: after the restart the
 // copies stay where they were, recorded under that version, and workers --
 // who wait for it -- train on.
-TEST(CoordinatorRestartTest, AMoveCutByARestartLeavesTheCopiesWhereTheyWere) {
-  const testing::ScratchDir scratch("coordinator_restart_test");
-  const std::string& dir = scratch.path();
-  CoordinatorOptions coordinator_options;
-  coordinator_options.data_dir = dir + "/coordinator";
-  auto coordinator = Coordinator::Start(coordinator_options);
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-  ShardServerOptions server_options;
-  server_options.coordinator_address = (*coordinator)->address();
-  server_options.data_dir = dir + "/server";
-  auto server = ShardServer::Start(server_options);
-  ASSERT_TRUE(server.ok()) << server.status();
-  ClientOptions options;
-  options.coordinator_address = (*coordinator)->address();
-  options.job_id = "cut";
-  options.worker_id = "w0";
-  options.job.tensors = {{"w", {300}}};
-  options.job.chunk_num_params = 128;
-  options.rendezvous_timeout = absl::Seconds(20);
+TEST_F(CoordinatorRestartTest, AMoveCutByARestartLeavesTheCopiesWhereTheyWere) {
   {
-    auto client = Client::Connect(options);
+    auto client = Client::Connect(Job("cut", "w0"));
     ASSERT_TRUE(client.ok()) << client.status();
     ASSERT_TRUE(ZeroStep(**client).ok());
     ASSERT_TRUE((*client)->Leave().ok());
   }
-  auto stub = v1::Coordinator::NewStub(MakeChannel((*coordinator)->address()));
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_->address()));
   v1::GetJobRequest get;
   get.set_job_id("cut");
   v1::JobInfo before;
@@ -132,10 +141,8 @@ TEST(CoordinatorRestartTest, AMoveCutByARestartLeavesTheCopiesWhereTheyWere) {
   // What a move leaves in the coordinator's store once it opened its
   // generation: the generation after the current one, with the next
   // placement version.
-  (*coordinator)->Shutdown();
-  coordinator->reset();
-  {
-    auto metadata = MetadataStore::OpenInDataDir(coordinator_options.data_dir);
+  Restart([&] {
+    auto metadata = MetadataStore::OpenInDataDir(coordinator_options_.data_dir);
     ASSERT_TRUE(metadata.ok()) << metadata.status();
     auto stored = (*metadata)->Get("generation/cut");
     ASSERT_TRUE(stored.ok() && stored->has_value());
@@ -144,10 +151,8 @@ TEST(CoordinatorRestartTest, AMoveCutByARestartLeavesTheCopiesWhereTheyWere) {
     generation.set_number(generation.number() + 1);
     generation.set_placement_version(before.placement_version() + 1);
     ASSERT_TRUE((*metadata)->Put("generation/cut", generation.SerializeAsString()).ok());
-  }
-  coordinator = Coordinator::Start(coordinator_options);
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-  stub = v1::Coordinator::NewStub(MakeChannel((*coordinator)->address()));
+  });
+  stub = v1::Coordinator::NewStub(MakeChannel(coordinator_->address()));
   v1::JobInfo after;
   ASSERT_TRUE(Call(stub.get(), &v1::Coordinator::Stub::GetJob, get, &after).ok());
   EXPECT_EQ(after.placement_version(), before.placement_version() + 1);
@@ -155,9 +160,7 @@ TEST(CoordinatorRestartTest, AMoveCutByARestartLeavesTheCopiesWhereTheyWere) {
   same.set_placement_version(before.placement_version());
   EXPECT_EQ(same.SerializeAsString(), before.SerializeAsString()) << "the copies moved";
 
-  options.coordinator_address = (*coordinator)->address();
-  options.worker_id = "w1";
-  auto client = Client::Connect(options);
+  auto client = Client::Connect(Job("cut", "w1"));
   ASSERT_TRUE(client.ok()) << client.status();
   EXPECT_EQ((*client)->step(), 1);
   ASSERT_TRUE(ZeroStep(**client).ok());

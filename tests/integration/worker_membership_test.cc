@@ -51,6 +51,29 @@ class Interruptions {
   std::vector<Interruption> seen_ ABSL_GUARDED_BY(mu_);
 };
 
+// Creates job kJob of `num_params` FP32 parameters in chunks of 256, for
+// `world_size` workers, with `replicas` copies of each chunk.
+absl::Status CreateJob(v1::Coordinator::Stub* coordinator, uint64_t num_params, uint32_t world_size,
+                       uint32_t replicas) {
+  v1::CreateJobRequest create;
+  v1::JobSpec* spec = create.mutable_spec();
+  spec->set_job_id(kJob);
+  v1::TensorSpec* tensor = spec->add_tensors();
+  tensor->set_name("w");
+  tensor->add_shape(num_params);
+  spec->set_world_size(world_size);
+  spec->set_chunk_num_params(256);
+  spec->set_dtype(v1::DTYPE_FP32);
+  spec->set_replicas(replicas);
+  spec->mutable_adam()->set_lr(1e-3f);
+  spec->mutable_adam()->set_beta1(0.9f);
+  spec->mutable_adam()->set_beta2(0.999f);
+  spec->mutable_adam()->set_eps(1e-8f);
+  grpc::ClientContext context;
+  v1::JobInfo info;
+  return FromGrpcStatus(coordinator->CreateJob(&context, create, &info));
+}
+
 class WorkerMembershipTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -59,23 +82,8 @@ class WorkerMembershipTest : public ::testing::Test {
     auto cluster = LocalCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
-    v1::CreateJobRequest create;
-    v1::JobSpec* spec = create.mutable_spec();
-    spec->set_job_id(kJob);
-    v1::TensorSpec* tensor = spec->add_tensors();
-    tensor->set_name("w");
-    tensor->add_shape(1024);
-    spec->set_world_size(2);
-    spec->set_chunk_num_params(256);
-    spec->set_dtype(v1::DTYPE_FP32);
-    spec->mutable_adam()->set_lr(1e-3f);
-    spec->mutable_adam()->set_beta1(0.9f);
-    spec->mutable_adam()->set_beta2(0.999f);
-    spec->mutable_adam()->set_eps(1e-8f);
     coordinator_ = v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
-    grpc::ClientContext context;
-    v1::JobInfo info;
-    ASSERT_TRUE(FromGrpcStatus(coordinator_->CreateJob(&context, create, &info)).ok());
+    ASSERT_TRUE(CreateJob(coordinator_.get(), 1024, /*world_size=*/2, /*replicas=*/1).ok());
   }
 
   std::unique_ptr<WorkerMembership> Join(const std::string& worker_id,
@@ -261,25 +269,7 @@ TEST(MoveWithALostServerTest, ALostServerEndsTheWaitForAStepBoundary) {
   auto cluster = LocalCluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto coordinator = v1::Coordinator::NewStub(MakeChannel((*cluster)->coordinator_address()));
-  v1::CreateJobRequest create;
-  v1::JobSpec* spec = create.mutable_spec();
-  spec->set_job_id(kJob);
-  v1::TensorSpec* tensor = spec->add_tensors();
-  tensor->set_name("w");
-  tensor->add_shape(1536);
-  spec->set_world_size(1);
-  spec->set_chunk_num_params(256);
-  spec->set_dtype(v1::DTYPE_FP32);
-  spec->set_replicas(2);
-  spec->mutable_adam()->set_lr(1e-3f);
-  spec->mutable_adam()->set_beta1(0.9f);
-  spec->mutable_adam()->set_beta2(0.999f);
-  spec->mutable_adam()->set_eps(1e-8f);
-  {
-    grpc::ClientContext context;
-    v1::JobInfo info;
-    ASSERT_TRUE(FromGrpcStatus(coordinator->CreateJob(&context, create, &info)).ok());
-  }
+  ASSERT_TRUE(CreateJob(coordinator.get(), 1536, /*world_size=*/1, /*replicas=*/2).ok());
   Interruptions interruptions;
   auto w0 = WorkerMembership::Join((*cluster)->coordinator_address(), PlaintextCredentials(), kJob,
                                    "w0", interruptions.Callback());
