@@ -107,13 +107,15 @@ absl::Status CoordinatorService::Load() {
   // (servers drop the new ones when they register: CheckJobsOn).
   std::vector<v1::JobInfo> cut;
   for (const auto& [id, job] : registry_.jobs()) {
-    if (membership_->PlacementVersion(id) > job.placement_version()) cut.push_back(job);
+    const uint64_t announced = membership_->PlacementVersion(id);
+    if (announced <= job.placement_version()) continue;
+    cut.push_back(job);
+    cut.back().set_placement_version(announced);
   }
-  for (v1::JobInfo& job : cut) {
-    const uint64_t announced = membership_->PlacementVersion(job.spec().job_id());
-    LogEventCat("coordinator", "job ", job.spec().job_id(), ": the move to placement ", announced,
+  for (const v1::JobInfo& job : cut) {
+    LogEventCat("coordinator", "job ", job.spec().job_id(), ": the move to placement ",
+                job.placement_version(),
                 " did not finish before the restart; its copies stay where they were");
-    job.set_placement_version(announced);
     RETURN_IF_ERROR(registry_.PutJob(job));
   }
   for (const auto& [address, server] : registry_.servers()) monitor_->Watch(address);
