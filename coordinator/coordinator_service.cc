@@ -87,8 +87,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
 }
 
 CoordinatorService::~CoordinatorService() {
-  // The lease thread schedules on the movers, which go before the membership.
-  membership_->Stop();
+  // The lease thread, the monitor and the checkpoints schedule moves; the
+  // moves (and the checkpoint requests, which may schedule reseeds) use
+  // every member, so they end before any member is destroyed.
+  BeginShutdown();
+  checkpoint_requests_.Join();
+  movers_.Join();
 }
 
 void CoordinatorService::BeginShutdown() {

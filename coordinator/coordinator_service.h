@@ -334,7 +334,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   std::set<std::string> recheck_ ABSL_GUARDED_BY(mu_);
   // Held by each change of a job's copies for its whole length.
   absl::Mutex moves_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  // Runs copy moves (they block), one at a time.
+  // Runs copy moves (they block), one at a time. Joined (with
+  // checkpoint_requests_) before any member is destroyed.
   ThreadPool movers_{1};
   // The jobs RestoreReplicas() failed for, and when each is tried again
   // (movers only).

@@ -9,12 +9,16 @@ ThreadPool::ThreadPool(int num_threads) {
   for (int i = 0; i < num_threads; ++i) threads_.emplace_back([this] { WorkLoop(); });
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { Join(); }
+
+void ThreadPool::Join() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  for (std::thread& t : threads_) t.join();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
 }
 
 void ThreadPool::Schedule(absl::AnyInvocable<void() &&> task) {

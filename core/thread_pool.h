@@ -1,6 +1,7 @@
 // A fixed pool of threads running queued tasks in FIFO order.
-// Schedule() is thread-safe. The destructor runs every task already queued,
-// then joins the threads; no task may be scheduled after it starts.
+// Schedule() is thread-safe. Join() (and the destructor) runs every task
+// queued, also those its tasks schedule, then joins the threads; no task may
+// be scheduled from outside the pool after it starts.
 #ifndef STRATA_CORE_THREAD_POOL_H_
 #define STRATA_CORE_THREAD_POOL_H_
 
@@ -22,6 +23,9 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   void Schedule(absl::AnyInvocable<void() &&> task);
+  // Runs the queue dry and joins the threads. Idempotent; called by one
+  // thread, not a task of the pool.
+  void Join();
   int num_threads() const { return static_cast<int>(threads_.size()); }
 
  private:
