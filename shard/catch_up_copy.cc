@@ -123,6 +123,10 @@ int64_t CatchUpCopy::min_step() const {
   return lowest;
 }
 
+bool CatchUpCopy::has_previous() const {
+  return std::all_of(pieces_.begin(), pieces_.end(), [](const Piece& p) { return p.previous; });
+}
+
 absl::Status CatchUpCopy::WriteInto(Chunk& chunk) {
   const int64_t step = min_step();
   bool previous = step > 0;

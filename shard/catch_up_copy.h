@@ -86,6 +86,8 @@ class CatchUpCopy {
                       const std::vector<float>& group_lrs, absl::string_view grads);
   // The lowest step of a piece (-1 while a piece was not set).
   int64_t min_step() const;
+  // Whether every piece keeps its copy of the step before.
+  bool has_previous() const;
   // Writes the copy into `chunk` (allocated for it: the same range, at no
   // step yet) at the step of its pieces, with the copy of the step before
   // when every piece keeps one. FAILED_PRECONDITION when the pieces are at

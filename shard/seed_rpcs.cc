@@ -156,10 +156,7 @@ absl::Status ShardService::DoSeedChunks(const v1::SeedChunksRequest& request,
     }
     response->set_prepared(response->prepared() + 1);
     response->set_replayed_steps(response->replayed_steps() + *replayed);
-    const auto& pieces = copy->pieces();
-    const bool previous = std::all_of(pieces.begin(), pieces.end(),
-                                      [](const CatchUpCopy::Piece& p) { return p.previous; });
-    response->set_previous(response->previous() + (previous ? 1 : 0));
+    response->set_previous(response->previous() + (copy->has_previous() ? 1 : 0));
   }
   prepared.reset();  // its memory back before copies are read whole
   if (!whole.empty()) {
@@ -241,6 +238,14 @@ absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
         it = prepared->by_chunk.erase(it);
       }
     }
+  }
+  // Each piece's copy of the step before, while the job trains: a piece the
+  // source moves past gets it again from its replay; the others need no pull
+  // once fenced (FinishPrepared), which is all of them when the job is idle.
+  // A failed pull is tried again then.
+  for (auto& [id, copy] : prepared->by_chunk) {
+    PullPrevious(from, copy.get()).IgnoreError();
+    response->set_previous(response->previous() + (copy->has_previous() ? 1 : 0));
   }
   response->set_prepared(static_cast<uint32_t>(prepared->by_chunk.size()));
   LogEventCat("server", "job ", request.job_id(), ": ", response->prepared(), " of ",

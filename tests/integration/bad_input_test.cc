@@ -428,7 +428,8 @@ TEST_F(BadInputTest, AnAllocationOfChunksTheServerLacksIsRefused) {
 
 // Building copies aside (SeedChunks with prepare) names the field at fault;
 // a source that cannot be read leaves nothing built (the fenced seed then
-// copies whole). A step log is read only once started, within its bounds.
+// copies whole). A step log is read only once started, within its bounds. A
+// good prepare builds the copy with its copy of the step before.
 TEST_F(BadInputTest, PrepareAndStepLogRequestsNameTheProblem) {
   const v1::ChunkSpec chunk = job_.chunks(0).chunk();
   v1::ChunkSpec renamed = chunk;
@@ -497,6 +498,14 @@ TEST_F(BadInputTest, PrepareAndStepLogRequestsNameTheProblem) {
   EXPECT_TRUE(s.ok()) << s;
   s = read_log([](auto*) {}, &log);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+
+  // A good one (the server its own source): the job is idle at step 2, so
+  // the copy is built with its copy of step 1, and a fence only writes it.
+  v1::SeedChunksResponse built;
+  s = prepare([](auto*) {}, &built);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(built.prepared(), 1u);
+  EXPECT_EQ(built.previous(), 1u);
 }
 
 TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {
