@@ -128,35 +128,46 @@ absl::Status ShardService::DoSeedChunks(const v1::SeedChunksRequest& request,
     }
   }
   if (prepared != nullptr && prepared->spec != spec) prepared.reset();
-  // Chunks with a copy built aside replay the last steps; the others, and
-  // those whose copy fell behind, are copied whole.
-  std::vector<v1::ChunkSpec> whole;
-  for (const v1::ChunkSpec& c : chunks) {
+  // Chunks with a copy built aside replay the last steps and are written,
+  // kSeedStreams at a time (the workers wait); the others, and those whose
+  // copy fell behind, are copied whole.
+  struct Finish {
     CatchUpCopy* copy = nullptr;
-    if (prepared != nullptr) {
-      auto it = prepared->by_chunk.find(c.chunk_id());
-      if (it != prepared->by_chunk.end() && it->second->chunk().flat_begin() == c.flat_begin() &&
-          it->second->chunk().num_params() == c.num_params()) {
-        copy = it->second.get();
-      }
-    }
+    std::shared_ptr<Chunk> chunk;
     absl::StatusOr<uint64_t> replayed = absl::NotFoundError("no copy built aside");
-    if (copy != nullptr) {
-      ASSIGN_OR_RETURN(std::shared_ptr<Chunk> chunk,
-                       FindChunk(request.job_id(), c.flat_begin(), c.num_params()));
-      replayed = FinishPrepared(from, copy, *chunk);
-      if (!replayed.ok()) {
-        LogEventCat("server", "job ", request.job_id(), ": the copy of chunk ", c.chunk_id(),
-                    " built aside is copied whole: ", replayed.status().ToString());
-      }
+  };
+  std::vector<Finish> finishes(chunks.size());
+  for (size_t i = 0; i < chunks.size() && prepared != nullptr; ++i) {
+    const v1::ChunkSpec& c = chunks[i];
+    auto it = prepared->by_chunk.find(c.chunk_id());
+    if (it == prepared->by_chunk.end() || it->second->chunk().flat_begin() != c.flat_begin() ||
+        it->second->chunk().num_params() != c.num_params()) {
+      continue;
     }
-    if (!replayed.ok()) {
-      whole.push_back(c);
+    finishes[i].copy = it->second.get();
+    ASSIGN_OR_RETURN(finishes[i].chunk,
+                     FindChunk(request.job_id(), c.flat_begin(), c.num_params()));
+  }
+  InSeedStreams(finishes.size(), [&](size_t i) {
+    Finish& f = finishes[i];
+    if (f.copy != nullptr) f.replayed = FinishPrepared(from, f.copy, *f.chunk);
+    return absl::OkStatus();  // a failure is copied whole
+  }).IgnoreError();
+  std::vector<v1::ChunkSpec> whole;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const Finish& f = finishes[i];
+    if (!f.replayed.ok()) {
+      if (f.copy != nullptr) {
+        LogEventCat("server", "job ", request.job_id(), ": the copy of chunk ",
+                    chunks[i].chunk_id(),
+                    " built aside is copied whole: ", f.replayed.status().ToString());
+      }
+      whole.push_back(chunks[i]);
       continue;
     }
     response->set_prepared(response->prepared() + 1);
-    response->set_replayed_steps(response->replayed_steps() + *replayed);
-    response->set_previous(response->previous() + (copy->has_previous() ? 1 : 0));
+    response->set_replayed_steps(response->replayed_steps() + *f.replayed);
+    response->set_previous(response->previous() + (f.copy->has_previous() ? 1 : 0));
   }
   prepared.reset();  // its memory back before copies are read whole
   if (!whole.empty()) {
