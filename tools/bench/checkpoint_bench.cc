@@ -220,22 +220,33 @@ ArenaPeaks ArenaPeaksOf(const LocalCluster& cluster) {
 
 // fio's sequential write, then read of the file it wrote, in `dir`, of
 // `bytes` once (what a save writes and a restore reads; 1 MiB I/Os, 32 in
-// flight): the limits of a save's writes and a restore's reads. GB/s each.
-// The bench runs it before the job and after it and takes the better of
-// each: a cloud disk's rate varies from second to second (13% between two
-// runs of the same fio job here), and a save that met a faster second than
-// one fio run came out above its bound.
+// flight), twice: the better of each are the limits of a save's writes and
+// a restore's reads, in GB/s. The bench runs it before the job and after it
+// and takes the better of each again: a cloud disk's rate varies from second
+// to second (here 1.5-2.6 GB/s for the same fio write and 1.19-1.39 GB/s for
+// reads back to back, with 1 to 8 jobs, of 1 or 8 MiB I/Os, alike), and a
+// save or a restore that met a faster second than the fio runs came out
+// above its bound.
 absl::StatusOr<std::pair<double, double>> FioWriteThenRead(const std::string& dir, uint64_t bytes) {
   auto fio = [&](const std::string& rw) {
     constexpr uint64_t kIoBytes = uint64_t{1} << 20;
     return FioOnce(dir, rw, (bytes + kIoBytes - 1) / kIoBytes * kIoBytes, kIoBytes, 32);
   };
-  absl::StatusOr<double> write = fio("write");
-  absl::StatusOr<double> read = write.ok() ? fio("read") : write.status();
+  double write = 0, read = 0;
+  absl::Status status;
+  for (int pass = 0; pass < 2 && status.ok(); ++pass) {
+    absl::StatusOr<double> written = fio("write");
+    absl::StatusOr<double> was_read = written.ok() ? fio("read") : written.status();
+    status = was_read.status();
+    if (status.ok()) {
+      write = std::max(write, *written);
+      read = std::max(read, *was_read);
+    }
+  }
   std::error_code ignored;
   std::filesystem::remove(std::filesystem::path(dir) / "strata-fio.data", ignored);
-  if (!read.ok()) return read.status();
-  return std::make_pair(*write, *read);
+  if (!status.ok()) return status;
+  return std::make_pair(write, read);
 }
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> StartCluster(const CheckpointBenchOptions& o) {
