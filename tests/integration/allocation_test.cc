@@ -14,6 +14,7 @@
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
 #include "strata/v1/shard.grpc.pb.h"
+#include "testing/job_spec.h"
 #include "testing/local_cluster.h"
 #include "testing/metrics_scrape.h"
 #include "testing/placement.h"
@@ -32,18 +33,8 @@ constexpr uint32_t kLargeChunks = 48;
 // `chunks` chunks of kChunkParams.
 v1::AllocateChunksRequest Allocation(const std::string& job_id, uint32_t chunks) {
   v1::AllocateChunksRequest request;
-  v1::JobSpec* spec = request.mutable_spec();
-  spec->set_job_id(job_id);
-  v1::TensorSpec* tensor = spec->add_tensors();
-  tensor->set_name("w");
-  tensor->add_shape(chunks * kChunkParams);
-  spec->set_world_size(1);
-  spec->set_chunk_num_params(kChunkParams);
-  spec->set_dtype(v1::DTYPE_FP32);
-  spec->mutable_adam()->set_lr(1e-3f);
-  spec->mutable_adam()->set_beta1(0.9f);
-  spec->mutable_adam()->set_beta2(0.999f);
-  spec->mutable_adam()->set_eps(1e-8f);
+  *request.mutable_spec() =
+      testing::OneTensorSpec(job_id, chunks * kChunkParams, kChunkParams, v1::DTYPE_FP32);
   for (uint32_t i = 0; i < chunks; ++i) {
     v1::ChunkSpec* chunk = request.add_chunks();
     chunk->set_chunk_id(i);

@@ -25,6 +25,7 @@
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
 #include "testing/job_runner.h"
+#include "testing/job_spec.h"
 #include "testing/local_cluster.h"
 #include "testing/placement.h"
 #include "testing/scratch_dir.h"
@@ -215,18 +216,9 @@ TEST_F(BadInputTest, OversizedMessage) {
 
 TEST_F(BadInputTest, JobThatDoesNotFitTheBudget) {
   v1::CreateJobRequest create;
+  // 1 Mi params need 16 MiB; the budget is 2 x 1 MiB.
+  *create.mutable_spec() = testing::OneTensorSpec("too-big", 1 << 20, 1 << 16, v1::DTYPE_FP16);
   v1::JobSpec* spec = create.mutable_spec();
-  spec->set_job_id("too-big");
-  v1::TensorSpec* t = spec->add_tensors();
-  t->set_name("w");
-  t->add_shape(1 << 20);  // 1 Mi params need 16 MiB; the budget is 2 x 1 MiB
-  spec->set_world_size(1);
-  spec->set_chunk_num_params(1 << 16);
-  spec->set_dtype(v1::DTYPE_FP16);
-  spec->mutable_adam()->set_lr(1e-3f);
-  spec->mutable_adam()->set_beta1(0.9f);
-  spec->mutable_adam()->set_beta2(0.999f);
-  spec->mutable_adam()->set_eps(1e-8f);
   v1::JobInfo info;
   grpc::ClientContext context;
   absl::Status s = FromGrpcStatus(coordinator_->CreateJob(&context, create, &info));

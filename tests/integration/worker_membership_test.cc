@@ -15,6 +15,7 @@
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
 #include "testing/job_runner.h"
+#include "testing/job_spec.h"
 #include "testing/local_cluster.h"
 
 namespace strata {
@@ -56,19 +57,8 @@ class Interruptions {
 absl::Status CreateJob(v1::Coordinator::Stub* coordinator, uint64_t num_params, uint32_t world_size,
                        uint32_t replicas) {
   v1::CreateJobRequest create;
-  v1::JobSpec* spec = create.mutable_spec();
-  spec->set_job_id(kJob);
-  v1::TensorSpec* tensor = spec->add_tensors();
-  tensor->set_name("w");
-  tensor->add_shape(num_params);
-  spec->set_world_size(world_size);
-  spec->set_chunk_num_params(256);
-  spec->set_dtype(v1::DTYPE_FP32);
-  spec->set_replicas(replicas);
-  spec->mutable_adam()->set_lr(1e-3f);
-  spec->mutable_adam()->set_beta1(0.9f);
-  spec->mutable_adam()->set_beta2(0.999f);
-  spec->mutable_adam()->set_eps(1e-8f);
+  *create.mutable_spec() =
+      testing::OneTensorSpec(kJob, num_params, 256, v1::DTYPE_FP32, world_size, replicas);
   grpc::ClientContext context;
   v1::JobInfo info;
   return FromGrpcStatus(coordinator->CreateJob(&context, create, &info));
