@@ -129,15 +129,14 @@ bool CatchUpCopy::has_previous() const {
 
 absl::Status CatchUpCopy::WriteInto(Chunk& chunk) {
   const int64_t step = min_step();
-  bool previous = step > 0;
   for (const Piece& piece : pieces_) {
     if (piece.step != step) {
       return absl::FailedPreconditionError(absl::StrCat("the copy of chunk ", chunk_.chunk_id(),
                                                         " built aside has pieces at step ", step,
                                                         " and ", piece.step));
     }
-    previous = previous && piece.previous;
   }
+  const bool previous = step > 0 && has_previous();
   const absl::string_view before =
       previous ? absl::string_view(reinterpret_cast<const char*>(copy(step - 1)),
                                    num_params() * DTypeSize(dtype_))

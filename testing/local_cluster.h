@@ -29,9 +29,9 @@ struct LocalClusterOptions {
   int64_t gpu_budget_bytes = ShardServerOptions::kNoGpuTier;
   absl::Duration worker_lease = absl::Seconds(3);
   // The coordinator's (CoordinatorOptions::server_timeout).
-  absl::Duration server_timeout = absl::Seconds(30);
+  absl::Duration server_timeout = CoordinatorOptions().server_timeout;
   // Per server (ShardServerOptions::max_pull_wait).
-  absl::Duration max_pull_wait = absl::Minutes(10);
+  absl::Duration max_pull_wait = ShardServerOptions().max_pull_wait;
   // Serve every daemon's Prometheus metrics on a free loopback port.
   bool serve_metrics = false;
   // The checkpoint root of the coordinator and the servers; empty: the
