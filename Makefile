@@ -15,7 +15,8 @@ CTEST_ARGS ?=
 CMAKE_ARGS ?=
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
-FUZZERS = safetensors_fuzz checkpoint_manifest_fuzz saved_chunk_fuzz nvme_extent_fuzz services_fuzz
+FUZZERS = safetensors_fuzz checkpoint_manifest_fuzz saved_chunk_fuzz nvme_extent_fuzz services_fuzz \
+  push_message_fuzz
 
 .PHONY: deps build test demo asan-configure check format-check bench deploy-test slurm-test hosts-test fuzz clean
 

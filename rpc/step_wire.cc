@@ -5,6 +5,7 @@
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,134 @@ grpc::ByteBuffer PushRequestBuffer(const v1::PushRequest& fields, const uint8_t*
   grpc::Slice slices[2] = {HeadOfBytesField(fields, kPushGradsField, bytes),
                            grpc::Slice(grads, bytes, grpc::Slice::STATIC_SLICE)};
   return grpc::ByteBuffer(slices, bytes > 0 ? 2 : 1);
+}
+
+namespace {
+
+// Reads a message's bytes across slices, appending what it reads to a
+// record while recording.
+class SliceReader {
+ public:
+  SliceReader(const std::vector<grpc::Slice>& slices, std::string* record)
+      : slices_(slices), record_(record) {}
+
+  bool at_end() {
+    SkipEmpty();
+    return slice_ == slices_.size();
+  }
+  void set_recording(bool recording) { recording_ = recording; }
+
+  // A varint of at most 10 bytes; false when the bytes end first.
+  bool ReadVarint(uint64_t* value, int* length) {
+    *value = 0;
+    for (*length = 0; *length < 10; ++*length) {
+      SkipEmpty();
+      if (slice_ == slices_.size()) return false;
+      const uint8_t byte = slices_[slice_].begin()[offset_++];
+      if (recording_) record_->push_back(static_cast<char>(byte));
+      *value |= uint64_t{byte & 0x7fu} << (7 * *length);
+      if (byte < 0x80) {
+        ++*length;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The next `n` bytes, piece by piece to `take` (null: recorded only);
+  // false when fewer remain.
+  bool Read(uint64_t n, std::vector<absl::string_view>* take) {
+    while (n > 0) {
+      SkipEmpty();
+      if (slice_ == slices_.size()) return false;
+      const grpc::Slice& slice = slices_[slice_];
+      const size_t size = std::min<uint64_t>(n, slice.size() - offset_);
+      const char* data = reinterpret_cast<const char*>(slice.begin()) + offset_;
+      if (recording_) record_->append(data, size);
+      if (take != nullptr) take->emplace_back(data, size);
+      offset_ += size;
+      n -= size;
+    }
+    return true;
+  }
+
+ private:
+  void SkipEmpty() {
+    while (slice_ < slices_.size() && offset_ == slices_[slice_].size()) {
+      ++slice_;
+      offset_ = 0;
+    }
+  }
+
+  const std::vector<grpc::Slice>& slices_;
+  std::string* const record_;
+  bool recording_ = true;
+  size_t slice_ = 0;
+  size_t offset_ = 0;
+};
+
+// The largest length protobuf's parser reads (its ReadSize()).
+constexpr uint64_t kMaxFieldLength = INT32_MAX - 16;
+
+}  // namespace
+
+std::unique_ptr<PushMessage> PushMessage::Parse(const grpc::ByteBuffer& buffer) {
+  std::unique_ptr<PushMessage> message(new PushMessage());
+  if (!buffer.Dump(&message->slices_).ok()) return nullptr;
+  // All the message's bytes but the gradients' (their length written as 0) go
+  // to `fields` as they are, for protobuf's parser to read: it decides what
+  // parses. Only the fields' bounds are read here.
+  std::string fields;
+  SliceReader in(message->slices_, &fields);
+  int group_depth = 0;
+  while (!in.at_end()) {
+    uint64_t tag;
+    int length;
+    if (!in.ReadVarint(&tag, &length)) return nullptr;
+    switch (tag & 7) {
+      case WireFormatLite::WIRETYPE_VARINT: {
+        uint64_t value;
+        if (!in.ReadVarint(&value, &length)) return nullptr;
+        break;
+      }
+      case WireFormatLite::WIRETYPE_FIXED64:
+        if (!in.Read(8, nullptr)) return nullptr;
+        break;
+      case WireFormatLite::WIRETYPE_FIXED32:
+        if (!in.Read(4, nullptr)) return nullptr;
+        break;
+      case WireFormatLite::WIRETYPE_START_GROUP:
+        ++group_depth;
+        break;
+      case WireFormatLite::WIRETYPE_END_GROUP:
+        --group_depth;
+        break;
+      case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+        const bool grads = group_depth == 0 &&
+                           tag == WireFormatLite::MakeTag(
+                                      kPushGradsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+        uint64_t size;
+        if (grads) {
+          fields.push_back('\0');
+          in.set_recording(false);
+        }
+        // As protobuf's parser reads a length: 5 bytes at most.
+        if (!in.ReadVarint(&size, &length) || length > 5 || size > kMaxFieldLength) return nullptr;
+        if (grads) {
+          // The last grads field is the message's, as for any bytes field.
+          message->grads_.clear();
+          message->grads_bytes_ = size;
+        }
+        if (!in.Read(size, grads ? &message->grads_ : nullptr)) return nullptr;
+        in.set_recording(true);
+        break;
+      }
+      default:
+        return nullptr;
+    }
+  }
+  if (!message->fields_.ParseFromString(fields)) return nullptr;
+  return message;
 }
 
 grpc::ByteBuffer PullResponseBuffer(int64_t step, v1::DType dtype, const void* params,

@@ -1,7 +1,9 @@
 // The step's tensor bytes on the wire without protobuf copies. A push goes
 // out as its PushRequest's other fields, serialized, followed by the
 // gradients' bytes referenced where they lie (gRPC writes them to the socket
-// from there); a server's PullResponse holds its parameters copied once; a
+// from there), and a server reads it without copying them (PushMessage: the
+// gradients stay in gRPC's receive buffers); a server's PullResponse holds
+// its parameters copied once; a
 // client reads them with one copy, from gRPC's receive buffers straight to
 // where they belong. A ReadStateResponse of a chunk's stored state (a seed
 // reads one) goes the same way. The wire format is the protobuf one.
@@ -13,13 +15,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "strata/v1/shard.pb.h"
 
@@ -35,6 +41,34 @@ inline constexpr char kReadStateMethod[] = "/strata.v1.ShardServer/ReadState";
 // buffer ends.
 grpc::ByteBuffer PushRequestBuffer(const v1::PushRequest& fields, const uint8_t* grads,
                                    size_t bytes);
+
+// A PushRequest as a server receives it: its fields but the gradients
+// parsed, and the gradients' bytes where gRPC received them, piece after
+// piece (a piece ends where a receive buffer does, at any byte). The
+// message keeps those buffers: the pieces are valid while it lives.
+// Thread-safety: immutable once parsed.
+class PushMessage {
+ public:
+  // Parses `buffer` (taking a reference to its slices, not a copy); null when
+  // it does not parse as a PushRequest (protobuf's parser would refuse it).
+  static std::unique_ptr<PushMessage> Parse(const grpc::ByteBuffer& buffer);
+  PushMessage(const PushMessage&) = delete;
+  PushMessage& operator=(const PushMessage&) = delete;
+
+  // Every field but grads, which is empty.
+  const v1::PushRequest& fields() const { return fields_; }
+  // The grads field's bytes, in order.
+  const std::vector<absl::string_view>& grads() const { return grads_; }
+  size_t grads_bytes() const { return grads_bytes_; }
+
+ private:
+  PushMessage() = default;
+
+  std::vector<grpc::Slice> slices_;  // the message's, referenced
+  v1::PushRequest fields_;
+  std::vector<absl::string_view> grads_;
+  size_t grads_bytes_ = 0;
+};
 
 // A small message (a pull request) as a buffer.
 grpc::ByteBuffer MessageBuffer(const google::protobuf::Message& message);

@@ -3,8 +3,9 @@
 rerun after changing a harness's input format). Valid inputs of each kind,
 so that mutations start deep: a safetensors file, a checkpoint manifest that
 tiles the flat space, saved-chunk files of the right size, NVMe adoptions
-with the true checksums, and one request of every RPC of both services
-naming job "fuzz" (services_fuzz.cc's layout: RPC index, flags, request)."""
+with the true checksums, one request of every RPC of both services
+naming job "fuzz" (services_fuzz.cc's layout: RPC index, flags, request),
+and pushes as a shard server reads them."""
 
 import json
 import os
@@ -127,6 +128,18 @@ def services():
             write("services_fuzz", "%02d-%s" % (index, rpc), bytes([index, 0]) + requests[rpc])
 
 
+def push_message():
+    """Pushes as a shard server reads them (push_message_fuzz.cc's layout:
+    slice bytes - 1, then the PushRequest): with group learning rates and a
+    loss scaler, cut into slices of 7 and of 256 bytes."""
+    grads = bytes(range(256)) * 2
+    push = message((1, "fuzz"), (2, 3), (3, 4096), (4, 256), (5, 2), (6, 0.5), (7, grads),
+                   (8, 2), (9, 1e-3), (10, message((1, 1024.0), (2, 7))), (11, 1), (12, 1),
+                   (13, struct.pack("<2f", 1e-3, 2e-3)))
+    write("push_message_fuzz", "slices-of-7", bytes([6]) + push)
+    write("push_message_fuzz", "slices-of-256", bytes([255]) + push)
+
+
 def main():
     shutil.rmtree(ROOT, ignore_errors=True)
     safetensors()
@@ -134,6 +147,7 @@ def main():
     saved_chunk()
     nvme_extent()
     services()
+    push_message()
 
 
 if __name__ == "__main__":

@@ -1,18 +1,27 @@
 // rpc/step_wire.h against protobuf's own serializer and parser: a push
 // built from its fields and referenced gradients parses as the same
-// PushRequest, a server's pull response as the same PullResponse and its
-// stored-state read as the same ReadStateResponse; pull responses and state
+// PushRequest, a server reads any push (in slices cut anywhere, broken or
+// not) as protobuf does, without copying its gradients, a server's pull response as the same
+// PullResponse and its stored-state read as the same ReadStateResponse; pull responses and state
 // reads are read into place with their step; wrong sizes and garbage are
 // refused.
 #include "rpc/step_wire.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include "absl/strings/escaping.h"
 #include "gtest/gtest.h"
 
 namespace strata {
@@ -25,6 +34,15 @@ std::string Bytes(const grpc::ByteBuffer& buffer) {
   for (const grpc::Slice& s : slices)
     out.append(reinterpret_cast<const char*>(s.begin()), s.size());
   return out;
+}
+
+// A random seed, printed; STRATA_TEST_SEED replays one.
+uint32_t TestSeed() {
+  const char* given = std::getenv("STRATA_TEST_SEED");
+  const uint32_t seed = given != nullptr ? static_cast<uint32_t>(std::strtoul(given, nullptr, 10))
+                                         : std::random_device()();
+  std::printf("seed %u\n", seed);
+  return seed;
 }
 
 std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
@@ -56,6 +74,119 @@ TEST(StepWireTest, APushBufferParsesAsThePushRequest) {
   ASSERT_TRUE(buffer.Dump(&slices).ok());
   ASSERT_EQ(slices.size(), 2u);
   EXPECT_EQ(slices[1].begin(), grads.data());
+}
+
+// `bytes` as gRPC might receive them: in slices cut at random places, of
+// `min_slice` bytes or more (gRPC keeps slices of up to 23 bytes inline,
+// copied with the slice).
+grpc::ByteBuffer InRandomSlices(const std::string& bytes, std::mt19937* random,
+                                size_t min_slice = 1) {
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < bytes.size();) {
+    size_t size = std::min<size_t>(bytes.size() - at, min_slice + (*random)() % 9000);
+    if (bytes.size() - at - size < min_slice) size = bytes.size() - at;
+    slices.emplace_back(bytes.data() + at, size);
+    at += size;
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+v1::PushRequest RandomPush(std::mt19937* random) {
+  v1::PushRequest push;
+  push.set_job_id("job-" + std::to_string((*random)() % 100));
+  push.set_step(1 + (*random)() % 1000);
+  push.set_flat_begin((*random)() % (1 << 20));
+  push.set_num_params(1 + (*random)() % 30000);
+  push.set_dtype(v1::DTYPE_BF16);
+  push.set_generation((*random)() % 7);
+  push.set_attempt((*random)() % 3);
+  push.set_coef(0.5f);
+  if ((*random)() % 2 == 0) push.set_lr(1e-3f);
+  push.add_group_lrs(2e-3f);
+  push.set_scalars_follow((*random)() % 2 == 0);
+  const std::vector<uint8_t> grads = RandomBytes(push.num_params() * 2, (*random)());
+  push.set_grads(grads.data(), grads.size());
+  return push;
+}
+
+// PushMessage::Parse() of `buffer` against protobuf's parser of its bytes:
+// both refuse, or both give the same fields and the same gradients.
+// Returns whether protobuf parses it.
+bool ExpectParsesAsProtobuf(const grpc::ByteBuffer& buffer) {
+  const std::string bytes = Bytes(buffer);
+  v1::PushRequest want;
+  const bool parses = want.ParseFromString(bytes);
+  std::unique_ptr<PushMessage> got = PushMessage::Parse(buffer);
+  EXPECT_EQ(got != nullptr, parses) << absl::BytesToHexString(bytes);
+  if (!parses || got == nullptr) return parses;
+  std::string grads;
+  for (absl::string_view piece : got->grads()) grads.append(piece.data(), piece.size());
+  EXPECT_EQ(got->grads_bytes(), grads.size());
+  EXPECT_EQ(grads, want.grads());
+  want.clear_grads();
+  EXPECT_EQ(got->fields().SerializeAsString(), want.SerializeAsString());
+  return parses;
+}
+
+TEST(StepWireTest, AServerReadsAPushAsProtobufDoesWithoutCopyingTheGradients) {
+  std::mt19937 random(TestSeed());
+  for (int i = 0; i < 50; ++i) {
+    const v1::PushRequest push = RandomPush(&random);
+    grpc::ByteBuffer buffer = InRandomSlices(push.SerializeAsString(), &random, 64);
+    ExpectParsesAsProtobuf(buffer);
+    // Every piece lies in one of the received slices.
+    std::unique_ptr<PushMessage> message = PushMessage::Parse(buffer);
+    ASSERT_NE(message, nullptr);
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(buffer.Dump(&slices).ok());
+    for (absl::string_view piece : message->grads()) {
+      bool inside = false;
+      for (const grpc::Slice& s : slices) {
+        const char* begin = reinterpret_cast<const char*>(s.begin());
+        inside =
+            inside || (piece.data() >= begin && piece.data() + piece.size() <= begin + s.size());
+      }
+      EXPECT_TRUE(inside);
+    }
+    EXPECT_GE(message->grads().size(), push.grads().size() / 9000);
+  }
+}
+
+TEST(StepWireTest, ABrokenPushIsRefusedAsProtobufRefusesIt) {
+  std::mt19937 random(TestSeed());
+  int parsed = 0, refused = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string bytes = RandomPush(&random).SerializeAsString();
+    switch (i % 3) {
+      case 0:  // cut anywhere
+        bytes.resize(random() % bytes.size());
+        break;
+      case 1:  // bytes changed among the fields and the gradients' length
+        for (int k = 0; k < 3; ++k) bytes[random() % std::min<size_t>(bytes.size(), 64)] = random();
+        break;
+      case 2: {  // garbage appended
+        const std::vector<uint8_t> tail = RandomBytes(1 + random() % 16, random());
+        bytes.append(tail.begin(), tail.end());
+        break;
+      }
+    }
+    (ExpectParsesAsProtobuf(InRandomSlices(bytes, &random)) ? parsed : refused)++;
+  }
+  // Both kinds were tried.
+  EXPECT_GT(parsed, 0);
+  EXPECT_GT(refused, 0);
+  // A grads field with another wire type is an unknown field, as for protobuf.
+  std::string odd;
+  {
+    google::protobuf::io::StringOutputStream stream(&odd);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.WriteTag(google::protobuf::internal::WireFormatLite::MakeTag(
+        v1::PushRequest::kGradsFieldNumber,
+        google::protobuf::internal::WireFormatLite::WIRETYPE_VARINT));
+    out.WriteVarint64(5);
+  }
+  std::mt19937 fixed(1);
+  ExpectParsesAsProtobuf(InRandomSlices(odd, &fixed));
 }
 
 TEST(StepWireTest, AServersPullResponseParsesAsThePullResponse) {
