@@ -44,7 +44,8 @@ struct AdamOutputs {
 };
 
 // Each output array is the input array itself (in place) or does not
-// overlap any input. The same bits either way.
+// overlap any input. The same bits either way. `grads` may lie at any
+// address (a push's bytes, where they were received).
 void AdamUpdate(const AdamConstants& c, DType grad_dtype, const void* grads, AdamInputs in,
                 AdamOutputs out, DType copy_dtype, void* copy, size_t n);
 // In place.

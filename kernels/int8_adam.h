@@ -71,7 +71,8 @@ struct Int8Rounding {
 uint32_t Int8RoundingSeed(uint64_t window, int64_t step);
 
 // In place. `n` ends at a block boundary or at the end of the state (the
-// last block's scale covers only the elements it has).
+// last block's scale covers only the elements it has). `grads` may lie at
+// any address.
 void AdamUpdateInt8(const AdamConstants& c, DType grad_dtype, const void* grads, float* p,
                     Int8Moments moments, Int8Rounding rounding, DType copy_dtype, void* copy,
                     size_t n);

@@ -5,7 +5,7 @@
 // The Ops interface: kWidth; F (kWidth floats); Set, Add, Sub, Mul, Div,
 // Sqrt (IEEE, correctly rounded, never fused unless asked) and Fma (fused,
 // correctly rounded: a * b + c with one rounding); AllFinite(x) (no lane is
-// Inf or NaN); LoadF32/F16/Bf16; LoadBf16Pairs(p, even, odd), which loads
+// Inf or NaN); LoadF32/F16/Bf16 (at any address); LoadBf16Pairs(p, even, odd), which loads
 // 2 kWidth BF16 values and returns those at even offsets in `even` and the
 // others in `odd`; StoreF32/F16/Bf16<kStream> (round to nearest even); Fence() after streaming
 // stores; for the sum of squares, kDoubleWidth and D (a vector of that many
@@ -28,6 +28,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/ops_common.h"
 #include "kernels/half.h"
@@ -35,6 +36,14 @@
 namespace strata {
 namespace kernels_internal {
 namespace {
+
+// The T at `p`, wherever it lies.
+template <typename T>
+T Unaligned(const void* p) {
+  T x;
+  std::memcpy(&x, p, sizeof(T));
+  return x;
+}
 
 struct ScalarOps {
   static constexpr size_t kWidth = 1;
@@ -47,12 +56,14 @@ struct ScalarOps {
   static F Sqrt(F a) { return std::sqrt(a); }
   static F Fma(F a, F b, F c) { return std::fma(a, b, c); }
   static bool AllFinite(F x) { return std::isfinite(x); }
-  static F LoadF32(const float* p) { return *p; }
-  static F LoadF16(const uint16_t* p) { return HalfToFloat(*p); }
-  static F LoadBf16(const uint16_t* p) { return Bf16ToFloat(*p); }
+  // Loads need no alignment, as the SIMD variants' (gradients lie where
+  // gRPC received them).
+  static F LoadF32(const float* p) { return Unaligned<float>(p); }
+  static F LoadF16(const uint16_t* p) { return HalfToFloat(Unaligned<uint16_t>(p)); }
+  static F LoadBf16(const uint16_t* p) { return Bf16ToFloat(Unaligned<uint16_t>(p)); }
   static void LoadBf16Pairs(const uint16_t* p, F* even, F* odd) {
-    *even = Bf16ToFloat(p[0]);
-    *odd = Bf16ToFloat(p[1]);
+    *even = LoadBf16(p);
+    *odd = LoadBf16(p + 1);
   }
   template <bool kStream>
   static void StoreF32(float* p, F x) {
