@@ -30,6 +30,13 @@ std::string JobOfRaw(const grpc::ByteBuffer& raw) {
   return parsed.job_id();
 }
 
+// A push's job, read without copying its gradients.
+template <>
+std::string JobOfRaw<v1::PushRequest>(const grpc::ByteBuffer& raw) {
+  std::unique_ptr<PushMessage> parsed = PushMessage::Parse(raw);
+  return parsed != nullptr ? parsed->fields().job_id() : std::string();
+}
+
 // A stream refused before it started.
 class RefusedGenerationStream final : public grpc::ServerWriteReactor<v1::Generation> {
  public:
@@ -184,9 +191,9 @@ grpc::ServerUnaryReactor* AuthorizedShardServer::WriteState(grpc::CallbackServer
   return STRATA_GATED(ShardBase, WriteState, request->job_id());
 }
 grpc::ServerUnaryReactor* AuthorizedShardServer::Push(grpc::CallbackServerContext* ctx,
-                                                      const v1::PushRequest* request,
-                                                      v1::PushResponse* response) {
-  return STRATA_GATED(ShardBase, Push, request->job_id());
+                                                      const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
+  return STRATA_GATED(RawBase, Push, JobOfRaw<v1::PushRequest>(*request));
 }
 grpc::ServerUnaryReactor* AuthorizedShardServer::CommitStep(grpc::CallbackServerContext* ctx,
                                                             const v1::CommitStepRequest* request,

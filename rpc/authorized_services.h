@@ -125,8 +125,8 @@ class AuthorizedShardServer final : public ShardServerService {
   grpc::ServerUnaryReactor* WriteState(grpc::CallbackServerContext* ctx,
                                        const v1::WriteStateRequest* request,
                                        v1::WriteStateResponse* response) override;
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const v1::PushRequest* request,
-                                 v1::PushResponse* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* CommitStep(grpc::CallbackServerContext* ctx,
                                        const v1::CommitStepRequest* request,
                                        v1::CommitStepResponse* response) override;

@@ -1,7 +1,8 @@
-// ShardServerService: the shard server's gRPC service type. Pull and
+// ShardServerService: the shard server's gRPC service type. Push, Pull and
 // ReadState take and answer raw buffers in the protobuf wire format
-// (rpc/step_wire.h), so that the pulled parameters and the read state are
-// copied once on their way out; every other method is a typed callback.
+// (rpc/step_wire.h), so that pushed gradients are read where gRPC received
+// them and the pulled parameters and the read state are copied once on
+// their way out; every other method is a typed callback.
 #ifndef STRATA_RPC_SHARD_SERVER_SERVICE_H_
 #define STRATA_RPC_SHARD_SERVER_SERVICE_H_
 
@@ -9,8 +10,9 @@
 
 namespace strata {
 
-using ShardServerService = v1::ShardServer::WithRawCallbackMethod_Pull<
-    v1::ShardServer::WithRawCallbackMethod_ReadState<v1::ShardServer::CallbackService>>;
+using ShardServerService =
+    v1::ShardServer::WithRawCallbackMethod_Push<v1::ShardServer::WithRawCallbackMethod_Pull<
+        v1::ShardServer::WithRawCallbackMethod_ReadState<v1::ShardServer::CallbackService>>>;
 
 }  // namespace strata
 

@@ -173,8 +173,10 @@ void Chunk::EndSuperseded(std::map<uint64_t, StagedPush> superseded, int64_t ste
 }
 
 absl::StatusOr<bool> Chunk::Stage(int64_t step, PushRound round, uint64_t begin, uint64_t n,
-                                  absl::string_view grads, std::optional<StepScalars> scalars,
-                                  PushDone done) {
+                                  absl::Span<const absl::string_view> grads,
+                                  std::optional<StepScalars> scalars, PushDone done) {
+  ASSIGN_OR_RETURN(PushedGrads pushed,
+                   PushedGrads::Cut(begin - range_.begin, n, DTypeSize(dtype_), grads));
   std::map<uint64_t, StagedPush> superseded;
   bool staged = false;
   absl::StatusOr<bool> ready = [&]() -> absl::StatusOr<bool> {
@@ -193,7 +195,7 @@ absl::StatusOr<bool> Chunk::Stage(int64_t step, PushRound round, uint64_t begin,
     }
     if (scalars.has_value()) RETURN_IF_ERROR(CommitLocked(step, *scalars));
     if (!already_staged) {
-      staged_.emplace(begin, StagedPush{end, grads, std::move(done)});
+      staged_.emplace(begin, StagedPush{end, std::move(pushed), std::move(done)});
       staged_params_ += n;
       staged = true;
     }
@@ -282,7 +284,8 @@ void Chunk::Apply() {
 std::vector<GradRange> Chunk::GradRanges(const std::map<uint64_t, StagedPush>& pushes) const {
   std::vector<GradRange> grads;
   for (const auto& [begin, push] : pushes) {
-    grads.push_back(GradRange{begin - range_.begin, push.end - begin, push.grads.data()});
+    const std::vector<GradRange>& ranges = push.grads.ranges();
+    grads.insert(grads.end(), ranges.begin(), ranges.end());
   }
   return grads;
 }

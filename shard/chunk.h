@@ -4,7 +4,7 @@
 // and its step state machine.
 //
 // A chunk at applied step t accepts pushes for step t+1. Pushed gradients
-// are not copied: the chunk keeps a view of each push's bytes, and the push
+// are not copied: the chunk keeps views of each push's bytes, and the push
 // stays open until its step is applied. Once the pushed ranges cover the
 // whole chunk it is ready: the step executor calls Apply(), which updates it
 // exactly once, straight from the pushed bytes, then completes the pushes and
@@ -46,10 +46,12 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "kernels/adam.h"
 #include "shard/chunk_checkpoint.h"
 #include "shard/chunk_groups.h"
 #include "shard/chunk_state.h"
+#include "shard/pushed_grads.h"
 #include "shard/saved_chunk.h"
 #include "shard/step_log.h"
 #include "storage/metadata_store.h"
@@ -166,9 +168,20 @@ class Chunk {
   // old or future steps and older rounds; INVALID_ARGUMENT for a range that
   // overlaps another push of the step or scalars that differ from those
   // committed; on error `done` is not called.
+  // `grads` holds n values of the job's dtype in pieces that may end at any
+  // byte (as gRPC received them: rpc/step_wire.h PushMessage); an element
+  // cut between two pieces is copied, nothing else. INVALID_ARGUMENT for
+  // pieces of another total size.
+  absl::StatusOr<bool> Stage(int64_t step, PushRound round, uint64_t begin, uint64_t n,
+                             absl::Span<const absl::string_view> grads,
+                             std::optional<StepScalars> scalars, PushDone done);
+  // Stage() of gradients in one piece.
   absl::StatusOr<bool> Stage(int64_t step, PushRound round, uint64_t begin, uint64_t n,
                              absl::string_view grads, std::optional<StepScalars> scalars,
-                             PushDone done);
+                             PushDone done) {
+    return Stage(step, round, begin, n, absl::MakeConstSpan(&grads, 1), std::move(scalars),
+                 std::move(done));
+  }
   // Commits the scalars of `step` for the pushes of `round`; true when the
   // step is now ready (as Stage()). OK and false for a step already applied;
   // ABORTED for other steps and older rounds (a newer round replaces the
@@ -280,7 +293,7 @@ class Chunk {
  private:
   struct StagedPush {
     uint64_t end;
-    absl::string_view grads;
+    PushedGrads grads;
     PushDone done;
   };
   struct Waiter {

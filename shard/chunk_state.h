@@ -79,8 +79,8 @@ class ChunkState {
   // Update() then takes the place of Load(), a CPU update and Commit().
   virtual bool updates_in_tier() const { return false; }
   // Applies AdamW with each span's constants (the spans cover the chunk)
-  // from `grads` (together covering the chunk, in the job's dtype, which such
-  // a state is made with) and writes the new p in that dtype to `copy` (host
+  // from `grads` (together covering the chunk, in order, in the job's dtype,
+  // which such a state is made with) and writes the new p in that dtype to `copy` (host
   // memory).
   virtual absl::Status Update(absl::Span<const ConstantsSpan> /*spans*/,
                               absl::Span<const GradRange> /*grads*/, std::byte* /*copy*/) {

@@ -46,8 +46,9 @@ std::shared_ptr<const LoggedStep> Chunk::LogEntry(
   const size_t esize = DTypeSize(dtype_);
   logged->grads.resize(range_.size() * esize);
   for (const auto& [begin, push] : pushes) {
-    std::memcpy(logged->grads.data() + (begin - range_.begin) * esize, push.grads.data(),
-                (push.end - begin) * esize);
+    for (const GradRange& g : push.grads.ranges()) {
+      std::memcpy(logged->grads.data() + g.offset * esize, g.grads, g.n * esize);
+    }
   }
   return logged;
 }

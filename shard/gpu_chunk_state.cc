@@ -68,12 +68,17 @@ class GpuChunkState : public ChunkState {
   absl::Status Enqueue(absl::Span<const ConstantsSpan> spans, absl::Span<const GradRange> grads,
                        std::byte* copy, std::byte* staging, cudaStream_t stream) {
     const size_t esize = DTypeSize(dtype_);
+    // The ranges cover the chunk in order: gathered, they go to the GPU a
+    // batch at a time while the next batch is gathered.
+    uint64_t sent = 0;  // bytes of `staging` already on their way
     for (const GradRange& g : grads) {
-      const uint64_t offset = g.offset * esize;
-      std::memcpy(staging + offset, g.grads, g.n * esize);
-      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(scratch_ + offset, staging + offset, g.n * esize,
+      std::memcpy(staging + g.offset * esize, g.grads, g.n * esize);
+      const uint64_t gathered = (g.offset + g.n) * esize;
+      if (gathered - sent < kCopyBatchBytes && gathered < num_params_ * esize) continue;
+      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(scratch_ + sent, staging + sent, gathered - sent,
                                                  cudaMemcpyHostToDevice, stream),
                                  "copy of gradients"));
+      sent = gathered;
     }
     float* m = p_ + num_params_;
     float* v = m + num_params_;
@@ -86,6 +91,9 @@ class GpuChunkState : public ChunkState {
         cudaMemcpyAsync(copy, scratch_, num_params_ * esize, cudaMemcpyDeviceToHost, stream),
         "copy of parameters");
   }
+
+  // The gradients go to the GPU in copies of at least this many bytes.
+  static constexpr uint64_t kCopyBatchBytes = uint64_t{2} << 20;
 
   static std::byte* AsBytes(float* p) { return reinterpret_cast<std::byte*>(p); }
   // strata::CudaStatus naming this state's GPU.

@@ -102,8 +102,10 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   grpc::ServerUnaryReactor* WriteState(grpc::CallbackServerContext* ctx,
                                        const v1::WriteStateRequest* request,
                                        v1::WriteStateResponse* response) override;
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const v1::PushRequest* request,
-                                 v1::PushResponse* response) override;
+  // A PushRequest in, a PushResponse out, as raw buffers: the gradients
+  // stay where gRPC received them until their step is applied.
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* CommitStep(grpc::CallbackServerContext* ctx,
                                        const v1::CommitStepRequest* request,
                                        v1::CommitStepResponse* response) override;
@@ -211,8 +213,10 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   absl::Status DoWriteState(const v1::WriteStateRequest& request);
   // DoWriteState() of a stored_state.
   absl::Status DoWriteStoredState(const v1::WriteStateRequest& request);
-  // The chunk a push goes to, after checking everything but the step rules.
-  absl::StatusOr<std::shared_ptr<Chunk>> ValidatePush(const v1::PushRequest& request);
+  // The chunk a push goes to, after checking everything but the step rules
+  // (`request`'s fields but its grads, of which it has `grads_bytes`).
+  absl::StatusOr<std::shared_ptr<Chunk>> ValidatePush(const v1::PushRequest& request,
+                                                      uint64_t grads_bytes);
   // Commits a step's scalars to every chunk of the job here, scheduling the
   // apply of those that are ready; the first chunk's error.
   absl::Status DoCommitStep(const v1::CommitStepRequest& request);

@@ -67,7 +67,8 @@ absl::Status ValidStep(int64_t step) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<Chunk>> ShardService::ValidatePush(const v1::PushRequest& request) {
+absl::StatusOr<std::shared_ptr<Chunk>> ShardService::ValidatePush(const v1::PushRequest& request,
+                                                                  uint64_t grads_bytes) {
   RETURN_IF_ERROR(ValidStep(request.step()));
   if (!request.scalars_follow()) {
     RETURN_IF_ERROR(ValidScalars(request).status());
@@ -88,8 +89,8 @@ absl::StatusOr<std::shared_ptr<Chunk>> ShardService::ValidatePush(const v1::Push
                                                    DTypeName(job_dtype)));
   }
   uint64_t want_bytes = request.num_params() * DTypeSize(job_dtype);
-  if (request.grads().size() != want_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("grads has ", request.grads().size(), " bytes; ",
+  if (grads_bytes != want_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("grads has ", grads_bytes, " bytes; ",
                                                    request.num_params(), " ", DTypeName(job_dtype),
                                                    " gradients need ", want_bytes));
   }
@@ -97,25 +98,34 @@ absl::StatusOr<std::shared_ptr<Chunk>> ShardService::ValidatePush(const v1::Push
 }
 
 grpc::ServerUnaryReactor* ShardService::Push(grpc::CallbackServerContext* ctx,
-                                             const v1::PushRequest* request,
-                                             v1::PushResponse* response) {
-  absl::StatusOr<std::shared_ptr<Chunk>> chunk = ValidatePush(*request);
+                                             const grpc::ByteBuffer* raw_request,
+                                             grpc::ByteBuffer* response) {
+  std::unique_ptr<PushMessage> push = PushMessage::Parse(*raw_request);
+  if (push == nullptr) {
+    return FinishUnary(ctx, absl::InvalidArgumentError("the push request does not parse"));
+  }
+  const v1::PushRequest& request = push->fields();
+  absl::StatusOr<std::shared_ptr<Chunk>> chunk = ValidatePush(request, push->grads_bytes());
   if (!chunk.ok()) return FinishUnary(ctx, chunk.status());
-  // The chunk reads the gradients straight from the request, which stays
-  // valid until the reactor finishes: when the step is applied.
-  if (pushed_bytes_ != nullptr) pushed_bytes_->Increment(request->grads().size());
+  if (pushed_bytes_ != nullptr) pushed_bytes_->Increment(push->grads_bytes());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   std::optional<StepScalars> scalars;
-  if (!request->scalars_follow()) {
-    scalars = *ValidScalars(*request);
+  if (!request.scalars_follow()) {
+    scalars = *ValidScalars(request);
   }
-  absl::StatusOr<bool> complete = (*chunk)->Stage(
-      request->step(), PushRound{request->generation(), request->attempt()}, request->flat_begin(),
-      request->num_params(), request->grads(), std::move(scalars),
-      [reactor, response, step = request->step()](absl::Status s) {
-        response->set_applied_step(step);
-        reactor->Finish(ToGrpcStatus(s));
-      });
+  // The chunk reads the gradients where gRPC received them: `push` keeps
+  // them until the chunk is done with them.
+  const absl::Span<const absl::string_view> grads = push->grads();
+  const int64_t step = request.step();
+  absl::StatusOr<bool> complete =
+      (*chunk)->Stage(step, PushRound{request.generation(), request.attempt()},
+                      request.flat_begin(), request.num_params(), grads, std::move(scalars),
+                      [reactor, response, step, push = std::move(push)](absl::Status s) {
+                        v1::PushResponse answer;
+                        answer.set_applied_step(step);
+                        *response = MessageBuffer(answer);
+                        reactor->Finish(ToGrpcStatus(s));
+                      });
   if (!complete.ok()) {
     reactor->Finish(ToGrpcStatus(complete.status()));
   } else if (*complete) {
