@@ -255,14 +255,15 @@ TEST_F(BadInputTest, GarbageBytesOnThePort) {
   }
 }
 
-// Pull and ReadState take raw buffers (rpc/step_wire.h): bytes that are
-// no request of theirs are INVALID_ARGUMENT, said so, and change nothing
-// (TearDown).
+// Push, Pull and ReadState take raw buffers (rpc/step_wire.h): bytes that
+// are no request of theirs are INVALID_ARGUMENT, said so, and change
+// nothing (TearDown).
 TEST_F(BadInputTest, RawRequestsThatDoNotParseAreRefused) {
   grpc::GenericStub generic(MakeChannel(chunk0_server_));
   grpc::Slice garbage(std::string("\x0a\xff\xff\xff\xff\x0f truncated"));
   const grpc::ByteBuffer request(&garbage, 1);
   const std::pair<const char*, const char*> rpcs[] = {
+      {kPushMethod, "the push request does not parse"},
       {kPullMethod, "the pull request does not parse"},
       {kReadStateMethod, "the state read request does not parse"}};
   for (const auto& [method, message] : rpcs) {
