@@ -45,10 +45,8 @@ std::shared_ptr<const LoggedStep> Chunk::LogEntry(
   logged->group_lrs = scalars.group_lrs;
   const size_t esize = DTypeSize(dtype_);
   logged->grads.resize(range_.size() * esize);
-  for (const auto& [begin, push] : pushes) {
-    for (const GradRange& g : push.grads.ranges()) {
-      std::memcpy(logged->grads.data() + g.offset * esize, g.grads, g.n * esize);
-    }
+  for (const GradRange& g : GradRanges(pushes)) {
+    std::memcpy(logged->grads.data() + g.offset * esize, g.grads, g.n * esize);
   }
   return logged;
 }
