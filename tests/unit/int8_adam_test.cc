@@ -18,6 +18,7 @@
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/half.h"
 #include "kernels/isa.h"
+#include "testing/test_seed.h"
 
 namespace strata {
 namespace {
@@ -84,14 +85,7 @@ struct Moments8 {
 
 class Int8AdamTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    // STRATA_TEST_SEED replays a printed seed.
-    const char* given = std::getenv("STRATA_TEST_SEED");
-    const unsigned seed = given != nullptr ? static_cast<unsigned>(std::strtoul(given, nullptr, 10))
-                                           : std::random_device{}();
-    std::printf("seed %u\n", seed);
-    rng_.seed(seed);
-  }
+  void SetUp() override { rng_.seed(testing::TestSeed()); }
   // Magnitudes spread log-uniformly over 2^-60 .. 2^20, with random signs,
   // exact zeros and, with `odd_blocks`, some blocks of nothing but zeros or
   // of values below FLT_MIN.

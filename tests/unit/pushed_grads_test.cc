@@ -14,6 +14,7 @@
 #include "kernels/half.h"
 #include "shard/chunk.h"
 #include "storage/host_tier.h"
+#include "testing/test_seed.h"
 
 namespace strata {
 namespace {
@@ -55,9 +56,7 @@ bool Inside(const void* p, size_t size, const std::string& bytes) {
 }
 
 TEST(PushedGradsTest, PiecesCutAnywhereReadBackInPlaceButForCutElements) {
-  const uint32_t seed = std::random_device()();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937 random(seed);
+  std::mt19937 random(testing::TestSeed());
   for (size_t element_bytes : {2, 4}) {
     for (int i = 0; i < 20; ++i) {
       const uint64_t n = 1 + random() % 200000, offset = random() % 1000;
@@ -122,9 +121,7 @@ class PiecesChunkTest : public ::testing::TestWithParam<StatePrecision> {
 };
 
 TEST_P(PiecesChunkTest, AppliesAsFromOnePiece) {
-  const uint32_t seed = std::random_device()();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937 random(seed);
+  std::mt19937 random(testing::TestSeed());
   std::unique_ptr<Chunk> whole = MakeChunk(), cut = MakeChunk();
   std::shared_ptr<StepLog> whole_log = whole->StartStepLog(), cut_log = cut->StartStepLog();
   for (int64_t step = 1; step <= 3; ++step) {

@@ -8,8 +8,6 @@
 #include "rpc/step_wire.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -23,6 +21,7 @@
 
 #include "absl/strings/escaping.h"
 #include "gtest/gtest.h"
+#include "testing/test_seed.h"
 
 namespace strata {
 namespace {
@@ -34,15 +33,6 @@ std::string Bytes(const grpc::ByteBuffer& buffer) {
   for (const grpc::Slice& s : slices)
     out.append(reinterpret_cast<const char*>(s.begin()), s.size());
   return out;
-}
-
-// A random seed, printed; STRATA_TEST_SEED replays one.
-uint32_t TestSeed() {
-  const char* given = std::getenv("STRATA_TEST_SEED");
-  const uint32_t seed = given != nullptr ? static_cast<uint32_t>(std::strtoul(given, nullptr, 10))
-                                         : std::random_device()();
-  std::printf("seed %u\n", seed);
-  return seed;
 }
 
 std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
@@ -129,7 +119,7 @@ bool ExpectParsesAsProtobuf(const grpc::ByteBuffer& buffer) {
 }
 
 TEST(StepWireTest, AServerReadsAPushAsProtobufDoesWithoutCopyingTheGradients) {
-  std::mt19937 random(TestSeed());
+  std::mt19937 random(testing::TestSeed());
   for (int i = 0; i < 50; ++i) {
     const v1::PushRequest push = RandomPush(&random);
     grpc::ByteBuffer buffer = InRandomSlices(push.SerializeAsString(), &random, 64);
@@ -153,7 +143,7 @@ TEST(StepWireTest, AServerReadsAPushAsProtobufDoesWithoutCopyingTheGradients) {
 }
 
 TEST(StepWireTest, ABrokenPushIsRefusedAsProtobufRefusesIt) {
-  std::mt19937 random(TestSeed());
+  std::mt19937 random(testing::TestSeed());
   int parsed = 0, refused = 0;
   for (int i = 0; i < 300; ++i) {
     std::string bytes = RandomPush(&random).SerializeAsString();
