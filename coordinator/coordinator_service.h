@@ -222,10 +222,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService,
   // A failure leaves the copies where they were; the caller logs it.
   absl::Status MoveCopies(const std::string& job_id, const PlanCopies& plan, const std::string& why,
                           v1::CopiesMoved* moved, bool compare_unmoved = false);
-  // A move's first half, while the job trains: each new copy's server
-  // builds it aside (SeedCopies with `prepare`; those it could not build
-  // are copied whole later, which is logged) while the new copies are
-  // allocated, empty and unfenced. The allocation's error.
+  // A move's first half, while the job trains: the new copies are
+  // allocated, empty and unfenced, then each new copy's server builds it
+  // (SeedCopies with `prepare`: in the new copy itself where it can, else
+  // aside; those it could not build are copied whole later, which is
+  // logged). The allocation's error.
   absl::Status PrepareCopies(const v1::JobInfo& before, const v1::JobInfo& after,
                              std::shared_ptr<const v1::JobInfo> both, const std::string& why,
                              v1::CopiesMoved* copied);

@@ -68,6 +68,7 @@ void AddMoved(const v1::CopiesMoved& copied, v1::CopiesMoved* moved) {
   moved->set_bytes(moved->bytes() + copied.bytes());
   moved->set_copy_seconds(moved->copy_seconds() + copied.copy_seconds());
   moved->set_prepared(moved->prepared() + copied.prepared());
+  moved->set_built_in_place(moved->built_in_place() + copied.built_in_place());
   moved->set_prepare_seconds(moved->prepare_seconds() + copied.prepare_seconds());
   moved->set_fenced_seconds(moved->fenced_seconds() + copied.fenced_seconds());
   moved->set_at_step_boundary(moved->at_step_boundary() + copied.at_step_boundary());
@@ -151,7 +152,8 @@ absl::Status CoordinatorService::MoveCopies(const std::string& job_id, const Pla
   LogEventCat(
       "coordinator", "job ", job_id, " (", why, "): ", copied.copies(), " chunk copies seeded and ",
       copied.torn(), " torn by a step cut short seeded again (", copied.prepared(),
-      " built aside in ", copied.prepare_seconds(), " s; ", copied.bytes(), " bytes) in ", seconds,
+      " built while it trained, ", copied.built_in_place(), " of them in place, in ",
+      copied.prepare_seconds(), " s; ", copied.bytes(), " bytes) in ", seconds,
       " s; its workers waited ", copied.fenced_seconds(), " s (copies ", copied.copy_seconds(),
       " s) and resume from the step they reached in generation ", generation);
   if (moved != nullptr) AddMoved(copied, moved);
@@ -162,22 +164,18 @@ absl::Status CoordinatorService::PrepareCopies(const v1::JobInfo& before, const 
                                                std::shared_ptr<const v1::JobInfo> both,
                                                const std::string& why, v1::CopiesMoved* copied) {
   // The new copies start empty, also on a server that holds a stale one
-  // (not in `before`: no worker pushes to it). They are made -- their
-  // memory zeroed and pinned -- while the job trains and while their copies
-  // are built aside: fenced against no generation, every server goes on.
-  absl::Status allocated;
-  std::thread allocate([&] {
-    allocated = AwaitAllocate(both, /*min_generation=*/0, ShardFleet::Absent::kRefuse,
-                              NewCopies(before, after));
-  });
+  // (not in `before`: no worker pushes to it). They are made first, while
+  // the job trains -- fenced against no generation, every server goes on;
+  // their memory is faulted in by the seed that fills it -- so that their
+  // targets build them in place.
+  RETURN_IF_ERROR(AwaitAllocate(both, /*min_generation=*/0, ShardFleet::Absent::kRefuse,
+                                NewCopies(before, after)));
   const absl::Time started = absl::Now();
   absl::Status prepared;
   if (absl::StatusOr<SeedPlan> new_copies = PlanSeeds(before, after, is_lost_); new_copies.ok()) {
     prepared = SeedCopies(before, *new_copies, /*prepare=*/true, copied);
   }
   copied->set_prepare_seconds(absl::ToDoubleSeconds(absl::Now() - started));
-  allocate.join();
-  RETURN_IF_ERROR(allocated);
   if (!prepared.ok()) {
     LogEventCat("coordinator", "job ", before.spec().job_id(), " (", why,
                 "): copies not built aside are copied whole once fenced: ", prepared.ToString());
@@ -340,6 +338,7 @@ absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const See
     status.Update(call.status);
     // What was built aside counts once it is written into its chunk.
     if (!prepare) copied->set_prepared(copied->prepared() + call.response.prepared());
+    if (prepare) copied->set_built_in_place(copied->built_in_place() + call.response.in_place());
     copied->set_bytes(copied->bytes() + call.response.bytes());
   }
   return status;

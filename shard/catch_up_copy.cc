@@ -12,9 +12,21 @@ namespace strata {
 
 absl::StatusOr<std::unique_ptr<CatchUpCopy>> CatchUpCopy::Create(
     const v1::ChunkSpec& chunk, DType dtype, StatePrecision precision, AdamConfig adam,
-    ChunkGroups groups, uint64_t piece_params, StateArena* arena) {
+    ChunkGroups groups, uint64_t piece_params, StateArena* arena, std::shared_ptr<Chunk> in_place) {
+  const StateShape shape{chunk.num_params(), precision};
+  if (in_place != nullptr && in_place->dtype() == dtype &&
+      in_place->range().begin == chunk.flat_begin() &&
+      in_place->range().size() == chunk.num_params() &&
+      in_place->state_shape().bytes() == shape.bytes() &&
+      in_place->state_shape().precision == precision) {
+    if (std::optional<Chunk::SeedBuffers> lent = in_place->LendForSeed(); lent.has_value()) {
+      return std::unique_ptr<CatchUpCopy>(
+          new CatchUpCopy(chunk, dtype, precision, adam, std::move(groups), piece_params, arena,
+                          std::move(in_place), lent->state, lent->copies));
+    }
+  }
   // A chunk has at most kMaxChunkNumParams, so these do not overflow.
-  const uint64_t state_bytes = StateBytes(chunk.num_params(), precision);
+  const uint64_t state_bytes = shape.bytes();
   const uint64_t copies_bytes = ChunkCopyBytes(chunk.num_params(), dtype);
   auto refused = [&](const absl::Status& s) {
     return absl::ResourceExhaustedError(
@@ -28,18 +40,22 @@ absl::StatusOr<std::unique_ptr<CatchUpCopy>> CatchUpCopy::Create(
     arena->Give(*state, state_bytes);
     return refused(copies.status());
   }
-  return std::unique_ptr<CatchUpCopy>(new CatchUpCopy(
-      chunk, dtype, precision, adam, std::move(groups), piece_params, arena, *state, *copies));
+  return std::unique_ptr<CatchUpCopy>(new CatchUpCopy(chunk, dtype, precision, adam,
+                                                      std::move(groups), piece_params, arena,
+                                                      nullptr, *state, *copies));
 }
 
 CatchUpCopy::CatchUpCopy(const v1::ChunkSpec& chunk, DType dtype, StatePrecision precision,
                          AdamConfig adam, ChunkGroups groups, uint64_t piece_params,
-                         StateArena* arena, std::byte* state, std::byte* copies)
+                         StateArena* arena, std::shared_ptr<Chunk> lender, std::byte* state,
+                         std::byte* copies)
     : chunk_(chunk),
       dtype_(dtype),
       adam_(adam),
       groups_(std::move(groups)),
       arena_(arena),
+      in_place_(lender != nullptr),
+      lender_(std::move(lender)),
       shape_{chunk.num_params(), precision},
       state_memory_(state),
       copies_memory_(copies),
@@ -50,6 +66,10 @@ CatchUpCopy::CatchUpCopy(const v1::ChunkSpec& chunk, DType dtype, StatePrecision
 }
 
 CatchUpCopy::~CatchUpCopy() {
+  if (in_place_) {
+    if (lender_ != nullptr) lender_->EndSeedLoan();
+    return;
+  }
   arena_->Give(state_memory_, shape_.bytes());
   arena_->Give(copies_memory_, copies_bytes());
 }
@@ -137,6 +157,12 @@ absl::Status CatchUpCopy::WriteInto(Chunk& chunk) {
     }
   }
   const bool previous = step > 0 && has_previous();
+  if (&chunk == lender_.get()) {
+    // The copy is the chunk's own memory: committed there, and the chunk's
+    // alone from now on.
+    const std::shared_ptr<Chunk> lender = std::move(lender_);
+    return lender->CommitLentSeed(step, previous);
+  }
   const absl::string_view before =
       previous ? absl::string_view(reinterpret_cast<const char*>(copy(step - 1)),
                                    num_params() * DTypeSize(dtype_))

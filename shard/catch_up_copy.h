@@ -11,10 +11,14 @@
 // for it.
 //
 // Memory: the state, and apart each piece's low-precision copies of its
-// last two steps (what Chunk keeps for pulls), from a StateArena, given
-// back when the copy goes. The state is a piece of a chunk state's size:
-// the arena keeps it for the new chunk's saves once its reservation is
-// made (StateArena::Reserve), with no memory faulted in again.
+// last two steps (what Chunk keeps for pulls). Where the new chunk is
+// allocated already and lends them (Chunk::LendForSeed: its state in host
+// memory), the copy is built in the chunk itself, and WriteInto() that
+// chunk only commits it: no copy, and no memory faulted in but the
+// chunk's. Otherwise both come from a StateArena, given back when the copy
+// goes; the state is a piece of a chunk state's size, which the arena
+// keeps for the new chunk's saves once its reservation is made
+// (StateArena::Reserve), with no memory faulted in again.
 //
 // Thread-safety: distinct pieces may be filled and replayed from different
 // threads at once; everything else one thread at a time.
@@ -50,13 +54,14 @@ class CatchUpCopy {
 
   // An empty copy of `chunk` of a job of `dtype` and states of `precision`,
   // updated with `adam` and `groups`, in pieces of at most `piece_params` (a
-  // multiple of kInt8StateBlock); RESOURCE_EXHAUSTED when `arena` (which
-  // must outlive it) refuses the memory.
-  static absl::StatusOr<std::unique_ptr<CatchUpCopy>> Create(const v1::ChunkSpec& chunk,
-                                                             DType dtype, StatePrecision precision,
-                                                             AdamConfig adam, ChunkGroups groups,
-                                                             uint64_t piece_params,
-                                                             StateArena* arena);
+  // multiple of kInt8StateBlock): built in `in_place` (nullable; the new
+  // chunk allocated for it, of the same range, dtype and state shape) when
+  // it lends its memory, else in memory from `arena` (which must outlive
+  // the copy); RESOURCE_EXHAUSTED when the arena refuses it.
+  static absl::StatusOr<std::unique_ptr<CatchUpCopy>> Create(
+      const v1::ChunkSpec& chunk, DType dtype, StatePrecision precision, AdamConfig adam,
+      ChunkGroups groups, uint64_t piece_params, StateArena* arena,
+      std::shared_ptr<Chunk> in_place = nullptr);
   ~CatchUpCopy();
   CatchUpCopy(const CatchUpCopy&) = delete;
   CatchUpCopy& operator=(const CatchUpCopy&) = delete;
@@ -88,16 +93,19 @@ class CatchUpCopy {
   int64_t min_step() const;
   // Whether every piece keeps its copy of the step before.
   bool has_previous() const;
+  // Whether the copy is built in the chunk that lent its memory.
+  bool in_place() const { return in_place_; }
   // Writes the copy into `chunk` (allocated for it: the same range, at no
   // step yet) at the step of its pieces, with the copy of the step before
-  // when every piece keeps one. FAILED_PRECONDITION when the pieces are at
-  // different steps; the chunk's error otherwise.
+  // when every piece keeps one; the chunk that lent its memory commits it
+  // there, and then holds it alone. FAILED_PRECONDITION when the pieces are
+  // at different steps; the chunk's error otherwise.
   absl::Status WriteInto(Chunk& chunk);
 
  private:
   CatchUpCopy(const v1::ChunkSpec& chunk, DType dtype, StatePrecision precision, AdamConfig adam,
-              ChunkGroups groups, uint64_t piece_params, StateArena* arena, std::byte* state,
-              std::byte* copies);
+              ChunkGroups groups, uint64_t piece_params, StateArena* arena,
+              std::shared_ptr<Chunk> lender, std::byte* state, std::byte* copies);
   uint64_t num_params() const { return chunk_.num_params(); }
   uint64_t copies_bytes() const { return ChunkCopyBytes(num_params(), dtype_); }
   // The copy of `step`: the two copies alternate, as in Chunk.
@@ -108,6 +116,10 @@ class CatchUpCopy {
   const AdamConfig adam_;
   const ChunkGroups groups_;
   StateArena* const arena_;
+  // Whether the memory is a chunk's (else the arena's); the chunk, until
+  // WriteInto() it.
+  const bool in_place_;
+  std::shared_ptr<Chunk> lender_;
   const StateShape shape_;
   std::byte* const state_memory_;   // shape_.bytes()
   std::byte* const copies_memory_;  // copies_bytes(): the two copies

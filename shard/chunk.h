@@ -131,6 +131,7 @@ class Chunk {
   const std::string& job_id() const { return job_id_; }
   uint32_t chunk_id() const { return chunk_id_; }
   FlatRange range() const { return range_; }
+  DType dtype() const { return dtype_; }
   // Where p, m, v live, and their size and precision.
   TierKind tier() const { return state_->tier(); }
   StateShape state_shape() const { return state_->shape(); }
@@ -227,6 +228,29 @@ class Chunk {
   // copy of the step before. `fill`'s error is returned and leaves the state
   // undefined (a restore that fails drops the job).
   absl::Status WriteStoredState(int64_t step, absl::FunctionRef<absl::Status(std::byte*)> fill);
+  // A new copy's state and copies, lent to a seed that builds them in place
+  // (shard/catch_up_copy.h) rather than aside and then copied in: only while
+  // the chunk awaits its seed (AwaitSeed, until a WriteState), to one
+  // borrower at a time, and with its state in host memory (one address
+  // until it is freed). `state` holds
+  // state_shape().bytes() as StateShape::ViewOf lays them out; `copies` the
+  // two copies as the chunk alternates them, the copy of step t at
+  // copies + (t & 1) * range().size() values of the dtype. While lent,
+  // WriteParams and WriteState are FAILED_PRECONDITION and pushes ABORTED.
+  // nullopt when the chunk cannot lend them.
+  struct SeedBuffers {
+    std::byte* state = nullptr;
+    std::byte* copies = nullptr;
+  };
+  std::optional<SeedBuffers> LendForSeed() ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
+  // Ends the loan once the borrower built the state of `step` in place, the
+  // copy of `step` from its p, and with `previous` the copy of step - 1:
+  // the state is committed and recorded as WriteState() commits it.
+  // FAILED_PRECONDITION when not lent; the tier's or the record's error
+  // otherwise (the loan ends all the same).
+  absl::Status CommitLentSeed(int64_t step, bool previous) ABSL_LOCKS_EXCLUDED(state_mu_, mu_);
+  // Ends the loan with nothing committed: the chunk still awaits its seed.
+  void EndSeedLoan() ABSL_LOCKS_EXCLUDED(mu_);
   // Settles a state and copies made to be filled (ChunkState::Settle,
   // Tier::Settle) once the state has been written whole; nothing for others.
   absl::Status SettleState() ABSL_LOCKS_EXCLUDED(state_mu_);
@@ -324,6 +348,8 @@ class Chunk {
   // INVALID_ARGUMENT, naming the range, when [begin, begin + n) has no
   // stored form of its own (state_math.h IsStoredRange).
   absl::Status CheckStoredRange(uint64_t begin, uint64_t n) const;
+  // FAILED_PRECONDITION while the state is lent to a seed (LendForSeed).
+  absl::Status NotLentLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // WriteState()'s checks and step bookkeeping, then WriteAndCommit().
   absl::Status SetState(uint64_t begin, uint64_t n, int64_t step, absl::string_view previous,
                         StateWrite write) ABSL_LOCKS_EXCLUDED(state_mu_);
@@ -395,6 +421,7 @@ class Chunk {
   bool applying_ ABSL_GUARDED_BY(mu_) = false;
   bool applied_any_ ABSL_GUARDED_BY(mu_) = false;  // Apply() succeeded once
   bool awaiting_seed_ ABSL_GUARDED_BY(mu_) = false;
+  bool lent_for_seed_ ABSL_GUARDED_BY(mu_) = false;  // LendForSeed() until its loan ends
   // Set by an Apply() that found the state corrupted (lost()).
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
   // The oldest generation whose pushes and commits the chunk takes (Fence).

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,15 +56,21 @@ absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
   const AdamConfig adam = AdamFromProto(request.spec().adam());
   const StatePrecision precision = StatePrecisionOf(request.spec());
   // Copies first: every chunk's copy is in host memory whatever its tier.
-  // Chunks that a load fills are settled after it (Chunk::SettleState).
-  const bool to_fill = request.loads_checkpoint();
+  // Chunks that a load or a seed fills are settled after it
+  // (Chunk::SettleState): their pages are faulted in by the writes that
+  // fill them, not cleared once more ahead of those.
+  const std::set<uint32_t> seeded(request.seeded_chunk_ids().begin(),
+                                  request.seeded_chunk_ids().end());
+  auto to_fill = [&](const v1::ChunkSpec& c) {
+    return request.loads_checkpoint() || seeded.count(c.chunk_id()) > 0;
+  };
   std::vector<Extent> copies;
   std::shared_ptr<StagingPool> gpu_staging;  // made for the first GPU chunk
   absl::Status status;
   for (const v1::ChunkSpec& c : request.chunks()) {
     const uint64_t copy_bytes = ChunkCopyBytes(c.num_params(), dtype);
     absl::StatusOr<Extent> copy =
-        to_fill ? host_->AllocateToFill(copy_bytes) : host_->Allocate(copy_bytes);
+        to_fill(c) ? host_->AllocateToFill(copy_bytes) : host_->Allocate(copy_bytes);
     if (!copy.ok()) {
       status = copy.status();
       break;
@@ -74,7 +81,7 @@ absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
     const v1::ChunkSpec& c = request.chunks(i);
     const StateShape shape{c.num_params(), precision};
     absl::StatusOr<std::unique_ptr<ChunkState>> state =
-        MakeMemoryState(request.spec(), shape, dtype, &gpu_staging, to_fill);
+        MakeMemoryState(request.spec(), shape, dtype, &gpu_staging, to_fill(c));
     if (!state.ok() && staging != nullptr) state = NvmeChunkState::Create(nvme_, staging, shape);
     if (!state.ok()) {
       status = state.status();

@@ -19,6 +19,7 @@ absl::Status Chunk::WriteParams(uint64_t begin, const float* params, uint64_t n)
           absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is at step ", applied_step_,
                        "; parameters can be written only before the first step"));
     }
+    RETURN_IF_ERROR(NotLentLocked());
   }
   return WriteAndCommit(begin, n, /*step=*/0, [&](const StateView& view, uint64_t offset) {
     std::memcpy(view.p + offset, params, n * sizeof(float));
@@ -92,6 +93,7 @@ absl::Status Chunk::SetState(uint64_t begin, uint64_t n, int64_t step, absl::str
                        applied_any_ || !staged_.empty() ? " and has been pushed to" : "",
                        "; its state can be written only before the first push, at one step"));
     }
+    RETURN_IF_ERROR(NotLentLocked());
     applied_step_ = step;
     applied_round_.reset();
     awaiting_seed_ = false;
@@ -103,6 +105,56 @@ absl::Status Chunk::SetState(uint64_t begin, uint64_t n, int64_t step, absl::str
     previous_copy_valid_ = previous_written_ == range_.size();
   }
   return WriteAndCommit(begin, n, step, write);
+}
+
+absl::Status Chunk::NotLentLocked() const {
+  if (!lent_for_seed_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("chunk ", chunk_id_, " of job ", job_id_,
+                                                    " is being seeded in place; its state can "
+                                                    "be written once the seed ends"));
+}
+
+std::optional<Chunk::SeedBuffers> Chunk::LendForSeed() {
+  absl::MutexLock state_lock(&state_mu_);
+  if (state_->tier() != TierKind::kHost || checkpoint_.holds_buffer()) return std::nullopt;
+  {
+    absl::MutexLock lock(&mu_);
+    // Awaiting its seed, the chunk was never written (a write ends the wait).
+    if (!awaiting_seed_ || lent_for_seed_ || applying_ || !staged_.empty()) return std::nullopt;
+    lent_for_seed_ = true;
+  }
+  absl::StatusOr<StateView> view = state_->Load();
+  if (!view.ok()) {
+    EndSeedLoan();
+    return std::nullopt;
+  }
+  std::byte* state = view->bytes();
+  state_->Release(*view);
+  return SeedBuffers{state, copies_};
+}
+
+absl::Status Chunk::CommitLentSeed(int64_t step, bool previous) {
+  absl::MutexLock state_lock(&state_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!lent_for_seed_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("chunk ", chunk_id_, " of job ", job_id_, " is not lent to a seed"));
+    }
+    lent_for_seed_ = false;
+    applied_step_ = step;
+    applied_round_.reset();
+    awaiting_seed_ = false;
+    previous_written_ = previous && step > 0 ? range_.size() : 0;
+    previous_copy_valid_ = previous_written_ == range_.size();
+  }
+  ASSIGN_OR_RETURN(StateView view, state_->Load());
+  return CommitAndRelease(view, step);
+}
+
+void Chunk::EndSeedLoan() {
+  absl::MutexLock lock(&mu_);
+  lent_for_seed_ = false;
 }
 
 absl::StatusOr<int64_t> Chunk::ReadState(uint64_t begin, uint64_t n, float* p_out, float* m_out,

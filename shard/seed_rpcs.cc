@@ -84,6 +84,16 @@ absl::StatusOr<SeedSource> ShardService::DialSource(const v1::SeedChunksRequest&
                     request.source_address(), request.job_id(), kSeedCallTimeout};
 }
 
+std::shared_ptr<Chunk> ShardService::NewCopyHere(const std::string& job_id,
+                                                 const v1::ChunkSpec& c) {
+  absl::StatusOr<std::shared_ptr<Chunk>> chunk = FindChunk(job_id, c.flat_begin(), c.num_params());
+  if (!chunk.ok() || (*chunk)->chunk_id() != c.chunk_id() ||
+      (*chunk)->range().begin != c.flat_begin() || !(*chunk)->awaiting_seed()) {
+    return nullptr;
+  }
+  return *std::move(chunk);
+}
+
 std::unique_ptr<ShardService::PreparedCopies> ShardService::TakePrepared(
     const std::string& job_id, const std::string& source) {
   absl::MutexLock lock(&mu_);
@@ -179,6 +189,12 @@ absl::Status ShardService::DoSeedChunks(const v1::SeedChunksRequest& request,
     response->set_bytes(seeded.bytes);
     response->set_previous(response->previous() + seeded.previous);
   }
+  // Allocated to be filled (AllocateChunksRequest.seeded_chunk_ids): pinned now.
+  for (const v1::ChunkSpec& c : chunks) {
+    ASSIGN_OR_RETURN(std::shared_ptr<Chunk> chunk,
+                     FindChunk(request.job_id(), c.flat_begin(), c.num_params()));
+    RETURN_IF_ERROR(chunk->SettleState());
+  }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
   LogEventCat("server", "job ", request.job_id(), ": ", chunks.size(), " chunk copies seeded from ",
               request.source_address(), " (", response->prepared(), " built aside, ",
@@ -225,7 +241,7 @@ absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
     const FlatRange range{c.flat_begin(), c.flat_begin() + c.num_params()};
     absl::StatusOr<std::unique_ptr<CatchUpCopy>> copy = CatchUpCopy::Create(
         c, dtype, precision, AdamFromProto(spec.adam()), ChunkGroupsOf(spec, layout, range),
-        kSeedPieceParams, checkpoint_arena_);
+        kSeedPieceParams, checkpoint_arena_, NewCopyHere(request.job_id(), c));
     if (!copy.ok()) {
       last_failure = copy.status();
       break;  // the arena is full
@@ -257,12 +273,19 @@ absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
   for (auto& [id, copy] : prepared->by_chunk) {
     PullPrevious(from, copy.get()).IgnoreError();
     response->set_previous(response->previous() + (copy->has_previous() ? 1 : 0));
+    if (copy->in_place()) response->set_in_place(response->in_place() + 1);
+  }
+  // Copies built in their chunks are written whole: pinned now, not once fenced.
+  for (const auto& [id, copy] : prepared->by_chunk) {
+    if (!copy->in_place()) continue;
+    std::shared_ptr<Chunk> chunk = NewCopyHere(request.job_id(), copy->chunk());
+    if (chunk != nullptr) chunk->SettleState().IgnoreError();  // tried again once seeded
   }
   response->set_prepared(static_cast<uint32_t>(prepared->by_chunk.size()));
   LogEventCat("server", "job ", request.job_id(), ": ", response->prepared(), " of ",
               request.chunks_size(), " chunk copies built aside from ", request.source_address(),
-              " in ", absl::ToDoubleSeconds(absl::Now() - started), " s (",
-              response->replayed_steps(), " steps replayed)",
+              " in ", absl::ToDoubleSeconds(absl::Now() - started), " s (", response->in_place(),
+              " in their chunks; ", response->replayed_steps(), " steps replayed)",
               last_failure.ok() ? "" : "; the others are copied whole once fenced: ",
               last_failure.ok() ? "" : last_failure.ToString());
   prepared->made = absl::Now();

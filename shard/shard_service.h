@@ -286,14 +286,19 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // The chunks a prepare names, as chunks of the request's spec:
   // INVALID_ARGUMENT naming the field otherwise.
   absl::Status ValidatePrepare(const v1::SeedChunksRequest& request) const;
-  // Builds the request's chunks aside (ValidatePrepare's), as many as the
-  // arena has memory for, and keeps them for the next SeedChunks.
+  // Builds the request's chunks aside (ValidatePrepare's): in their new
+  // chunks where those are allocated here already and lend their memory,
+  // the others as many as the arena has memory for; keeps them for the next
+  // SeedChunks.
   absl::Status DoPrepareSeed(const v1::SeedChunksRequest& request,
                              v1::SeedChunksResponse* response);
   // Writes `copy` into `chunk` once it replayed the fenced source's last
   // steps; the copy's steps replayed.
   absl::StatusOr<uint64_t> FinishPrepared(const SeedSource& source, CatchUpCopy* copy,
                                           Chunk& chunk);
+  // The new copy of chunk `c` of `job_id` allocated here and awaiting its
+  // seed, or null.
+  std::shared_ptr<Chunk> NewCopyHere(const std::string& job_id, const v1::ChunkSpec& c);
   // Takes the copies prepared for `job_id` from `source`, if any; drops
   // those that lived past kPreparedLifetime.
   std::unique_ptr<PreparedCopies> TakePrepared(const std::string& job_id, const std::string& source)

@@ -493,12 +493,14 @@ TEST_F(BadInputTest, PrepareAndStepLogRequestsNameTheProblem) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
 
   // A good one (the server its own source): the job is idle at step 2, so
-  // the copy is built with its copy of step 1, and a fence only writes it.
+  // the copy is built with its copy of step 1, and a fence only writes it;
+  // aside, as the chunk here is no new copy awaiting its seed.
   v1::SeedChunksResponse built;
   s = prepare([](auto*) {}, &built);
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(built.prepared(), 1u);
   EXPECT_EQ(built.previous(), 1u);
+  EXPECT_EQ(built.in_place(), 0u);
 }
 
 TEST_F(BadInputTest, CheckpointRequestsNameTheProblem) {

@@ -251,9 +251,10 @@ class ReplicationTest : public ::testing::Test {
     ASSERT_FALSE(::testing::Test::HasFailure());
     EXPECT_EQ(response.moved().jobs(), 1u);
     EXPECT_GT(response.moved().copies(), 0u);
-    // Every copy was built while the job trained; the fence only replayed,
-    // and came at a step boundary: no step was cut.
+    // Every copy was built while the job trained, in its new chunk; the
+    // fence only replayed, and came at a step boundary: no step was cut.
     EXPECT_EQ(response.moved().prepared(), response.moved().copies());
+    EXPECT_EQ(response.moved().built_in_place(), response.moved().copies());
     EXPECT_EQ(response.moved().at_step_boundary(), 1u);
     std::printf(
         "drained %u chunk copies (%llu bytes, %u built while training) in %.3f s, "
@@ -475,6 +476,7 @@ TEST_F(ReplicationTest, ARebalanceSpreadsCopiesOntoANewServerWhileTheJobTrains) 
       response.moved().seconds(), response.moved().fenced_seconds());
   EXPECT_GT(response.moved().copies(), 0u);
   EXPECT_EQ(response.moved().prepared(), response.moved().copies());
+  EXPECT_EQ(response.moved().built_in_place(), response.moved().copies());
   EXPECT_EQ(response.moved().at_step_boundary(), 1u);
   ExpectCopiesOf("rebalanced", run, 2, "");
   auto held = testing::ChunksOnServer(added, "rebalanced");

@@ -4,7 +4,8 @@
 // low-precision copies of the last two steps -- and then train on as a
 // replica of it. FP32 and BF16 gradients, FP32 and 8-bit moments (pushes
 // and groups that cut blocks), two parameter groups with their own learning
-// rates and weight decays. Random gradients, seed printed.
+// rates and weight decays; built aside or in the new copy that lends its
+// memory. Random gradients, seed printed.
 #include "shard/catch_up_copy.h"
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "shard/state_math.h"
 #include "shard/step_log.h"
 #include "storage/host_tier.h"
+#include "testing/test_seed.h"
 
 namespace strata {
 namespace {
@@ -54,11 +56,7 @@ class CatchUpCopyTest : public ::testing::TestWithParam<std::tuple<DType, StateP
   static StatePrecision precision() { return std::get<1>(GetParam()); }
   static uint64_t StoredBytes(uint64_t n) { return StateBytes(n, precision()); }
 
-  CatchUpCopyTest() : tier_(64 << 20), arena_(0) {
-    const uint32_t seed = std::random_device{}();
-    std::printf("seed %u\n", seed);
-    rng_.seed(seed);
-  }
+  CatchUpCopyTest() : tier_(64 << 20), arena_(0) { rng_.seed(testing::TestSeed()); }
 
   std::unique_ptr<Chunk> MakeChunk() {
     auto copy = tier_.Allocate(ChunkCopyBytes(kN, dtype()));
@@ -70,6 +68,19 @@ class CatchUpCopyTest : public ::testing::TestWithParam<std::tuple<DType, StateP
     for (float& x : p) x = std::uniform_real_distribution<float>(-1, 1)(rng_);
     if (initial_.empty()) initial_ = p;
     EXPECT_TRUE(chunk->WriteParams(kBegin, initial_.data(), kN).ok());
+    return chunk;
+  }
+
+  // A new copy of the chunk as a server allocates it for a seed: no state
+  // written, awaiting its seed.
+  std::shared_ptr<Chunk> MakeNewCopy() {
+    auto copy = tier_.AllocateToFill(ChunkCopyBytes(kN, dtype()));
+    EXPECT_TRUE(copy.ok());
+    auto chunk = std::make_shared<Chunk>(
+        "job", 3, FlatRange{kBegin, kBegin + kN}, dtype(), AdamConfig{},
+        *HostChunkState::Create(&tier_, {kN, precision()}, /*to_fill=*/true), &tier_, *copy,
+        nullptr, 0, TwoGroups());
+    chunk->AwaitSeed();
     return chunk;
   }
 
@@ -132,6 +143,8 @@ class CatchUpCopyTest : public ::testing::TestWithParam<std::tuple<DType, StateP
     EXPECT_EQ(Pulled(a, x.step - 1), Pulled(b, x.step - 1));
   }
 
+  void CopyAndTrainOn(std::shared_ptr<Chunk> in_place);
+
   HostTier tier_;
   StateArena arena_;
   std::mt19937 rng_;
@@ -139,15 +152,30 @@ class CatchUpCopyTest : public ::testing::TestWithParam<std::tuple<DType, StateP
   std::deque<std::string> grads_;
 };
 
-TEST_P(CatchUpCopyTest, PiecesReadAtDifferentStepsReplayToTheChunksBits) {
+// Builds a copy of a training chunk, in `in_place` (the new copy that
+// lends its memory) or else aside, into `replica`; it then trains on with
+// the chunk's bits.
+void CatchUpCopyTest::CopyAndTrainOn(std::shared_ptr<Chunk> in_place) {
   std::unique_ptr<Chunk> source = MakeChunk();
   int64_t step = 0;
   for (; step < 3; ++step) Train(*source, step + 1, Grads());
   std::shared_ptr<StepLog> log = source->StartStepLog();
   EXPECT_EQ(log->since_step(), 3);
   auto copy = CatchUpCopy::Create(Spec(), dtype(), precision(), AdamConfig{}, TwoGroups(),
-                                  kPieceParams, &arena_);
+                                  kPieceParams, &arena_, in_place);
   ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ((*copy)->in_place(), in_place != nullptr);
+  if (in_place != nullptr) {
+    EXPECT_EQ(arena_.taken_bytes(), 0u);
+  } else {
+    EXPECT_GE(arena_.taken_bytes(), StoredBytes(kN));
+  }
+  if (in_place != nullptr) {
+    // Lent, the new copy takes no other write.
+    const std::vector<float> zeros(kN);
+    EXPECT_EQ(in_place->WriteState(kBegin, zeros.data(), zeros.data(), zeros.data(), kN, 1).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
   ASSERT_EQ((*copy)->pieces().size(), 4u);
   // Each piece read one step after the one before: steps 3, 4, 5, 6; the
   // odd ones as a seed reads them, into the piece's spans.
@@ -170,7 +198,7 @@ TEST_P(CatchUpCopyTest, PiecesReadAtDifferentStepsReplayToTheChunksBits) {
   Train(*source, ++step, Grads());
   EXPECT_EQ((*copy)->min_step(), 3);
   // A copy whose pieces are at different steps cannot be written.
-  std::unique_ptr<Chunk> replica = MakeChunk();
+  std::shared_ptr<Chunk> replica = in_place != nullptr ? in_place : MakeChunk();
   EXPECT_EQ((*copy)->WriteInto(*replica).code(), absl::StatusCode::kFailedPrecondition);
   const size_t esize = DTypeSize(dtype());
   for (size_t i = 0; i < (*copy)->pieces().size(); ++i) {
@@ -187,6 +215,8 @@ TEST_P(CatchUpCopyTest, PiecesReadAtDifferentStepsReplayToTheChunksBits) {
     EXPECT_EQ(piece.step, step);
   }
   ASSERT_TRUE((*copy)->WriteInto(*replica).ok());
+  EXPECT_FALSE(replica->awaiting_seed());
+  copy->reset();  // what the copy held is the replica's alone
   ExpectSameBits(*source, *replica);
   // The replica goes on as a copy of the chunk: the same steps, the same bits.
   for (int k = 0; k < 2; ++k) {
@@ -195,6 +225,40 @@ TEST_P(CatchUpCopyTest, PiecesReadAtDifferentStepsReplayToTheChunksBits) {
     Train(*replica, step, grads);
   }
   ExpectSameBits(*source, *replica);
+}
+
+TEST_P(CatchUpCopyTest, PiecesReadAtDifferentStepsReplayToTheChunksBits) {
+  CopyAndTrainOn(nullptr);
+}
+
+TEST_P(CatchUpCopyTest, ACopyBuiltInItsNewChunkReplaysToTheChunksBits) {
+  CopyAndTrainOn(MakeNewCopy());
+}
+
+// Only a new copy that awaits its seed lends its memory, to one copy at a
+// time; a copy that goes unwritten hands the chunk back as it was lent.
+TEST_P(CatchUpCopyTest, OnlyANewCopyLendsItsMemoryAndGetsItBackUnwritten) {
+  auto create = [&](std::shared_ptr<Chunk> in_place) {
+    auto copy = CatchUpCopy::Create(Spec(), dtype(), precision(), AdamConfig{}, TwoGroups(),
+                                    kPieceParams, &arena_, std::move(in_place));
+    EXPECT_TRUE(copy.ok()) << copy.status();
+    return copy.ok() ? *std::move(copy) : nullptr;
+  };
+  std::shared_ptr<Chunk> written = MakeChunk();
+  EXPECT_FALSE(create(written)->in_place());
+  std::shared_ptr<Chunk> fresh = MakeNewCopy();
+  {
+    std::unique_ptr<CatchUpCopy> first = create(fresh);
+    EXPECT_TRUE(first->in_place());
+    EXPECT_FALSE(create(fresh)->in_place());
+    EXPECT_EQ(fresh->WriteParams(kBegin, initial_.data(), kN).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  EXPECT_TRUE(fresh->awaiting_seed());
+  const std::vector<float> zeros(kN);
+  ASSERT_TRUE(fresh->WriteState(kBegin, initial_.data(), zeros.data(), zeros.data(), kN, 2).ok());
+  EXPECT_FALSE(create(fresh)->in_place());
+  EXPECT_EQ(arena_.taken_bytes(), 0u);
 }
 
 TEST_P(CatchUpCopyTest, AStepThatIsNotAPiecesNextIsRefusedAndChangesNothing) {

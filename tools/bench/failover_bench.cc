@@ -307,6 +307,7 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
       {"drain_GBps", drain_GBps},
       {"drain_copies", drained.moved().copies()},
       {"drain_copies_built_while_training", drained.moved().prepared()},
+      {"drain_copies_built_in_place", drained.moved().built_in_place()},
       {"drain_build_s", drained.moved().prepare_seconds()},
       {"drain_boundary_wait_s", drained.moved().boundary_wait_seconds()},
       {"drain_at_step_boundary", drained.moved().at_step_boundary() == drained.moved().jobs()},
