@@ -18,6 +18,7 @@
 #include "testing/job_runner.h"
 #include "testing/processes.h"
 #include "testing/scratch_dir.h"
+#include "testing/test_seed.h"
 
 namespace strata {
 namespace {
@@ -61,9 +62,7 @@ MasterState Train(const ClientOptions& options, std::vector<std::vector<int64_t>
 }
 
 TEST(RollingRestartTest, ServersRestartedInTurnLoseNoStep) {
-  const uint32_t seed = std::random_device{}();
-  std::printf("seed %u\n", seed);
-  std::mt19937 rng(seed);
+  std::mt19937 rng(testing::TestSeed());
   const testing::ScratchDir scratch("rolling_restart");
   const std::string& dir = scratch.path();
   testing::Processes daemons;

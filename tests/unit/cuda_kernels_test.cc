@@ -13,6 +13,7 @@
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/int8_adam.h"
+#include "testing/test_seed.h"
 
 namespace strata {
 namespace {
@@ -45,12 +46,7 @@ class CudaKernelsTest : public ::testing::Test {
   void SetUp() override {
     if (!CudaDevicePresent()) GTEST_SKIP() << "no CUDA device";
   }
-  std::mt19937 rng_{Seed()};
-  static unsigned Seed() {
-    const unsigned seed = std::random_device{}();
-    std::printf("seed %u\n", seed);
-    return seed;
-  }
+  std::mt19937 rng_{testing::TestSeed()};
 };
 
 TEST_F(CudaKernelsTest, AdamMatchesCpuBitwise) {

@@ -13,6 +13,7 @@
 #include "client/device.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/kernel_table.h"
+#include "testing/test_seed.h"
 
 namespace strata {
 namespace {
@@ -28,9 +29,7 @@ class DeviceTest : public ::testing::TestWithParam<std::string> {
     }
     ASSERT_TRUE(device.ok()) << device.status();
     device_ = std::move(*device);
-    const unsigned seed = std::random_device{}();
-    std::printf("seed %u\n", seed);
-    rng_.seed(seed);
+    rng_.seed(testing::TestSeed());
   }
 
   // `bytes` in a fresh block of the device's memory.

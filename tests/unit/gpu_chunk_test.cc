@@ -16,6 +16,7 @@
 #include "storage/gpu_tier.h"
 #include "storage/host_tier.h"
 #include "testing/scratch_dir.h"
+#include "testing/test_seed.h"
 
 namespace strata {
 namespace {
@@ -90,7 +91,7 @@ class GpuChunkTest : public ::testing::TestWithParam<DType> {
   std::unique_ptr<Tier> gpu_;
   std::shared_ptr<StagingPool> staging_;
   std::unique_ptr<Chunk> on_gpu_, on_host_;
-  std::mt19937 rng_{std::random_device{}()};
+  std::mt19937 rng_{testing::TestSeed()};
   std::normal_distribution<float> normal_;
   std::deque<std::string> grads_;  // the chunks keep views of pushed bytes
 };

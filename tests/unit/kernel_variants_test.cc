@@ -13,6 +13,7 @@
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/half.h"
 #include "kernels/isa.h"
+#include "testing/test_seed.h"
 
 namespace strata {
 namespace {
@@ -110,7 +111,7 @@ void ExpectSameOutput(const uint8_t* scalar, const uint8_t* other, size_t n, DTy
 class VariantTest : public ::testing::TestWithParam<Isa> {
  protected:
   const KernelTable& kernels() const { return KernelsFor(GetParam()); }
-  std::mt19937 rng_{std::random_device{}()};
+  std::mt19937 rng_{testing::TestSeed()};
 };
 
 TEST_P(VariantTest, AdamMatchesScalarBitwise) {

@@ -11,6 +11,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/grad_stats.h"
 #include "kernels/half.h"
+#include "testing/test_seed.h"
 
 namespace strata {
 namespace {
@@ -57,7 +58,7 @@ uint16_t NearestHalf(float x) {
 }
 
 TEST(HalfTest, FloatToHalfRoundsToNearestEven) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(testing::TestSeed());
   std::uniform_int_distribution<uint32_t> bits;
   for (int i = 0; i < 200000; ++i) {
     // Floats whose exponent lies around the half range, subnormals included.
@@ -91,7 +92,7 @@ class AdamTest : public ::testing::TestWithParam<AdamCase> {};
 
 TEST_P(AdamTest, MatchesDoubleReference) {
   const AdamCase& tc = GetParam();
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(testing::TestSeed());
   std::normal_distribution<float> normal(0.0f, 1.0f);
   AdamConfig config{1e-3f, 0.9f, 0.999f, 1e-8f, tc.weight_decay, tc.adamw};
   const float coef = 0.37f;
@@ -212,7 +213,7 @@ const DType kGradDTypes[] = {DType::kFp16, DType::kBf16, DType::kFp32};
 constexpr double kSumSquaresRelError = 1e-6;
 
 TEST(GradStatsTest, SumOfSquaresMatchesDoublePrecision) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(testing::TestSeed());
   std::normal_distribution<float> normal(0.0f, 3.0f);
   for (DType dtype : kGradDTypes) {
     // Besides plain values: squares that overflow FP32 (1e30; FP16 has its
@@ -243,7 +244,7 @@ TEST(GradStatsTest, SumsTooSmallForFp32AreExact) {
   // Every square below FP32's smallest denormal: the FP32 pass sees zeros,
   // and the sum must still be right (and exactly 0 for zeros).
   const size_t n = 64 * 1024 + 3;
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(testing::TestSeed());
   std::normal_distribution<float> normal(0.0f, 1e-30f);
   for (DType dtype : {DType::kBf16, DType::kFp32}) {
     std::vector<float> x(n);
