@@ -17,7 +17,6 @@ absl::StatusOr<std::unique_ptr<CatchUpCopy>> CatchUpCopy::Create(
   if (in_place != nullptr && in_place->dtype() == dtype &&
       in_place->range().begin == chunk.flat_begin() &&
       in_place->range().size() == chunk.num_params() &&
-      in_place->state_shape().bytes() == shape.bytes() &&
       in_place->state_shape().precision == precision) {
     if (std::optional<Chunk::SeedBuffers> lent = in_place->LendForSeed(); lent.has_value()) {
       return std::unique_ptr<CatchUpCopy>(

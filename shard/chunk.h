@@ -232,12 +232,12 @@ class Chunk {
   // (shard/catch_up_copy.h) rather than aside and then copied in: only while
   // the chunk awaits its seed (AwaitSeed, until a WriteState), to one
   // borrower at a time, and with its state in host memory (one address
-  // until it is freed). `state` holds
-  // state_shape().bytes() as StateShape::ViewOf lays them out; `copies` the
-  // two copies as the chunk alternates them, the copy of step t at
-  // copies + (t & 1) * range().size() values of the dtype. While lent,
-  // WriteParams and WriteState are FAILED_PRECONDITION and pushes ABORTED.
-  // nullopt when the chunk cannot lend them.
+  // until it is freed). `state` holds state_shape().bytes() as
+  // StateShape::ViewOf lays them out; `copies` the two copies as the chunk
+  // alternates them, the copy of step t at copies + (t & 1) * range().size()
+  // values of the dtype. While lent, WriteParams and WriteState are
+  // FAILED_PRECONDITION and pushes ABORTED. nullopt when the chunk cannot
+  // lend them.
   struct SeedBuffers {
     std::byte* state = nullptr;
     std::byte* copies = nullptr;

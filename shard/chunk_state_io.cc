@@ -119,7 +119,7 @@ std::optional<Chunk::SeedBuffers> Chunk::LendForSeed() {
   if (state_->tier() != TierKind::kHost || checkpoint_.holds_buffer()) return std::nullopt;
   {
     absl::MutexLock lock(&mu_);
-    // Awaiting its seed, the chunk was never written (a write ends the wait).
+    // Awaiting its seed, the chunk holds no state (a WriteState ends the wait).
     if (!awaiting_seed_ || lent_for_seed_ || applying_ || !staged_.empty()) return std::nullopt;
     lent_for_seed_ = true;
   }

@@ -243,8 +243,8 @@ absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
         c, dtype, precision, AdamFromProto(spec.adam()), ChunkGroupsOf(spec, layout, range),
         kSeedPieceParams, checkpoint_arena_, NewCopyHere(request.job_id(), c));
     if (!copy.ok()) {
-      last_failure = copy.status();
-      break;  // the arena is full
+      last_failure = copy.status();  // the arena is full; later chunks may lend their memory
+      continue;
     }
     absl::Status read = ReadPieces(from, copy->get());
     if (!read.ok()) {
