@@ -60,7 +60,8 @@ ABSL_FLAG(uint64_t, checkpoint_memory_limit_mib,
           "the most host memory in MiB that the server holds for checkpoints to keep chunk "
           "states aside in (at least --checkpoint_buffer_mib; equal to it, nothing is faulted in "
           "ahead), and for new copies of chunks built here while their job trains (a drain, a "
-          "rebalance, a lost copy restored). Past it, a training step that finds a chunk's state "
+          "rebalance, a lost copy restored) in GPU or NVMe chunks (a copy for a host-memory "
+          "chunk is built in the chunk). Past it, a training step that finds a chunk's state "
           "not yet saved writes it to the checkpoint itself before updating the chunk: "
           "training waits for that write instead of the server running out of memory; a copy "
           "that finds no memory is copied whole once its job is fenced");

@@ -141,13 +141,14 @@ testing::KilledRun Train(
 // three servers with 64 MiB of host memory, all in a scratch directory.
 class ReplicationTest : public ::testing::Test {
  protected:
-  void StartCluster(int server_timeout_ms, std::vector<std::string> coordinator_flags = {}) {
+  void StartCluster(int server_timeout_ms, std::vector<std::string> coordinator_flags = {},
+                    const std::vector<std::string>& server_flags = {}) {
     coordinator_flags.push_back(absl::StrCat("--server_timeout_ms=", server_timeout_ms));
     coordinator_ =
         testing::StartCoordinator(STRATA_BIN_DIR, scratch_.path(), &daemons_, coordinator_flags);
     ASSERT_FALSE(coordinator_.empty());
     for (int i = 0; i < 3; ++i) {
-      servers_.push_back(StartServer(i, {}));
+      servers_.push_back(StartServer(i, server_flags));
       ASSERT_FALSE(servers_.back().address.empty());
     }
   }
@@ -430,6 +431,13 @@ TEST_F(ReplicationTest, ADrainedServersChunksMoveWhileTheJobTrains) {
                                    &ignored, absl::Seconds(30));
   EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound) << unknown;
   EXPECT_THAT(unknown.message(), HasSubstr("address"));
+}
+
+// The same on servers that keep no memory for checkpoints, where a copy
+// built aside finds none: each copy is built in its new chunk all the same.
+TEST_F(ReplicationTest, CopiesAreBuiltInTheirNewChunksWithNoCheckpointMemory) {
+  StartCluster(kServerTimeoutMs, {}, {"--checkpoint_memory_limit_mib=0"});
+  DrainWhileTraining(Job(coordinator_, "no-arena-drained", /*replicas=*/1));
 }
 
 // The same with 8-bit moments: each copy built aside replays the steps
