@@ -59,8 +59,7 @@ absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
   // Chunks that a load or a seed fills are settled after it
   // (Chunk::SettleState): their pages are faulted in by the writes that
   // fill them, not cleared once more ahead of those.
-  const std::set<uint32_t> seeded(request.seeded_chunk_ids().begin(),
-                                  request.seeded_chunk_ids().end());
+  const std::set<uint32_t> seeded = SeededChunkIds(request);
   auto to_fill = [&](const v1::ChunkSpec& c) {
     return request.loads_checkpoint() || seeded.count(c.chunk_id()) > 0;
   };

@@ -68,4 +68,8 @@ absl::Status DeleteJobRecords(MetadataStore* metadata, const std::string& job_id
   return metadata->DeletePrefix(Chunk::RecordPrefix(job_id));
 }
 
+std::set<uint32_t> SeededChunkIds(const v1::AllocateChunksRequest& request) {
+  return std::set<uint32_t>(request.seeded_chunk_ids().begin(), request.seeded_chunk_ids().end());
+}
+
 }  // namespace strata

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,9 @@ class JobTable {
 absl::StatusOr<std::vector<v1::AllocateChunksRequest>> ReadJobRecords(MetadataStore* metadata);
 // Writes (replaces) the record of `record`'s job.
 absl::Status WriteJobRecord(MetadataStore* metadata, const v1::AllocateChunksRequest& record);
+// The ids of the chunks an allocation makes anew for a seed
+// (`seeded_chunk_ids`).
+std::set<uint32_t> SeededChunkIds(const v1::AllocateChunksRequest& request);
 // Deletes a job's record and its chunks' records (Chunk::RecordPrefix).
 absl::Status DeleteJobRecords(MetadataStore* metadata, const std::string& job_id);
 

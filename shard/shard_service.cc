@@ -19,16 +19,11 @@
 namespace strata {
 namespace {
 
-// The ids of the chunks `request` has made anew.
-std::set<uint32_t> SeededIds(const v1::AllocateChunksRequest& request) {
-  return std::set<uint32_t>(request.seeded_chunk_ids().begin(), request.seeded_chunk_ids().end());
-}
-
 // OK, or FAILED_PRECONDITION naming the first chunk of `request` (not seeded
 // anew) missing from `held` (by flat begin; null: the job is not here).
 absl::Status CheckChunksHeld(const v1::AllocateChunksRequest& request,
                              const std::map<uint64_t, std::shared_ptr<Chunk>>* held) {
-  const std::set<uint32_t> seeded = SeededIds(request);
+  const std::set<uint32_t> seeded = SeededChunkIds(request);
   for (const v1::ChunkSpec& c : request.chunks()) {
     if (seeded.count(c.chunk_id()) > 0 || (held != nullptr && held->count(c.flat_begin()) > 0)) {
       continue;
@@ -183,7 +178,7 @@ absl::Status ShardService::DoAllocate(const v1::AllocateChunksRequest& request) 
   }
   ShardJob placed;
   const absl::Status placed_status = PlaceAll(taken.added, layout, dtype, &placed);
-  const std::set<uint32_t> seeded = SeededIds(request);
+  const std::set<uint32_t> seeded = SeededChunkIds(request);
   for (const auto& [begin, chunk] : placed.chunks_by_begin) {
     if (seeded.count(chunk->chunk_id()) > 0) chunk->AwaitSeed();
   }
@@ -283,7 +278,7 @@ absl::StatusOr<ShardService::TakenOut> ShardService::TakeOutChunks(
   }
   // First out: the chunks the request leaves out or seeds anew (their
   // memory makes room); their calls end ABORTED.
-  const std::set<uint32_t> seeded = SeededIds(request);
+  const std::set<uint32_t> seeded = SeededChunkIds(request);
   std::set<uint64_t> kept;
   for (const v1::ChunkSpec& c : request.chunks()) {
     if (seeded.count(c.chunk_id()) == 0) kept.insert(c.flat_begin());
