@@ -337,8 +337,11 @@ absl::Status CoordinatorService::SeedCopies(const v1::JobInfo& before, const See
   for (const Call& call : calls) {
     status.Update(call.status);
     // What was built aside counts once it is written into its chunk.
-    if (!prepare) copied->set_prepared(copied->prepared() + call.response.prepared());
-    if (prepare) copied->set_built_in_place(copied->built_in_place() + call.response.in_place());
+    if (prepare) {
+      copied->set_built_in_place(copied->built_in_place() + call.response.in_place());
+    } else {
+      copied->set_prepared(copied->prepared() + call.response.prepared());
+    }
     copied->set_bytes(copied->bytes() + call.response.bytes());
   }
   return status;

@@ -270,16 +270,15 @@ absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
   // source moves past gets it again from its replay; the others need no pull
   // once fenced (FinishPrepared), which is all of them when the job is idle.
   // A failed pull is tried again then.
+  // Copies built in their chunks are written whole: pinned now, not once
+  // fenced (a failure is tried again once seeded).
   for (auto& [id, copy] : prepared->by_chunk) {
     PullPrevious(from, copy.get()).IgnoreError();
     response->set_previous(response->previous() + (copy->has_previous() ? 1 : 0));
-    if (copy->in_place()) response->set_in_place(response->in_place() + 1);
-  }
-  // Copies built in their chunks are written whole: pinned now, not once fenced.
-  for (const auto& [id, copy] : prepared->by_chunk) {
     if (!copy->in_place()) continue;
+    response->set_in_place(response->in_place() + 1);
     std::shared_ptr<Chunk> chunk = NewCopyHere(request.job_id(), copy->chunk());
-    if (chunk != nullptr) chunk->SettleState().IgnoreError();  // tried again once seeded
+    if (chunk != nullptr) chunk->SettleState().IgnoreError();
   }
   response->set_prepared(static_cast<uint32_t>(prepared->by_chunk.size()));
   LogEventCat("server", "job ", request.job_id(), ": ", response->prepared(), " of ",

@@ -58,12 +58,18 @@ class CatchUpCopyTest : public ::testing::TestWithParam<std::tuple<DType, StateP
 
   CatchUpCopyTest() : tier_(64 << 20), arena_(0) { rng_.seed(testing::TestSeed()); }
 
-  std::unique_ptr<Chunk> MakeChunk() {
-    auto copy = tier_.Allocate(ChunkCopyBytes(kN, dtype()));
+  // A chunk with no state written; its memory made `to_fill` or zeroed.
+  std::unique_ptr<Chunk> EmptyChunk(bool to_fill) {
+    auto copy = to_fill ? tier_.AllocateToFill(ChunkCopyBytes(kN, dtype()))
+                        : tier_.Allocate(ChunkCopyBytes(kN, dtype()));
     EXPECT_TRUE(copy.ok());
-    auto chunk = std::make_unique<Chunk>(
-        "job", 3, FlatRange{kBegin, kBegin + kN}, dtype(), AdamConfig{},
-        *HostChunkState::Create(&tier_, {kN, precision()}), &tier_, *copy, nullptr, 0, TwoGroups());
+    return std::make_unique<Chunk>("job", 3, FlatRange{kBegin, kBegin + kN}, dtype(), AdamConfig{},
+                                   *HostChunkState::Create(&tier_, {kN, precision()}, to_fill),
+                                   &tier_, *copy, nullptr, 0, TwoGroups());
+  }
+
+  std::unique_ptr<Chunk> MakeChunk() {
+    std::unique_ptr<Chunk> chunk = EmptyChunk(/*to_fill=*/false);
     std::vector<float> p(kN);
     for (float& x : p) x = std::uniform_real_distribution<float>(-1, 1)(rng_);
     if (initial_.empty()) initial_ = p;
@@ -74,12 +80,7 @@ class CatchUpCopyTest : public ::testing::TestWithParam<std::tuple<DType, StateP
   // A new copy of the chunk as a server allocates it for a seed: no state
   // written, awaiting its seed.
   std::shared_ptr<Chunk> MakeNewCopy() {
-    auto copy = tier_.AllocateToFill(ChunkCopyBytes(kN, dtype()));
-    EXPECT_TRUE(copy.ok());
-    auto chunk = std::make_shared<Chunk>(
-        "job", 3, FlatRange{kBegin, kBegin + kN}, dtype(), AdamConfig{},
-        *HostChunkState::Create(&tier_, {kN, precision()}, /*to_fill=*/true), &tier_, *copy,
-        nullptr, 0, TwoGroups());
+    std::shared_ptr<Chunk> chunk = EmptyChunk(/*to_fill=*/true);
     chunk->AwaitSeed();
     return chunk;
   }
