@@ -1,10 +1,11 @@
 // What a process holds in memory, for tests: fields of /proc/PID/status
-// (resident, peak, page-locked), the resident pages of a range, and what it
-// may page-lock.
+// (resident, peak, page-locked), the resident pages of a range, what it may
+// page-lock, and a scope without transparent huge pages.
 #ifndef STRATA_TESTING_PROCESS_MEMORY_H_
 #define STRATA_TESTING_PROCESS_MEMORY_H_
 
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -76,6 +77,21 @@ inline size_t ResidentPages(const void* data, size_t num_bytes) {
   for (unsigned char r : resident) count += r & 1;
   return count;
 }
+
+// Within its scope this process takes no transparent huge pages: faults map
+// base pages and khugepaged collapses none of its ranges. A test that counts
+// the resident pages of a huge-page-advised range needs it: khugepaged may,
+// at any moment, collapse an aligned 2 MiB range holding one written page
+// (max_ptes_none, 511 by default) into a huge page, and two adjacent
+// mappings with the same flags merge into one that can hold such a range.
+// Not thread-safe: the setting is the process's.
+class NoTransparentHugePages {
+ public:
+  NoTransparentHugePages() { prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0); }
+  ~NoTransparentHugePages() { prctl(PR_SET_THP_DISABLE, 0, 0, 0, 0); }
+  NoTransparentHugePages(const NoTransparentHugePages&) = delete;
+  NoTransparentHugePages& operator=(const NoTransparentHugePages&) = delete;
+};
 
 }  // namespace strata::testing
 

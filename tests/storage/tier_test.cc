@@ -86,9 +86,11 @@ TEST(HostTierTest, RefusedPageLockNamesTheMemlockLimit) {
 
 // A page-aligned extent is faulted in when allocated; one to fill, by the
 // writes that fill it (unpinned, a page they leave out is faulted in when
-// first touched).
+// first touched). Counted in base pages: khugepaged could otherwise collapse
+// the two extents, merged into one mapping, into a huge page.
 TEST(HostTierTest, AnExtentToFillIsFaultedInByItsWrites) {
   constexpr uint64_t kExtentBytes = uint64_t{1} << 20;
+  NoTransparentHugePages base_pages_only;
   HostTier tier(2 * kExtentBytes);
   auto allocated = tier.Allocate(kExtentBytes);
   auto to_fill = tier.AllocateToFill(kExtentBytes);
