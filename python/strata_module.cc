@@ -286,6 +286,8 @@ void BindClientTransfers(py::class_<Client>& cls) {
           "start_gather",
           [](Client& c, uint64_t begin, uint64_t end, py::object out) {
             FloatBuffer buffer = ToFloatBuffer(out, "start_gather's array", /*writable=*/true);
+            // Replicated, the gather waits here for the all-gather to reach the range.
+            py::gil_scoped_release release;
             return c.StartGather(FlatRange{begin, end}, absl::MakeSpan(buffer.data, buffer.size));
           },
           py::arg("begin"), py::arg("end"), py::arg("out"), py::keep_alive<0, 1>(),

@@ -84,6 +84,18 @@ class ShardedOptimizer(torch.optim.Optimizer):
     p.grad None: autograd's gradient goes once handed over. Streamed on
     demand, the gradients are sharded too: the client keeps its slice and a
     few buckets (param_memory()).
+
+    param_sync="per_module" (replicated only) lets step() return before the
+    new parameters are in the model: each module's own parameters are
+    written into it just before its forward (a forward pre-hook), once the
+    all-gather, which goes on in layout order, has brought them; so the next
+    forward waits only for the layer it is about to run. Until a module's
+    forward (or a synchronization) its parameters keep the previous step's
+    values: call synchronize() before reading parameters outside the
+    model's forward (an EMA, logging, a forward that uses another module's
+    parameters without calling it). model.state_dict(), step() and leave()
+    synchronize first. "eager" (the default) writes every parameter before
+    step() returns.
     """
 
     def __init__(self, model, coordinator=None, job=None, lr=1e-3, betas=(0.9, 0.999),
@@ -92,12 +104,18 @@ class ShardedOptimizer(torch.optim.Optimizer):
                  worker_id=None, chunk_params=1 << 22, restore_from="", timeout_s=60.0,
                  params="replicated", tls_ca=None, tls_cert=None, tls_key=None,
                  token_file=None, stream=False, bucket_params=1 << 20, param_groups=None,
-                 replicas=1, collective_host=None, state_precision="fp32"):
+                 replicas=1, collective_host=None, state_precision="fp32",
+                 param_sync="eager"):
         if dtype not in _DTYPE_NAMES:
             raise ValueError("dtype must be torch.float16, torch.bfloat16 or torch.float32, "
                              "not %s" % (dtype,))
         if params not in ("replicated", "on_demand"):
             raise ValueError('params must be "replicated" or "on_demand", not %r' % (params,))
+        if param_sync not in ("eager", "per_module"):
+            raise ValueError('param_sync must be "eager" or "per_module", not %r' % (param_sync,))
+        if param_sync == "per_module" and params != "replicated":
+            raise ValueError('param_sync="per_module" needs params="replicated" (on demand, each '
+                             "module gathers its parameters before it runs anyway)")
         if accumulation_steps < 1:
             raise ValueError("accumulation_steps must be >= 1, not %s" % accumulation_steps)
         coordinator = coordinator or os.environ.get("STRATA_COORDINATOR", "127.0.0.1:7700")
@@ -196,6 +214,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
             self._flat = self._views = None  # the model's copy goes; gathers bring it back
             self._on_demand = OnDemandParams(self._client, model, named, offsets, self._device)
         self._pull_into_model()
+        # param_sync="per_module": whether each parameter still holds the
+        # previous step's values (None: eager).
+        self._stale = None
+        if param_sync == "per_module":
+            self._stale = [False] * len(self._params)
+            _hook_modules(model, self._params, weak_self)
 
     # Where this worker stands in the job's current generation.
     @property
@@ -297,10 +321,46 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._micro_batches = 0
         if self._on_demand is not None:  # the step changes every parameter
             self._on_demand.release_all()
+        self.synchronize()  # the client's step replaces the parameters it holds
         self.last_result = self._client.step()
-        self._pull_into_model()
+        if self._stale is None:
+            self._pull_into_model()
+        else:  # written module by module as the next forward reaches them
+            self._stale = [True] * len(self._params)
         self._prepare_grads()
         return loss
+
+    @torch.no_grad()
+    def synchronize(self):
+        """With param_sync="per_module": writes into the model every
+        parameter that still holds the previous step's values (waiting for
+        the all-gather). Nothing to do otherwise."""
+        if self._stale is None or not any(self._stale):
+            return
+        if all(self._stale):
+            self._pull_into_model()
+            self._stale = [False] * len(self._params)
+        else:
+            self._write_params(range(len(self._params)))
+
+    @torch.no_grad()
+    def _write_params(self, indices):
+        """Writes the stale parameters among `indices` (ascending) into the
+        model: one gather per run of consecutive ones, waiting only for the
+        all-gather to reach its end."""
+        stale = [i for i in indices if self._stale[i]]
+        while stale:
+            length = 1
+            while length < len(stale) and stale[length] == stale[length - 1] + 1:
+                length += 1
+            run, stale = stale[:length], stale[length:]
+            begin = self._offsets[run[0]]
+            end = self._offsets[run[-1]] + self._params[run[-1]].numel()
+            self._client.start_gather(begin, end, _buffer(self._flat[begin:end])).wait()
+            for i in run:
+                if not self._in_place:
+                    self._params[i].copy_(self._views[i])
+                self._stale[i] = False
 
     def state_dict(self):
         """The client side: hyper-parameters and lr (param_groups), step,
@@ -349,6 +409,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """Leaves the job at a step boundary; the other workers go on
         (without announce_leave() first, their step under way is computed
         again, as after a lost worker)."""
+        self.synchronize()
         self._client.leave()
 
     @torch.no_grad()
@@ -471,6 +532,34 @@ def _buffer(tensor):
     or the CUDA tensor itself (__cuda_array_interface__), read and written in
     place on the GPU."""
     return tensor.numpy() if tensor.device.type == "cpu" else tensor
+
+
+def _hook_modules(model, params, weak_optimizer):
+    """param_sync="per_module": a forward pre-hook on every module that owns
+    trainable parameters writes them before it runs, and a hook on the
+    model's state_dict() synchronizes."""
+    position = {id(p): i for i, p in enumerate(params)}
+    for module in model.modules():
+        own = sorted(position[id(p)] for p in module.parameters(recurse=False)
+                     if id(p) in position)
+        if own:
+            module.register_forward_pre_hook(
+                functools.partial(_before_forward, weak_optimizer, own))
+    model._register_state_dict_hook(functools.partial(_on_state_dict, weak_optimizer))
+
+
+def _before_forward(weak_optimizer, indices, *unused):
+    optimizer = weak_optimizer()
+    if optimizer is not None and optimizer._stale is not None:
+        optimizer._write_params(indices)
+
+
+def _on_state_dict(weak_optimizer, *unused):
+    """Runs once state_dict() has collected the parameters: they share
+    storage with the model's, so writing those completes the dict."""
+    optimizer = weak_optimizer()
+    if optimizer is not None:
+        optimizer.synchronize()
 
 
 def _on_accumulated(weak_optimizer, p, *unused):

@@ -18,6 +18,7 @@ import torch
 
 import strata
 import strata.torch
+from strata.torch import _DTYPE_NAMES
 from strata.cluster import LocalCluster
 
 SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -334,6 +335,56 @@ class OptimizerApiTest(ClusterTestCase):
             else:
                 self.assertEqual(recording.pointers, [])
 
+    def test_per_module_param_sync_equals_eager_bitwise(self):
+        """param_sync="per_module": after step() a module's parameters keep
+        the previous step's values until its forward runs, then hold what an
+        eager optimizer wrote, bit for bit; a module no forward runs (an
+        unused head, moved by weight decay) gets them at state_dict()."""
+        x, y, _, _ = digits.load_data()
+
+        class WithUnusedHead(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = digits.make_model(hidden=16)
+                self.unused = torch.nn.Linear(4, 4)
+
+            def forward(self, inputs):
+                return self.body(inputs)
+
+        for model_dtype, job_dtype, stream in ((torch.float32, torch.float32, False),
+                                               (torch.float32, torch.bfloat16, True),
+                                               (torch.bfloat16, torch.bfloat16, False)):
+            case = "%s-%s-%s" % (_DTYPE_NAMES[model_dtype], _DTYPE_NAMES[job_dtype], stream)
+            models = [WithUnusedHead().to(model_dtype) for _ in range(2)]
+            eager, lazy = [self.optimizer(model, "sync-%s-%s" % (sync, case), dtype=job_dtype,
+                                          lr=1e-2, weight_decay=0.5, stream=stream,
+                                          param_sync=sync)
+                           for model, sync in zip(models, ("eager", "per_module"))]
+            inputs = x[:32].to(model_dtype)
+            for step in range(3):
+                before = {name: p.detach().clone() for name, p in models[1].named_parameters()}
+                losses = []
+                for opt, model in ((eager, models[0]), (lazy, models[1])):
+                    opt.zero_grad()
+                    loss = torch.nn.functional.cross_entropy(model(inputs).float(), y[:32])
+                    opt.backward(loss)
+                    opt.step()
+                    losses.append(loss.item())
+                self.assertEqual(losses[0], losses[1], (case, step))
+                want = dict(models[0].named_parameters())
+                for name, p in models[1].named_parameters():  # the previous step's
+                    self.assertTrue(torch.equal(p, before[name]), (case, step, name))
+                    self.assertFalse(torch.equal(p, want[name]), (case, step, name))
+                with torch.no_grad():
+                    models[1](inputs[:1])  # writes the body's, not the head's
+                for name, p in models[1].named_parameters():
+                    expected = want[name] if name.startswith("body.") else before[name]
+                    self.assertTrue(torch.equal(p, expected), (case, step, name))
+                got = models[1].state_dict()  # writes the rest
+                for name, value in models[0].state_dict().items():
+                    self.assertTrue(torch.equal(got[name], value), (case, step, name))
+                    self.assertTrue(torch.equal(dict(models[1].named_parameters())[name], value))
+
     def test_state_dict_round_trip_and_mismatches(self):
         model = digits.make_model(hidden=16)
         opt = self.optimizer(model, "state-dict", dtype=torch.float16, lr=1e-3)
@@ -404,6 +455,11 @@ class OptimizerApiTest(ClusterTestCase):
             self.optimizer(model, "bad-dtype", dtype=torch.int8)
         with self.assertRaisesRegex(ValueError, "params"):
             self.optimizer(model, "bad-params", params="sharded")
+        with self.assertRaisesRegex(ValueError, "param_sync must be"):
+            self.optimizer(model, "bad-sync", param_sync="lazy")
+        with self.assertRaisesRegex(ValueError, 'needs params="replicated"'):
+            self.optimizer(model, "bad-sync-on-demand", params="on_demand",
+                           param_sync="per_module")
         tied = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
         tied[1].weight = tied[0].weight
         with self.assertRaisesRegex(ValueError, "tied"):

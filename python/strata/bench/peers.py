@@ -9,7 +9,9 @@ processes four ways, one after the other:
   strata  strata.torch.ShardedOptimizer, a local cluster of --servers shard
           servers (strata.launch), --dtype gradients and parameters,
           --params replicated or on_demand (then also its parameter memory),
-          --stream on (gradients leave during backward) or off
+          --stream on (gradients leave during backward) or off,
+          --param-sync eager (the step writes every parameter) or per_module
+          (each module's just before its forward)
   ddp     torch.nn.parallel.DistributedDataParallel + torch.optim.AdamW (Gloo;
           with the FP16 compression hook when strata runs BF16 or FP16: the
           same bytes on the wire; torch 1.13's BF16 hook needs NCCL)
@@ -58,6 +60,9 @@ def parse_args(argv):
                         help="strata's parameters: whole model per worker, or gathered per layer")
     parser.add_argument("--stream", choices=["on", "off"], default="on",
                         help="strata's streamed step: gradients leave during backward")
+    parser.add_argument("--param-sync", choices=["eager", "per_module"], default="eager",
+                        help="strata's parameters written into the model at the step, or each "
+                        "module's just before its forward")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--systems", default="compute,strata,ddp,zero")
@@ -107,7 +112,8 @@ def run_worker(args):
         dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
         opt = strata.torch.ShardedOptimizer(model, dtype=dtypes[args.dtype], lr=1e-4,
                                             timeout_s=600, params=args.params,
-                                            stream=args.stream == "on")
+                                            stream=args.stream == "on",
+                                            param_sync=args.param_sync)
         rank, train = opt.rank, model
         for key in ("collective", "push_pull"):
             times[key] = []
@@ -167,6 +173,7 @@ def worker_argv(args, system, out):
             "--layers", str(args.layers), "--batch", str(args.batch),
             "--workers", str(args.workers), "--threads", str(args.threads),
             "--dtype", args.dtype, "--params", args.params, "--stream", args.stream,
+            "--param-sync", args.param_sync,
             "--steps", str(args.steps),
             "--warmup", str(args.warmup)]
 
@@ -225,6 +232,7 @@ def main(argv=None):
                    workers=args.workers, servers=args.servers, threads=args.threads,
                    batch=args.batch, strata_dtype=args.dtype, strata_params=args.params)
     summary["strata_stream"] = args.stream
+    summary["strata_param_sync"] = args.param_sync
     for system, r in results.items():
         if system == "compute":
             summary["forward_backward_s"] = r["forward_backward"]
