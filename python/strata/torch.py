@@ -94,8 +94,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
     values: call synchronize() before reading parameters outside the
     model's forward (an EMA, logging, a forward that uses another module's
     parameters without calling it). model.state_dict(), step() and leave()
-    synchronize first. "eager" (the default) writes every parameter before
-    step() returns.
+    synchronize first. A worker lost during the all-gather then raises its
+    StrataError from the forward that writes the parameters, not from
+    step(). "eager" (the default) writes every parameter before step()
+    returns.
     """
 
     def __init__(self, model, coordinator=None, job=None, lr=1e-3, betas=(0.9, 0.999),
