@@ -9,7 +9,9 @@ four ways, one after the other, each in a process of its own:
   strata   strata.torch.ShardedOptimizer with the client's buffers on the GPU
            (NCCL in place), --dtype gradients and parameters, a local cluster
            of --servers shard servers that hold the FP32 weights and AdamW
-           states in host memory (no GPU tier): no optimizer state on the GPU
+           states in host memory (no GPU tier): no optimizer state on the GPU;
+           --param-sync per_module writes each layer's new weights just
+           before its forward rather than all in the step
   fsdp2    torch's fully_shard (FSDP2) per layer with CPUOffloadPolicy (the
            weights, gradients and AdamW states in host memory, AdamW on the
            CPU) and BF16 compute (MixedPrecisionPolicy)
@@ -49,6 +51,9 @@ def parse_args(argv):
                         help="strata's gradient and parameter dtype")
     parser.add_argument("--stream", choices=["on", "off"], default="on",
                         help="strata's streamed step: gradients leave during backward")
+    parser.add_argument("--param-sync", choices=["eager", "per_module"], default="eager",
+                        help="strata's parameters written into the model at the step, or each "
+                        "module's just before its forward")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
@@ -104,7 +109,8 @@ def make_optimizer(args, model):
         dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
         opt = strata.torch.ShardedOptimizer(
             model, coordinator=cluster.coordinator, job="gpu-peers", world_size=1,
-            dtype=dtypes[args.dtype], lr=1e-4, timeout_s=600, stream=args.stream == "on")
+            dtype=dtypes[args.dtype], lr=1e-4, timeout_s=600, stream=args.stream == "on",
+            param_sync=args.param_sync)
         return model, opt, cluster
     import torch.distributed as dist
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -178,7 +184,8 @@ def run_system(args, system):
         argv = [sys.executable, "-m", "strata.bench.gpu_peers", "--worker", system, "--out", out,
                 "--width", str(args.width), "--layers", str(args.layers),
                 "--batch", str(args.batch), "--servers", str(args.servers),
-                "--dtype", args.dtype, "--stream", args.stream, "--steps", str(args.steps),
+                "--dtype", args.dtype, "--stream", args.stream,
+                "--param-sync", args.param_sync, "--steps", str(args.steps),
                 "--warmup", str(args.warmup)]
         subprocess.run(argv, check=True, timeout=1800)
         with open(out) as f:
@@ -187,7 +194,8 @@ def run_system(args, system):
 
 def summarize(args, results):
     summary = dict(model_params=model_params(args), batch=args.batch, servers=args.servers,
-                   strata_dtype=args.dtype, strata_stream=args.stream)
+                   strata_dtype=args.dtype, strata_stream=args.stream,
+                   strata_param_sync=args.param_sync)
     for system, r in results.items():
         if system == "compute":
             summary["forward_backward_s"] = r["forward_backward"]
