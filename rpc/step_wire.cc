@@ -3,6 +3,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
+#include <grpc/slice.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include <algorithm>
@@ -37,6 +38,19 @@ grpc::Slice HeadOfBytesField(const google::protobuf::MessageLite& fields, int fi
     out.WriteVarint64(bytes);
   }
   return grpc::Slice(head);
+}
+
+// A slice of `bytes` at `data`, not copied, that keeps `owner` until gRPC
+// lets go of it (it calls the destroy function once, with its user data,
+// when the slice's last reference goes).
+grpc::Slice ReferencedSlice(const void* data, size_t bytes, std::shared_ptr<const void> owner) {
+  auto* kept = new std::shared_ptr<const void>(std::move(owner));
+  return grpc::Slice(
+      grpc_slice_new_with_user_data(
+          const_cast<void*>(data), bytes,
+          [](void* user_data) { delete static_cast<std::shared_ptr<const void>*>(user_data); },
+          kept),
+      grpc::Slice::STEAL_REF);
 }
 
 // Parses a message of varint field `step_field` (into `*step`; 0 when
@@ -222,13 +236,14 @@ std::unique_ptr<PushMessage> PushMessage::Parse(const grpc::ByteBuffer& buffer) 
   return message;
 }
 
-grpc::ByteBuffer PullResponseBuffer(int64_t step, v1::DType dtype, const void* params,
-                                    size_t bytes) {
+grpc::ByteBuffer PullResponseBuffer(int64_t step, v1::DType dtype, const void* params, size_t bytes,
+                                    std::shared_ptr<const void> owner) {
   v1::PullResponse fields;
   fields.set_step(step);
   fields.set_dtype(dtype);
   grpc::Slice slices[2] = {HeadOfBytesField(fields, kPullParamsField, bytes),
-                           grpc::Slice(params, bytes)};
+                           owner == nullptr ? grpc::Slice(params, bytes)
+                                            : ReferencedSlice(params, bytes, std::move(owner))};
   return grpc::ByteBuffer(slices, 2);
 }
 

@@ -76,9 +76,13 @@ grpc::ByteBuffer MessageBuffer(const google::protobuf::Message& message);
 // parse.
 bool ParseMessageBuffer(const grpc::ByteBuffer& buffer, google::protobuf::Message* message);
 
-// A PullResponse of `step` with `params` (copied once, into the buffer).
-grpc::ByteBuffer PullResponseBuffer(int64_t step, v1::DType dtype, const void* params,
-                                    size_t bytes);
+// A PullResponse of `step` with `params`: referenced, not copied, when
+// `owner` is set -- gRPC sends them from where they are and keeps `owner`
+// until it lets go of the buffer's last slice, which must keep [params,
+// params + bytes) alive and unchanged until then --; copied into the buffer
+// when it is null.
+grpc::ByteBuffer PullResponseBuffer(int64_t step, v1::DType dtype, const void* params, size_t bytes,
+                                    std::shared_ptr<const void> owner);
 
 // Parses a PullResponse from `buffer`: its step into `*step` and its params
 // into `out`, which takes exactly `expected_bytes` (INTERNAL otherwise, or for

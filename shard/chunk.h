@@ -94,6 +94,14 @@ class Chunk {
   // of the largest job pulls each of its chunks once or a few times a step.
   static constexpr size_t kMaxWaitingPulls = 4096;
   // Receives the low-precision parameters of the pulled range, or an error.
+  // The bytes stay valid while the chunk lives and unchanged until the step
+  // two after the pulled one is applied, which needs pushes from every
+  // worker that pulls this chunk, each made after it received this step's
+  // copy: an answer may send them where they are, keeping the chunk alive.
+  // (A receiver no longer in the job -- its generation replaced -- may get
+  // them changed under it; its pushes are ABORTED and it pulls again. A
+  // reader outside the training copies them as it answers:
+  // PullRequest.snapshot.)
   using PullDone = absl::AnyInvocable<void(absl::Status, int64_t step, absl::string_view bytes) &&>;
   // Receives the outcome of a staged push: OK once its step is applied, or
   // the error that ended it (shutdown, job dropped).

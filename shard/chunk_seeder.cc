@@ -103,6 +103,7 @@ absl::StatusOr<std::optional<std::string>> PullCopyAt(const SeedSource& source, 
   pull.set_step(step);
   pull.set_flat_begin(begin);
   pull.set_num_params(n);
+  pull.set_snapshot(true);  // the source trains on while the answer travels
   v1::PullResponse copy;
   absl::Status pulled =
       CallUnary(source.stub.get(), &v1::ShardServer::Stub::Pull, pull, &copy, source.call_timeout);

@@ -225,6 +225,17 @@ void ShardServer::Shutdown() {
   service_->BeginShutdown();                     // refuses new work, answers waiting pulls
   server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
   server_.reset();
+  // Pull answers reference chunks' memory until gRPC lets go of them: the
+  // tiers that memory belongs to are freed only after.
+  if (!service_->AwaitAnswersReleased(absl::Now() + kShutdownGrace)) {
+    LogEventCat("server", "gRPC still holds pull answers ", absl::FormatDuration(kShutdownGrace),
+                " after shutting down; the memory of their chunks is kept until the process "
+                "exits");
+    (void)tier_.release();
+    (void)gpu_.release();
+    (void)nvme_.release();
+    (void)checkpoint_arena_.release();
+  }
   executor_.reset();  // in-flight steps finish
   nvme_executor_.reset();
   reporter_.reset();

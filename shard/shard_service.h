@@ -29,6 +29,7 @@
 #include "rpc/authenticator.h"
 #include "rpc/metrics.h"
 #include "rpc/shard_server_service.h"
+#include "shard/answers_in_flight.h"
 #include "shard/catch_up_copy.h"
 #include "shard/catch_up_seeder.h"
 #include "shard/chunk.h"
@@ -65,6 +66,10 @@ class ShardService final : public ShardServerService, public WorkerTokens {
       std::optional<PathRoot> checkpoint_root);
 
   void BeginShutdown();
+  // Once the gRPC server is gone: waits until gRPC has let go of every pull
+  // answer that references a chunk's memory (AnswersInFlight), or until
+  // `deadline`; whether none is left, so that the tiers may be freed.
+  bool AwaitAnswersReleased(absl::Time deadline) { return answers_->AwaitNone(deadline); }
   // At a clean shutdown, once no step is being applied: saves every chunk
   // state in host or GPU memory to a file (synced) and records it, so that
   // the next start-up finds it. Chunks that fail to save are logged and lost.
@@ -338,6 +343,8 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   prometheus::Counter* pushed_bytes_ = nullptr;
   prometheus::Counter* pulled_bytes_ = nullptr;
   absl::Duration max_pull_wait_ = absl::Minutes(10);
+  // Pull answers gRPC holds, each keeping its chunk (and so its memory).
+  const std::shared_ptr<AnswersInFlight> answers_ = std::make_shared<AnswersInFlight>();
   std::function<void()> on_chunk_lost_;
   SourceDialer dial_source_;
   prometheus::Histogram* apply_seconds_ = nullptr;

@@ -243,10 +243,14 @@ grpc::ServerUnaryReactor* ShardService::Pull(grpc::CallbackServerContext* ctx,
   auto* reactor = new PullReactor(*chunk);
   const uint64_t ticket = (*chunk)->Pull(
       request.step(), request.flat_begin(), request.num_params(),
-      [this, reactor, response, dtype](absl::Status s, int64_t step, absl::string_view bytes) {
+      [this, reactor, response, dtype, chunk = *chunk, snapshot = request.snapshot()](
+          absl::Status s, int64_t step, absl::string_view bytes) {
         if (s.ok() && pulled_bytes_ != nullptr) pulled_bytes_->Increment(bytes.size());
         if (s.ok()) {
-          *response = PullResponseBuffer(step, DTypeToProto(dtype), bytes.data(), bytes.size());
+          // A worker's answer is sent from the chunk's copy, which stays as
+          // it is until the worker has received it (Chunk::PullDone).
+          *response = PullResponseBuffer(step, DTypeToProto(dtype), bytes.data(), bytes.size(),
+                                         snapshot ? nullptr : answers_->Hold(chunk));
         }
         reactor->Finish(ToGrpcStatus(s));
       });

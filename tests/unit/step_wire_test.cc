@@ -179,9 +179,36 @@ TEST(StepWireTest, ABrokenPushIsRefusedAsProtobufRefusesIt) {
   ExpectParsesAsProtobuf(InRandomSlices(odd, &fixed));
 }
 
+// A pull's answer references the parameters where they are, and keeps
+// their owner until the last copy of the buffer goes.
+TEST(StepWireTest, APullResponseSendsTheParametersWhereTheyAre) {
+  auto params = std::make_shared<const std::vector<uint8_t>>(RandomBytes(100000, 4));
+  std::weak_ptr<const std::vector<uint8_t>> owner = params;
+  auto buffer = std::make_unique<grpc::ByteBuffer>(
+      PullResponseBuffer(3, v1::DTYPE_FP16, params->data(), params->size(), params));
+  const uint8_t* const where = params->data();
+  params.reset();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(buffer->Dump(&slices).ok());
+  ASSERT_EQ(slices.size(), 2u);
+  EXPECT_EQ(slices[1].begin(), where);  // not a copy
+  EXPECT_EQ(slices[1].size(), 100000u);
+  auto copy = std::make_unique<grpc::ByteBuffer>(*buffer);  // as gRPC refs it to send
+  buffer.reset();
+  slices.clear();
+  EXPECT_FALSE(owner.expired());
+  copy.reset();
+  EXPECT_TRUE(owner.expired());
+}
+
 TEST(StepWireTest, AServersPullResponseParsesAsThePullResponse) {
   const std::vector<uint8_t> params = RandomBytes(300000, 3);
-  grpc::ByteBuffer buffer = PullResponseBuffer(9, v1::DTYPE_BF16, params.data(), params.size());
+  grpc::ByteBuffer buffer =
+      PullResponseBuffer(9, v1::DTYPE_BF16, params.data(), params.size(), nullptr);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(buffer.Dump(&slices).ok());
+  EXPECT_NE(slices.back().begin(), params.data());  // no owner: a copy
+  slices.clear();
   v1::PullResponse parsed;
   ASSERT_TRUE(parsed.ParseFromString(Bytes(buffer)));
   EXPECT_EQ(parsed.step(), 9);
