@@ -176,6 +176,9 @@ class PullReactor final : public grpc::ServerUnaryReactor {
  public:
   explicit PullReactor(std::shared_ptr<Chunk> chunk) : chunk_(std::move(chunk)) {}
 
+  // Alive until Finish(): what an answer keeps while gRPC sends it.
+  const std::shared_ptr<Chunk>& chunk() const { return chunk_; }
+
   // `ticket`: what the chunk's Pull() returned; a pull that waits is ended
   // after `max_wait` (DEADLINE_EXCEEDED) if nothing ended it before.
   void Waiting(uint64_t ticket, absl::Duration max_wait) {
@@ -243,14 +246,14 @@ grpc::ServerUnaryReactor* ShardService::Pull(grpc::CallbackServerContext* ctx,
   auto* reactor = new PullReactor(*chunk);
   const uint64_t ticket = (*chunk)->Pull(
       request.step(), request.flat_begin(), request.num_params(),
-      [this, reactor, response, dtype, chunk = *chunk, snapshot = request.snapshot()](
-          absl::Status s, int64_t step, absl::string_view bytes) {
+      [this, reactor, response, dtype, snapshot = request.snapshot()](absl::Status s, int64_t step,
+                                                                      absl::string_view bytes) {
         if (s.ok() && pulled_bytes_ != nullptr) pulled_bytes_->Increment(bytes.size());
         if (s.ok()) {
           // A worker's answer is sent from the chunk's copy, which stays as
           // it is until the worker has received it (Chunk::PullDone).
           *response = PullResponseBuffer(step, DTypeToProto(dtype), bytes.data(), bytes.size(),
-                                         snapshot ? nullptr : answers_->Hold(chunk));
+                                         snapshot ? nullptr : answers_->Hold(reactor->chunk()));
         }
         reactor->Finish(ToGrpcStatus(s));
       });
