@@ -337,12 +337,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """With param_sync="per_module": writes into the model every
         parameter that still holds the previous step's values (waiting for
         the all-gather). Nothing to do otherwise."""
-        if self._stale is None or not any(self._stale):
-            return
-        if all(self._stale):
-            self._pull_into_model()
-            self._stale = [False] * len(self._params)
-        else:
+        if self._stale is not None:
             self._write_params(range(len(self._params)))
 
     @torch.no_grad()
@@ -552,7 +547,7 @@ def _hook_modules(model, params, weak_optimizer):
 
 def _before_forward(weak_optimizer, indices, *unused):
     optimizer = weak_optimizer()
-    if optimizer is not None and optimizer._stale is not None:
+    if optimizer is not None:
         optimizer._write_params(indices)
 
 
