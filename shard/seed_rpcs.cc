@@ -347,7 +347,11 @@ grpc::ServerUnaryReactor* ShardService::SeedChunks(grpc::CallbackServerContext* 
   if (!chunks.ok()) return FinishUnary(ctx, chunks.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   seeders_.Schedule([this, reactor, request, response, chunks = *std::move(chunks), dtype] {
-    reactor->Finish(ToGrpcStatus(DoSeedChunks(*request, chunks, dtype, response)));
+    const absl::Status seeded = DoSeedChunks(*request, chunks, dtype, response);
+    // Not while the copies were built: that would slow the build and the
+    // training steps beside it (AllocateChunksRequest.seeded_chunk_ids).
+    FaultInCheckpointMemory(request->job_id());
+    reactor->Finish(ToGrpcStatus(seeded));
   });
   return reactor;
 }

@@ -1,5 +1,6 @@
 #include "shard/shard_service.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -347,10 +348,19 @@ grpc::ServerUnaryReactor* ShardService::AllocateChunks(grpc::CallbackServerConte
                                                        const v1::AllocateChunksRequest* request,
                                                        v1::AllocateChunksResponse*) {
   absl::Status allocated = DoAllocate(*request);
-  if (allocated.ok() && !request->loads_checkpoint()) {
-    FaultInCheckpointMemory(request->spec().job_id());
+  // A load or a seed under way writes the new chunks first (LoadChunks and
+  // SeedChunks fault the memory in once they end).
+  const std::string& job_id = request->spec().job_id();
+  if (allocated.ok() && !request->loads_checkpoint() && !AwaitsSeed(job_id)) {
+    FaultInCheckpointMemory(job_id);
   }
   return FinishUnary(ctx, allocated);
+}
+
+bool ShardService::AwaitsSeed(const std::string& job_id) {
+  absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> chunks = ChunksOf(job_id);
+  return chunks.ok() && std::any_of(chunks->begin(), chunks->end(),
+                                    [](const auto& chunk) { return chunk->awaiting_seed(); });
 }
 
 std::optional<std::string> ShardService::JobOfToken(absl::string_view digest) const {

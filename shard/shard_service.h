@@ -248,8 +248,10 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   void AddJob(std::shared_ptr<ShardJob> job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reserves (again) the pieces of `job`'s chunks in memory in the checkpoint arena.
   void ReserveCheckpointPieces(ShardJob* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After a job is allocated (and loaded, when a load follows), or
-  // recovered: faults in, on a checkpoint writer, the memory its saves'
+  // Whether a chunk of `job_id` here awaits its seed (Chunk::awaiting_seed).
+  bool AwaitsSeed(const std::string& job_id);
+  // After a job is allocated (and loaded or seeded, when a load follows or
+  // a seed is under way), or recovered: faults in, on a checkpoint writer, the memory its saves'
   // second buffers and copies will take (StateArena::FaultInReserved), so
   // that no save's training steps do.
   void FaultInCheckpointMemory(const std::string& job_id);

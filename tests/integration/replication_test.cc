@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -135,6 +137,18 @@ testing::KilledRun Train(
   };
   kill.after = after_kill;
   return testing::TrainThroughAKill(options, kSteps, compute, kill);
+}
+
+// The offsets of the lines of `log` that hold both `a` and `b`.
+std::vector<size_t> LinesWith(const std::string& log, const std::string& a, const std::string& b) {
+  std::vector<size_t> offsets;
+  for (size_t begin = 0; begin < log.size();) {
+    const size_t end = std::min(log.find('\n', begin), log.size());
+    const std::string_view line(log.data() + begin, end - begin);
+    if (line.find(a) != line.npos && line.find(b) != line.npos) offsets.push_back(begin);
+    begin = end + 1;
+  }
+  return offsets;
 }
 
 // A coordinator that takes a server for lost after `server_timeout_ms`, and
@@ -271,8 +285,10 @@ class ReplicationTest : public ::testing::Test {
     ExpectNothingLost(run, job);
   }
 
-  std::string CoordinatorLog() const {
-    std::ifstream in(scratch_.path() + "/coordinator.log");
+  std::string CoordinatorLog() const { return Log("coordinator"); }
+  std::string ServerLog(int i) const { return Log(absl::StrCat("server-", i)); }
+  std::string Log(const std::string& name) const {
+    std::ifstream in(scratch_.path() + "/" + name + ".log");
     return std::string((std::istreambuf_iterator<char>(in)), {});
   }
 
@@ -422,6 +438,27 @@ TEST_F(ReplicationTest, ADrainAsAServerComesBackEmptyUsesNoneOfItsCopies) {
 TEST_F(ReplicationTest, ADrainedServersChunksMoveWhileTheJobTrains) {
   StartCluster(kServerTimeoutMs);
   DrainWhileTraining(Job(coordinator_, "drained", /*replicas=*/1));
+  // Each server that took copies faulted in the memory their saves take
+  // once they were seeded, not while they were built beside the training.
+  for (int i = 1; i < 3; ++i) {
+    std::vector<size_t> faulted_in, moved, seeded;
+    for (int tries = 0; tries < 200; ++tries, absl::SleepFor(absl::Milliseconds(50))) {
+      const std::string log = ServerLog(i);
+      faulted_in = LinesWith(log, "job drained: ", " faulted in for its checkpoints ");
+      moved = LinesWith(log, "job drained: ", " chunks here (");
+      seeded = LinesWith(log, "job drained: ", " chunk copies seeded from ");
+      if (!seeded.empty() && !faulted_in.empty() && faulted_in.back() > seeded[0]) break;
+    }
+    ASSERT_EQ(seeded.size(), 1u) << ServerLog(i);
+    ASSERT_FALSE(moved.empty()) << ServerLog(i);
+    ASSERT_FALSE(faulted_in.empty()) << ServerLog(i);
+    for (size_t at : faulted_in) {
+      EXPECT_FALSE(at > moved[0] && at < seeded[0])
+          << "server " << i << " faulted checkpoint memory in while it built copies:\n"
+          << ServerLog(i);
+    }
+    EXPECT_GT(faulted_in.back(), seeded[0]) << ServerLog(i);
+  }
   // A server that is not registered cannot be drained.
   auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
   v1::DrainServerRequest request;
