@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,7 @@ HostTier::HostTier(uint64_t budget_bytes, Pinning pinning)
 
 HostTier::~HostTier() {
   for (auto& [id, block] : blocks_) Release(block);
+  ReleaseKept();
 }
 
 void HostTier::Release(const Block& block) {
@@ -39,6 +41,11 @@ void HostTier::FreeMemory(const Block& block) {
 uint64_t HostTier::used_bytes() const {
   absl::MutexLock lock(&mu_);
   return used_bytes_;
+}
+
+uint64_t HostTier::kept_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return kept_bytes_;
 }
 
 absl::StatusOr<HostTier::Block> HostTier::NewBlock(uint64_t num_bytes, uint64_t alignment,
@@ -91,15 +98,23 @@ absl::StatusOr<Extent> HostTier::AllocateBlock(uint64_t num_bytes, bool to_fill)
   const uint64_t alignment =
       num_bytes >= kPageAlignedFromBytes || pinning_ == Pinning::kGpu ? 4096 : 64;
   uint64_t rounded = 0;
+  std::optional<Block> kept;
+  std::vector<Block> released;
   {
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(
         rounded, RoundUpInBudget("host tier", num_bytes, alignment, used_bytes_, budget_bytes_));
     used_bytes_ += rounded;  // reserved while the block is made
+    kept = TakeKept(rounded, alignment, &released);
   }
-  // Made, zeroed and pinned outside the lock: the tier's other extents stay
-  // readable and writable meanwhile.
-  absl::StatusOr<Block> block = NewBlock(rounded, alignment, to_fill);
+  // Made (or zeroed) and pinned outside the lock: the tier's other extents
+  // stay readable and writable meanwhile.
+  for (const Block& b : released) Release(b);
+  if (kept.has_value()) std::memset(kept->data, 0, kept->num_bytes);
+  absl::StatusOr<Block> block = kept.has_value() ? *kept : NewBlock(rounded, alignment, to_fill);
+  // The system's refusal (of memory, or of the memlock limit) may be the
+  // kept memory's doing.
+  if (!block.ok() && ReleaseKept()) block = NewBlock(rounded, alignment, to_fill);
   absl::MutexLock lock(&mu_);
   if (!block.ok()) {
     used_bytes_ -= rounded;
@@ -108,6 +123,37 @@ absl::StatusOr<Extent> HostTier::AllocateBlock(uint64_t num_bytes, bool to_fill)
   Extent extent{next_id_++, 0, num_bytes};
   blocks_.emplace(extent.id, *block);
   return extent;
+}
+
+std::optional<HostTier::Block> HostTier::TakeKept(uint64_t rounded, uint64_t alignment,
+                                                  std::vector<Block>* released) {
+  if (alignment == 4096) {
+    auto it = kept_.find(rounded);
+    if (it != kept_.end()) {
+      Block block = it->second;
+      kept_.erase(it);
+      kept_bytes_ -= rounded;
+      return block;
+    }
+  }
+  while (used_bytes_ + kept_bytes_ > budget_bytes_) {  // the largest first
+    auto largest = std::prev(kept_.end());
+    kept_bytes_ -= largest->first;
+    released->push_back(largest->second);
+    kept_.erase(largest);
+  }
+  return std::nullopt;
+}
+
+bool HostTier::ReleaseKept() {
+  std::multimap<uint64_t, Block> released;
+  {
+    absl::MutexLock lock(&mu_);
+    released.swap(kept_);
+    kept_bytes_ = 0;
+  }
+  for (const auto& [bytes, block] : released) Release(block);
+  return !released.empty();
 }
 
 absl::Status HostTier::Pin(void* block, uint64_t num_bytes) {
@@ -155,6 +201,12 @@ void HostTier::Free(const Extent& extent) {
     if (it == blocks_.end()) return;
     block = it->second;
     blocks_.erase(it);
+    if (block.mapped && block.settled) {  // kept for the next extent of its size
+      used_bytes_ -= block.num_bytes;
+      kept_bytes_ += block.num_bytes;
+      kept_.emplace(block.num_bytes, block);
+      return;
+    }
   }
   Release(block);
   // The budget comes back once the memory has.

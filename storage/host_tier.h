@@ -4,13 +4,20 @@
 // they are never swapped out: with mlock, or registered with CUDA
 // (cudaHostRegister, storage/gpu_tier.h) so that the GPUs copy to and from
 // them by DMA. A page-aligned extent to fill (AllocateToFill) is faulted in
-// by the writes that fill it and pinned by Settle. Thread-safe; an extent is
-// made, settled and freed outside the lock that reads and writes of the
-// others take. Reads and writes are memcpy and complete inline.
+// by the writes that fill it and pinned by Settle. A freed page-aligned
+// extent's memory is kept, faulted in and pinned, for the next extent of
+// its size (zeroed then: far cheaper than faulting memory in and pinning it
+// again), within the budget with the extents; kept memory is released when
+// a new extent needs the room, and when the tier goes. Thread-safe; an
+// extent is made, settled and freed outside the lock that reads and writes
+// of the others take. Reads and writes are memcpy and complete inline.
 #ifndef STRATA_STORAGE_HOST_TIER_H_
 #define STRATA_STORAGE_HOST_TIER_H_
 
+#include <map>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -34,6 +41,8 @@ class HostTier : public Tier {
   TierKind kind() const override { return TierKind::kHost; }
   uint64_t budget_bytes() const override { return budget_bytes_; }
   uint64_t used_bytes() const override;
+  // The memory of freed extents kept for new ones (not in used_bytes()).
+  uint64_t kept_bytes() const;
   absl::StatusOr<Extent> Allocate(uint64_t num_bytes) override;
   absl::StatusOr<Extent> AllocateToFill(uint64_t num_bytes) override;
   // Pins as pinning says (mlock faults in the pages the writes left out;
@@ -63,6 +72,13 @@ class HostTier : public Tier {
   // `to_fill` and page-aligned, mapped only (not settled); the error names
   // the cause. Takes no lock.
   absl::StatusOr<Block> NewBlock(uint64_t num_bytes, uint64_t alignment, bool to_fill);
+  // A kept block of `rounded` bytes, taken out of kept_, or none; without
+  // one, takes the kept blocks that a new block of `rounded` bytes needs the
+  // room of into `released` (for the caller to release outside the lock).
+  std::optional<Block> TakeKept(uint64_t rounded, uint64_t alignment, std::vector<Block>* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases every kept block; whether there was one.
+  bool ReleaseKept() ABSL_LOCKS_EXCLUDED(mu_);
   // Page-locks a block as pinning_ says; RESOURCE_EXHAUSTED naming the
   // memlock limit when that is refused.
   absl::Status Pin(void* block, uint64_t num_bytes);
@@ -76,6 +92,10 @@ class HostTier : public Tier {
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, Block> blocks_ ABSL_GUARDED_BY(mu_);
+  // Freed settled page-aligned blocks by size; used_bytes_ + kept_bytes_
+  // never exceeds the budget.
+  std::multimap<uint64_t, Block> kept_ ABSL_GUARDED_BY(mu_);
+  uint64_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace strata

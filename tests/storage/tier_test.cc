@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <vector>
@@ -105,7 +107,8 @@ TEST(HostTierTest, AnExtentToFillIsFaultedInByItsWrites) {
 }
 
 // An extent to fill is left to the writes that fill it, page-locked only
-// once settled; then unlocked when freed, as any pinned extent.
+// once settled; freed, its memory stays locked for the next extent of its
+// size, as any pinned extent's, and is unlocked when the tier goes.
 TEST(HostTierTest, AnExtentToFillIsPageLockedWhenSettled) {
   constexpr uint64_t kExtentBytes = uint64_t{1} << 20;
   if (kUnderAsan) GTEST_SKIP() << "ASan's mlock locks nothing";
@@ -121,8 +124,81 @@ TEST(HostTierTest, AnExtentToFillIsPageLockedWhenSettled) {
   ASSERT_TRUE(tier.Settle(*to_fill).ok());
   EXPECT_EQ(LockedBytes(), before + 2 * kExtentBytes);
   tier.Free(*to_fill);
-  EXPECT_EQ(LockedBytes(), before + kExtentBytes);
+  EXPECT_EQ(LockedBytes(), before + 2 * kExtentBytes);
   EXPECT_EQ(tier.Settle(*to_fill).code(), absl::StatusCode::kNotFound);
+  auto again = tier.AllocateToFill(kExtentBytes);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(LockedBytes(), before + 2 * kExtentBytes) << "locked again, not reused";
+  ASSERT_TRUE(tier.Settle(*again).ok());
+  {
+    HostTier gone(kExtentBytes, HostTier::Pinning::kMlock);
+    auto freed = gone.Allocate(kExtentBytes);
+    ASSERT_TRUE(freed.ok()) << freed.status();
+    gone.Free(*freed);
+    EXPECT_EQ(LockedBytes(), before + 3 * kExtentBytes);
+  }
+  EXPECT_EQ(LockedBytes(), before + 2 * kExtentBytes);
+}
+
+// A freed page-aligned extent's memory makes the next extent of its size,
+// zeroed (to fill too), in place of new memory; it stays within the budget
+// with the extents and goes when a new extent needs the room. Small
+// extents are not kept.
+TEST(HostTierTest, AFreedExtentsMemoryMakesTheNextOfItsSizeZeroed) {
+  constexpr uint64_t kExtentBytes = uint64_t{1} << 20;
+  HostTier tier(3 * kExtentBytes);
+  for (bool to_fill : {false, true}) {
+    auto first = tier.Allocate(kExtentBytes);
+    ASSERT_TRUE(first.ok()) << first.status();
+    std::byte* memory = tier.Map(*first);
+    std::memset(memory, 0x5a, kExtentBytes);
+    tier.Free(*first);
+    EXPECT_EQ(tier.used_bytes(), 0u);
+    EXPECT_EQ(tier.kept_bytes(), kExtentBytes);
+    auto next = to_fill ? tier.AllocateToFill(kExtentBytes) : tier.Allocate(kExtentBytes);
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(tier.Map(*next), memory);
+    EXPECT_EQ(tier.kept_bytes(), 0u);
+    AlignedBuffer read(kExtentBytes);
+    ASSERT_TRUE(ReadAndWait(tier, *next, 0, read.span()).ok());
+    EXPECT_EQ(std::count(read.span().begin(), read.span().end(), std::byte{0}), kExtentBytes)
+        << (to_fill ? "to fill" : "allocated");
+    tier.Free(*next);
+  }
+  // Another size: made anew beside the kept extent while the budget has room
+  // for both, then in its room.
+  auto two = tier.Allocate(2 * kExtentBytes);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(tier.kept_bytes(), kExtentBytes);
+  tier.Free(*two);
+  EXPECT_EQ(tier.kept_bytes(), 3 * kExtentBytes);
+  auto three = tier.Allocate(3 * kExtentBytes);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(tier.used_bytes(), 3 * kExtentBytes);
+  EXPECT_EQ(tier.kept_bytes(), 0u);
+  tier.Free(*three);
+  // 64-byte-aligned extents are not kept.
+  HostTier small_tier(HostTier::kPageAlignedFromBytes);
+  auto small = small_tier.Allocate(HostTier::kPageAlignedFromBytes / 2);
+  ASSERT_TRUE(small.ok()) << small.status();
+  small_tier.Free(*small);
+  EXPECT_EQ(small_tier.kept_bytes(), 0u);
+}
+
+// Kept locked memory that leaves a new extent no room under the memlock
+// limit is released for it.
+TEST(HostTierTest, KeptMemoryMakesRoomUnderTheMemlockLimit) {
+  const uint64_t limit = RefusingMemlockLimit();
+  if (limit == 0) GTEST_SKIP() << "nothing refuses a page-lock here (root, no limit or ASan)";
+  const uint64_t pages = limit / kBlock;
+  HostTier tier(limit * 4, HostTier::Pinning::kMlock);
+  auto most = tier.Allocate(pages * 3 / 4 * kBlock);
+  ASSERT_TRUE(most.ok()) << most.status();
+  tier.Free(*most);
+  EXPECT_GT(tier.kept_bytes(), 0u);
+  auto half = tier.Allocate(pages / 2 * kBlock);
+  ASSERT_TRUE(half.ok()) << half.status();
+  EXPECT_EQ(tier.kept_bytes(), 0u);
 }
 
 // A page-lock refused when the extent is settled names the memlock limit
