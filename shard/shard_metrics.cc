@@ -41,11 +41,12 @@ void ShardService::ExportMetrics(Metrics* metrics) {
         }
       }
     }
-    std::vector<std::pair<prometheus::Labels, double>> budget, used, chunks, io;
+    std::vector<std::pair<prometheus::Labels, double>> budget, used, kept, chunks, io;
     for (Tier* tier : Tiers()) {
       std::string name = TierKindName(tier->kind());
       budget.push_back({{{"tier", name}}, static_cast<double>(tier->budget_bytes())});
       used.push_back({{{"tier", name}}, static_cast<double>(tier->used_bytes())});
+      kept.push_back({{{"tier", name}}, static_cast<double>(tier->kept_bytes())});
       chunks.push_back({{{"tier", name}}, static_cast<double>(per_tier[name].first)});
     }
     if (nvme_ != nullptr) {
@@ -59,6 +60,10 @@ void ShardService::ExportMetrics(Metrics* metrics) {
                     budget),
         ValueFamily(MetricType::Gauge, "strata_tier_used_bytes", "Bytes allocated in each tier",
                     used),
+        ValueFamily(MetricType::Gauge, "strata_tier_kept_bytes",
+                    "Memory of freed extents each tier keeps for new ones (resident, within the "
+                    "budget with the bytes allocated)",
+                    kept),
         ValueFamily(MetricType::Gauge, "strata_tier_chunks",
                     "Chunks whose state lives in each tier", chunks),
         ValueFamily(MetricType::Counter, "strata_tier_io_bytes_total",

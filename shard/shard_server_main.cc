@@ -27,7 +27,8 @@ ABSL_FLAG(int64_t, gpu_budget_mib, -1,
           "GPU tier where none is; 0: no GPU tier");
 ABSL_FLAG(int, gpu_device, 0, "the GPU (CUDA device ordinal) of the GPU tier");
 ABSL_FLAG(uint64_t, host_budget_mib, 1024,
-          "host-tier budget in MiB; a job that does not fit is refused");
+          "host-tier budget in MiB; a job that does not fit is refused. A freed chunk's memory "
+          "stays resident (and page-locked) within it for the next chunk of its size");
 ABSL_FLAG(bool, pin_host_memory, true,
           "page-lock the host tier (mlock); needs a memlock limit (ulimit -l) above "
           "--host_budget_mib or CAP_IPC_LOCK");

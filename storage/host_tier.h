@@ -41,8 +41,7 @@ class HostTier : public Tier {
   TierKind kind() const override { return TierKind::kHost; }
   uint64_t budget_bytes() const override { return budget_bytes_; }
   uint64_t used_bytes() const override;
-  // The memory of freed extents kept for new ones (not in used_bytes()).
-  uint64_t kept_bytes() const;
+  uint64_t kept_bytes() const override;
   absl::StatusOr<Extent> Allocate(uint64_t num_bytes) override;
   absl::StatusOr<Extent> AllocateToFill(uint64_t num_bytes) override;
   // Pins as pinning says (mlock faults in the pages the writes left out;

@@ -41,6 +41,9 @@ class Tier {
   virtual TierKind kind() const = 0;
   virtual uint64_t budget_bytes() const = 0;
   virtual uint64_t used_bytes() const = 0;
+  // Memory of freed extents the tier keeps for new ones (within the budget
+  // with used_bytes(); the host tier's, see host_tier.h).
+  virtual uint64_t kept_bytes() const { return 0; }
   // Reserves `num_bytes` within the budget; RESOURCE_EXHAUSTED when it does not fit.
   virtual absl::StatusOr<Extent> Allocate(uint64_t num_bytes) = 0;
   // The same for an extent about to be written whole (a restore's load): a

@@ -18,6 +18,7 @@ class TierWrapper : public Tier {
   TierKind kind() const override { return target_->kind(); }
   uint64_t budget_bytes() const override { return target_->budget_bytes(); }
   uint64_t used_bytes() const override { return target_->used_bytes(); }
+  uint64_t kept_bytes() const override { return target_->kept_bytes(); }
   absl::StatusOr<Extent> Allocate(uint64_t num_bytes) override {
     return target_->Allocate(num_bytes);
   }

@@ -63,6 +63,8 @@ TEST(MetricsTest, ServersAndCoordinatorExportWhatOperatorsWatch) {
   EXPECT_GE(used, static_cast<double>(ChunkBytes(n, DType::kFp16, StatePrecision::kFp32)));
   EXPECT_LE(used, static_cast<double>(ChunkBytes(n, DType::kFp16, StatePrecision::kFp32)) +
                       2 * 64 * chunks);
+  // Extents under 64 KiB are not kept when freed (none is freed here).
+  EXPECT_EQ(testing::MetricValue(text, "strata_tier_kept_bytes{tier=\"host\"}"), 0);
   // Every parameter pushed once per step (2 bytes), pulled at connect and per step.
   EXPECT_EQ(testing::MetricValue(text, "strata_pushed_bytes_total"), 2.0 * n * kSteps);
   EXPECT_EQ(testing::MetricValue(text, "strata_pulled_bytes_total"), 2.0 * n * (kSteps + 1));
