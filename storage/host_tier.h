@@ -8,9 +8,10 @@
 // extent's memory is kept, faulted in and pinned, for the next extent of
 // its size (zeroed then: far cheaper than faulting memory in and pinning it
 // again), within the budget with the extents; kept memory is released when
-// a new extent needs the room, and when the tier goes. Thread-safe; an
-// extent is made, settled and freed outside the lock that reads and writes
-// of the others take. Reads and writes are memcpy and complete inline.
+// a new extent needs the room or the system refuses one (memory, the
+// memlock limit), and when the tier goes. Thread-safe; an extent is made,
+// settled and freed outside the lock that reads and writes of the others
+// take. Reads and writes are memcpy and complete inline.
 #ifndef STRATA_STORAGE_HOST_TIER_H_
 #define STRATA_STORAGE_HOST_TIER_H_
 
