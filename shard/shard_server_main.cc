@@ -3,6 +3,7 @@
 
 #include "absl/flags/flag.h"
 #include "core/command_line.h"
+#include "core/heap_retention.h"
 #include "core/signals.h"
 #include "rpc/tls_flags.h"
 #include "shard/shard_server.h"
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
       "  strata-server --coordinator=HOST:PORT --listen=HOST:PORT --data_dir=DIR\n"
       "  strata-server --flagfile=FILE    (the same flags, one --flag=value per line)");
   strata::BlockShutdownSignals();
+  strata::RetainFreedHeapMemory();
   // Past a file-size limit (RLIMIT_FSIZE) a write fails with EFBIG, as on a
   // full disk, and the storage probe reports it, instead of killing the server.
   signal(SIGXFSZ, SIG_IGN);

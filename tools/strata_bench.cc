@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "core/command_line.h"
+#include "core/heap_retention.h"
 #include "kernels/isa.h"
 #include "shard/shard_server.h"
 #include "tools/bench/checkpoint_bench.h"
@@ -252,6 +253,8 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args = strata::InitCommandLine(argc, argv, kUsage);
+  // As the shard servers and strata.launch's workers keep theirs.
+  strata::RetainFreedHeapMemory();
   if (!args.empty() && args[0] == "elastic-worker") return strata::RunElasticWorker(args);
   if (args.size() != 1) {
     std::fprintf(stderr, "%s\n", kUsage);
