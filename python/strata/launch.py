@@ -19,6 +19,11 @@ ShardedOptimizer reads by default:
     STRATA_COLLECTIVE_HOST  with --collective-host: the address of this host
                         that the workers' collectives (Gloo) listen on and
                         announce to their peers
+    GLIBC_TUNABLES      unless set already: glibc's malloc keeps the memory
+                        it frees (MALLOC_TUNABLES below), as the shard
+                        servers do (core/heap_retention.h): every step
+                        receives the parameters again, and memory returned
+                        to the kernel between steps is faulted in again
 
 Without --coordinator it starts a local cluster (a coordinator and --servers
 shard servers on loopback, see strata.cluster) and stops it afterwards. If a
@@ -33,6 +38,10 @@ import sys
 import time
 
 from strata.cluster import LocalCluster
+
+# glibc's trim threshold (1 GiB) and mmap threshold (32 MiB), as
+# core/heap_retention.h sets them in the shard servers.
+MALLOC_TUNABLES = "glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=33554432"
 
 
 def parse_args(argv):
@@ -79,6 +88,7 @@ def run_workers(args, coordinator):
         env = dict(os.environ, STRATA_COORDINATOR=coordinator, STRATA_JOB=job,
                    STRATA_WORLD_SIZE=str(args.workers), STRATA_WORKER_ID="worker-%d" % i,
                    STRATA_LOCAL_RANK=str(i))
+        env.setdefault("GLIBC_TUNABLES", MALLOC_TUNABLES)
         if args.tls_ca:
             env["STRATA_TLS_CA"] = args.tls_ca
         if args.token_file:

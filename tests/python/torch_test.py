@@ -17,6 +17,7 @@ import unittest
 import torch
 
 import strata
+import strata.launch
 import strata.torch
 from strata.torch import _DTYPE_NAMES
 from strata.cluster import LocalCluster
@@ -622,6 +623,29 @@ class LauncherTest(unittest.TestCase):
             self.assertTrue(torch.equal(got[name], want[name]), name)
         self.assertNotEqual(refused.returncode, 0)
         self.assertIn("192.0.2.1", refused.stderr)
+
+    def test_workers_keep_freed_memory_unless_told_otherwise(self):
+        """The workers get strata.launch.MALLOC_TUNABLES as GLIBC_TUNABLES, or
+        the launcher's own GLIBC_TUNABLES where it has one."""
+        with tempfile.TemporaryDirectory() as tmp:
+            script = os.path.join(tmp, "tunables.py")
+            with open(script, "w") as f:
+                f.write("import os, sys\n"
+                        "path = sys.argv[1] % os.environ['STRATA_LOCAL_RANK']\n"
+                        "open(path, 'w').write(os.environ.get('GLIBC_TUNABLES', ''))\n")
+            user = "glibc.malloc.arena_max=2"
+            for name, tunables in (("default", None), ("user", user)):
+                env = dict(os.environ)
+                env.pop("GLIBC_TUNABLES", None)
+                if tunables is not None:
+                    env["GLIBC_TUNABLES"] = tunables
+                out = os.path.join(tmp, name + "-%s")
+                subprocess.run([sys.executable, "-m", "strata.launch", "--workers", "2", script,
+                                out], env=env, check=True, timeout=120)
+                for rank in ("0", "1"):
+                    with open(out % rank) as f:
+                        self.assertEqual(f.read(), tunables or strata.launch.MALLOC_TUNABLES,
+                                         (name, rank))
 
     def test_a_failing_worker_fails_the_launch(self):
         with tempfile.NamedTemporaryFile("w", suffix=".py") as script:

@@ -18,7 +18,9 @@ processes four ways, one after the other:
   zero    torch.distributed.optim.ZeroRedundancyOptimizer(AdamW) (Gloo)
 
 Every worker process uses --threads torch threads; strata.launch's shard
-servers use their default executor threads. With --jemalloc the torch
+servers use their default executor threads. Every system's processes run
+with glibc's malloc keeping the memory it frees (strata.launch's
+MALLOC_TUNABLES, unless GLIBC_TUNABLES is set). With --jemalloc the torch
 runs are repeated with Debian's libjemalloc2 preloaded (it makes torch's CPU
 optimizer much faster here) and the faster of each pair is compared. Prints
 one line per run and, last, one JSON object: model_params, forward_backward_s,
@@ -41,6 +43,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from strata.launch import MALLOC_TUNABLES
 
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
@@ -182,7 +186,10 @@ def run_system(args, system, jemalloc=False):
     """Runs one system's workers to completion; returns rank 0's timings."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
+        # Every system's processes keep freed memory as strata.launch's
+        # workers do (unless the caller set GLIBC_TUNABLES).
         env = dict(os.environ)
+        env.setdefault("GLIBC_TUNABLES", MALLOC_TUNABLES)
         if jemalloc:
             env["LD_PRELOAD"] = JEMALLOC
         if system == "strata":
