@@ -39,9 +39,10 @@ import time
 
 from strata.cluster import LocalCluster
 
-# glibc's trim threshold (1 GiB) and mmap threshold (32 MiB), as
-# core/heap_retention.h sets them in the shard servers.
-MALLOC_TUNABLES = "glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=33554432"
+# glibc's trim threshold (1 GiB), mmap threshold (32 MiB) and arena limit
+# (2), as core/heap_retention.h sets them in the shard servers.
+MALLOC_TUNABLES = ("glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=33554432"
+                   ":glibc.malloc.arena_max=2")
 
 
 def parse_args(argv):

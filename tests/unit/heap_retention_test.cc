@@ -1,18 +1,23 @@
 // RetainFreedHeapMemory (core/heap_retention.h): blocks of gRPC's receive
 // size, allocated, written, freed together and allocated again, as a step's
 // receives are: by default the second time faults their pages in again
-// (the premise), once retained it faults almost none.
+// (the premise), once retained it faults almost none; and threads that
+// allocate at once share at most kMaxArenas arenas.
 #include "core/heap_retention.h"
 
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "testing/process_memory.h"
 
@@ -57,6 +62,20 @@ long FaultsOfSecondRound() {
   return faults;
 }
 
+// The arenas malloc has made in this process (malloc_info's heaps).
+int CountArenas() {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  if (out == nullptr) return -1;
+  malloc_info(0, out);
+  std::fclose(out);
+  int arenas = 0;
+  for (const char* at = text; (at = std::strstr(at, "<heap nr=")) != nullptr; ++at) ++arenas;
+  std::free(text);
+  return arenas;
+}
+
 TEST(HeapRetentionTest, FreedBlocksAreWrittenAgainWithoutFaults) {
   if (testing::kUnderAsan) GTEST_SKIP() << "ASan's allocator does not take mallopt's settings";
   const long pages = static_cast<long>(kBlocks * kBlockBytes / sysconf(_SC_PAGESIZE));
@@ -67,6 +86,30 @@ TEST(HeapRetentionTest, FreedBlocksAreWrittenAgainWithoutFaults) {
   std::printf("second round's faults of %ld pages: %ld by default, %ld retained\n", pages, trimmed,
               retained);
   EXPECT_LE(retained, pages / 32) << "of " << pages << " pages; " << trimmed << " by default";
+}
+
+TEST(HeapRetentionTest, ThreadsAllocatingAtOnceShareTheArenas) {
+  if (testing::kUnderAsan) GTEST_SKIP() << "ASan's allocator does not take mallopt's settings";
+  ASSERT_TRUE(RetainFreedHeapMemory());
+  constexpr int kThreads = 8;
+  absl::BlockingCounter allocated(kThreads);
+  absl::Notification counted;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      void* block = std::malloc(kBlockBytes);
+      asm volatile("" : : "r"(block) : "memory");  // kept: the compiler may not drop it
+      allocated.DecrementCount();
+      counted.WaitForNotification();
+      std::free(block);
+    });
+  }
+  allocated.Wait();
+  const int arenas = CountArenas();
+  counted.Notify();
+  for (std::thread& t : threads) t.join();
+  EXPECT_GE(arenas, 1);
+  EXPECT_LE(arenas, kMaxArenas);
 }
 
 }  // namespace
