@@ -111,6 +111,10 @@ class LocalCluster:
         raise TimeoutError("strata %s did not start within %.0f s; see %s"
                            % (name, self.start_timeout_s, log_path))
 
+    def server_pids(self):
+        """The process ids of the running shard servers, in start order."""
+        return [process.pid for process in self._processes[1:]]
+
     def stop(self):
         """SIGTERM to every daemon (servers first), then waits for them."""
         for process in reversed(self._processes):

@@ -7,7 +7,8 @@ processes four ways, one after the other:
   compute the forward and backward alone (no optimizer, no communication):
           the bound every step is measured against
   strata  strata.torch.ShardedOptimizer, a local cluster of --servers shard
-          servers (strata.launch), --dtype gradients and parameters,
+          servers (strata.cluster; workers by strata.launch), --dtype
+          gradients and parameters,
           --params replicated or on_demand (then also its parameter memory),
           --stream on (gradients leave during backward) or off,
           --param-sync eager (the step writes every parameter) or per_module
@@ -27,7 +28,9 @@ one line per run and, last, one JSON object: model_params, forward_backward_s,
 strata_step_s, ddp_step_s, zero_step_s, overhead_over_compute (strata's step
 over the forward+backward alone, minus 1), strata_optimizer_s,
 zero_optimizer_s, ddp_optimizer_s, the ratios, each system's CPU seconds per
-step of a worker (rank 0), and where strata's step goes (forward/backward,
+step of a worker (rank 0), the shard servers' CPU seconds per step
+(strata_servers_cpu_s all together, strata_server_cpu_s each: the mean over
+the timed steps), and where strata's step goes (forward/backward,
 gradient copy, collectives -- reduce-scatter and norm; a replicated job's
 all-gather runs after the client's step returns and counts in the copy-back
 that waits for it --, push/pull with the servers' apply, parameter
@@ -44,6 +47,7 @@ import sys
 import tempfile
 import time
 
+from strata.cluster import LocalCluster
 from strata.launch import MALLOC_TUNABLES
 
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -77,6 +81,7 @@ def parse_args(argv):
     parser.add_argument("--worker", choices=["compute", "strata", "ddp", "zero"],
                         help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--server-pids", default="", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -139,7 +144,10 @@ def run_worker(args):
             opt = ZeroRedundancyOptimizer(train.parameters(), optimizer_class=torch.optim.AdamW,
                                           lr=1e-4)
     mine = slice(rank * share, (rank + 1) * share)
+    server_pids = [int(pid) for pid in args.server_pids.split(",") if pid]
     for i in range(args.warmup + args.steps):
+        if i == args.warmup:
+            servers_cpu_started = processes_cpu_seconds(server_pids)
         started = time.perf_counter()
         cpu_started = time.process_time()
         opt.zero_grad()
@@ -162,8 +170,20 @@ def run_worker(args):
         result = {key: statistics.median(values) for key, values in times.items()}
         if args.worker == "strata":
             result["param_memory"] = opt.param_memory()
+            result["servers_cpu"] = ((processes_cpu_seconds(server_pids) - servers_cpu_started)
+                                     / args.steps)
         with open(args.out, "w") as f:
             json.dump(result, f)
+
+
+def processes_cpu_seconds(pids):
+    """The user and system CPU seconds the processes `pids` have used."""
+    total = 0
+    for pid in pids:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def free_port():
@@ -196,10 +216,12 @@ def run_system(args, system, jemalloc=False):
             # 12 bytes of state per parameter plus the copies, over the servers.
             params = args.layers * (args.width * args.width + args.width)
             budget_mib = int(params * 20 / args.servers / (1 << 20)) + 256
-            subprocess.run([sys.executable, "-m", "strata.launch", "--workers",
-                            str(args.workers), "--servers", str(args.servers),
-                            "--host-budget-mib", str(budget_mib), __file__] +
-                           worker_argv(args, system, out), env=env, check=True, timeout=1800)
+            with LocalCluster(servers=args.servers, host_budget_mib=budget_mib) as cluster:
+                pids = ",".join(str(pid) for pid in cluster.server_pids())
+                subprocess.run([sys.executable, "-m", "strata.launch", "--workers",
+                                str(args.workers), "--coordinator", cluster.coordinator,
+                                __file__] + worker_argv(args, system, out) +
+                               ["--server-pids", pids], env=env, check=True, timeout=1800)
         else:
             env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
             workers = [subprocess.Popen([sys.executable, __file__] +
@@ -268,6 +290,8 @@ def main(argv=None):
             push_apply_pull=s["push_pull"],
             copies_and_python=s["optimizer"] - s["collective"] - s["push_pull"])
         summary["strata_param_memory"] = s["param_memory"]
+        summary["strata_servers_cpu_s"] = s["servers_cpu"]
+        summary["strata_server_cpu_s"] = s["servers_cpu"] / args.servers
     print(json.dumps(summary), flush=True)
     return 0
 
