@@ -18,8 +18,8 @@ processes four ways, one after the other:
           same bytes on the wire; torch 1.13's BF16 hook needs NCCL)
   zero    torch.distributed.optim.ZeroRedundancyOptimizer(AdamW) (Gloo)
 
-Every worker process uses --threads torch threads; strata.launch's shard
-servers use their default executor threads. Every system's processes run
+Every worker process uses --threads torch threads; the shard servers use
+their default executor threads. Every system's processes run
 with glibc's malloc keeping the memory it frees (strata.launch's
 MALLOC_TUNABLES, unless GLIBC_TUNABLES is set). With --jemalloc the torch
 runs are repeated with Debian's libjemalloc2 preloaded (it makes torch's CPU
