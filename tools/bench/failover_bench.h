@@ -4,8 +4,8 @@
 // (Step(GradientFn), the same gradients), and the median steps give the
 // price of the second copy (step_s_replicas_2 over step_s_replicas_1;
 // target <= 1.25). While the first trains, server 0 is drained: drain_s,
-// the bytes it moved per second against single-stream loopback TCP
-// (iperf3; target >= 0.5) and the longest step meanwhile; once it is done
+// the bytes it moved per second against loopback TCP (MeasureIperf3:
+// iperf3's best; target >= 0.5) and the longest step meanwhile; once done
 // (no worker left), a rebalance moves copies back onto server 0 with the
 // cores idle: the move's own rate (idle_rebalance_*). While the second
 // trains, another server is SIGKILLed and never restarted: steps_lost

@@ -1,8 +1,9 @@
 // strata-bench step: the whole optimizer path of a step on loopback
 // (reduce-scatter, push, apply, pull, all-gather; no model) with W worker
-// threads and S in-process shard servers, and single-stream loopback TCP
-// measured with iperf3 in the same run; with a TLS directory, the same
-// steps again over TLS on a fresh cluster. Returns the JSON object to print.
+// threads and S in-process shard servers, and loopback TCP measured with
+// iperf3 (its best way, tools/bench/iperf.h) in the same run; with a TLS
+// directory, the same steps again over TLS on a fresh cluster. Returns the
+// JSON object to print.
 #ifndef STRATA_TOOLS_BENCH_STEP_BENCH_H_
 #define STRATA_TOOLS_BENCH_STEP_BENCH_H_
 
