@@ -1,8 +1,9 @@
 #include "tools/bench/iperf.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -37,10 +38,9 @@ double RunClient(const std::string& host, const std::string& port, const char* w
 double MeasureIperf3To(const std::string& server) {
   const size_t colon = server.rfind(':');
   if (colon == std::string::npos) return -1;
+  const std::string host = server.substr(0, colon), port = server.substr(colon + 1);
   double best = -1;
-  for (const char* way : kWays) {
-    best = std::max(best, RunClient(server.substr(0, colon), server.substr(colon + 1), way));
-  }
+  for (const char* way : kWays) best = std::max(best, RunClient(host, port, way));
   return best;
 }
 
@@ -56,7 +56,7 @@ double MeasureIperf3() {
   if (!started || pid <= 0) return -1;
   absl::SleepFor(absl::Milliseconds(300));
   const double gbps = MeasureIperf3To(absl::StrCat("127.0.0.1:", port));
-  std::system(absl::StrCat("kill ", pid, " 2>/dev/null").c_str());
+  kill(static_cast<pid_t>(pid), SIGTERM);
   return gbps;
 }
 
