@@ -110,8 +110,8 @@ absl::StatusOr<Extent> HostTier::AllocateBlock(uint64_t num_bytes, bool to_fill)
   // Made (or zeroed) and pinned outside the lock: the tier's other extents
   // stay readable and writable meanwhile.
   for (const Block& b : released) Release(b);
-  if (kept.has_value()) std::memset(kept->data, 0, kept->num_bytes);
-  absl::StatusOr<Block> block = kept.has_value() ? *kept : NewBlock(rounded, alignment, to_fill);
+  absl::StatusOr<Block> block =
+      kept.has_value() ? Reuse(*kept, to_fill) : NewBlock(rounded, alignment, to_fill);
   // The system's refusal (of memory, or of the memlock limit) may be the
   // kept memory's doing.
   if (!block.ok() && ReleaseKept()) block = NewBlock(rounded, alignment, to_fill);
@@ -125,22 +125,80 @@ absl::StatusOr<Extent> HostTier::AllocateBlock(uint64_t num_bytes, bool to_fill)
   return extent;
 }
 
+absl::StatusOr<HostTier::Block> HostTier::Reuse(Block block, bool to_fill) {
+  if (!block.zeroed) std::memset(block.data, 0, block.num_bytes);
+  block.zeroed = false;
+  if (!block.settled && !to_fill) {
+    if (absl::Status pinned = Pin(block.data, block.num_bytes); !pinned.ok()) {
+      FreeMemory(block);
+      return pinned;
+    }
+    block.settled = true;
+  }
+  return block;
+}
+
+absl::Status HostTier::Prefault(uint64_t num_bytes) {
+  if (num_bytes == 0) return absl::OkStatus();
+  uint64_t rounded = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(rounded, RoundUpInBudget("host tier", num_bytes, 4096,
+                                              used_bytes_ + kept_bytes_, budget_bytes_));
+    used_bytes_ += rounded;  // reserved while the block is made
+  }
+  // CUDA's registration is of whole blocks: for the GPU, each extent's part
+  // is registered when the extent takes it.
+  const bool whole_pinned = pinning_ != Pinning::kGpu;
+  absl::StatusOr<Block> block = NewBlock(rounded, 4096, /*to_fill=*/!whole_pinned);
+  if (block.ok() && !whole_pinned) FaultInPages(block->data, rounded);
+  absl::MutexLock lock(&mu_);
+  used_bytes_ -= rounded;
+  RETURN_IF_ERROR(block.status());
+  block->zeroed = true;
+  kept_bytes_ += rounded;
+  kept_.emplace(rounded, *block);
+  return absl::OkStatus();
+}
+
+std::pair<HostTier::Block, HostTier::Block> HostTier::Cut(const Block& block,
+                                                          uint64_t front_bytes) {
+  Block front = block, back = block;
+  front.num_bytes = front_bytes;
+  back.data += front_bytes;
+  back.num_bytes -= front_bytes;
+  return {front, back};
+}
+
 std::optional<HostTier::Block> HostTier::TakeKept(uint64_t rounded, uint64_t alignment,
                                                   std::vector<Block>* released) {
   if (alignment == 4096) {
     auto it = kept_.find(rounded);
+    if (it == kept_.end()) {  // else the smallest larger one that may be cut
+      it = kept_.upper_bound(rounded);
+      while (it != kept_.end() && !Divisible(it->second)) ++it;
+    }
     if (it != kept_.end()) {
-      Block block = it->second;
+      auto [front, back] = Cut(it->second, rounded);
       kept_.erase(it);
       kept_bytes_ -= rounded;
-      return block;
+      if (back.num_bytes > 0) kept_.emplace(back.num_bytes, back);
+      return front;
     }
   }
-  while (used_bytes_ + kept_bytes_ > budget_bytes_) {  // the largest first
+  while (used_bytes_ + kept_bytes_ > budget_bytes_) {  // the largest first, what is needed of it
     auto largest = std::prev(kept_.end());
-    kept_bytes_ -= largest->first;
-    released->push_back(largest->second);
+    Block block = largest->second;
     kept_.erase(largest);
+    const uint64_t excess = used_bytes_ + kept_bytes_ - budget_bytes_;
+    const uint64_t needed = (excess + 4095) & ~uint64_t{4095};
+    if (Divisible(block) && needed < block.num_bytes) {
+      auto [front, back] = Cut(block, block.num_bytes - needed);
+      kept_.emplace(front.num_bytes, front);
+      block = back;
+    }
+    kept_bytes_ -= block.num_bytes;
+    released->push_back(block);
   }
   return std::nullopt;
 }
@@ -201,7 +259,7 @@ void HostTier::Free(const Extent& extent) {
     if (it == blocks_.end()) return;
     block = it->second;
     blocks_.erase(it);
-    if (block.mapped && block.settled) {  // kept for the next extent of its size
+    if (block.mapped && block.settled) {  // kept for the extents to come
       used_bytes_ -= block.num_bytes;
       kept_bytes_ += block.num_bytes;
       kept_.emplace(block.num_bytes, block);

@@ -4,20 +4,29 @@
 // they are never swapped out: with mlock, or registered with CUDA
 // (cudaHostRegister, storage/gpu_tier.h) so that the GPUs copy to and from
 // them by DMA. A page-aligned extent to fill (AllocateToFill) is faulted in
-// by the writes that fill it and pinned by Settle. A freed page-aligned
-// extent's memory is kept, faulted in and pinned, for the next extent of
-// its size (zeroed then: far cheaper than faulting memory in and pinning it
-// again), within the budget with the extents; kept memory is released when
-// a new extent needs the room or the system refuses one (memory, the
-// memlock limit), and when the tier goes. Thread-safe; an extent is made,
-// settled and freed outside the lock that reads and writes of the others
-// take. Reads and writes are memcpy and complete inline.
+// by the writes that fill it and pinned by Settle.
+//
+// Kept memory: a freed page-aligned extent's memory is kept, faulted in and
+// pinned, and so is memory faulted in ahead by Prefault (for the GPU,
+// registered only as extents take it). A new page-aligned extent takes a
+// kept block of its size, else the front of a larger one (zeroed unless
+// never written: far cheaper than faulting memory in and pinning it
+// again); blocks registered with CUDA are taken whole only.
+// Kept memory counts against the budget with the extents and is released
+// (as much as is needed, the largest blocks first) when a new extent needs
+// the room, when the system refuses one (memory, the memlock limit), and
+// with the tier.
+//
+// Thread-safe; an extent is made, settled and freed outside the lock that
+// reads and writes of the others take. Reads and writes are memcpy and
+// complete inline.
 #ifndef STRATA_STORAGE_HOST_TIER_H_
 #define STRATA_STORAGE_HOST_TIER_H_
 
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -45,6 +54,12 @@ class HostTier : public Tier {
   uint64_t kept_bytes() const override;
   absl::StatusOr<Extent> Allocate(uint64_t num_bytes) override;
   absl::StatusOr<Extent> AllocateToFill(uint64_t num_bytes) override;
+  // Faults in `num_bytes` (rounded up to 4 KiB) of the budget now and keeps
+  // them for extents to come, pinned as pinning says (for the GPU, each
+  // extent's part is registered as the extent takes it). RESOURCE_EXHAUSTED
+  // beyond the budget (counting what the tier holds and keeps) or when the
+  // system refuses the memory or its page-lock.
+  absl::Status Prefault(uint64_t num_bytes);
   // Pins as pinning says (mlock faults in the pages the writes left out;
   // unpinned, such a page is faulted in, zeroed, when first touched);
   // RESOURCE_EXHAUSTED naming the memlock limit when that is refused;
@@ -62,6 +77,7 @@ class HostTier : public Tier {
     uint64_t num_bytes = 0;  // as reserved from the budget
     bool mapped = false;     // mmap()ed (page-aligned), else aligned_alloc()ed
     bool settled = false;    // faulted in and pinned as pinning_ says
+    bool zeroed = false;     // never written since the kernel faulted it in (kept only)
   };
   absl::StatusOr<Extent> AllocateBlock(uint64_t num_bytes, bool to_fill);
   // OUT_OF_RANGE unless [offset, offset + num_bytes) lies in `extent`.
@@ -72,11 +88,21 @@ class HostTier : public Tier {
   // `to_fill` and page-aligned, mapped only (not settled); the error names
   // the cause. Takes no lock.
   absl::StatusOr<Block> NewBlock(uint64_t num_bytes, uint64_t alignment, bool to_fill);
-  // A kept block of `rounded` bytes, taken out of kept_, or none; without
-  // one, takes the kept blocks that a new block of `rounded` bytes needs the
-  // room of into `released` (for the caller to release outside the lock).
+  // A kept block of `rounded` bytes, taken out of kept_ (whole, or the
+  // front of a larger one), or none; without one, takes the kept memory
+  // that a new block of `rounded` bytes needs the room of into `released`
+  // (for the caller to release outside the lock).
   std::optional<Block> TakeKept(uint64_t rounded, uint64_t alignment, std::vector<Block>* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a kept block may be cut in two: not when CUDA registered it
+  // whole.
+  bool Divisible(const Block& block) const { return pinning_ != Pinning::kGpu || !block.settled; }
+  // `block` cut after its first `front_bytes` (page-aligned, at most its
+  // size): the front and the back.
+  static std::pair<Block, Block> Cut(const Block& block, uint64_t front_bytes);
+  // A kept block taken for an extent, zeroed and pinned for it (unless
+  // `to_fill`, which Settle pins); takes no lock.
+  absl::StatusOr<Block> Reuse(Block block, bool to_fill);
   // Releases every kept block; whether there was one.
   bool ReleaseKept() ABSL_LOCKS_EXCLUDED(mu_);
   // Page-locks a block as pinning_ says; RESOURCE_EXHAUSTED naming the
@@ -92,8 +118,8 @@ class HostTier : public Tier {
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, Block> blocks_ ABSL_GUARDED_BY(mu_);
-  // Freed settled page-aligned blocks by size; used_bytes_ + kept_bytes_
-  // never exceeds the budget.
+  // Kept page-aligned blocks by size: freed settled ones and prefaulted
+  // memory; used_bytes_ + kept_bytes_ never exceeds the budget.
   std::multimap<uint64_t, Block> kept_ ABSL_GUARDED_BY(mu_);
   uint64_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };

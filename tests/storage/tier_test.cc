@@ -84,6 +84,10 @@ TEST(HostTierTest, RefusedPageLockNamesTheMemlockLimit) {
   EXPECT_EQ(extent.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(extent.status().message()), HasSubstr("ulimit -l"));
   EXPECT_EQ(tier.used_bytes(), 0u);
+  const absl::Status prefaulted = tier.Prefault(limit * 2);
+  EXPECT_EQ(prefaulted.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(prefaulted.message()), HasSubstr("ulimit -l"));
+  EXPECT_EQ(tier.used_bytes() + tier.kept_bytes(), 0u);
 }
 
 // A page-aligned extent is faulted in when allocated; one to fill, by the
@@ -192,13 +196,93 @@ TEST(HostTierTest, KeptMemoryMakesRoomUnderTheMemlockLimit) {
   if (limit == 0) GTEST_SKIP() << "nothing refuses a page-lock here (root, no limit or ASan)";
   const uint64_t pages = limit / kBlock;
   HostTier tier(limit * 4, HostTier::Pinning::kMlock);
-  auto most = tier.Allocate(pages * 3 / 4 * kBlock);
-  ASSERT_TRUE(most.ok()) << most.status();
-  tier.Free(*most);
-  EXPECT_GT(tier.kept_bytes(), 0u);
   auto half = tier.Allocate(pages / 2 * kBlock);
   ASSERT_TRUE(half.ok()) << half.status();
+  tier.Free(*half);
+  EXPECT_GT(tier.kept_bytes(), 0u);
+  auto most = tier.Allocate(pages * 3 / 4 * kBlock);  // larger than any kept block
+  ASSERT_TRUE(most.ok()) << most.status();
   EXPECT_EQ(tier.kept_bytes(), 0u);
+}
+
+// Prefaulted memory makes page-aligned extents of any size, each the front
+// of the smallest kept block that holds it: already faulted in (to fill
+// too), zeroed where it was written, within the budget.
+TEST(HostTierTest, PrefaultedMemoryMakesExtentsOfAnySize) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  NoTransparentHugePages base_pages_only;
+  HostTier tier(8 * kMiB);
+  ASSERT_TRUE(tier.Prefault(6 * kMiB).ok());
+  EXPECT_EQ(tier.kept_bytes(), 6 * kMiB);
+  EXPECT_EQ(tier.used_bytes(), 0u);
+  auto one = tier.Allocate(kMiB);
+  auto to_fill = tier.AllocateToFill(2 * kMiB);
+  auto odd = tier.Allocate(HostTier::kPageAlignedFromBytes + 1);
+  ASSERT_TRUE(one.ok() && to_fill.ok() && odd.ok());
+  EXPECT_EQ(tier.Map(*to_fill), tier.Map(*one) + kMiB) << "not cut from the prefaulted memory";
+  EXPECT_EQ(ResidentPages(tier.Map(*to_fill), 2 * kMiB), 2 * kMiB / kBlock);
+  const uint64_t odd_bytes = HostTier::kPageAlignedFromBytes + kBlock;
+  EXPECT_EQ(tier.used_bytes(), 3 * kMiB + odd_bytes);
+  EXPECT_EQ(tier.kept_bytes(), 3 * kMiB - odd_bytes);
+  for (const Extent& e : {*one, *to_fill, *odd}) {
+    AlignedBuffer read(e.num_bytes);
+    read.Fill(7);
+    ASSERT_TRUE(ReadAndWait(tier, e, 0, read.span()).ok());
+    EXPECT_EQ(std::count(read.span().begin(), read.span().end(), std::byte{0}), e.num_bytes);
+  }
+  // A written extent's memory, freed, makes a smaller one, zeroed.
+  std::memset(tier.Map(*one), 0x5a, kMiB);
+  tier.Free(*one);
+  auto half = tier.Allocate(kMiB / 2);
+  ASSERT_TRUE(half.ok()) << half.status();
+  std::byte* memory = tier.Map(*half);
+  EXPECT_EQ(std::count(memory, memory + kMiB / 2, std::byte{0}), kMiB / 2);
+  EXPECT_EQ(tier.used_bytes() + tier.kept_bytes(), 6 * kMiB);
+}
+
+// Prefaulting counts against the budget with what the tier holds and
+// keeps; a new extent that needs room takes only what it needs of the
+// kept memory.
+TEST(HostTierTest, PrefaultStaysWithinTheBudgetAndGivesWayAsNeeded) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  HostTier tier(4 * kMiB);
+  const absl::Status beyond = tier.Prefault(4 * kMiB + 1);
+  EXPECT_EQ(beyond.code(), absl::StatusCode::kResourceExhausted) << beyond;
+  EXPECT_EQ(tier.kept_bytes(), 0u);
+  ASSERT_TRUE(tier.Prefault(3 * kMiB).ok());
+  EXPECT_EQ(tier.Prefault(kMiB + kBlock).code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(tier.Prefault(kMiB).ok());
+  EXPECT_EQ(tier.kept_bytes(), 4 * kMiB);
+  auto small = tier.Allocate(1000);  // 64-byte-aligned: new memory, a page of the kept goes
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(tier.used_bytes(), 1024u);
+  EXPECT_EQ(tier.kept_bytes(), 4 * kMiB - kBlock);
+  auto rest = tier.Allocate(4 * kMiB - kBlock);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(tier.kept_bytes(), 0u);
+  EXPECT_EQ(tier.Allocate(kBlock).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// Prefaulted memory is page-locked at once and lends its lock to the
+// extents it makes; the tier unlocks it when it goes.
+TEST(HostTierTest, PrefaultedMemoryIsPageLocked) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  if (kUnderAsan) GTEST_SKIP() << "ASan's mlock locks nothing";
+  if (MemlockLimitBytes() < 8 * kMiB) GTEST_SKIP() << "memlock limit below 8 MiB";
+  const uint64_t before = LockedBytes();
+  {
+    HostTier tier(4 * kMiB, HostTier::Pinning::kMlock);
+    ASSERT_TRUE(tier.Prefault(4 * kMiB).ok());
+    EXPECT_EQ(LockedBytes(), before + 4 * kMiB);
+    auto one = tier.Allocate(kMiB);
+    auto to_fill = tier.AllocateToFill(kMiB);
+    ASSERT_TRUE(one.ok() && to_fill.ok());
+    ASSERT_TRUE(tier.Settle(*to_fill).ok());
+    EXPECT_EQ(LockedBytes(), before + 4 * kMiB);
+    tier.Free(*one);
+    EXPECT_EQ(LockedBytes(), before + 4 * kMiB);
+  }
+  EXPECT_EQ(LockedBytes(), before);
 }
 
 // A page-lock refused when the extent is settled names the memlock limit
@@ -261,6 +345,30 @@ TEST(HostTierTest, PinnedForTheGpuTinyExtentsEachRegister) {
   }
   EXPECT_EQ(tier.used_bytes(), 64 * kBlock);
   for (const Extent& e : extents) tier.Free(e);
+  EXPECT_EQ(tier.used_bytes(), 0u);
+}
+
+// Pinned for the GPU, prefaulted memory is registered extent by extent; a
+// freed extent's registered memory makes only an extent of its own size
+// (CUDA unregisters a registration whole), never the front of a smaller one.
+TEST(HostTierTest, PinnedForTheGpuPrefaultedMemoryIsRegisteredByEachExtent) {
+  if (GpuCount() == 0) GTEST_SKIP() << "no GPU";
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  HostTier tier(4 * kMiB, HostTier::Pinning::kGpu);
+  ASSERT_TRUE(tier.Prefault(4 * kMiB).ok());
+  auto first = tier.Allocate(kMiB);
+  auto to_fill = tier.AllocateToFill(kMiB);
+  ASSERT_TRUE(first.ok() && to_fill.ok());
+  ASSERT_TRUE(tier.Settle(*to_fill).ok());
+  std::byte* freed = tier.Map(*first);
+  tier.Free(*first);
+  auto half = tier.Allocate(kMiB / 2);
+  ASSERT_TRUE(half.ok()) << half.status();
+  EXPECT_NE(tier.Map(*half), freed) << "cut from a registered extent";
+  auto whole = tier.Allocate(kMiB);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(tier.Map(*whole), freed);
+  for (const Extent& e : {*to_fill, *half, *whole}) tier.Free(e);
   EXPECT_EQ(tier.used_bytes(), 0u);
 }
 
