@@ -61,8 +61,8 @@ void ShardService::ExportMetrics(Metrics* metrics) {
         ValueFamily(MetricType::Gauge, "strata_tier_used_bytes", "Bytes allocated in each tier",
                     used),
         ValueFamily(MetricType::Gauge, "strata_tier_kept_bytes",
-                    "Memory of freed extents each tier keeps for new ones (resident, within the "
-                    "budget with the bytes allocated)",
+                    "Memory each tier keeps for new extents: freed extents' and memory faulted "
+                    "in ahead (resident, within the budget with the bytes allocated)",
                     kept),
         ValueFamily(MetricType::Gauge, "strata_tier_chunks",
                     "Chunks whose state lives in each tier", chunks),

@@ -120,6 +120,16 @@ absl::Status ShardServer::OpenStorage(const ShardServerOptions& options) {
                                     : gpu_ != nullptr        ? HostTier::Pinning::kGpu
                                                              : HostTier::Pinning::kMlock;
   tier_ = std::make_unique<HostTier>(options.host_budget_bytes, pinning);
+  if (options.host_prefault_bytes > options.host_budget_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host_prefault_bytes (--host_prefault_mib) of ", options.host_prefault_bytes,
+        " exceeds the host budget of ", options.host_budget_bytes, " bytes (--host_budget_mib)"));
+  }
+  const absl::Time prefault_started = absl::Now();
+  if (absl::Status s = tier_->Prefault(options.host_prefault_bytes); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("faulting in --host_prefault_mib: ", s.message()));
+  }
+  host_prefault_time_ = absl::Now() - prefault_started;
   if (!options.nvme_dir.empty()) {
     ASSIGN_OR_RETURN(nvme_,
                      NvmeTier::Open(NvmeTierOptions{options.nvme_dir, options.nvme_budget_bytes,
@@ -203,7 +213,12 @@ void ShardServer::LogServing(const ShardServerOptions& options) const {
                       : absl::StrCat("a gpu tier of ", gpu_->budget_bytes(), " bytes on GPU ",
                                      options.gpu_device),
       ", a ", options.pin_host_memory ? "page-locked " : "", "host tier of ",
-      options.host_budget_bytes, " bytes, ",
+      options.host_budget_bytes, " bytes (",
+      options.host_prefault_bytes == 0
+          ? std::string("none faulted in ahead")
+          : absl::StrCat(options.host_prefault_bytes, " faulted in at start-up in ",
+                         absl::ToDoubleSeconds(host_prefault_time_), " s"),
+      "), ",
       nvme_ == nullptr
           ? std::string("no nvme tier")
           : absl::StrCat("an nvme tier of ", nvme_->budget_bytes(), " bytes in ", nvme_->path(),

@@ -59,6 +59,10 @@ struct ShardServerOptions {
   int gpu_device = 0;
   int64_t gpu_budget_bytes = kNoGpuTier;
   uint64_t host_budget_bytes = uint64_t{1} << 30;
+  // Host memory faulted in (and page-locked) at start-up and kept for
+  // chunks, so that new jobs, restores and moves take memory faulted in
+  // already; at most host_budget_bytes.
+  uint64_t host_prefault_bytes = 0;
   // Page-lock the host tier (mlock): it is never swapped out.
   bool pin_host_memory = true;
   // The NVMe tier: a preallocated file in nvme_dir (empty: no NVMe tier).
@@ -129,6 +133,7 @@ class ShardServer {
   std::unique_ptr<ThreadPool> executor_;
   std::unique_ptr<ThreadPool> nvme_executor_;
   std::unique_ptr<StateArena> checkpoint_arena_;
+  absl::Duration host_prefault_time_;  // to fault host_prefault_bytes in at start-up
   std::unique_ptr<ShardService> service_;
   // With `auth`: who calls, and the gate every call passes.
   std::unique_ptr<Authenticator> auth_;

@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     server.auth = !options.auth_file.empty();
     server.gpu_budget_bytes = options.gpu_budget_bytes;
     server.host_budget_bytes = options.host_budget_bytes;
+    server.host_prefault_bytes = options.host_prefault_bytes;
     server.executor_threads = options.executor_threads;
     server.max_pull_wait = options.max_pull_wait;
     server.nvme_executor_threads = options.executor_threads;

@@ -17,6 +17,8 @@ namespace strata {
 struct LocalClusterOptions {
   int num_servers = 2;
   uint64_t host_budget_bytes = uint64_t{1} << 30;
+  // Per server (ShardServerOptions::host_prefault_bytes).
+  uint64_t host_prefault_bytes = 0;
   int executor_threads = 1;
   // Off by default: tests and benchmarks run as users with a small memlock limit.
   bool pin_host_memory = false;

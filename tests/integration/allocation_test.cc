@@ -1,13 +1,15 @@
 // AllocateChunks makes a job's chunks without holding up its shard server:
 // the server answers its other calls while the memory is cleared, and a
 // DropJob that comes meanwhile is honoured -- the allocation frees what it
-// made and is ABORTED, leaving nothing of the job behind.
+// made and is ABORTED, leaving nothing of the job behind. A server that
+// faulted memory in at start-up makes chunks of it.
 
 #include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -18,6 +20,7 @@
 #include "testing/local_cluster.h"
 #include "testing/metrics_scrape.h"
 #include "testing/placement.h"
+#include "testing/scratch_dir.h"
 
 namespace strata {
 namespace {
@@ -135,6 +138,46 @@ TEST_F(AllocationTest, ADropDuringAnAllocationFreesWhatItMade) {
   auto again = testing::ChunksOnServer(server_, "large");
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, static_cast<int>(kLargeChunks));
+}
+
+// Memory faulted in at start-up (host_prefault_bytes) is kept and makes
+// the chunks of the jobs that come: the tier's kept bytes turn into used
+// ones, byte for byte. More than the host budget stops the start-up.
+TEST(PrefaultTest, ChunksAreMadeOfMemoryFaultedInAtStartUp) {
+  constexpr uint64_t kPrefaultBytes = uint64_t{64} << 20;
+  LocalClusterOptions options;
+  options.num_servers = 1;
+  options.host_budget_bytes = uint64_t{128} << 20;
+  options.host_prefault_bytes = kPrefaultBytes;
+  options.serve_metrics = true;
+  auto cluster = LocalCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string metrics = (*cluster)->servers()[0]->metrics_address();
+  auto host_bytes = [&](const std::string& gauge) {
+    return testing::MetricValue(testing::Scrape(metrics),
+                                absl::StrCat("strata_tier_", gauge, "_bytes{tier=\"host\"}"));
+  };
+  EXPECT_EQ(host_bytes("kept"), kPrefaultBytes);
+  EXPECT_EQ(host_bytes("used"), 0);
+  auto stub = v1::ShardServer::NewStub(MakeChannel((*cluster)->servers()[0]->address()));
+  v1::AllocateChunksResponse response;
+  ASSERT_TRUE(CallUnary(stub.get(), &v1::ShardServer::Stub::AllocateChunks, Allocation("job", 2),
+                        &response, absl::Seconds(60))
+                  .ok());
+  const double used = host_bytes("used");
+  EXPECT_GT(used, 2.0 * 12 * kChunkParams);  // p, m and v of 2 chunks, and their copies
+  EXPECT_EQ(host_bytes("kept"), kPrefaultBytes - used);
+
+  ShardServerOptions too_much;
+  too_much.coordinator_address = "127.0.0.1:1";  // never reached
+  const testing::ScratchDir scratch("prefault_test");
+  too_much.data_dir = scratch.path();
+  too_much.pin_host_memory = false;
+  too_much.host_budget_bytes = uint64_t{64} << 20;
+  too_much.host_prefault_bytes = too_much.host_budget_bytes + 1;
+  auto refused = ShardServer::Start(too_much);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--host_prefault_mib"));
 }
 
 }  // namespace
