@@ -57,6 +57,10 @@ ABSL_FLAG(uint64_t, checkpoint_memory_limit_mib,
 ABSL_FLAG(std::string, dtype, "fp16", "step, gpu-worker: fp16 or bf16");
 ABSL_FLAG(int, steps, 5, "step, failover, gpu-worker: timed steps (after warm-up steps)");
 ABSL_FLAG(int64_t, server_timeout_ms, 1000, "failover: the coordinator's --server_timeout_ms");
+ABSL_FLAG(uint64_t, host_prefault_mib, 0,
+          "failover, checkpoint: each shard server's --host_prefault_mib (host memory faulted "
+          "in at start-up for the chunks to come; checkpoint: at most the host_budget_mib its "
+          "JSON reports)");
 ABSL_FLAG(std::string, tls_dir, "",
           "step: also time the steps with TLS on every channel (a test CA and certificates "
           "made in this directory with openssl), reporting tls_step_over_plaintext");
@@ -115,7 +119,7 @@ constexpr char kUsage[] =
     "      --coordinator on that cluster's servers (other hosts), against iperf3 to\n"
     "      --iperf3_server\n"
     "  strata-bench checkpoint --params N --dir DIR [--servers S] [--checkpoint_buffer_mib M]\n"
-    "      [--checkpoint_memory_limit_mib L]\n"
+    "      [--checkpoint_memory_limit_mib L] [--host_prefault_mib M]\n"
     "      saves a checkpoint of a training job (host-tier chunks) into DIR while it\n"
     "      trains, and again two steps later, and restores a new job from it, against\n"
     "      fio's direct write and read on DIR (the best of 4 runs); reports the\n"
@@ -126,6 +130,7 @@ constexpr char kUsage[] =
     "      killed, one is stopped: the pauses each change causes, against the targets\n"
     "      (strata-bench elastic-worker is those workers; not run by hand)\n"
     "  strata-bench failover [--params N (default 16 Mi)] [--steps S] [--server_timeout_ms MS]\n"
+    "                        [--host_prefault_mib M]\n"
     "      a coordinator and 3 shard server processes; 2 workers train a job of one\n"
     "      copy per chunk while server 0 is drained (drain_s, its GB/s against\n"
     "      iperf3's loopback TCP while it moves state: not the wait for a step\n"
@@ -212,6 +217,7 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
     if (absl::GetFlag(FLAGS_params) != 0) o.num_params = absl::GetFlag(FLAGS_params);
     if (absl::GetFlag(FLAGS_steps) > 0) o.steps = absl::GetFlag(FLAGS_steps);
     o.server_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_server_timeout_ms));
+    o.host_prefault_mib = absl::GetFlag(FLAGS_host_prefault_mib);
     return strata::BenchFailover(o);
   }
   if (command == "load") {
@@ -228,6 +234,7 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
     o.executor_threads = absl::GetFlag(FLAGS_executor_threads);
     o.checkpoint_buffer_bytes = absl::GetFlag(FLAGS_checkpoint_buffer_mib) << 20;
     o.checkpoint_memory_limit_bytes = absl::GetFlag(FLAGS_checkpoint_memory_limit_mib) << 20;
+    o.host_prefault_bytes = absl::GetFlag(FLAGS_host_prefault_mib) << 20;
     return strata::BenchCheckpoint(o);
   }
   if (command == "gpu-worker") {

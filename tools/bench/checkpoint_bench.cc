@@ -249,6 +249,13 @@ absl::StatusOr<std::pair<double, double>> FioWriteThenRead(const std::string& di
   return std::make_pair(write, read);
 }
 
+// Each server's: two jobs (the trained one and the restored one), with room
+// for a chunk more each.
+uint64_t HostBudgetBytes(const CheckpointBenchOptions& o) {
+  const uint64_t per_server = o.num_params / o.servers + kChunkParams;
+  return 2 * ChunkBytes(per_server, DType::kFp16, StatePrecision::kFp32);
+}
+
 absl::StatusOr<std::unique_ptr<LocalCluster>> StartCluster(const CheckpointBenchOptions& o) {
   LocalClusterOptions cluster_options;
   cluster_options.num_servers = o.servers;
@@ -258,10 +265,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> StartCluster(const CheckpointBench
   // The trainer's steps of big models starve heartbeats to the in-process
   // coordinator on small machines; membership changes are not measured here.
   cluster_options.worker_lease = absl::Minutes(5);
-  // Two jobs (the trained one and the restored one), with room for a chunk more each.
-  const uint64_t per_server = o.num_params / o.servers + kChunkParams;
-  cluster_options.host_budget_bytes =
-      2 * ChunkBytes(per_server, DType::kFp16, StatePrecision::kFp32);
+  cluster_options.host_budget_bytes = HostBudgetBytes(o);
+  cluster_options.host_prefault_bytes = o.host_prefault_bytes;
   return LocalCluster::Start(cluster_options);
 }
 
@@ -312,6 +317,8 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
   return json{{"bench", "checkpoint"},
               {"params", o.num_params},
               {"servers", o.servers},
+              {"host_budget_mib", HostBudgetBytes(o) >> 20},
+              {"host_prefault_mib", o.host_prefault_bytes >> 20},
               {"bytes", first.info.num_bytes()},
               {"step", next.info.step()},
               {"save_s", save_s},

@@ -31,6 +31,9 @@ struct CheckpointBenchOptions {
   // the most they may take.
   uint64_t checkpoint_buffer_bytes = uint64_t{384} << 20;
   uint64_t checkpoint_memory_limit_bytes = ShardServerOptions::kDefaultCheckpointMemoryLimitBytes;
+  // Per server: host memory faulted in at start-up (at most its budget,
+  // which the JSON reports).
+  uint64_t host_prefault_bytes = 0;
 };
 
 absl::StatusOr<nlohmann::json> BenchCheckpoint(const CheckpointBenchOptions& options);

@@ -188,7 +188,9 @@ absl::StatusOr<FailoverCluster> StartFailoverCluster(const FailoverBenchOptions&
   for (int i = 0; i < kServers; ++i) {
     cluster.servers.push_back(
         testing::StartServer(bin, dir, absl::StrCat("server-", i), cluster.coordinator,
-                             {absl::StrCat("--host_budget_mib=", budget_mib)}, daemons));
+                             {absl::StrCat("--host_budget_mib=", budget_mib),
+                              absl::StrCat("--host_prefault_mib=", o.host_prefault_mib)},
+                             daemons));
     if (cluster.servers.back().address.empty()) {
       return absl::InternalError("a shard server did not start");
     }
@@ -297,6 +299,7 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
       {"every_step_once", EachOnce(one) && EachOnce(two)},
       {"pause_s", two.pause_s},
       {"server_timeout_s", timeout_s},
+      {"host_prefault_mib", o.host_prefault_mib},
       {"pause_bound_s", timeout_s + 1.0},
       {"pause_fraction_of_bound", two.pause_s / (timeout_s + 1.0)},
       {"detection_s", detection_s},

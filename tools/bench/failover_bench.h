@@ -27,6 +27,7 @@ struct FailoverBenchOptions {
   uint64_t num_params = uint64_t{16} << 20;
   int steps = 8;  // timed steps of each job
   absl::Duration server_timeout = absl::Seconds(1);
+  uint64_t host_prefault_mib = 0;  // each server's --host_prefault_mib
 };
 
 absl::StatusOr<nlohmann::json> BenchFailover(const FailoverBenchOptions& options);
