@@ -337,6 +337,7 @@ def check_budgets(container, claims, config, where, errors):
     data = config.get("data", {})
     try:
         host = int(data["STRATA_HOST_BUDGET_MIB"]) << 20
+        prefault = int(data["STRATA_HOST_PREFAULT_MIB"]) << 20
         checkpoints = int(data["STRATA_CHECKPOINT_MEMORY_LIMIT_MIB"]) << 20
         nvme = int(data["STRATA_NVME_BUDGET_MIB"]) << 20
         limits = container["resources"]["limits"]
@@ -347,6 +348,9 @@ def check_budgets(container, claims, config, where, errors):
     except (KeyError, ValueError) as e:
         errors.append("%s: budgets or resources unreadable: %s" % (where, e))
         return
+    if prefault > host:
+        errors.append("%s: STRATA_HOST_PREFAULT_MIB (%d MiB) exceeds the host budget (%d MiB): "
+                      "the server would not start" % (where, prefault >> 20, host >> 20))
     need = host + checkpoints + (SERVER_OVERHEAD_MIB << 20)
     if memory < need:
         errors.append("%s: memory limit %s is below the host budget + checkpoint memory + %d MiB "

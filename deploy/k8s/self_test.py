@@ -75,6 +75,10 @@ def _memory(o, s):
     find(o, "ConfigMap", "strata-config")["data"]["STRATA_HOST_BUDGET_MIB"] = "8192"
 
 
+def _prefault(o, s):
+    find(o, "ConfigMap", "strata-config")["data"]["STRATA_HOST_PREFAULT_MIB"] = "4097"
+
+
 def _nvme_volume(o, s):
     find(o, "ConfigMap", "strata-config")["data"]["STRATA_NVME_BUDGET_MIB"] = "65536"
 
@@ -115,6 +119,7 @@ BREAKAGES = [
     (_missing_secret_key, "has no key user.token"),
     (_missing_secret, "Secret strata-server-tls, which make-secrets.sh does not make"),
     (_memory, "memory limit 6Gi is below"),
+    (_prefault, "STRATA_HOST_PREFAULT_MIB (4097 MiB) exceeds the host budget (4096 MiB)"),
     (_nvme_volume, "volume nvme (20480 MiB) is below"),
     (_unmounted_volume, "volume checkpoints is mounted by no container"),
     (_service_selector, "Service/strata-server: its selector matches no pod template"),
