@@ -225,10 +225,9 @@ TEST(HostTierTest, PrefaultedMemoryMakesExtentsOfAnySize) {
   EXPECT_EQ(tier.used_bytes(), 3 * kMiB + odd_bytes);
   EXPECT_EQ(tier.kept_bytes(), 3 * kMiB - odd_bytes);
   for (const Extent& e : {*one, *to_fill, *odd}) {
-    AlignedBuffer read(e.num_bytes);
-    read.Fill(7);
-    ASSERT_TRUE(ReadAndWait(tier, e, 0, read.span()).ok());
-    EXPECT_EQ(std::count(read.span().begin(), read.span().end(), std::byte{0}), e.num_bytes);
+    std::vector<std::byte> read(e.num_bytes, std::byte{7});
+    ASSERT_TRUE(ReadAndWait(tier, e, 0, absl::MakeSpan(read)).ok());
+    EXPECT_EQ(std::count(read.begin(), read.end(), std::byte{0}), e.num_bytes);
   }
   // A written extent's memory, freed, makes a smaller one, zeroed.
   std::memset(tier.Map(*one), 0x5a, kMiB);
