@@ -14,12 +14,6 @@ namespace {
 
 uint64_t BlockStart(uint64_t offset) { return offset / kInt8StateBlock * kInt8StateBlock; }
 
-// The moments of an 8-bit state from element `offset` (a block boundary) on.
-Int8Moments MomentsAt(const Int8Moments& q, uint64_t offset) {
-  const uint64_t b = offset / kInt8StateBlock;
-  return Int8Moments{q.m + offset, q.m_scale + b, q.v + offset, q.v_scale + b};
-}
-
 // The view of `state` from element `offset` (a block boundary of an 8-bit
 // state) on.
 StateView ViewFrom(const StateView& state, uint64_t offset) {
@@ -90,31 +84,39 @@ Int8Rounding RoundingAt(uint64_t flat_index, int64_t step) {
 }
 uint64_t LeftInWindow(uint64_t flat_index) { return kWindow - flat_index % kWindow; }
 
-// The blocks wholly inside one segment in one fused pass each run (cut where
-// a window of 2^32 parameters ends, a block boundary); a block that segments
-// share is decoded, stepped in FP32 piece by piece and coded as the fused
-// pass would have.
-void ApplyInt8(uint64_t n, const StateView& state, const std::vector<Segment>& segments,
-               DType dtype, std::byte* copy_out, uint64_t flat_begin, int64_t step) {
-  const size_t esize = DTypeSize(dtype);
-  std::vector<uint64_t> shared_blocks;  // the first element of each
+Int8StepPlan PlanSegments(uint64_t n, const std::vector<Segment>& segments, size_t esize,
+                          uint64_t flat_begin, int64_t step) {
+  Int8StepPlan plan;
   for (const Segment& s : segments) {
     const uint64_t last = s.end == n ? n : BlockStart(s.end);
     for (uint64_t first = (s.begin + kInt8StateBlock - 1) / kInt8StateBlock * kInt8StateBlock;
          first < last;) {
       const uint64_t count = std::min(last - first, LeftInWindow(flat_begin + first));
-      AdamUpdateInt8(*s.constants, dtype, s.grads + (first - s.begin) * esize, state.p + first,
-                     MomentsAt(state.q, first), RoundingAt(flat_begin + first, step), dtype,
-                     copy_out + first * esize, count);
+      plan.runs.push_back({first, count, s.constants, s.grads + (first - s.begin) * esize,
+                           RoundingAt(flat_begin + first, step)});
       first += count;
     }
-    if (s.begin % kInt8StateBlock != 0) shared_blocks.push_back(BlockStart(s.begin));
+    if (s.begin % kInt8StateBlock != 0) plan.shared_blocks.push_back(BlockStart(s.begin));
   }
   // Segments come in order: a block that several begin in appears in a row.
-  shared_blocks.erase(std::unique(shared_blocks.begin(), shared_blocks.end()), shared_blocks.end());
+  plan.shared_blocks.erase(std::unique(plan.shared_blocks.begin(), plan.shared_blocks.end()),
+                           plan.shared_blocks.end());
+  return plan;
+}
+
+// Runs `plan`: its runs through the fused kernel; each shared block decoded,
+// stepped in FP32 piece by piece and coded as the fused pass would have.
+void ApplyInt8(uint64_t n, const StateView& state, const std::vector<Segment>& segments,
+               DType dtype, std::byte* copy_out, uint64_t flat_begin, int64_t step) {
+  const size_t esize = DTypeSize(dtype);
+  const Int8StepPlan plan = PlanSegments(n, segments, esize, flat_begin, step);
+  for (const Int8Run& r : plan.runs) {
+    AdamUpdateInt8(*r.constants, dtype, r.grads, state.p + r.first, MomentsAt(state.q, r.first),
+                   r.rounding, dtype, copy_out + r.first * esize, r.count);
+  }
   alignas(64) float m[kInt8StateBlock];
   alignas(64) float v[kInt8StateBlock];
-  for (const uint64_t block : shared_blocks) {
+  for (const uint64_t block : plan.shared_blocks) {
     const uint64_t block_end = std::min(n, block + kInt8StateBlock);
     const Int8Moments q = MomentsAt(state.q, block);
     DequantizeMoments(q, m, v, block_end - block);
@@ -130,6 +132,30 @@ void ApplyInt8(uint64_t n, const StateView& state, const std::vector<Segment>& s
 }
 
 }  // namespace
+
+Int8StepPlan PlanInt8Step(uint64_t n, absl::Span<const ConstantsSpan> spans,
+                          absl::Span<const GradRange> grads, DType dtype, uint64_t flat_begin,
+                          int64_t step) {
+  const size_t esize = DTypeSize(dtype);
+  return PlanSegments(n, Segments(spans, grads, esize), esize, flat_begin, step);
+}
+
+void ApplyAdamStepToBlock(uint64_t n, uint64_t block, const StateView& block_state,
+                          absl::Span<const ConstantsSpan> spans, const std::byte* grads,
+                          DType dtype, std::byte* copy_out, uint64_t flat_begin, int64_t step) {
+  const uint64_t len = std::min(kInt8StateBlock, n - block);
+  std::vector<ConstantsSpan> block_spans;
+  for (const ConstantsSpan& s : spans) {
+    const uint64_t begin = std::max(s.offset, block), end = std::min(s.offset + s.n, block + len);
+    if (begin < end) block_spans.push_back({begin - block, end - begin, s.constants});
+  }
+  const size_t esize = DTypeSize(dtype);
+  const GradRange block_grads{0, len, grads + block * esize};
+  // Alone, the block is one whose first element is `flat_begin + block`: the
+  // same rounding, and shared by its spans there too.
+  ApplyAdamStep({len, StatePrecision::kInt8}, block_state, block_state, block_spans,
+                {&block_grads, 1}, dtype, copy_out + block * esize, flat_begin + block, step);
+}
 
 void ApplyAdamStep(const StateShape& shape, const StateView& in, const StateView& out,
                    absl::Span<const ConstantsSpan> spans, absl::Span<const GradRange> grads,

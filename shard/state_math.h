@@ -30,6 +30,38 @@ void ApplyAdamStep(const StateShape& shape, const StateView& in, const StateView
                    absl::Span<const ConstantsSpan> spans, absl::Span<const GradRange> grads,
                    DType dtype, std::byte* copy_out, uint64_t flat_begin, int64_t step);
 
+// How ApplyAdamStep updates an 8-bit state of `n` parameters, so that
+// another device can give the same bits: runs of whole blocks, each one
+// fused pass (AdamUpdateInt8) with one span's constants over one gradient
+// range, cut where a window of 2^32 parameters ends; and the blocks that
+// several spans or ranges share, each decoded, stepped in FP32 (AdamUpdate)
+// piece by piece and coded with QuantizeMomentsRounded at the rounding of
+// its first element.
+struct Int8Run {
+  uint64_t first = 0;  // a block boundary
+  uint64_t count = 0;
+  const AdamConstants* constants = nullptr;  // into the spans planned with
+  const std::byte* grads = nullptr;          // of element `first`, into the ranges
+  Int8Rounding rounding{};
+};
+struct Int8StepPlan {
+  std::vector<Int8Run> runs;
+  std::vector<uint64_t> shared_blocks;  // the first element of each, ascending
+};
+// Only arithmetic is done on the ranges' pointers: they may be a device's.
+Int8StepPlan PlanInt8Step(uint64_t n, absl::Span<const ConstantsSpan> spans,
+                          absl::Span<const GradRange> grads, DType dtype, uint64_t flat_begin,
+                          int64_t step);
+// Steps one shared block of an 8-bit state of `n` parameters, the one from
+// element `block` on, as ApplyAdamStep does: `block_state` is that block's
+// state alone (StateShape{min(kInt8StateBlock, n - block), kInt8}),
+// `grads` the whole chunk's gradients in one range, and its copy goes to
+// copy_out + block * DTypeSize(dtype). For a device that runs the plan's
+// runs itself and brings these blocks to the host.
+void ApplyAdamStepToBlock(uint64_t n, uint64_t block, const StateView& block_state,
+                          absl::Span<const ConstantsSpan> spans, const std::byte* grads,
+                          DType dtype, std::byte* copy_out, uint64_t flat_begin, int64_t step);
+
 // p, m and v of [offset, offset + n) in FP32 (8-bit moments decoded).
 void ReadStateFp32(const StateShape& shape, const StateView& state, uint64_t offset, uint64_t n,
                    float* p, float* m, float* v);

@@ -27,6 +27,12 @@ struct StateView {
   std::byte* bytes() const { return reinterpret_cast<std::byte*>(p); }
 };
 
+// The moments of an 8-bit state from element `offset` (a block boundary) on.
+inline Int8Moments MomentsAt(const Int8Moments& q, uint64_t offset) {
+  const uint64_t b = offset / kInt8StateBlock;
+  return Int8Moments{q.m + offset, q.m_scale + b, q.v + offset, q.v_scale + b};
+}
+
 // Gradients of [offset, offset + n) of a chunk (offsets from its begin), in
 // host memory.
 struct GradRange {

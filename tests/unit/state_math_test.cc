@@ -152,6 +152,58 @@ TEST(StateMathTest, ABlockOfTwoGroupsMatchesAnFp32StepOverItsDecodedMoments) {
   }
 }
 
+// As GpuChunkState runs an 8-bit step: the plan's runs through the fused
+// kernel over the gathered gradients, each shared block alone on the side.
+TEST(StateMathTest, APlanRunAsADeviceRunsItGivesTheStepsBits) {
+  std::printf("seed %u\n", kSeed);
+  const uint64_t n = 6 * kInt8StateBlock + 77;
+  const StateShape shape{n, StatePrecision::kInt8};
+  const std::vector<float> g = Gradients(n, kSeed + 5);
+  // Groups cut blocks 1 (twice: a span of one element) and 4 and end on the
+  // boundary of block 3; the window of 2^32 ends at element 1536, inside the
+  // last span.
+  const std::vector<ConstantsSpan> spans = {{0, 300, Constants(1e-3f, 0.0f, 7)},
+                                            {300, 1, Constants(2e-3f, 0.1f, 7)},
+                                            {301, 467, Constants(1e-3f, 0.0f, 7)},
+                                            {768, 300, Constants(3e-3f, 0.05f, 7)},
+                                            {1068, n - 1068, Constants(1e-3f, 0.0f, 7)}};
+  const uint64_t flat_begin = (uint64_t{1} << 32) - 1536;
+  const GradRange all{0, n, g.data()};
+
+  State stepped(shape, kSeed + 6);
+  std::vector<float> stepped_copy(n);
+  ApplyAdamStep(shape, stepped.view(), stepped.view(), spans, {&all, 1}, DType::kFp32,
+                reinterpret_cast<std::byte*>(stepped_copy.data()), flat_begin, /*step=*/7);
+
+  State planned(shape, kSeed + 6);
+  std::vector<float> planned_copy(n);
+  const StateView view = planned.view();
+  const Int8StepPlan plan = PlanInt8Step(n, spans, {&all, 1}, DType::kFp32, flat_begin, 7);
+  EXPECT_EQ(plan.shared_blocks, (std::vector<uint64_t>{kInt8StateBlock, 4 * kInt8StateBlock}));
+  uint64_t run_params = 0;
+  for (const Int8Run& r : plan.runs) {
+    EXPECT_EQ(r.first % kInt8StateBlock, 0u);
+    EXPECT_EQ((flat_begin + r.first) >> 32, (flat_begin + r.first + r.count - 1) >> 32);
+    AdamUpdateInt8(*r.constants, DType::kFp32, r.grads, view.p + r.first,
+                   MomentsAt(view.q, r.first), r.rounding, DType::kFp32,
+                   planned_copy.data() + r.first, r.count);
+    run_params += r.count;
+  }
+  EXPECT_EQ(run_params, n - 2 * kInt8StateBlock);
+  for (const uint64_t block : plan.shared_blocks) {
+    const StateShape alone{kInt8StateBlock, StatePrecision::kInt8};
+    std::vector<uint32_t> words((alone.bytes() + 3) / 4);
+    auto* bytes = reinterpret_cast<std::byte*>(words.data());
+    ReadStoredRange(shape, view, block, kInt8StateBlock, bytes);
+    ApplyAdamStepToBlock(n, block, alone.ViewOf(bytes), spans,
+                         reinterpret_cast<const std::byte*>(g.data()), DType::kFp32,
+                         reinterpret_cast<std::byte*>(planned_copy.data()), flat_begin, 7);
+    WriteStoredRange(shape, view, block, kInt8StateBlock, bytes);
+  }
+  EXPECT_EQ(planned.words, stepped.words);
+  EXPECT_EQ(planned_copy, stepped_copy);
+}
+
 TEST(StateMathTest, APartialWriteKeepsTheRestOfItsBlocksAndOtherBlocksBitwise) {
   std::printf("seed %u\n", kSeed);
   const uint64_t n = 4 * kInt8StateBlock;
