@@ -318,7 +318,7 @@ absl::Status Chunk::UpdateInTier(int64_t step, const std::vector<ConstantsSpan>&
       DisarmLocked(live.status());  // training does not fail for a checkpoint
     }
   }
-  return state_->Update(spans, GradRanges(pushes), copy_out);
+  return state_->Update(spans, GradRanges(pushes), copy_out, range_.begin, step);
 }
 
 void Chunk::FailApply(std::map<uint64_t, StagedPush> pushes, const absl::Status& status) {

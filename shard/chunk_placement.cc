@@ -1,5 +1,5 @@
 // ShardService's placement of a job's chunks over the tiers (shard_service.h):
-// GPU memory first (FP32 states), then host memory, then NVMe.
+// GPU memory first, then host memory, then NVMe.
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -33,9 +33,6 @@ std::vector<Tier*> ShardService::Tiers() const {
 absl::StatusOr<std::unique_ptr<ChunkState>> ShardService::MakeMemoryState(
     const v1::JobSpec& spec, StateShape shape, DType dtype,
     std::shared_ptr<StagingPool>* gpu_staging, bool to_fill) {
-  if (shape.precision != StatePrecision::kFp32) {
-    return HostChunkState::Create(host_, shape, to_fill);
-  }
   if (gpu_ != nullptr && *gpu_staging == nullptr) {
     absl::StatusOr<std::unique_ptr<StagingPool>> pool = StagingPool::Create(
         host_, GpuStagingBytes(spec.chunk_num_params(), dtype), executor_->num_threads() + 1);
@@ -43,7 +40,7 @@ absl::StatusOr<std::unique_ptr<ChunkState>> ShardService::MakeMemoryState(
   }
   if (*gpu_staging != nullptr) {
     absl::StatusOr<std::unique_ptr<ChunkState>> state =
-        CreateGpuChunkState(gpu_, *gpu_staging, shape.num_params, dtype);
+        CreateGpuChunkState(gpu_, *gpu_staging, shape, dtype);
     if (state.ok() || state.status().code() != absl::StatusCode::kResourceExhausted) return state;
   }
   return HostChunkState::Create(host_, shape, to_fill);

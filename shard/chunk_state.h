@@ -80,10 +80,12 @@ class ChunkState {
   virtual bool updates_in_tier() const { return false; }
   // Applies AdamW with each span's constants (the spans cover the chunk)
   // from `grads` (together covering the chunk, in order, in the job's dtype,
-  // which such a state is made with) and writes the new p in that dtype to `copy` (host
-  // memory).
+  // which such a state is made with) and writes the new p in that dtype to
+  // `copy` (host memory). An 8-bit state rounds as ApplyAdamStep does step
+  // `step` of a chunk whose first parameter is `flat_begin` in the model.
   virtual absl::Status Update(absl::Span<const ConstantsSpan> /*spans*/,
-                              absl::Span<const GradRange> /*grads*/, std::byte* /*copy*/) {
+                              absl::Span<const GradRange> /*grads*/, std::byte* /*copy*/,
+                              uint64_t /*flat_begin*/, int64_t /*step*/) {
     return absl::UnimplementedError("this chunk state is updated through Load() and Commit()");
   }
 };

@@ -2,13 +2,16 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_status.h"
+#include "shard/state_math.h"
 
 namespace strata {
 namespace {
@@ -16,57 +19,66 @@ namespace {
 class GpuChunkState : public ChunkState {
  public:
   GpuChunkState(Tier* gpu, std::shared_ptr<StagingPool> staging, Extent extent, int device,
-                uint64_t num_params, DType dtype)
+                StateShape shape, DType dtype)
       : gpu_(gpu),
         staging_(std::move(staging)),
         extent_(extent),
         device_(device),
-        num_params_(num_params),
+        shape_(shape),
         dtype_(dtype),
-        p_(reinterpret_cast<float*>(gpu->DeviceAddress(extent))),
-        scratch_(reinterpret_cast<std::byte*>(p_ + 3 * num_params)) {}
+        state_(shape.ViewOf(gpu->DeviceAddress(extent))),
+        scratch_(gpu->DeviceAddress(extent) + GpuScratchOffset(shape)) {}
   ~GpuChunkState() override { gpu_->Free(extent_); }
 
   TierKind tier() const override { return TierKind::kGpu; }
   uint64_t num_bytes() const override { return extent_.num_bytes; }
-  StateShape shape() const override { return {num_params_, StatePrecision::kFp32}; }
+  StateShape shape() const override { return shape_; }
 
   absl::StatusOr<StateView> Load() override {
-    auto* buffer = new float[3 * num_params_];
-    absl::Status read =
-        ReadAndWait(*gpu_, extent_, 0, absl::MakeSpan(AsBytes(buffer), shape().bytes()));
+    auto* buffer = AsBytes(new float[FloatsFor(shape_.bytes())]);
+    absl::Status read = ReadAndWait(*gpu_, extent_, 0, absl::MakeSpan(buffer, shape_.bytes()));
     if (!read.ok()) {
-      delete[] buffer;
+      Free(buffer);
       return read;
     }
-    return shape().ViewOf(AsBytes(buffer), AsBytes(buffer));
+    return shape_.ViewOf(buffer, buffer);
   }
 
   absl::Status Commit(const StateView& view) override {
-    return WriteAndWait(*gpu_, extent_, 0, absl::MakeConstSpan(view.buffer, shape().bytes()));
+    return WriteAndWait(*gpu_, extent_, 0, absl::MakeConstSpan(view.buffer, shape_.bytes()));
   }
 
-  void Release(const StateView& view) override { delete[] view.p; }
+  void Release(const StateView& view) override { Free(view.bytes()); }
 
   bool updates_in_tier() const override { return true; }
 
   absl::Status Update(absl::Span<const ConstantsSpan> spans, absl::Span<const GradRange> grads,
-                      std::byte* copy) override {
+                      std::byte* copy, uint64_t flat_begin, int64_t step) override {
     RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "set device"));
     cudaStream_t stream = cudaStreamPerThread;
     std::byte* staging = staging_->Acquire();
-    absl::Status enqueued = Enqueue(spans, grads, copy, staging, stream);
-    // The staging buffer is free once the stream has read it.
+    // An 8-bit state's blocks that spans share: stepped on the host after
+    // the rest, from the gradients still in `staging`.
+    std::vector<uint64_t> shared_blocks;
+    absl::Status enqueued =
+        Enqueue(spans, grads, copy, flat_begin, step, staging, stream, &shared_blocks);
     absl::Status done = CudaStatus(cudaStreamSynchronize(stream), "AdamW");
+    for (size_t i = 0; enqueued.ok() && done.ok() && i < shared_blocks.size(); ++i) {
+      done = UpdateOnHost(shared_blocks[i], spans, staging, copy, flat_begin, step, stream);
+    }
+    // The staging buffer is free once the stream has read it.
     staging_->Release(staging);
     return enqueued.ok() ? done : enqueued;
   }
 
  private:
   // Queues Update()'s work on `stream`: the gradients through `staging` to
-  // the scratch, the kernel, the copy back to `copy`.
+  // the scratch, the kernels, the copy back to `copy`. Leaves out, and
+  // lists in `shared_blocks`, the blocks of an 8-bit state that spans share.
   absl::Status Enqueue(absl::Span<const ConstantsSpan> spans, absl::Span<const GradRange> grads,
-                       std::byte* copy, std::byte* staging, cudaStream_t stream) {
+                       std::byte* copy, uint64_t flat_begin, int64_t step, std::byte* staging,
+                       cudaStream_t stream, std::vector<uint64_t>* shared_blocks) {
+    const uint64_t n = shape_.num_params;
     const size_t esize = DTypeSize(dtype_);
     // The ranges cover the chunk in order: gathered, they go to the GPU a
     // batch at a time while the next batch is gathered.
@@ -74,28 +86,76 @@ class GpuChunkState : public ChunkState {
     for (const GradRange& g : grads) {
       std::memcpy(staging + g.offset * esize, g.grads, g.n * esize);
       const uint64_t gathered = (g.offset + g.n) * esize;
-      if (gathered - sent < kCopyBatchBytes && gathered < num_params_ * esize) continue;
+      if (gathered - sent < kCopyBatchBytes && gathered < n * esize) continue;
       RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(scratch_ + sent, staging + sent, gathered - sent,
                                                  cudaMemcpyHostToDevice, stream),
                                  "copy of gradients"));
       sent = gathered;
     }
-    float* m = p_ + num_params_;
-    float* v = m + num_params_;
-    for (const ConstantsSpan& s : spans) {  // elementwise: the bits of one pass
-      std::byte* g = scratch_ + s.offset * esize;
-      RETURN_IF_ERROR(CudaAdamUpdate(s.constants, dtype_, g, p_ + s.offset, m + s.offset,
-                                     v + s.offset, dtype_, g, s.n, stream));
+    if (shape_.precision == StatePrecision::kInt8) {
+      // The kernel reads each gradient before it writes that element's copy.
+      const GradRange all{0, n, scratch_};
+      Int8StepPlan plan = PlanInt8Step(n, spans, {&all, 1}, dtype_, flat_begin, step);
+      for (const Int8Run& r : plan.runs) {
+        auto* g = const_cast<std::byte*>(r.grads);
+        RETURN_IF_ERROR(CudaAdamUpdateInt8(*r.constants, dtype_, g, state_.p + r.first,
+                                           MomentsAt(state_.q, r.first), r.rounding, dtype_, g,
+                                           r.count, stream));
+      }
+      *shared_blocks = std::move(plan.shared_blocks);
+    } else {
+      for (const ConstantsSpan& s : spans) {  // elementwise: the bits of one pass
+        std::byte* g = scratch_ + s.offset * esize;
+        RETURN_IF_ERROR(CudaAdamUpdate(s.constants, dtype_, g, state_.p + s.offset,
+                                       state_.m + s.offset, state_.v + s.offset, dtype_, g, s.n,
+                                       stream));
+      }
     }
-    return CudaStatus(
-        cudaMemcpyAsync(copy, scratch_, num_params_ * esize, cudaMemcpyDeviceToHost, stream),
-        "copy of parameters");
+    return CudaStatus(cudaMemcpyAsync(copy, scratch_, n * esize, cudaMemcpyDeviceToHost, stream),
+                      "copy of parameters");
+  }
+
+  // Steps the shared block of an 8-bit state from element `block` on
+  // (ApplyAdamStepToBlock): brought to the host, stepped with the gradients
+  // in `staging`, its copy written to `copy`, sent back. After the stream's
+  // other work.
+  absl::Status UpdateOnHost(uint64_t block, absl::Span<const ConstantsSpan> spans,
+                            const std::byte* staging, std::byte* copy, uint64_t flat_begin,
+                            int64_t step, cudaStream_t stream) {
+    const uint64_t n = std::min(kInt8StateBlock, shape_.num_params - block);
+    const StateShape block_shape{n, StatePrecision::kInt8};
+    std::vector<float> buffer(FloatsFor(block_shape.bytes()));
+    const StateView on_host = block_shape.ViewOf(AsBytes(buffer.data()));
+    const Int8Moments on_gpu = MomentsAt(state_.q, block);
+    const std::pair<std::byte*, std::byte*> parts[] = {
+        {AsBytes(on_host.p), AsBytes(state_.p + block)},
+        {AsBytes(on_host.q.m_scale), AsBytes(on_gpu.m_scale)},
+        {AsBytes(on_host.q.v_scale), AsBytes(on_gpu.v_scale)},
+        {AsBytes(on_host.q.m), AsBytes(on_gpu.m)},
+        {AsBytes(on_host.q.v), AsBytes(on_gpu.v)}};
+    const uint64_t part_bytes[] = {n * sizeof(float), sizeof(float), sizeof(float), n, n};
+    for (int i = 0; i < 5; ++i) {
+      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(parts[i].first, parts[i].second, part_bytes[i],
+                                                 cudaMemcpyDeviceToHost, stream),
+                                 "copy of a shared block"));
+    }
+    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "copy of a shared block"));
+    ApplyAdamStepToBlock(shape_.num_params, block, on_host, spans, staging, dtype_, copy,
+                         flat_begin, step);
+    for (int i = 0; i < 5; ++i) {
+      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(parts[i].second, parts[i].first, part_bytes[i],
+                                                 cudaMemcpyHostToDevice, stream),
+                                 "copy of a shared block"));
+    }
+    return CudaStatus(cudaStreamSynchronize(stream), "copy of a shared block");
   }
 
   // The gradients go to the GPU in copies of at least this many bytes.
   static constexpr uint64_t kCopyBatchBytes = uint64_t{2} << 20;
 
-  static std::byte* AsBytes(float* p) { return reinterpret_cast<std::byte*>(p); }
+  static uint64_t FloatsFor(uint64_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); }
+  static std::byte* AsBytes(void* p) { return static_cast<std::byte*>(p); }
+  static void Free(std::byte* buffer) { delete[] reinterpret_cast<float*>(buffer); }
   // strata::CudaStatus naming this state's GPU.
   absl::Status CudaStatus(cudaError_t e, const char* what) const {
     return strata::CudaStatus(e, absl::StrCat(what, " on GPU ", device_));
@@ -105,17 +165,17 @@ class GpuChunkState : public ChunkState {
   const std::shared_ptr<StagingPool> staging_;
   const Extent extent_;
   const int device_;
-  const uint64_t num_params_;
+  const StateShape shape_;
   const DType dtype_;
-  float* const p_;
+  const StateView state_;  // device pointers
   std::byte* const scratch_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ChunkState>> CreateGpuChunkState(
-    Tier* gpu, std::shared_ptr<StagingPool> staging, uint64_t num_params, DType dtype) {
-  ASSIGN_OR_RETURN(Extent extent, gpu->Allocate(GpuChunkStateBytes(num_params, dtype)));
+    Tier* gpu, std::shared_ptr<StagingPool> staging, StateShape shape, DType dtype) {
+  ASSIGN_OR_RETURN(Extent extent, gpu->Allocate(GpuChunkStateBytes(shape, dtype)));
   cudaPointerAttributes attributes{};
   cudaError_t e = cudaPointerGetAttributes(&attributes, gpu->DeviceAddress(extent));
   if (e != cudaSuccess || attributes.type != cudaMemoryTypeDevice) {
@@ -124,7 +184,7 @@ absl::StatusOr<std::unique_ptr<ChunkState>> CreateGpuChunkState(
         "GPU chunk state: the tier's extent is not device memory (", cudaGetErrorString(e), ")"));
   }
   return std::unique_ptr<ChunkState>(
-      new GpuChunkState(gpu, std::move(staging), extent, attributes.device, num_params, dtype));
+      new GpuChunkState(gpu, std::move(staging), extent, attributes.device, shape, dtype));
 }
 
 }  // namespace strata

@@ -1,5 +1,6 @@
-// GpuChunkState: a chunk's p, m, v in one extent of a GPU tier, followed by
-// a scratch area of one element per parameter in the job's dtype. Update()
+// GpuChunkState: a chunk's state (p, m, v in FP32 or 8-bit moments; laid out
+// as core/chunk_bytes.h says) in one extent of a GPU tier, followed by a
+// scratch area of one element per parameter in the job's dtype. Update()
 // copies the pushed gradients into the scratch (through a staging buffer of
 // the job's: a memcpy on the calling thread, then DMA when the buffer is
 // pinned for the GPU, overlapping the next push's memcpy), runs the CUDA
@@ -34,17 +35,24 @@ inline uint64_t GpuStagingBytes(uint64_t num_params, DType dtype) {
   return num_params * DTypeSize(dtype);
 }
 
-// Tier bytes a chunk of `num_params` in `dtype` takes in a GPU tier (FP32
-// states only).
-inline uint64_t GpuChunkStateBytes(uint64_t num_params, DType dtype) {
-  return StateBytes(num_params, StatePrecision::kFp32) + num_params * DTypeSize(dtype);
+// Where the scratch starts in a GPU chunk state's extent: after the state,
+// aligned for any dtype.
+inline uint64_t GpuScratchOffset(StateShape shape) {
+  constexpr uint64_t kAlignment = 256;
+  return (shape.bytes() + kAlignment - 1) / kAlignment * kAlignment;
 }
 
-// A zeroed FP32 state in `gpu` (a GPU tier) whose updates take buffers of at
-// least GpuStagingBytes(num_params, dtype) from `staging`. RESOURCE_EXHAUSTED
-// when it does not fit; FAILED_PRECONDITION where strata was built without CUDA.
+// Tier bytes a chunk of `shape` in `dtype` takes in a GPU tier.
+inline uint64_t GpuChunkStateBytes(StateShape shape, DType dtype) {
+  return GpuScratchOffset(shape) + shape.num_params * DTypeSize(dtype);
+}
+
+// A zeroed state of `shape` in `gpu` (a GPU tier) whose updates take
+// buffers of at least GpuStagingBytes(shape.num_params, dtype) from
+// `staging`. RESOURCE_EXHAUSTED when it does not fit; FAILED_PRECONDITION
+// where strata was built without CUDA.
 absl::StatusOr<std::unique_ptr<ChunkState>> CreateGpuChunkState(
-    Tier* gpu, std::shared_ptr<StagingPool> staging, uint64_t num_params, DType dtype);
+    Tier* gpu, std::shared_ptr<StagingPool> staging, StateShape shape, DType dtype);
 
 }  // namespace strata
 

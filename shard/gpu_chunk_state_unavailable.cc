@@ -4,7 +4,7 @@
 namespace strata {
 
 absl::StatusOr<std::unique_ptr<ChunkState>> CreateGpuChunkState(Tier*, std::shared_ptr<StagingPool>,
-                                                                uint64_t, DType) {
+                                                                StateShape, DType) {
   return absl::FailedPreconditionError(
       "GPU chunk state: this build of strata has no CUDA support (toolkit not found)");
 }

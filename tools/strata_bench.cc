@@ -27,9 +27,10 @@ ABSL_FLAG(std::string, grad, "fp16",
           "adam, grad-stats, cast, server-step, gpu-step, nvme-step: fp16, bf16 or fp32 (cast and "
           "the steps: 16-bit)");
 ABSL_FLAG(std::string, op, "to_float", "cast: to_float (16-bit -> fp32) or from_float");
-ABSL_FLAG(std::string, state, "fp32",
-          "adam, nvme-step: the optimizer state's precision, fp32 (m, v FP32) or int8 (m, v "
-          "8-bit codes with a scale per 256 parameters; nvme-step then steps FP32 states too)");
+ABSL_FLAG(
+    std::string, state, "fp32",
+    "adam, nvme-step, gpu-step: the optimizer state's precision, fp32 (m, v FP32) or int8 (m, v "
+    "8-bit codes with a scale per 256 parameters; nvme-step then steps FP32 states too)");
 ABSL_FLAG(int, grad_binades, 0,
           "adam: gradients +/-1e-3 * 2^-k with k spread over this many binades, as a trained "
           "layer's (0: all 1e-3)");
@@ -94,7 +95,7 @@ constexpr char kUsage[] =
     "  strata-bench server-step --params N --threads T [--grad fp16|bf16]\n"
     "      a shard server's staging and apply over host-tier chunks (no network),\n"
     "      against the AdamW kernel alone in the same run\n"
-    "  strata-bench gpu-step --params N --threads T [--grad fp16|bf16]\n"
+    "  strata-bench gpu-step --params N --threads T [--grad fp16|bf16] [--state fp32|int8]\n"
     "      the same over chunks in a GPU tier (AdamW on the GPU), against the copies\n"
     "      to and from the GPU it needs and beside the host-tier step, in the same run\n"
     "  strata-bench gpu-worker --params N [--servers S] [--executor_threads T] [--dtype ...]\n"

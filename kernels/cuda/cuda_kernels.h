@@ -30,7 +30,7 @@ absl::Status CudaAdamUpdate(const AdamConstants& c, DType grad_dtype, const void
                             float* m, float* v, DType copy_dtype, void* copy, size_t n,
                             void* stream);
 // kernels/int8_adam.h's AdamUpdateInt8; every pointer of `moments` on the
-// device.
+// device; `copy` may be `grads` as above.
 absl::Status CudaAdamUpdateInt8(const AdamConstants& c, DType grad_dtype, const void* grads,
                                 float* p, Int8Moments moments, Int8Rounding rounding,
                                 DType copy_dtype, void* copy, size_t n, void* stream);

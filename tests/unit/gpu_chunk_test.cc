@@ -1,11 +1,14 @@
 // A chunk whose state is in GPU memory against the same chunk in host
 // memory: the same pushes give the same bits (state, pulled copies and
-// checkpoint files), in every dtype. Skips itself where no GPU is present.
+// checkpoint files), in every dtype, with FP32 and with 8-bit states (two
+// parameter groups whose boundary cuts a block of the 8-bit moments). Skips
+// itself where no GPU is present.
 #include <unistd.h>
 
 #include <deque>
 #include <fstream>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -22,41 +25,49 @@ namespace strata {
 namespace {
 
 constexpr uint64_t kBegin = 64;
-constexpr uint64_t kN = 3 * 4096 + 17;  // pushed in three uneven ranges
+constexpr uint64_t kN = 3 * 4096 + 17;     // pushed in three uneven ranges
+constexpr uint64_t kGroupBoundary = 1000;  // inside the block from 768
 
-class GpuChunkTest : public ::testing::TestWithParam<DType> {
+class GpuChunkTest : public ::testing::TestWithParam<std::tuple<DType, StatePrecision>> {
  protected:
   void SetUp() override {
     if (GpuCount() == 0) GTEST_SKIP() << "no GPU";
     auto gpu = OpenGpuTier(0, 1 << 20);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     gpu_ = *std::move(gpu);
-    auto staging = StagingPool::Create(&host_, GpuStagingBytes(kN, GetParam()), 1);
+    auto staging = StagingPool::Create(&host_, GpuStagingBytes(kN, dtype()), 1);
     ASSERT_TRUE(staging.ok()) << staging.status();
     staging_ = *std::move(staging);
-    auto state = CreateGpuChunkState(gpu_.get(), staging_, kN, GetParam());
+    auto state = CreateGpuChunkState(gpu_.get(), staging_, shape(), dtype());
     ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ((*state)->shape().precision, shape().precision);
     EXPECT_GE(gpu_->used_bytes(), (*state)->num_bytes());
     EXPECT_LT(gpu_->used_bytes(), (*state)->num_bytes() + 256);  // cudaMalloc's alignment
     on_gpu_ = MakeChunk(*std::move(state));
-    on_host_ = MakeChunk(*HostChunkState::Create(&host_, {kN}));
+    on_host_ = MakeChunk(*HostChunkState::Create(&host_, shape()));
   }
 
+  DType dtype() const { return std::get<0>(GetParam()); }
+  StateShape shape() const { return {kN, std::get<1>(GetParam())}; }
+
   std::unique_ptr<Chunk> MakeChunk(std::unique_ptr<ChunkState> state) {
-    return std::make_unique<Chunk>("job", 3, FlatRange{kBegin, kBegin + kN}, GetParam(),
-                                   AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, true},
-                                   std::move(state), &host_,
-                                   *host_.Allocate(ChunkCopyBytes(kN, GetParam())));
+    ChunkGroups groups;
+    groups.weight_decay = {0.0f, 0.01f};
+    groups.spans = {{0, kGroupBoundary, 0}, {kGroupBoundary, kN - kGroupBoundary, 1}};
+    return std::make_unique<Chunk>(
+        "job", 3, FlatRange{kBegin, kBegin + kN}, dtype(),
+        AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, true}, std::move(state), &host_,
+        *host_.Allocate(ChunkCopyBytes(kN, dtype())), nullptr, 0, std::move(groups));
   }
 
   // Pushes random gradients of `step` to both chunks and applies them.
   void Step(int64_t step) {
     std::vector<float> g(kN);
     for (float& x : g) x = normal_(rng_);
-    grads_.emplace_back(kN * DTypeSize(GetParam()), '\0');
-    CastFromFloat(g.data(), GetParam(), grads_.back().data(), kN);
+    grads_.emplace_back(kN * DTypeSize(dtype()), '\0');
+    CastFromFloat(g.data(), dtype(), grads_.back().data(), kN);
     const absl::string_view bytes = grads_.back();
-    const size_t esize = DTypeSize(GetParam());
+    const size_t esize = DTypeSize(dtype());
     const uint64_t cuts[] = {0, 5000, 5001, kN};
     for (Chunk* chunk : {on_gpu_.get(), on_host_.get()}) {
       for (int i = 0; i < 3; ++i) {
@@ -133,7 +144,7 @@ TEST_P(GpuChunkTest, TrainsBitwiseLikeAHostChunk) {
     std::ifstream in(path, std::ios::binary);
     files[i++] = std::string((std::istreambuf_iterator<char>(in)), {});
   }
-  EXPECT_EQ(files[0].size(), 12 * kN);
+  EXPECT_EQ(files[0].size(), shape().bytes());
   EXPECT_TRUE(files[0] == files[1]);
   // The host chunk's second buffer goes back at its next step.
   Step(16);
@@ -143,14 +154,19 @@ TEST_P(GpuChunkTest, TrainsBitwiseLikeAHostChunk) {
 
 TEST_P(GpuChunkTest, AStateBeyondTheBudgetIsRefusedAndTakesNothing) {
   const uint64_t used = gpu_->used_bytes();
-  auto state = CreateGpuChunkState(gpu_.get(), staging_, 1 << 20, GetParam());
+  auto state = CreateGpuChunkState(gpu_.get(), staging_, {1 << 20, shape().precision}, dtype());
   EXPECT_EQ(state.status().code(), absl::StatusCode::kResourceExhausted) << state.status();
   EXPECT_EQ(gpu_->used_bytes(), used);
 }
 
-INSTANTIATE_TEST_SUITE_P(DTypes, GpuChunkTest,
-                         ::testing::Values(DType::kFp16, DType::kBf16, DType::kFp32),
-                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+INSTANTIATE_TEST_SUITE_P(
+    DTypesAndStates, GpuChunkTest,
+    ::testing::Combine(::testing::Values(DType::kFp16, DType::kBf16, DType::kFp32),
+                       ::testing::Values(StatePrecision::kFp32, StatePrecision::kInt8)),
+    [](const auto& info) {
+      return std::string(DTypeName(std::get<0>(info.param))) +
+             (std::get<1>(info.param) == StatePrecision::kInt8 ? "_int8" : "_fp32");
+    });
 
 }  // namespace
 }  // namespace strata

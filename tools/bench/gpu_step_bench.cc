@@ -68,9 +68,12 @@ absl::StatusOr<std::pair<double, double>> BusBytesPerSecond(Tier& gpu, int reps)
 
 absl::StatusOr<json> BenchGpuStep(const KernelBenchOptions& o) {
   if (absl::Status s = CheckDtype(o); !s.ok()) return s;
+  absl::StatusOr<StatePrecision> precision = StatePrecisionOf(o);
+  if (!precision.ok()) return precision.status();
   absl::StatusOr<std::unique_ptr<Tier>> gpu = OpenGpuTier(0, 0);
   if (!gpu.ok()) return gpu.status();
-  absl::StatusOr<std::unique_ptr<ServerStepRig>> rig = ServerStepRig::Create(o, gpu->get());
+  absl::StatusOr<std::unique_ptr<ServerStepRig>> rig =
+      ServerStepRig::Create(o, gpu->get(), *precision);
   if (!rig.ok()) return rig.status();
   // The bound: each parameter's gradient in and copy out, both ways at once.
   absl::StatusOr<std::pair<double, double>> bus = BusBytesPerSecond(**gpu, o.reps);
@@ -78,7 +81,8 @@ absl::StatusOr<json> BenchGpuStep(const KernelBenchOptions& o) {
   absl::StatusOr<double> step_s = (*rig)->MedianStepSeconds();
   if (!step_s.ok()) return step_s.status();
   rig->reset();
-  absl::StatusOr<std::unique_ptr<ServerStepRig>> host_rig = ServerStepRig::Create(o, nullptr);
+  absl::StatusOr<std::unique_ptr<ServerStepRig>> host_rig =
+      ServerStepRig::Create(o, nullptr, *precision);
   if (!host_rig.ok()) return host_rig.status();
   absl::StatusOr<double> host_step_s = (*host_rig)->MedianStepSeconds();
   if (!host_step_s.ok()) return host_step_s.status();
@@ -88,6 +92,7 @@ absl::StatusOr<json> BenchGpuStep(const KernelBenchOptions& o) {
               {"params", o.num_params},
               {"threads", o.threads},
               {"dtype", DTypeName(o.grad_dtype)},
+              {"state", o.state},
               {"params_per_s", params_per_s},
               {"to_gpu_GBps", bus->first / 1e9},
               {"from_gpu_GBps", bus->second / 1e9},

@@ -18,7 +18,7 @@ struct KernelBenchOptions {
   DType grad_dtype = DType::kFp16;
   int reps = 5;
   std::string cast_op = "to_float";  // cast: to_float (fp16 -> fp32) or from_float
-  std::string state = "fp32";        // adam, nvme-step: fp32 or int8 (kernels/int8_adam.h)
+  std::string state = "fp32";        // adam, nvme-step, gpu-step: fp32 or int8 (int8_adam.h)
   int grad_binades = 0;              // adam: gradients spread over this many binades (0: none)
 };
 

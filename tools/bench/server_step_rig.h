@@ -28,15 +28,12 @@ namespace strata {
 // Chunks of N parameters, their pushed pieces, and a timed step over them.
 class ServerStepRig {
  public:
-  // States of `precision` in `tier` (NVMe: through a staging pool; GPU:
-  // FP32 only) when given, else in host memory. The copies (and staging buffers) are in a host tier
+  // States of `precision` in `tier` (NVMe or GPU: through a staging pool)
+  // when given, else in host memory. The copies (and staging buffers) are in a host tier
   // of the rig's own, sized for what it holds.
   static absl::StatusOr<std::unique_ptr<ServerStepRig>> Create(
       const KernelBenchOptions& o, Tier* tier, StatePrecision precision = StatePrecision::kFp32) {
     Tier* nvme = tier != nullptr && tier->kind() == TierKind::kNvme ? tier : nullptr;
-    if (tier != nullptr && nvme == nullptr && precision != StatePrecision::kFp32) {
-      return absl::InvalidArgumentError("GPU-tier states are FP32");
-    }
     const uint64_t num_chunks = (o.num_params + kBenchChunkElements - 1) / kBenchChunkElements;
     const uint64_t staging_bytes =
         nvme != nullptr ? NvmeChunkState::StagingBytes({kBenchChunkElements, precision})
@@ -65,7 +62,7 @@ class ServerStepRig {
       const StateShape shape{size, precision};
       absl::StatusOr<std::unique_ptr<ChunkState>> state =
           nvme != nullptr   ? NvmeChunkState::Create(nvme, staging, shape)
-          : tier != nullptr ? CreateGpuChunkState(tier, staging, size, o.grad_dtype)
+          : tier != nullptr ? CreateGpuChunkState(tier, staging, shape, o.grad_dtype)
                             : HostChunkState::Create(host, shape);
       if (!state.ok()) return state.status();
       rig->chunks_.push_back(std::make_shared<Chunk>(
