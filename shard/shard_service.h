@@ -200,8 +200,8 @@ class ShardService final : public ShardServerService, public WorkerTokens {
                         DType dtype, ShardJob* job);
   // The tiers this server has, fastest first.
   std::vector<Tier*> Tiers() const;
-  // A chunk state of job `spec` in memory: GPU memory if it fits (FP32
-  // states), else host memory. GPU states share the job's staging buffers in `gpu_staging`,
+  // A chunk state of job `spec` in memory: GPU memory if it fits, else
+  // host memory. GPU states share the job's staging buffers in `gpu_staging`,
   // made for the first (one per executor thread, one spare, from the host
   // tier); without room for them the state goes to host memory. With
   // `to_fill` the state is about to be written whole and then settled
