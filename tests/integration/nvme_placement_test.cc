@@ -3,7 +3,7 @@
 // memory; placement shows both tiers. NVMe chunks are applied on threads of
 // their own, so a stalled disk does not hold up host-tier chunks. Where a GPU
 // is found, chunks fill a GPU tier first, then host memory, then NVMe, and
-// still train to the same bits.
+// still train to the same bits, with FP32 and with 8-bit states.
 #include <atomic>
 #include <filesystem>
 #include <thread>
@@ -29,7 +29,8 @@ namespace {
 constexpr int kSteps = 12;
 constexpr uint64_t kChunkParams = 4096;
 
-ClientOptions WorkerOptions(const std::string& coordinator) {
+ClientOptions WorkerOptions(const std::string& coordinator,
+                            StatePrecision precision = StatePrecision::kFp32) {
   ClientOptions o;
   o.coordinator_address = coordinator;
   o.job_id = "nvme-job";
@@ -37,6 +38,7 @@ ClientOptions WorkerOptions(const std::string& coordinator) {
   o.job.world_size = 2;
   o.job.chunk_num_params = kChunkParams;
   o.job.adam = AdamConfig{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, true};
+  o.job.state_precision = precision;
   o.loss_scale = LossScaleOptions{true, 1024.0f, 2.0f, 0.5f, 100, 1.0f};
   o.initial.params =
       testing::InitialParams(FlatLayout::Create(o.job.tensors, kChunkParams)->num_params());
@@ -64,7 +66,8 @@ struct TierRun {
 };
 
 TierRun RunWith(uint64_t host_budget_bytes, uint64_t nvme_budget_bytes,
-                int64_t gpu_budget_bytes = ShardServerOptions::kNoGpuTier) {
+                int64_t gpu_budget_bytes = ShardServerOptions::kNoGpuTier,
+                StatePrecision precision = StatePrecision::kFp32) {
   LocalClusterOptions cluster_options;
   cluster_options.num_servers = 1;
   cluster_options.gpu_budget_bytes = gpu_budget_bytes;
@@ -73,7 +76,7 @@ TierRun RunWith(uint64_t host_budget_bytes, uint64_t nvme_budget_bytes,
   auto cluster = LocalCluster::Start(cluster_options);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   if (!cluster.ok()) return {};
-  ClientOptions options = WorkerOptions((*cluster)->coordinator_address());
+  ClientOptions options = WorkerOptions((*cluster)->coordinator_address(), precision);
   size_t n = options.initial.params.size();
   TierRun run;
   run.master = testing::RunWorkers(options, kSteps, 1, [n](int rank, int64_t step, int micro) {
@@ -108,17 +111,23 @@ TEST(NvmePlacementTest, StateTwiceTheHostBudgetTrainsBitwiseAsInHostMemory) {
 
 TEST(NvmePlacementTest, GpuThenHostThenNvmeTrainsBitwiseAsInHostMemory) {
   if (GpuCount() == 0) GTEST_SKIP() << "no GPU";
-  TierRun host_only = RunWith(uint64_t{64} << 20, 0);
-  // 135 K params: 2.1 MB of state on a GPU tier (16 bytes per parameter
-  // there, with the scratch of gradients) of 640 KiB, a host tier of 1 MiB
-  // that also holds every chunk's copies (4 bytes per parameter) and the
-  // staging buffers, and NVMe.
-  TierRun tiered = RunWith(uint64_t{1} << 20, uint64_t{16} << 20, int64_t{640} << 10);
-  ASSERT_FALSE(::testing::Test::HasFailure());
-  EXPECT_GT(tiered.chunks_per_tier["gpu"], 0);
-  EXPECT_GT(tiered.chunks_per_tier["host"], 0);
-  EXPECT_GT(tiered.chunks_per_tier["nvme"], 0);
-  ExpectTrainedBitwiseAlike(tiered.master, host_only.master);
+  // 135 K params. FP32: 2.1 MB of state on a GPU tier (16 bytes per
+  // parameter there, with the scratch of gradients) of 640 KiB; 8-bit:
+  // 1.1 MB (8 bytes per parameter) on one of 320 KiB. A host tier of 1 MiB
+  // also holds every chunk's copies (4 bytes per parameter) and the staging
+  // buffers; the rest goes to NVMe.
+  for (const auto& [precision, gpu_budget_bytes] :
+       {std::pair{StatePrecision::kFp32, int64_t{640} << 10},
+        std::pair{StatePrecision::kInt8, int64_t{320} << 10}}) {
+    SCOPED_TRACE(precision == StatePrecision::kInt8 ? "int8" : "fp32");
+    TierRun host_only = RunWith(uint64_t{64} << 20, 0, ShardServerOptions::kNoGpuTier, precision);
+    TierRun tiered = RunWith(uint64_t{1} << 20, uint64_t{16} << 20, gpu_budget_bytes, precision);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    EXPECT_GT(tiered.chunks_per_tier["gpu"], 0);
+    EXPECT_GT(tiered.chunks_per_tier["host"], 0);
+    EXPECT_GT(tiered.chunks_per_tier["nvme"], 0);
+    ExpectTrainedBitwiseAlike(tiered.master, host_only.master);
+  }
 }
 
 // A GPU tier asked for on a GPU this machine lacks, or with a negative
