@@ -30,13 +30,20 @@ cat >"$out/run" <<'RUN'
 here=$(cd "$(dirname "$0")" && pwd)
 name=$1
 shift
-libs=$here/lib
-for lib in libnccl.so.2 libcublas.so.13 libcublasLt.so.13; do
-  if ! ldconfig -p | grep -q "$lib"; then
-    found=$(find / -xdev -name "$lib" -path '*nvidia*' 2>/dev/null | head -1)
-    [[ -n $found ]] && libs=$libs:$(dirname "$found")
-  fi
-done
+# Where the target keeps NCCL and cuBLAS outside the linker's cache: looked
+# for once, then remembered beside the bundle.
+found_dirs=$here/.nvidia-lib-dirs
+if [[ ! -e $found_dirs ]]; then
+  dirs=
+  for lib in libnccl.so.2 libcublas.so.13 libcublasLt.so.13; do
+    if ! ldconfig -p | grep -q "$lib"; then
+      found=$(find / -xdev -name "$lib" -path '*nvidia*' 2>/dev/null | head -1)
+      [[ -n $found ]] && dirs=$dirs:$(dirname "$found")
+    fi
+  done
+  echo "$dirs" >"$found_dirs"
+fi
+libs=$here/lib$(cat "$found_dirs")
 LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/bin/$name" "$@"
 RUN
 chmod +x "$out/run"
