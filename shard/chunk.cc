@@ -34,7 +34,11 @@ absl::Status Chunk::CommitAndRelease(const StateView& view, int64_t step) {
   if (committed.ok()) {
     // The record names the new slot: without it the step is not durable.
     committed = WriteRecordLocked(step);
-    if (!committed.ok()) state_->Rollback();
+    if (committed.ok()) {
+      state_->Retire();
+    } else {
+      state_->Rollback();
+    }
   }
   state_->Release(view);
   return committed;

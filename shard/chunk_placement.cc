@@ -78,7 +78,8 @@ absl::Status ShardService::PlaceChunks(const v1::AllocateChunksRequest& request,
     const StateShape shape{c.num_params(), precision};
     absl::StatusOr<std::unique_ptr<ChunkState>> state =
         MakeMemoryState(request.spec(), shape, dtype, &gpu_staging, to_fill(c));
-    if (!state.ok() && staging != nullptr) state = NvmeChunkState::Create(nvme_, staging, shape);
+    if (!state.ok() && staging != nullptr)
+      state = NvmeChunkState::Create(nvme_slots_.get(), staging, shape);
     if (!state.ok()) {
       status = state.status();
       break;

@@ -64,80 +64,72 @@ absl::StatusOr<StateView> HostChunkState::Load() { return shape_.ViewOf(host_->M
 
 uint64_t NvmeChunkState::StagingBytes(StateShape shape) { return RoundUpToBlock(shape.bytes()); }
 
-NvmeChunkState::NvmeChunkState(Tier* nvme, std::shared_ptr<StagingPool> staging, StateShape shape,
-                               Extent slot0, Extent slot1, int current)
-    : nvme_(nvme),
+NvmeChunkState::NvmeChunkState(NvmeSlots* slots, std::shared_ptr<StagingPool> staging,
+                               StateShape shape, Extent slot)
+    : slots_(slots),
       staging_(std::move(staging)),
       shape_(shape),
       slot_bytes_(StagingBytes(shape)),
-      slots_{slot0, slot1},
-      current_(current) {}
+      current_(slot) {}
 
 absl::Status NvmeChunkState::Describe(internal::ChunkRecord* record) const {
-  ASSIGN_OR_RETURN(std::vector<uint64_t> checksums, nvme_->Checksums(slots_[current_]));
+  ASSIGN_OR_RETURN(std::vector<uint64_t> checksums, slots_->tier()->Checksums(current_));
   record->set_tier("nvme");
   record->clear_slot_offsets();
-  record->add_slot_offsets(slots_[0].offset);
-  record->add_slot_offsets(slots_[1].offset);
+  record->add_slot_offsets(current_.offset);
   record->set_slot_bytes(slot_bytes_);
-  record->set_current_slot(current_);
+  record->set_current_slot(0);
   record->mutable_checksums()->Assign(checksums.begin(), checksums.end());
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<ChunkState>> NvmeChunkState::Restore(
-    NvmeTier* nvme, std::shared_ptr<StagingPool> staging, const internal::ChunkRecord& record,
-    StatePrecision precision) {
+    NvmeTier* nvme, NvmeSlots* slots, std::shared_ptr<StagingPool> staging,
+    const internal::ChunkRecord& record, StatePrecision precision) {
   const StateShape shape{record.chunk().num_params(), precision};
   const uint64_t slot_bytes = StagingBytes(shape);
-  if (record.slot_offsets_size() != 2 || record.slot_bytes() != slot_bytes ||
-      record.current_slot() > 1) {
+  // One slot; records of two fixed slots, one current, come from earlier
+  // versions (the other slot's bytes are free now).
+  if (record.slot_offsets_size() < 1 || record.slot_offsets_size() > 2 ||
+      record.slot_bytes() != slot_bytes ||
+      record.current_slot() >= static_cast<uint32_t>(record.slot_offsets_size())) {
     return absl::DataLossError(
         absl::StrCat("chunk ", record.chunk().chunk_id(), ": malformed NVMe record"));
   }
-  int current = static_cast<int>(record.current_slot());
   std::vector<uint64_t> checksums(record.checksums().begin(), record.checksums().end());
-  Extent slots[2];
-  for (int i = 0; i < 2; ++i) {
-    ASSIGN_OR_RETURN(slots[i], nvme->Adopt(record.slot_offsets(i), slot_bytes,
-                                           i == current ? checksums : std::vector<uint64_t>()));
-  }
-  return std::unique_ptr<ChunkState>(
-      new NvmeChunkState(nvme, std::move(staging), shape, slots[0], slots[1], current));
+  ASSIGN_OR_RETURN(Extent slot,
+                   nvme->Adopt(record.slot_offsets(static_cast<int>(record.current_slot())),
+                               slot_bytes, checksums));
+  slots->Adopted(slot);
+  return std::unique_ptr<ChunkState>(new NvmeChunkState(slots, std::move(staging), shape, slot));
 }
 
 absl::StatusOr<std::unique_ptr<ChunkState>> NvmeChunkState::Create(
-    Tier* nvme, std::shared_ptr<StagingPool> staging, StateShape shape) {
+    NvmeSlots* slots, std::shared_ptr<StagingPool> staging, StateShape shape) {
   const uint64_t slot_bytes = StagingBytes(shape);
-  ASSIGN_OR_RETURN(Extent slot0, nvme->Allocate(slot_bytes));
-  absl::StatusOr<Extent> slot1 = nvme->Allocate(slot_bytes);
-  if (!slot1.ok()) {
-    nvme->Free(slot0);
-    return slot1.status();
-  }
+  ASSIGN_OR_RETURN(Extent slot, slots->Allocate(slot_bytes));
   StagingPool* pool = staging.get();
-  std::unique_ptr<NvmeChunkState> state(
-      new NvmeChunkState(nvme, std::move(staging), shape, slot0, *slot1));
-  // Slot 0 starts as zeros: p, m and v of a new chunk (8-bit moments: codes
-  // and scales 0).
+  std::unique_ptr<NvmeChunkState> state(new NvmeChunkState(slots, std::move(staging), shape, slot));
+  // The slot starts as zeros: p, m and v of a new chunk (8-bit moments:
+  // codes and scales 0).
   std::byte* buffer = pool->Acquire();
   std::memset(buffer, 0, slot_bytes);
-  absl::Status s = WriteAndWait(*nvme, slot0, 0, absl::MakeConstSpan(buffer, slot_bytes));
+  absl::Status s = WriteAndWait(*slots->tier(), slot, 0, absl::MakeConstSpan(buffer, slot_bytes));
   pool->Release(buffer);
   RETURN_IF_ERROR(s);
   return std::unique_ptr<ChunkState>(std::move(state));
 }
 
 NvmeChunkState::~NvmeChunkState() {
-  nvme_->Free(slots_[0]);
-  nvme_->Free(slots_[1]);
+  Retire();
+  slots_->Free(current_);
 }
 
 StateView NvmeChunkState::ViewOf(std::byte* buffer) const { return shape_.ViewOf(buffer, buffer); }
 
 absl::StatusOr<StateView> NvmeChunkState::Load() {
   std::byte* buffer = staging_->Acquire();
-  absl::Status s = ReadAndWait(*nvme_, slots_[current_], 0, absl::MakeSpan(buffer, slot_bytes_));
+  absl::Status s = ReadAndWait(*slots_->tier(), current_, 0, absl::MakeSpan(buffer, slot_bytes_));
   if (!s.ok()) {
     staging_->Release(buffer);
     return s;
@@ -146,11 +138,30 @@ absl::StatusOr<StateView> NvmeChunkState::Load() {
 }
 
 absl::Status NvmeChunkState::Commit(const StateView& view) {
-  int next = 1 - current_;
-  RETURN_IF_ERROR(
-      WriteAndWait(*nvme_, slots_[next], 0, absl::MakeConstSpan(view.buffer, slot_bytes_)));
+  Retire();
+  ASSIGN_OR_RETURN(Extent next, slots_->BeginCommit(slot_bytes_));
+  absl::Status written =
+      WriteAndWait(*slots_->tier(), next, 0, absl::MakeConstSpan(view.buffer, slot_bytes_));
+  if (!written.ok()) {
+    slots_->EndCommit(next);
+    return written;
+  }
+  previous_ = current_;
   current_ = next;
   return absl::OkStatus();
+}
+
+void NvmeChunkState::Retire() {
+  if (!previous_.has_value()) return;
+  slots_->EndCommit(*previous_);
+  previous_.reset();
+}
+
+void NvmeChunkState::Rollback() {
+  if (!previous_.has_value()) return;
+  slots_->EndCommit(current_);
+  current_ = *previous_;
+  previous_.reset();
 }
 
 void NvmeChunkState::Release(const StateView& view) { staging_->Release(view.buffer); }

@@ -3,10 +3,11 @@
 //
 //  - HostChunkState: in a host-tier extent; Load() gives pointers into it and
 //    Commit() has nothing to do.
-//  - NvmeChunkState: in two NVMe-tier slots, one current. Load() reads the
-//    current slot into a staging buffer of a StagingPool; Commit() writes the
-//    updated state to the other slot and only then makes it current, so a
-//    failed or torn write leaves the previous state intact.
+//  - NvmeChunkState: in an NVMe-tier slot (nvme_slots.h). Load() reads it
+//    into a staging buffer of a StagingPool; Commit() writes the updated
+//    state to a new slot and only then makes it current, so a failed or
+//    torn write leaves the previous state intact; the old slot is freed
+//    once the chunk's record names the new one (Retire).
 //  - GpuChunkState (server/gpu_chunk_state.h): in GPU memory, updated there
 //    by Update(); Load()/Commit() copy it to and from host memory for the
 //    rarer reads and writes.
@@ -17,6 +18,7 @@
 #define STRATA_SHARD_CHUNK_STATE_H_
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -26,6 +28,7 @@
 #include "core/chunk_bytes.h"
 #include "kernels/adam.h"
 #include "shard/chunk_groups.h"
+#include "shard/nvme_slots.h"
 #include "shard/state_view.h"
 #include "storage/nvme_tier.h"
 #include "storage/tier.h"
@@ -68,10 +71,13 @@ class ChunkState {
   virtual void Release(const StateView& view) = 0;
   // Whether the state survives a restart; if so, Describe() fills the
   // tier's part of the chunk's record after each Commit(), and Rollback()
-  // undoes the last Commit() when that record could not be written.
+  // undoes the last Commit() when that record could not be written. Retire()
+  // follows a Commit() whose record is written (or that needs none): what
+  // the state kept to undo it goes.
   virtual bool durable() const { return false; }
   virtual absl::Status Describe(internal::ChunkRecord*) const { return absl::OkStatus(); }
   virtual void Rollback() {}
+  virtual void Retire() {}
   // Makes a state created to be filled (a restore's load) what others are:
   // pinned where its tier pins (Tier::Settle); the tier's refusal otherwise.
   virtual absl::Status Settle() { return absl::OkStatus(); }
@@ -118,40 +124,42 @@ class NvmeChunkState : public ChunkState {
  public:
   // Staging bytes one chunk of `shape` needs: its state rounded to 4 KiB blocks.
   static uint64_t StagingBytes(StateShape shape);
-  // Two slots in `nvme`, slot 0 written with zeros. RESOURCE_EXHAUSTED when
-  // they do not fit; the tier's error when the first write fails.
-  static absl::StatusOr<std::unique_ptr<ChunkState>> Create(Tier* nvme,
+  // A slot from `slots`, written with zeros. RESOURCE_EXHAUSTED when it
+  // does not fit; the tier's error when the first write fails.
+  static absl::StatusOr<std::unique_ptr<ChunkState>> Create(NvmeSlots* slots,
                                                             std::shared_ptr<StagingPool> staging,
                                                             StateShape shape);
   ~NvmeChunkState() override;
   TierKind tier() const override { return TierKind::kNvme; }
   StateShape shape() const override { return shape_; }
-  uint64_t num_bytes() const override { return 2 * slot_bytes_; }
+  uint64_t num_bytes() const override { return slot_bytes_; }
   absl::StatusOr<StateView> Load() override;
   absl::Status Commit(const StateView& view) override;
   void Release(const StateView& view) override;
   bool durable() const override { return true; }
   absl::Status Describe(internal::ChunkRecord* record) const override;
-  void Rollback() override { current_ = 1 - current_; }
+  void Rollback() override;
+  void Retire() override;
 
-  // The state of `precision` a previous run recorded: its slots are
-  // adopted from `nvme`.
-  static absl::StatusOr<std::unique_ptr<ChunkState>> Restore(NvmeTier* nvme,
+  // The state of `precision` a previous run recorded: its slot is adopted
+  // from `nvme`, the tier of `slots`.
+  static absl::StatusOr<std::unique_ptr<ChunkState>> Restore(NvmeTier* nvme, NvmeSlots* slots,
                                                              std::shared_ptr<StagingPool> staging,
                                                              const internal::ChunkRecord& record,
                                                              StatePrecision precision);
 
  private:
-  NvmeChunkState(Tier* nvme, std::shared_ptr<StagingPool> staging, StateShape shape, Extent slot0,
-                 Extent slot1, int current = 0);
+  NvmeChunkState(NvmeSlots* slots, std::shared_ptr<StagingPool> staging, StateShape shape,
+                 Extent slot);
   StateView ViewOf(std::byte* buffer) const;
 
-  Tier* const nvme_;
+  NvmeSlots* const slots_;
   const std::shared_ptr<StagingPool> staging_;
   const StateShape shape_;
   const uint64_t slot_bytes_;
-  Extent slots_[2];
-  int current_ = 0;
+  Extent current_;
+  // The slot before the last Commit(), until Retire() or Rollback().
+  std::optional<Extent> previous_;
 };
 
 }  // namespace strata

@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<ChunkState>> ShardService::RecoverState(
     if (pools->nvme == nullptr) {
       ASSIGN_OR_RETURN(pools->nvme, MakeStagingPool(spec));
     }
-    return NvmeChunkState::Restore(nvme_, pools->nvme, record, precision);
+    return NvmeChunkState::Restore(nvme_, nvme_slots_.get(), pools->nvme, record, precision);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<ChunkState> state,
                    MakeMemoryState(spec, shape, dtype, &pools->gpu, /*to_fill=*/true));

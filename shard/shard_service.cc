@@ -51,7 +51,9 @@ ShardService::ShardService(Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore*
       checkpoint_arena_(checkpoint_arena),
       saved_chunks_dir_(std::move(saved_chunks_dir)),
       checkpoint_root_(std::move(checkpoint_root)),
-      staging_buffers_(nvme_executor == nullptr ? 0 : nvme_executor->num_threads() + 1) {}
+      staging_buffers_(nvme_executor == nullptr ? 0 : nvme_executor->num_threads() + 1),
+      nvme_slots_(nvme == nullptr ? nullptr : std::make_unique<NvmeSlots>(nvme, staging_buffers_)) {
+}
 
 absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Create(
     Tier* gpu, Tier* host, NvmeTier* nvme, MetadataStore* metadata, ThreadPool* executor,

@@ -34,6 +34,7 @@
 #include "shard/catch_up_seeder.h"
 #include "shard/chunk.h"
 #include "shard/job_table.h"
+#include "shard/nvme_slots.h"
 #include "shard/state_arena.h"
 #include "storage/metadata_store.h"
 #include "storage/nvme_tier.h"
@@ -324,6 +325,9 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   const std::optional<PathRoot> checkpoint_root_;
   // Staging buffers per job on NVMe: one per NVMe executor thread, one spare.
   const int staging_buffers_;
+  // The NVMe tier's slots (null without one): as many commits at once as a
+  // job has staging buffers.
+  const std::unique_ptr<NvmeSlots> nvme_slots_;
   // Held by one AllocateChunks at a time, which makes its chunks without mu_.
   absl::Mutex allocate_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;

@@ -526,7 +526,8 @@ class NvmeChunkTest : public ::testing::Test {
     faulty_ = std::make_unique<testing::FaultyTier>(nvme_.get());
     auto staging = StagingPool::Create(&host_, NvmeChunkState::StagingBytes({kNvmeN}), /*count=*/2);
     ASSERT_TRUE(staging.ok());
-    auto state = NvmeChunkState::Create(faulty_.get(), *std::move(staging), {kNvmeN});
+    slots_ = std::make_unique<NvmeSlots>(faulty_.get(), /*spares=*/2);
+    auto state = NvmeChunkState::Create(slots_.get(), *std::move(staging), {kNvmeN});
     ASSERT_TRUE(state.ok()) << state.status();
     chunk_ = std::make_unique<Chunk>("job", 2, FlatRange{0, kNvmeN}, DType::kFp16, AdamConfig{},
                                      *std::move(state), &host_,
@@ -537,6 +538,7 @@ class NvmeChunkTest : public ::testing::Test {
   }
   void TearDown() override {
     chunk_.reset();
+    slots_.reset();
     faulty_.reset();
     nvme_.reset();
   }
@@ -560,6 +562,7 @@ class NvmeChunkTest : public ::testing::Test {
   HostTier host_{1 << 20};
   std::unique_ptr<NvmeTier> nvme_;
   std::unique_ptr<testing::FaultyTier> faulty_;
+  std::unique_ptr<NvmeSlots> slots_;
   std::unique_ptr<Chunk> chunk_;
   std::string grads_;
 };
@@ -593,6 +596,64 @@ TEST_F(NvmeChunkTest, AFailedReadIsReportedAndChangesNothing) {
   EXPECT_EQ(PushAndApply(2).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(chunk_->applied_step(), 1);
   EXPECT_EQ(Params(), before);
+}
+
+TEST_F(NvmeChunkTest, AStateHoldsOneSlotBetweenCommits) {
+  const uint64_t slot_bytes = NvmeChunkState::StagingBytes({kNvmeN});
+  EXPECT_EQ(nvme_->used_bytes(), slot_bytes);
+  std::vector<float> init(kNvmeN, 1.0f);
+  ASSERT_TRUE(chunk_->WriteParams(0, init.data(), kNvmeN).ok());
+  for (int64_t step = 1; step <= 3; ++step) ASSERT_TRUE(PushAndApply(step).ok());
+  EXPECT_EQ(nvme_->used_bytes(), slot_bytes);
+  // A failed write gives its new slot back too.
+  faulty_->FailNextWrites(1);
+  EXPECT_EQ(PushAndApply(4).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(nvme_->used_bytes(), slot_bytes);
+  ASSERT_TRUE(PushAndApply(4).ok());
+  EXPECT_EQ(nvme_->used_bytes(), slot_bytes);
+}
+
+TEST_F(NvmeChunkTest, ARecordOfTwoSlotsRestoresItsCurrentOne) {
+  chunk_.reset();
+  auto staging = StagingPool::Create(&host_, NvmeChunkState::StagingBytes({kNvmeN}), 1);
+  ASSERT_TRUE(staging.ok());
+  std::shared_ptr<StagingPool> pool = *std::move(staging);
+  auto state = NvmeChunkState::Create(slots_.get(), pool, {kNvmeN});
+  ASSERT_TRUE(state.ok()) << state.status();
+  auto view = (*state)->Load();
+  ASSERT_TRUE(view.ok());
+  for (uint64_t i = 0; i < kNvmeN; ++i) view->p[i] = 0.5f + i;
+  ASSERT_TRUE((*state)->Commit(*view).ok());
+  (*state)->Release(*view);
+  (*state)->Retire();
+  internal::ChunkRecord record;
+  record.mutable_chunk()->set_num_params(kNvmeN);
+  ASSERT_TRUE((*state)->Describe(&record).ok());
+  ASSERT_EQ(record.slot_offsets_size(), 1);
+  const uint64_t offset = record.slot_offsets(0);
+  state->reset();  // the slot is free again; its bytes stay in the file
+  ASSERT_EQ(nvme_->used_bytes(), 0u);
+
+  // As versions with two fixed slots per state wrote it: the second current.
+  record.clear_slot_offsets();
+  record.add_slot_offsets(offset + (uint64_t{512} << 10));
+  record.add_slot_offsets(offset);
+  record.set_current_slot(1);
+  auto restored =
+      NvmeChunkState::Restore(nvme_.get(), slots_.get(), pool, record, StatePrecision::kFp32);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(nvme_->used_bytes(), NvmeChunkState::StagingBytes({kNvmeN}));  // the current one
+  auto loaded = (*restored)->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->p[kNvmeN - 1], 0.5f + (kNvmeN - 1));
+  (*restored)->Release(*loaded);
+  restored->reset();
+
+  record.set_current_slot(2);
+  EXPECT_EQ(NvmeChunkState::Restore(nvme_.get(), slots_.get(), pool, record, StatePrecision::kFp32)
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
 }
 
 TEST_F(NvmeChunkTest, CorruptionOnDiskLosesTheChunkNamingChunkAndFile) {

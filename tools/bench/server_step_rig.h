@@ -55,13 +55,14 @@ class ServerStepRig {
       if (!pool.ok()) return pool.status();
       staging = *std::move(pool);
     }
+    if (nvme != nullptr) rig->nvme_slots_ = std::make_unique<NvmeSlots>(nvme, o.threads + 1);
     for (size_t begin = 0; begin < o.num_params; begin += kBenchChunkElements) {
       size_t size = std::min(kBenchChunkElements, o.num_params - begin);
       absl::StatusOr<Extent> copy = host->Allocate(ChunkCopyBytes(size, o.grad_dtype));
       if (!copy.ok()) return copy.status();
       const StateShape shape{size, precision};
       absl::StatusOr<std::unique_ptr<ChunkState>> state =
-          nvme != nullptr   ? NvmeChunkState::Create(nvme, staging, shape)
+          nvme != nullptr   ? NvmeChunkState::Create(rig->nvme_slots_.get(), staging, shape)
           : tier != nullptr ? CreateGpuChunkState(tier, staging, shape, o.grad_dtype)
                             : HostChunkState::Create(host, shape);
       if (!state.ok()) return state.status();
@@ -145,7 +146,8 @@ class ServerStepRig {
 
   const int reps_;
   const size_t piece_params_;
-  HostTier host_;  // before the chunks, which free their extents into it
+  HostTier host_;                          // before the chunks, which free their extents into it
+  std::unique_ptr<NvmeSlots> nvme_slots_;  // NVMe-tier chunks' slots, before the chunks too
   std::vector<std::shared_ptr<Chunk>> chunks_;
   std::vector<std::string> pieces_;
   int64_t step_ = 0;
