@@ -110,7 +110,7 @@ void AddCopy(const std::string& address, v1::ChunkAssignment* a) {
 }  // namespace
 
 uint64_t ServerCapacityBytes(const v1::ServerRecord& server) {
-  return server.gpu_budget_bytes() + server.host_budget_bytes() + server.nvme_budget_bytes() / 2;
+  return server.gpu_budget_bytes() + server.host_budget_bytes() + server.nvme_budget_bytes();
 }
 
 absl::Status PlaceChunks(const std::vector<v1::ServerRecord>& live,

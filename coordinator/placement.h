@@ -21,8 +21,8 @@
 
 namespace strata {
 
-// Bytes of chunks a server can hold: its GPU and host budgets, plus half its
-// NVMe budget (a chunk on NVMe keeps two slots). An estimate; the server decides.
+// Bytes of chunks a server can hold: its GPU, host and NVMe budgets (a chunk
+// on NVMe keeps one slot). An estimate; the server decides.
 uint64_t ServerCapacityBytes(const v1::ServerRecord& server);
 
 // Sets the servers of every chunk of `job` (server_address, then

@@ -51,10 +51,10 @@ std::map<std::string, int> ChunksPerServer(const v1::JobInfo& job) {
 constexpr uint64_t kChunkParams = 1024;
 const uint64_t kChunkBytes = ChunkBytes(kChunkParams, DType::kFp32, StatePrecision::kFp32);
 
-TEST(PlacementTest, CapacityIsGpuAndHostAndHalfTheNvme) {
+TEST(PlacementTest, CapacityIsGpuAndHostAndNvme) {
   v1::ServerRecord server = Server("a", 1000, 600);
   server.set_gpu_budget_bytes(50);
-  EXPECT_EQ(ServerCapacityBytes(server), 1000u + 300u + 50u);
+  EXPECT_EQ(ServerCapacityBytes(server), 1000u + 600u + 50u);
 }
 
 TEST(PlacementTest, ServersOfOneSizeTakeTurns) {

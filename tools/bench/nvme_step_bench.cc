@@ -129,11 +129,14 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
   if (nvme.dir.empty()) return absl::InvalidArgumentError("nvme-step needs --dir");
   absl::StatusOr<StatePrecision> precision = StatePrecisionOf(o);
   if (!precision.ok()) return precision.status();
-  // The tier's file (two slots per chunk; room for FP32 states, which an
-  // int8 run steps too), and fio's of the same size (as much of it in a
-  // device's cache, if it has one).
+  // The tier's file (a slot per chunk and the commits' new slots, one per
+  // thread and one; room for FP32 states, which an int8 run steps too), and
+  // fio's of the same size (as much of it in a device's cache, if it has one).
   const uint64_t file_bytes =
-      2 * StateBytes(o.num_params, StatePrecision::kFp32) + (uint64_t{64} << 20);
+      StateBytes(o.num_params, StatePrecision::kFp32) +
+      (o.threads + 1) *
+          StateBytes(std::min<uint64_t>(o.num_params, kBenchChunkElements), StatePrecision::kFp32) +
+      (uint64_t{64} << 20);
   // fio writes its file first, reads it, then reads and writes it at once,
   // before the steps and after them: the better run is the disk's (a cloud
   // disk's rate varies from second to second).
