@@ -1,7 +1,7 @@
 // Helpers shared by the strata-bench commands: aligned buffers, running a
 // function over the chunks of N elements on a thread pool (as the shard
-// server's step executor does), medians, and where the daemons' binaries
-// are. Not thread-safe.
+// server's step executor does), medians, a process's peak resident memory,
+// and where the daemons' binaries are. Not thread-safe.
 #ifndef STRATA_TOOLS_BENCH_BENCH_UTIL_H_
 #define STRATA_TOOLS_BENCH_BENCH_UTIL_H_
 
@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,6 +25,17 @@ namespace strata {
 
 // Elements per chunk, as in a job's default chunk size.
 inline constexpr size_t kBenchChunkElements = size_t{4} << 20;
+
+// Peak resident memory (VmHWM) of process `pid` ("self": this one) in
+// bytes; 0 when unreadable.
+inline uint64_t PeakRssBytes(const std::string& pid = "self") {
+  std::ifstream status("/proc/" + pid + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) << 10;
+  }
+  return 0;
+}
 
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }

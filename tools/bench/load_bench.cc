@@ -47,14 +47,7 @@ struct Daemon {
     waitpid(pid, nullptr, 0);
   }
   // Peak resident memory (VmHWM) in bytes; 0 when unreadable.
-  uint64_t PeakRssBytes() const {
-    std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-    std::string line;
-    while (std::getline(status, line)) {
-      if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) << 10;
-    }
-    return 0;
-  }
+  uint64_t PeakRssBytes() const { return strata::PeakRssBytes(std::to_string(pid)); }
 };
 
 absl::Status Start(Daemon* daemon, std::vector<std::string> args, const std::string& dir,

@@ -48,10 +48,24 @@ absl::StatusOr<json> HostStepBesideNvme(const KernelBenchOptions& o, uint64_t ho
               {"nvme_steps_meanwhile", nvme_steps}};
 }
 
+// The tier's file for states of `precision`: a slot per chunk, the
+// commits' new slots (one per thread and one), and room to spare.
+uint64_t TierFileBytes(const KernelBenchOptions& o, StatePrecision precision) {
+  const uint64_t chunk_params = std::min<uint64_t>(o.num_params, kBenchChunkElements);
+  return StateBytes(o.num_params, precision) +
+         (o.threads + 1) * StateBytes(chunk_params, precision) + (uint64_t{64} << 20);
+}
+
+// fio's file at most: its 4 s write run must cover the file, or the reads
+// after it find extents never written, which the file system answers with
+// zeros without reading the disk.
+constexpr uint64_t kMaxFioFileBytes = uint64_t{2} << 30;
+
 // One rig's steps over NVMe-resident states.
 struct NvmeSteps {
   double step_seconds = 0;
   double read_bytes_per_step = 0, written_bytes_per_step = 0;
+  uint64_t host_budget_bytes = 0;      // the rig's host tier
   json host_figures = json::object();  // stays empty without --host_params
 };
 
@@ -71,6 +85,7 @@ absl::StatusOr<NvmeSteps> StepOnNvme(const KernelBenchOptions& o, const NvmeBenc
     absl::StatusOr<double> step_s = (*rig)->MedianStepSeconds();
     if (!step_s.ok()) return step_s.status();
     steps.step_seconds = *step_s;
+    steps.host_budget_bytes = (*rig)->host_budget_bytes();
     const uint64_t read_before = (*tier)->read_bytes(), written_before = (*tier)->written_bytes();
     if (absl::Status s = (*rig)->Step().status(); !s.ok()) return s;
     steps.read_bytes_per_step = static_cast<double>((*tier)->read_bytes() - read_before);
@@ -129,36 +144,40 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
   if (nvme.dir.empty()) return absl::InvalidArgumentError("nvme-step needs --dir");
   absl::StatusOr<StatePrecision> precision = StatePrecisionOf(o);
   if (!precision.ok()) return precision.status();
-  // The tier's file (a slot per chunk and the commits' new slots, one per
-  // thread and one; room for FP32 states, which an int8 run steps too), and
-  // fio's of the same size (as much of it in a device's cache, if it has one).
-  const uint64_t file_bytes =
-      StateBytes(o.num_params, StatePrecision::kFp32) +
-      (o.threads + 1) *
-          StateBytes(std::min<uint64_t>(o.num_params, kBenchChunkElements), StatePrecision::kFp32) +
-      (uint64_t{64} << 20);
+  const uint64_t file_bytes = TierFileBytes(o, *precision);
   // fio writes its file first, reads it, then reads and writes it at once,
   // before the steps and after them: the better run is the disk's (a cloud
   // disk's rate varies from second to second).
   std::error_code ignored;
   std::filesystem::create_directories(nvme.dir, ignored);  // the tier would, after fio
-  absl::StatusOr<DiskRates> disk = MeasureDisk(nvme, file_bytes);
+  const uint64_t fio_bytes = std::min(file_bytes, kMaxFioFileBytes);
+  absl::StatusOr<DiskRates> disk = MeasureDisk(nvme, fio_bytes);
   if (!disk.ok()) return disk.status();
   absl::StatusOr<NvmeSteps> steps = StepOnNvme(o, nvme, *precision, file_bytes);
   if (!steps.ok()) return steps.status();
-  // 8-bit states: the FP32 states' step too, in the same run.
+  // 8-bit states: the FP32 states' step too, in the same run, where the
+  // disk has room for their file.
   absl::StatusOr<NvmeSteps> fp32_steps = absl::NotFoundError("not run");
+  std::string fp32_skipped;
   if (*precision != StatePrecision::kFp32) {
-    NvmeBenchOptions no_host = nvme;
-    no_host.host_params = 0;
-    fp32_steps = StepOnNvme(o, no_host, StatePrecision::kFp32, file_bytes);
-    if (!fp32_steps.ok()) return fp32_steps.status();
+    const uint64_t fp32_file_bytes = TierFileBytes(o, StatePrecision::kFp32);
+    std::error_code error;
+    const std::filesystem::space_info space = std::filesystem::space(nvme.dir, error);
+    if (!error && space.available < fp32_file_bytes) {
+      fp32_skipped = absl::StrCat("FP32 states need a ", fp32_file_bytes, "-byte file; ", nvme.dir,
+                                  " has ", space.available, " bytes free");
+    } else {
+      NvmeBenchOptions no_host = nvme;
+      no_host.host_params = 0;
+      fp32_steps = StepOnNvme(o, no_host, StatePrecision::kFp32, fp32_file_bytes);
+      if (!fp32_steps.ok()) return fp32_steps.status();
+    }
   }
   const double step_seconds = steps->step_seconds;
   const double params_per_s = o.num_params / step_seconds;
   const double read_bytes_per_step = steps->read_bytes_per_step;
   const double written_bytes_per_step = steps->written_bytes_per_step;
-  if (absl::StatusOr<DiskRates> again = MeasureDisk(nvme, file_bytes); again.ok()) {
+  if (absl::StatusOr<DiskRates> again = MeasureDisk(nvme, fio_bytes); again.ok()) {
     disk = Better(*disk, *again);
   }
   const FioMixed& mixed = disk->mixed;
@@ -196,6 +215,10 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
     result["fp32_params_per_s"] = fp32_params_per_s;
     result["speedup_over_fp32"] = params_per_s / fp32_params_per_s;
   }
+  if (!fp32_skipped.empty()) result["fp32_skipped"] = fp32_skipped;
+  // The process's memory against what the steps' own host tier may hold.
+  result["host_budget_MiB"] = steps->host_budget_bytes >> 20;
+  result["peak_rss_MiB"] = PeakRssBytes() >> 20;
   result.update(steps->host_figures);
   return result;
 }

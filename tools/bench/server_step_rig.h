@@ -70,13 +70,15 @@ class ServerStepRig {
           "bench", static_cast<uint32_t>(rig->chunks_.size()), FlatRange{begin, begin + size},
           o.grad_dtype, AdamConfig{}, *std::move(state), host, *copy));
     }
-    // The pushed pieces, as gRPC would hold them: one buffer per piece, of
-    // gradients 1e-3 (normal in every dtype).
+    // The pushed pieces of one chunk, as gRPC would hold them: one buffer
+    // per piece, of gradients 1e-3 (normal in every dtype). Every chunk
+    // stages the same ones (the chunks only read them), so the rig's memory
+    // is its chunks' copies whatever the parameters.
     std::vector<float> values(rig->piece_params_, 1e-3f);
-    for (size_t begin = 0; begin < o.num_params; begin += rig->piece_params_) {
-      size_t size = std::min(rig->piece_params_, o.num_params - begin);
-      rig->pieces_.emplace_back(size * esize, '\0');
-      CastFromFloat(values.data(), o.grad_dtype, rig->pieces_.back().data(), size);
+    const size_t chunk_params = std::min(kBenchChunkElements, o.num_params);
+    for (size_t begin = 0; begin < chunk_params; begin += rig->piece_params_) {
+      rig->pieces_.emplace_back(rig->piece_params_ * esize, '\0');
+      CastFromFloat(values.data(), o.grad_dtype, rig->pieces_.back().data(), rig->piece_params_);
     }
     return rig;
   }
@@ -91,8 +93,11 @@ class ServerStepRig {
       absl::Status error;
       for (uint64_t b = chunk.range().begin; b < chunk.range().end; b += piece_params_) {
         uint64_t size = std::min<uint64_t>(piece_params_, chunk.range().end - b);
+        const absl::string_view piece =
+            absl::string_view(pieces_[(b - chunk.range().begin) / piece_params_])
+                .substr(0, size * esize_);
         absl::StatusOr<bool> complete =
-            chunk.Stage(step_, PushRound{1}, b, size, pieces_[b / piece_params_], StepScalars{1.0f},
+            chunk.Stage(step_, PushRound{1}, b, size, piece, StepScalars{1.0f},
                         [&error](absl::Status s) { error.Update(s); });
         if (!complete.ok()) return complete.status();
         if (*complete) chunk.Apply();
@@ -100,6 +105,10 @@ class ServerStepRig {
       return error;
     });
   }
+
+  // The rig's host tier's budget: the chunks' copies (and states, unless
+  // in another tier) and staging buffers.
+  uint64_t host_budget_bytes() const { return host_.budget_bytes(); }
 
   // The median of `reps` steps after one warm-up.
   absl::StatusOr<double> MedianStepSeconds() {
@@ -109,6 +118,7 @@ class ServerStepRig {
  private:
   ServerStepRig(const KernelBenchOptions& o, uint64_t host_bytes, HostTier::Pinning pinning)
       : reps_(o.reps),
+        esize_(DTypeSize(o.grad_dtype)),
         piece_params_(kMaxPayloadBytes / DTypeSize(o.grad_dtype)),
         host_(host_bytes, pinning),
         executor_(o.threads) {}
@@ -145,11 +155,12 @@ class ServerStepRig {
   }
 
   const int reps_;
+  const size_t esize_;
   const size_t piece_params_;
   HostTier host_;                          // before the chunks, which free their extents into it
   std::unique_ptr<NvmeSlots> nvme_slots_;  // NVMe-tier chunks' slots, before the chunks too
   std::vector<std::shared_ptr<Chunk>> chunks_;
-  std::vector<std::string> pieces_;
+  std::vector<std::string> pieces_;  // one chunk's
   int64_t step_ = 0;
   ThreadPool executor_;  // last: its threads finish before the chunks go
 };
