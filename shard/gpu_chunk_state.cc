@@ -116,38 +116,35 @@ class GpuChunkState : public ChunkState {
   }
 
   // Steps the shared block of an 8-bit state from element `block` on
-  // (ApplyAdamStepToBlock): brought to the host, stepped with the gradients
-  // in `staging`, its copy written to `copy`, sent back. After the stream's
-  // other work.
+  // (ApplyAdamStepToBlock): its stored form brought to the host, stepped
+  // with the gradients in `staging`, its copy written to `copy`, sent back.
+  // After the stream's other work.
   absl::Status UpdateOnHost(uint64_t block, absl::Span<const ConstantsSpan> spans,
                             const std::byte* staging, std::byte* copy, uint64_t flat_begin,
                             int64_t step, cudaStream_t stream) {
     const uint64_t n = std::min(kInt8StateBlock, shape_.num_params - block);
     const StateShape block_shape{n, StatePrecision::kInt8};
     std::vector<float> buffer(FloatsFor(block_shape.bytes()));
-    const StateView on_host = block_shape.ViewOf(AsBytes(buffer.data()));
-    const Int8Moments on_gpu = MomentsAt(state_.q, block);
-    const std::pair<std::byte*, std::byte*> parts[] = {
-        {AsBytes(on_host.p), AsBytes(state_.p + block)},
-        {AsBytes(on_host.q.m_scale), AsBytes(on_gpu.m_scale)},
-        {AsBytes(on_host.q.v_scale), AsBytes(on_gpu.v_scale)},
-        {AsBytes(on_host.q.m), AsBytes(on_gpu.m)},
-        {AsBytes(on_host.q.v), AsBytes(on_gpu.v)}};
-    const uint64_t part_bytes[] = {n * sizeof(float), sizeof(float), sizeof(float), n, n};
-    for (int i = 0; i < 5; ++i) {
-      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(parts[i].first, parts[i].second, part_bytes[i],
-                                                 cudaMemcpyDeviceToHost, stream),
-                                 "copy of a shared block"));
-    }
-    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "copy of a shared block"));
-    ApplyAdamStepToBlock(shape_.num_params, block, on_host, spans, staging, dtype_, copy,
-                         flat_begin, step);
-    for (int i = 0; i < 5; ++i) {
-      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(parts[i].second, parts[i].first, part_bytes[i],
-                                                 cudaMemcpyHostToDevice, stream),
-                                 "copy of a shared block"));
-    }
-    return CudaStatus(cudaStreamSynchronize(stream), "copy of a shared block");
+    std::byte* const on_host = AsBytes(buffer.data());
+    // The block's arrays on the GPU, whose bytes one after another are the
+    // block's state.
+    const std::vector<absl::Span<std::byte>> on_gpu = StoredRangeSpans(shape_, state_, block, n);
+    auto copy_all = [&](cudaMemcpyKind kind) -> absl::Status {
+      std::byte* at = on_host;
+      for (const absl::Span<std::byte>& part : on_gpu) {
+        const bool to_host = kind == cudaMemcpyDeviceToHost;
+        RETURN_IF_ERROR(
+            CudaStatus(cudaMemcpyAsync(to_host ? at : part.data(), to_host ? part.data() : at,
+                                       part.size(), kind, stream),
+                       "copy of a shared block"));
+        at += part.size();
+      }
+      return CudaStatus(cudaStreamSynchronize(stream), "copy of a shared block");
+    };
+    RETURN_IF_ERROR(copy_all(cudaMemcpyDeviceToHost));
+    ApplyAdamStepToBlock(shape_.num_params, block, block_shape.ViewOf(on_host), spans, staging,
+                         dtype_, copy, flat_begin, step);
+    return copy_all(cudaMemcpyHostToDevice);
   }
 
   // The gradients go to the GPU in copies of at least this many bytes.
