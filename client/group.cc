@@ -46,6 +46,9 @@ namespace {
 
 // The longest a worker waits between asks for a moved job's placement.
 constexpr absl::Duration kMaxPlacementPoll = absl::Milliseconds(100);
+// How long a worker told of a newer generation (by a peer, or by a server
+// whose fence cut its step) waits to hear of it itself.
+constexpr absl::Duration kHearNewer = absl::Seconds(2);
 
 // Sleeps `*backoff` and doubles it (up to 1 s); false, without sleeping,
 // when the sleep would end past `deadline`.
@@ -243,6 +246,12 @@ absl::Status ClientImpl::FollowPlacement(uint64_t version, absl::Time deadline) 
 
 absl::StatusOr<bool> ClientImpl::FollowInPlace(bool in_step) {
   const absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
+  // Each worker's watch stream brings the generation at its own pace: the
+  // group agrees on it only once every worker has heard of it.
+  if (membership_->Latest().number() <= generation_.number()) {
+    membership_->WaitNewer(generation_.number(), std::min(deadline, absl::Now() + kHearNewer))
+        .IgnoreError();
+  }
   const v1::Generation latest = membership_->Latest();
   const auto& ids = latest.worker_ids();
   // A newer generation of the same members that moved chunks; one that did

@@ -19,9 +19,6 @@ namespace {
 
 // Step(GradientFn) computes a step at most this often (overflows, lost workers).
 constexpr int kMaxStepAttempts = 64;
-// How long a worker whose step was cut waits to hear of the generation that
-// cut it (a server's fence can answer before the coordinator's stream).
-constexpr absl::Duration kHearCut = absl::Seconds(2);
 
 }  // namespace
 
@@ -153,9 +150,6 @@ absl::Status ClientImpl::PushPullEverywhere(int64_t step, const PushScalars& pus
       // A streamed step's pushes still open were cut too: the step is
       // pushed again whole, maybe to other servers.
       DropStream();
-      // The generation that cut it may not have reached this worker yet.
-      membership_->WaitNewer(generation_.number(), std::min(deadline, absl::Now() + kHearCut))
-          .IgnoreError();
       ASSIGN_OR_RETURN(const bool followed, FollowInPlace(/*in_step=*/true));
       if (!followed) {  // re-formed: ABORTED, retryable, whatever cut it here
         return absl::AbortedError(absl::StrCat(
