@@ -6,13 +6,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/quoted.h"
+#include "core/round_up.h"
 
 namespace strata {
-namespace {
-
-uint64_t RoundUp(uint64_t n, uint64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
-
-}  // namespace
 
 absl::StatusOr<FlatLayout> FlatLayout::Create(std::vector<TensorSpec> tensors,
                                               uint64_t chunk_num_params) {

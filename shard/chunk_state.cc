@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/round_up.h"
 #include "core/status_macros.h"
 #include "strata/internal/records.pb.h"
 
@@ -10,8 +11,6 @@ namespace strata {
 namespace {
 
 constexpr uint64_t kBlockBytes = 4096;
-
-uint64_t RoundUpToBlock(uint64_t n) { return (n + kBlockBytes - 1) / kBlockBytes * kBlockBytes; }
 
 }  // namespace
 
@@ -28,7 +27,7 @@ absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(Tier* host, uin
     pool->extents_.push_back(*extent);
     auto address = reinterpret_cast<uintptr_t>(host->Map(*extent));
     absl::MutexLock lock(&pool->mu_);
-    pool->free_.push_back(reinterpret_cast<std::byte*>(RoundUpToBlock(address)));
+    pool->free_.push_back(reinterpret_cast<std::byte*>(RoundUp(address, kBlockBytes)));
   }
   return pool;
 }
@@ -62,7 +61,9 @@ HostChunkState::~HostChunkState() { host_->Free(extent_); }
 
 absl::StatusOr<StateView> HostChunkState::Load() { return shape_.ViewOf(host_->Map(extent_)); }
 
-uint64_t NvmeChunkState::StagingBytes(StateShape shape) { return RoundUpToBlock(shape.bytes()); }
+uint64_t NvmeChunkState::StagingBytes(StateShape shape) {
+  return RoundUp(shape.bytes(), kBlockBytes);
+}
 
 NvmeChunkState::NvmeChunkState(NvmeSlots* slots, std::shared_ptr<StagingPool> staging,
                                StateShape shape, Extent slot)

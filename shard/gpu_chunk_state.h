@@ -23,6 +23,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "core/round_up.h"
 #include "shard/chunk_state.h"
 #include "storage/tier.h"
 #include "strata/types.h"
@@ -39,7 +40,7 @@ inline uint64_t GpuStagingBytes(uint64_t num_params, DType dtype) {
 // aligned for any dtype.
 inline uint64_t GpuScratchOffset(StateShape shape) {
   constexpr uint64_t kAlignment = 256;
-  return (shape.bytes() + kAlignment - 1) / kAlignment * kAlignment;
+  return RoundUp(shape.bytes(), kAlignment);
 }
 
 // Tier bytes a chunk of `shape` in `dtype` takes in a GPU tier.

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/file_io.h"
+#include "core/round_up.h"
 #include "core/status_macros.h"
 #include "storage/uring_submit.h"
 
@@ -176,8 +177,7 @@ absl::Status TransferWhole(bool read, int fd, bool direct, std::byte* data, size
 }  // namespace
 
 StateBuffer AllocateStateBuffer(uint64_t bytes) {
-  bytes = std::max<uint64_t>(
-      kDirectBlockBytes, (bytes + kDirectBlockBytes - 1) / kDirectBlockBytes * kDirectBlockBytes);
+  bytes = std::max<uint64_t>(kDirectBlockBytes, RoundUp(bytes, kDirectBlockBytes));
   return StateBuffer(AllocateFaultedIn(bytes));
 }
 

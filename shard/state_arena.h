@@ -38,6 +38,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/round_up.h"
 #include "storage/free_ranges.h"
 
 namespace strata {
@@ -104,7 +105,7 @@ class StateArena {
   void CountTaken(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a piece of `bytes` takes: whole 4 KiB pages, one at least.
   static uint64_t PieceBytes(uint64_t bytes) {
-    return std::max((bytes + kAlignment - 1) / kAlignment * kAlignment, kAlignment);
+    return std::max(RoundUp(bytes, kAlignment), kAlignment);
   }
   // How many pieces of each size the reservations need beyond the region
   // (the region given to the smallest pieces first).

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/round_up.h"
 #include "kernels/adam.h"
 #include "kernels/int8_adam.h"
 
@@ -89,8 +90,7 @@ Int8StepPlan PlanSegments(uint64_t n, const std::vector<Segment>& segments, size
   Int8StepPlan plan;
   for (const Segment& s : segments) {
     const uint64_t last = s.end == n ? n : BlockStart(s.end);
-    for (uint64_t first = (s.begin + kInt8StateBlock - 1) / kInt8StateBlock * kInt8StateBlock;
-         first < last;) {
+    for (uint64_t first = RoundUp(s.begin, kInt8StateBlock); first < last;) {
       const uint64_t count = std::min(last - first, LeftInWindow(flat_begin + first));
       plan.runs.push_back({first, count, s.constants, s.grads + (first - s.begin) * esize,
                            RoundingAt(flat_begin + first, step)});

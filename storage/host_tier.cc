@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/memory_pages.h"
+#include "core/round_up.h"
 #include "core/status_macros.h"
 #include "storage/gpu_tier.h"
 
@@ -191,7 +192,7 @@ std::optional<HostTier::Block> HostTier::TakeKept(uint64_t rounded, uint64_t ali
     Block block = largest->second;
     kept_.erase(largest);
     const uint64_t excess = used_bytes_ + kept_bytes_ - budget_bytes_;
-    const uint64_t needed = (excess + 4095) & ~uint64_t{4095};
+    const uint64_t needed = RoundUp(excess, 4096);
     if (Divisible(block) && needed < block.num_bytes) {
       auto [front, back] = Cut(block, block.num_bytes - needed);
       kept_.emplace(front.num_bytes, front);

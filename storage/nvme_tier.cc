@@ -15,15 +15,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
+#include "core/round_up.h"
 #include "core/status_macros.h"
 #include "storage/uring_submit.h"
 
 namespace strata {
 namespace {
-
-uint64_t RoundUpToBlock(uint64_t n) {
-  return (n + NvmeTier::kBlockBytes - 1) / NvmeTier::kBlockBytes * NvmeTier::kBlockBytes;
-}
 
 std::string ErrnoText(int error) {
   return absl::StrCat(std::strerror(error), " (errno ", error, ")");
@@ -196,7 +193,7 @@ absl::StatusOr<Extent> NvmeTier::Allocate(uint64_t num_bytes) {
 absl::StatusOr<Extent> NvmeTier::Adopt(uint64_t offset, uint64_t num_bytes,
                                        const std::vector<uint64_t>& checksums) {
   // Sizes beyond the budget are refused before rounding up could wrap.
-  const uint64_t rounded = num_bytes > budget_bytes_ ? 0 : RoundUpToBlock(num_bytes);
+  const uint64_t rounded = num_bytes > budget_bytes_ ? 0 : RoundUp(num_bytes, kBlockBytes);
   const size_t blocks = rounded / kBlockBytes;
   if (num_bytes == 0 || rounded == 0 || offset % kBlockBytes != 0 ||
       (!checksums.empty() && checksums.size() != blocks)) {
@@ -236,7 +233,7 @@ void NvmeTier::Free(const Extent& extent) {
   auto it = extents_.find(extent.id);
   if (it == extents_.end() || extent.id == kProbeExtentId) return;
   uint64_t offset = it->second.offset;
-  uint64_t size = RoundUpToBlock(it->second.num_bytes);
+  uint64_t size = RoundUp(it->second.num_bytes, kBlockBytes);
   extents_.erase(it);
   used_bytes_ -= size;
   free_.Give(offset, size);
@@ -249,7 +246,7 @@ absl::StatusOr<uint64_t> NvmeTier::Check(const Extent& extent, uint64_t offset, 
   if (it == extents_.end()) {
     return absl::NotFoundError(absl::StrCat("NVMe tier: no extent ", extent.id));
   }
-  uint64_t size = RoundUpToBlock(it->second.num_bytes);
+  uint64_t size = RoundUp(it->second.num_bytes, kBlockBytes);
   RETURN_IF_ERROR(CheckRange("NVMe tier", extent.id, size, offset, num_bytes));
   if (offset % kBlockBytes != 0 || num_bytes % kBlockBytes != 0 ||
       reinterpret_cast<uintptr_t>(buffer) % kBlockBytes != 0) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/round_up.h"
 
 namespace strata {
 
@@ -31,7 +32,7 @@ absl::StatusOr<uint64_t> RoundUpInBudget(absl::string_view tier, uint64_t num_by
                                          uint64_t budget_bytes) {
   const uint64_t left = budget_bytes - std::min(used_bytes, budget_bytes);
   if (num_bytes > left) return BudgetExceeded(tier, num_bytes, used_bytes, budget_bytes);
-  const uint64_t rounded = (num_bytes + alignment - 1) & ~(alignment - 1);
+  const uint64_t rounded = RoundUp(num_bytes, alignment);
   if (rounded > left) return BudgetExceeded(tier, num_bytes, used_bytes, budget_bytes);
   return rounded;
 }

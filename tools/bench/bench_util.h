@@ -19,6 +19,7 @@
 
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
+#include "core/round_up.h"
 #include "core/thread_pool.h"
 
 namespace strata {
@@ -46,7 +47,7 @@ struct FreeDeleter {
 // kernels' several streams).
 inline std::unique_ptr<uint8_t[], FreeDeleter> AlignedBytes(size_t num_bytes) {
   constexpr size_t kHugePage = size_t{2} << 20;
-  size_t rounded = (num_bytes + kHugePage - 1) / kHugePage * kHugePage;
+  size_t rounded = RoundUp(num_bytes, kHugePage);
   void* p = std::aligned_alloc(kHugePage, rounded);
   madvise(p, rounded, MADV_HUGEPAGE);
   return std::unique_ptr<uint8_t[], FreeDeleter>(static_cast<uint8_t*>(p));

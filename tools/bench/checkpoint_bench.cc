@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/chunk_bytes.h"
+#include "core/round_up.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
@@ -230,7 +231,7 @@ ArenaPeaks ArenaPeaksOf(const LocalCluster& cluster) {
 absl::StatusOr<std::pair<double, double>> FioWriteThenRead(const std::string& dir, uint64_t bytes) {
   auto fio = [&](const std::string& rw) {
     constexpr uint64_t kIoBytes = uint64_t{1} << 20;
-    return FioOnce(dir, rw, (bytes + kIoBytes - 1) / kIoBytes * kIoBytes, kIoBytes, 32);
+    return FioOnce(dir, rw, RoundUp(bytes, kIoBytes), kIoBytes, 32);
   };
   double write = 0, read = 0;
   absl::Status status;
