@@ -5,9 +5,9 @@
 //    Commit() has nothing to do.
 //  - NvmeChunkState: in an NVMe-tier slot (nvme_slots.h). Load() reads it
 //    into a staging buffer of a StagingPool; Commit() writes the updated
-//    state to a new slot and only then makes it current, so a failed or
-//    torn write leaves the previous state intact; the old slot is freed
-//    once the chunk's record names the new one (Retire).
+//    state to a spare slot of its size and only then makes it current, so
+//    a failed or torn write leaves the previous state intact; the old slot
+//    becomes the spare once the chunk's record names the new one (Retire).
 //  - GpuChunkState (server/gpu_chunk_state.h): in GPU memory, updated there
 //    by Update(); Load()/Commit() copy it to and from host memory for the
 //    rarer reads and writes.

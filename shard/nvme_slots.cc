@@ -8,61 +8,102 @@ namespace strata {
 
 NvmeSlots::NvmeSlots(Tier* nvme, int spares) : nvme_(nvme), spares_(std::max(spares, 1)) {}
 
-uint64_t NvmeSlots::SpareBytes(uint64_t with_slot_bytes) const {
-  const uint64_t largest = state_slot_bytes_.empty() ? 0 : *std::prev(state_slot_bytes_.end());
-  return static_cast<uint64_t>(spares_) * std::max(largest, with_slot_bytes);
+void NvmeSlots::Trim(uint64_t slot_bytes) {
+  auto it = sizes_.find(slot_bytes);
+  if (it == sizes_.end()) return;
+  Size& size = it->second;
+  while (size.spares() > SparesWanted(size) && !size.free_spares.empty()) {
+    nvme_->Free(size.free_spares.back());
+    size.free_spares.pop_back();
+  }
+  if (size.states == 0 && size.spares() == 0) sizes_.erase(it);
+}
+
+absl::Status NvmeSlots::MakeMissingSpares() {
+  for (auto& [slot_bytes, size] : sizes_) {
+    while (size.spares() < SparesWanted(size)) {
+      absl::StatusOr<Extent> spare = nvme_->Allocate(slot_bytes);
+      if (!spare.ok()) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("NVMe tier: no room for the spare slots of the states of ", slot_bytes,
+                         " bytes it holds (", nvme_->used_bytes(), " of ", nvme_->budget_bytes(),
+                         " bytes in use)"));
+      }
+      size.free_spares.push_back(*spare);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Extent> NvmeSlots::Allocate(uint64_t slot_bytes) {
   absl::MutexLock lock(&mu_);
-  // The commits' new slots are the spares' room, taken for a moment.
-  const uint64_t states_bytes = nvme_->used_bytes() - commit_bytes_;
-  const uint64_t budget = nvme_->budget_bytes();
-  const uint64_t spare_bytes = SpareBytes(slot_bytes);
-  if (states_bytes > budget || budget - states_bytes < slot_bytes ||
-      budget - states_bytes - slot_bytes < spare_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("NVMe tier: a state's slot of ", slot_bytes, " bytes does not fit beside ",
-                     states_bytes, " bytes of states and room for ", spares_,
-                     " commits' new slots (", spare_bytes, " bytes) in the budget of ", budget));
-  }
+  // States adopted after a restart have their spares before any new state.
+  if (absl::Status made = MakeMissingSpares(); !made.ok()) return made;
+  Size& size = sizes_[slot_bytes];
   absl::StatusOr<Extent> slot = nvme_->Allocate(slot_bytes);
-  if (slot.ok()) state_slot_bytes_.insert(slot_bytes);
+  absl::StatusOr<Extent> spare = Extent{};
+  const bool spare_wanted = size.spares() < std::min(spares_, size.states + 1);
+  if (slot.ok() && spare_wanted) spare = nvme_->Allocate(slot_bytes);
+  if (!slot.ok() || !spare.ok()) {
+    if (slot.ok()) nvme_->Free(*slot);
+    Trim(slot_bytes);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "NVMe tier: no room for a state's slot of ", slot_bytes, " bytes",
+        spare_wanted ? " and the spare its commits write" : "", " (", nvme_->used_bytes(), " of ",
+        nvme_->budget_bytes(), " bytes in use, ", size.spares(), " spares of that size kept)"));
+  }
+  ++size.states;
+  if (spare_wanted) size.free_spares.push_back(*spare);
   return slot;
 }
 
 void NvmeSlots::Adopted(const Extent& slot) {
   absl::MutexLock lock(&mu_);
-  state_slot_bytes_.insert(slot.num_bytes);
+  ++sizes_[slot.num_bytes].states;
 }
 
 void NvmeSlots::Free(const Extent& slot) {
-  nvme_->Free(slot);
   absl::MutexLock lock(&mu_);
-  if (auto it = state_slot_bytes_.find(slot.num_bytes); it != state_slot_bytes_.end()) {
-    state_slot_bytes_.erase(it);
+  nvme_->Free(slot);
+  if (auto it = sizes_.find(slot.num_bytes); it != sizes_.end() && it->second.states > 0) {
+    --it->second.states;
   }
+  Trim(slot.num_bytes);
 }
 
 absl::StatusOr<Extent> NvmeSlots::BeginCommit(uint64_t slot_bytes) {
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(this, &NvmeSlots::SpareFree));
-  absl::StatusOr<Extent> slot = nvme_->Allocate(slot_bytes);
-  if (!slot.ok()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("NVMe tier: no free extent of ", slot_bytes,
-                     " bytes for a commit's new slot: ", slot.status().message()));
+  Size& size = sizes_[slot_bytes];  // a map's elements stay where they are
+  while (size.free_spares.empty()) {
+    if (size.spares() < std::max(SparesWanted(size), 1)) {
+      // Adopted states' spares are made as they commit first.
+      absl::StatusOr<Extent> spare = nvme_->Allocate(slot_bytes);
+      if (spare.ok()) {
+        size.free_spares.push_back(*spare);
+        break;
+      }
+      if (size.committing == 0) {
+        Trim(slot_bytes);
+        return absl::ResourceExhaustedError(
+            absl::StrCat("NVMe tier: no room for the spare slot of ", slot_bytes,
+                         " bytes that a commit writes: ", spare.status().message()));
+      }
+    }
+    mu_.Await(absl::Condition(
+        +[](Size* size) { return !size->free_spares.empty() || size->committing == 0; }, &size));
   }
-  ++commits_;
-  commit_bytes_ += slot->num_bytes;
-  return slot;
+  const Extent next = size.free_spares.back();
+  size.free_spares.pop_back();
+  ++size.committing;
+  return next;
 }
 
 void NvmeSlots::EndCommit(const Extent& unused) {
   absl::MutexLock lock(&mu_);
-  nvme_->Free(unused);
-  --commits_;
-  commit_bytes_ -= unused.num_bytes;
+  Size& size = sizes_[unused.num_bytes];
+  --size.committing;
+  size.free_spares.push_back(unused);
+  Trim(unused.num_bytes);
 }
 
 }  // namespace strata

@@ -42,9 +42,11 @@ ABSL_FLAG(bool, pin_host_memory, true,
 ABSL_FLAG(std::string, nvme_dir, "",
           "directory for the NVMe tier's preallocated file (O_DIRECT, io_uring); empty: no "
           "NVMe tier. Chunks go to host memory first, then to NVMe");
-ABSL_FLAG(uint64_t, nvme_budget_mib, 0,
-          "NVMe-tier budget in MiB (a chunk there takes its state's size, and the tier keeps room "
-          "for the new slots of commits in flight); 0: no NVMe tier");
+ABSL_FLAG(
+    uint64_t, nvme_budget_mib, 0,
+    "NVMe-tier budget in MiB (a chunk there takes its state's size; each state size also keeps "
+    "a spare slot per commit in flight, at most one per NVMe thread and one); 0: no NVMe "
+    "tier");
 ABSL_FLAG(uint32_t, nvme_queue_depth, 32, "io_uring queue depth of the NVMe tier");
 ABSL_FLAG(bool, save_host_chunks, true,
           "at a clean shutdown (SIGTERM), save the chunk states held in host and GPU memory under "

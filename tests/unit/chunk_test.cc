@@ -598,19 +598,20 @@ TEST_F(NvmeChunkTest, AFailedReadIsReportedAndChangesNothing) {
   EXPECT_EQ(Params(), before);
 }
 
-TEST_F(NvmeChunkTest, AStateHoldsOneSlotBetweenCommits) {
+// The state's slot and the spare of its size (one state: one spare) are
+// all it takes, through commits and a failed one.
+TEST_F(NvmeChunkTest, AStateAndItsSpareKeepTheirBytesThroughCommits) {
   const uint64_t slot_bytes = NvmeChunkState::StagingBytes({kNvmeN});
-  EXPECT_EQ(nvme_->used_bytes(), slot_bytes);
+  EXPECT_EQ(nvme_->used_bytes(), 2 * slot_bytes);
   std::vector<float> init(kNvmeN, 1.0f);
   ASSERT_TRUE(chunk_->WriteParams(0, init.data(), kNvmeN).ok());
   for (int64_t step = 1; step <= 3; ++step) ASSERT_TRUE(PushAndApply(step).ok());
-  EXPECT_EQ(nvme_->used_bytes(), slot_bytes);
-  // A failed write gives its new slot back too.
+  EXPECT_EQ(nvme_->used_bytes(), 2 * slot_bytes);
   faulty_->FailNextWrites(1);
   EXPECT_EQ(PushAndApply(4).code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(nvme_->used_bytes(), slot_bytes);
+  EXPECT_EQ(nvme_->used_bytes(), 2 * slot_bytes);
   ASSERT_TRUE(PushAndApply(4).ok());
-  EXPECT_EQ(nvme_->used_bytes(), slot_bytes);
+  EXPECT_EQ(nvme_->used_bytes(), 2 * slot_bytes);
 }
 
 TEST_F(NvmeChunkTest, ARecordOfTwoSlotsRestoresItsCurrentOne) {

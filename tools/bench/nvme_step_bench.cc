@@ -48,12 +48,13 @@ absl::StatusOr<json> HostStepBesideNvme(const KernelBenchOptions& o, uint64_t ho
               {"nvme_steps_meanwhile", nvme_steps}};
 }
 
-// The tier's file for states of `precision`: a slot per chunk, the
-// commits' new slots (one per thread and one), and room to spare.
+// The tier's file for states of `precision`: a slot per chunk, the spare
+// slots commits write (one per thread and one, and one of the shorter last
+// chunk's size), and room to spare.
 uint64_t TierFileBytes(const KernelBenchOptions& o, StatePrecision precision) {
   const uint64_t chunk_params = std::min<uint64_t>(o.num_params, kBenchChunkElements);
   return StateBytes(o.num_params, precision) +
-         (o.threads + 1) * StateBytes(chunk_params, precision) + (uint64_t{64} << 20);
+         (o.threads + 2) * StateBytes(chunk_params, precision) + (uint64_t{64} << 20);
 }
 
 // fio's file at most: its 4 s write run must cover the file, or the reads
