@@ -46,11 +46,12 @@ absl::StatusOr<Extent> NvmeSlots::Allocate(uint64_t slot_bytes) {
   if (slot.ok() && spare_wanted) spare = nvme_->Allocate(slot_bytes);
   if (!slot.ok() || !spare.ok()) {
     if (slot.ok()) nvme_->Free(*slot);
-    Trim(slot_bytes);
-    return absl::ResourceExhaustedError(absl::StrCat(
+    absl::Status refused = absl::ResourceExhaustedError(absl::StrCat(
         "NVMe tier: no room for a state's slot of ", slot_bytes, " bytes",
         spare_wanted ? " and the spare its commits write" : "", " (", nvme_->used_bytes(), " of ",
         nvme_->budget_bytes(), " bytes in use, ", size.spares(), " spares of that size kept)"));
+    Trim(slot_bytes);  // may forget `size`
+    return refused;
   }
   ++size.states;
   if (spare_wanted) size.free_spares.push_back(*spare);

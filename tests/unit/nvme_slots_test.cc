@@ -31,6 +31,26 @@ class NvmeSlotsTest : public ::testing::Test {
     nvme_ = *std::move(nvme);
   }
   uint64_t UsedUnits() const { return nvme_->used_bytes() / kUnit; }
+  // A state's slot as a restart takes it back: in the tier, then counted.
+  Extent Adopt(NvmeSlots* slots, uint64_t units) {
+    absl::StatusOr<Extent> slot = nvme_->Allocate(units * kUnit);
+    if (!slot.ok()) {
+      ADD_FAILURE() << slot.status();
+      return {};
+    }
+    slots->Adopted(*slot);
+    return *slot;
+  }
+  // Commits `state`, then frees it: `used_units` after the commit, none
+  // after the free.
+  void CommitThenFree(NvmeSlots* slots, const Extent& state, uint64_t used_units) {
+    absl::StatusOr<Extent> next = slots->BeginCommit(state.num_bytes);
+    ASSERT_TRUE(next.ok()) << next.status();
+    slots->EndCommit(state);
+    EXPECT_EQ(UsedUnits(), used_units);
+    slots->Free(*next);
+    EXPECT_EQ(UsedUnits(), 0u);
+  }
 
   const testing::ScratchDir scratch_{"nvme_slots_test"};
   std::unique_ptr<NvmeTier> nvme_;
@@ -111,16 +131,9 @@ TEST_F(NvmeSlotsTest, ACommitSwapsItsSlotWithASpareOfItsSize) {
 TEST_F(NvmeSlotsTest, AnAdoptedStatesSpareIsMadeAtItsFirstCommit) {
   ASSERT_NO_FATAL_FAILURE(Open(4));
   NvmeSlots slots(nvme_.get(), /*spares=*/2);
-  auto adopted = nvme_->Allocate(2 * kUnit);
-  ASSERT_TRUE(adopted.ok());
-  slots.Adopted(*adopted);
+  const Extent adopted = Adopt(&slots, 2);
   EXPECT_EQ(UsedUnits(), 2u);
-  auto next = slots.BeginCommit(2 * kUnit);
-  ASSERT_TRUE(next.ok()) << next.status();
-  slots.EndCommit(*adopted);
-  EXPECT_EQ(UsedUnits(), 4u);
-  slots.Free(*next);
-  EXPECT_EQ(UsedUnits(), 0u);
+  CommitThenFree(&slots, adopted, 4);
 }
 
 // A new state comes after the spares of the adopted ones: the room their
@@ -128,31 +141,22 @@ TEST_F(NvmeSlotsTest, AnAdoptedStatesSpareIsMadeAtItsFirstCommit) {
 TEST_F(NvmeSlotsTest, ANewStateIsPlacedOnlyBesideTheAdoptedStatesSpares) {
   ASSERT_NO_FATAL_FAILURE(Open(5));
   NvmeSlots slots(nvme_.get(), /*spares=*/2);
-  auto adopted = nvme_->Allocate(2 * kUnit);
-  ASSERT_TRUE(adopted.ok());
-  slots.Adopted(*adopted);
+  const Extent adopted = Adopt(&slots, 2);
   // One unit and its spare beside the adopted state's spare: 6 of 5.
   EXPECT_EQ(slots.Allocate(kUnit).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(UsedUnits(), 4u);  // the adopted state and its spare
-  auto next = slots.BeginCommit(2 * kUnit);
-  ASSERT_TRUE(next.ok()) << next.status();
-  slots.EndCommit(*adopted);
-  EXPECT_EQ(UsedUnits(), 4u);
-  slots.Free(*next);
-  EXPECT_EQ(UsedUnits(), 0u);
+  CommitThenFree(&slots, adopted, 4);
 }
 
 TEST_F(NvmeSlotsTest, AnAdoptedStateWithNoRoomForItsSpareCannotCommit) {
   ASSERT_NO_FATAL_FAILURE(Open(3));
   NvmeSlots slots(nvme_.get(), /*spares=*/2);
-  auto adopted = nvme_->Allocate(2 * kUnit);
-  ASSERT_TRUE(adopted.ok());
-  slots.Adopted(*adopted);
+  const Extent adopted = Adopt(&slots, 2);
   auto refused = slots.BeginCommit(2 * kUnit);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(refused.status().message().find("spare"), absl::string_view::npos) << refused.status();
   EXPECT_EQ(UsedUnits(), 2u);
-  slots.Free(*adopted);
+  slots.Free(adopted);
   EXPECT_EQ(UsedUnits(), 0u);
 }
 
