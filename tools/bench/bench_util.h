@@ -6,12 +6,12 @@
 #define STRATA_TOOLS_BENCH_BENCH_UTIL_H_
 
 #include <sys/mman.h>
-#include <algorithm>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,21 +21,17 @@
 #include "absl/time/clock.h"
 #include "core/round_up.h"
 #include "core/thread_pool.h"
+#include "testing/process_memory.h"
 
 namespace strata {
 
 // Elements per chunk, as in a job's default chunk size.
 inline constexpr size_t kBenchChunkElements = size_t{4} << 20;
 
-// Peak resident memory (VmHWM) of process `pid` ("self": this one) in
-// bytes; 0 when unreadable.
-inline uint64_t PeakRssBytes(const std::string& pid = "self") {
-  std::ifstream status("/proc/" + pid + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) << 10;
-  }
-  return 0;
+// Peak resident memory (VmHWM) of process `pid` in bytes; 0 when
+// unreadable.
+inline uint64_t PeakRssBytes(pid_t pid = getpid()) {
+  return testing::ProcStatusBytes(pid, "VmHWM");
 }
 
 struct FreeDeleter {

@@ -47,7 +47,7 @@ struct Daemon {
     waitpid(pid, nullptr, 0);
   }
   // Peak resident memory (VmHWM) in bytes; 0 when unreadable.
-  uint64_t PeakRssBytes() const { return strata::PeakRssBytes(std::to_string(pid)); }
+  uint64_t PeakRssBytes() const { return strata::PeakRssBytes(pid); }
 };
 
 absl::Status Start(Daemon* daemon, std::vector<std::string> args, const std::string& dir,
