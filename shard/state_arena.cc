@@ -35,7 +35,7 @@ absl::StatusOr<std::byte*> StateArena::Take(uint64_t bytes) {
   std::vector<std::byte*> freed;  // kept pieces that make room, freed outside the lock
   {
     absl::MutexLock lock(&mu_);
-    if (std::optional<uint64_t> offset = free_.TakeFirstFit(rounded)) {
+    if (std::optional<uint64_t> offset = free_.TakeBestFit(rounded)) {
       region_taken_bytes_ += rounded;
       CountTaken(rounded);
       return region_ + *offset;

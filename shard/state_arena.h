@@ -2,7 +2,7 @@
 // (a host-tier chunk's second state buffer, an NVMe-tier chunk's copy), in
 // contiguous 4 KiB-aligned pieces (direct I/O writes them, kernels update
 // them). The first `retained_bytes` are one region allocated and faulted in
-// when the arena is made; Take() carves pieces from it (first fit, freed
+// when the arena is made; Take() carves pieces from it (best fit, freed
 // pieces coalesced). A piece that does not fit there is allocated (and
 // faulted in) when taken.
 //

@@ -179,7 +179,7 @@ absl::StatusOr<Extent> NvmeTier::Allocate(uint64_t num_bytes) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const uint64_t rounded, RoundUpInBudget("NVMe tier", num_bytes, kBlockBytes,
                                                            used_bytes_, budget_bytes_));
-  if (std::optional<uint64_t> offset = free_.TakeFirstFit(rounded)) {
+  if (std::optional<uint64_t> offset = free_.TakeBestFit(rounded)) {
     Extent extent{next_id_++, *offset, num_bytes};
     size_t blocks = rounded / kBlockBytes;
     extents_[extent.id] = ExtentState{*offset, num_bytes, std::vector<uint64_t>(blocks),
@@ -187,7 +187,10 @@ absl::StatusOr<Extent> NvmeTier::Allocate(uint64_t num_bytes) {
     used_bytes_ += rounded;
     return extent;
   }
-  return BudgetExceeded("NVMe tier", num_bytes, used_bytes_, budget_bytes_);
+  return absl::ResourceExhaustedError(
+      absl::StrCat("NVMe tier: ", num_bytes, " bytes fit the budget but no free range of ", path_,
+                   " holds them: the largest free range is ", free_.largest_range_bytes(), " of ",
+                   free_.free_bytes(), " free bytes, cut apart by extents of other sizes"));
 }
 
 absl::StatusOr<Extent> NvmeTier::Adopt(uint64_t offset, uint64_t num_bytes,

@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/gpu_tier.h"
@@ -431,6 +432,35 @@ TEST_F(NvmeTierTest, FixedBuffersRoundTrip) {
   ASSERT_TRUE(ReadAndWait(*tier_, *e, 0, registered.span().subspan(4 * kBlock, 4 * kBlock)).ok());
   EXPECT_EQ(std::memcmp(registered.span().data() + 4 * kBlock, expected.span().data(), 4 * kBlock),
             0);
+}
+
+// Extents of mixed sizes (a job's chunks and its shorter last chunk) leave
+// holes of both sizes; a new extent takes the hole that fits it best, so a
+// larger one still finds room (first fit would have cut the large hole for
+// the small extent), and a refusal when no hole holds an extent says so
+// rather than blaming the budget.
+TEST_F(NvmeTierTest, ExtentsTakeTheHoleThatFitsThemBest) {
+  auto large = tier_->Allocate(40 * kBlock);
+  auto between = tier_->Allocate(4 * kBlock);
+  auto small = tier_->Allocate(12 * kBlock);
+  auto rest = tier_->Allocate(8 * kBlock);
+  for (const auto* e : {&large, &between, &small, &rest}) ASSERT_TRUE(e->ok()) << e->status();
+  tier_->Free(*large);
+  tier_->Free(*small);
+
+  absl::Status refused = tier_->Allocate(50 * kBlock).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr(absl::StrCat("largest free range is ", 40 * kBlock, " of ", 52 * kBlock,
+                                     " free bytes")));
+
+  auto small_again = tier_->Allocate(12 * kBlock);
+  ASSERT_TRUE(small_again.ok()) << small_again.status();
+  EXPECT_EQ(small_again->offset, small->offset);
+  auto large_again = tier_->Allocate(40 * kBlock);
+  ASSERT_TRUE(large_again.ok()) << large_again.status();
+  EXPECT_EQ(large_again->offset, large->offset);
+  EXPECT_EQ(tier_->used_bytes(), 64 * kBlock);
 }
 
 TEST(NvmeTierReopenTest, AdoptedExtentsReadBackAfterAReopen) {
