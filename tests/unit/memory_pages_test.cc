@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "testing/process_memory.h"
@@ -86,6 +87,38 @@ TEST(MemoryPagesTest, AnAdvisedRangeIsFaultedInAsHugePages) {
   FaultInPages(mapping.data(), kBytes);
   // The 2 MiB-aligned part of the range: 6 MiB of 8 at least.
   EXPECT_GE(HugePageBytesAt(mapping.data()), kBytes - (size_t{2} << 20));
+}
+
+// Another thread of the process maps memory while a large range is being
+// faulted in, not only once all of it is (one populate call holds the
+// memory map lock, which mmap waits for): the other thread waits until the
+// fault-in has begun, maps, and finds the range not yet whole. A try in
+// which it sees the range whole before it maps judges nothing (it was not
+// scheduled in time) and is made again.
+TEST(MemoryPagesTest, OtherThreadsMapMemoryWhileARangeIsFaultedIn) {
+  constexpr size_t kLarge = size_t{512} << 20;
+  const size_t pages = kLarge / static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  int judged = 0;
+  for (int attempt = 0; attempt < 10 && judged < 3; ++attempt) {
+    Mapping mapping(kLarge);
+    ASSERT_TRUE(mapping.ok());
+    AdviseHugePages(mapping.data(), kLarge);
+    size_t seen_before = 0, seen_after = 0;
+    std::thread other([&] {
+      while ((seen_before = testing::ResidentPages(mapping.data(), kLarge)) == 0) {
+      }
+      Mapping small(size_t{1} << 20);
+      EXPECT_TRUE(small.ok());
+      seen_after = testing::ResidentPages(mapping.data(), kLarge);
+    });
+    FaultInPages(mapping.data(), kLarge);
+    other.join();
+    EXPECT_EQ(testing::ResidentPages(mapping.data(), kLarge), pages);
+    if (seen_before == pages) continue;
+    ++judged;
+    EXPECT_LT(seen_after, pages) << "the mapping waited for the whole fault-in";
+  }
+  EXPECT_GT(judged, 0);
 }
 
 }  // namespace
