@@ -142,6 +142,12 @@ int64_t CatchUpCopy::min_step() const {
   return lowest;
 }
 
+int64_t CatchUpCopy::max_step() const {
+  int64_t highest = -1;
+  for (const Piece& piece : pieces_) highest = std::max(highest, piece.step);
+  return highest;
+}
+
 bool CatchUpCopy::has_previous() const {
   return std::all_of(pieces_.begin(), pieces_.end(), [](const Piece& p) { return p.previous; });
 }

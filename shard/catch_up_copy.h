@@ -89,8 +89,10 @@ class CatchUpCopy {
   // the piece is then unchanged.
   absl::Status Replay(size_t i, int64_t step, float coef, float lr,
                       const std::vector<float>& group_lrs, absl::string_view grads);
-  // The lowest step of a piece (-1 while a piece was not set).
+  // The lowest and the highest step of a piece (min_step: -1 while a piece
+  // was not set).
   int64_t min_step() const;
+  int64_t max_step() const;
   // Whether every piece keeps its copy of the step before.
   bool has_previous() const;
   // Whether the copy is built in the chunk that lent its memory.

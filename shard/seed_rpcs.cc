@@ -235,7 +235,11 @@ absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
   prepared->spec = spec.SerializeAsString();
   // Chunk by chunk, each read then replayed; the copies built so far
   // replay what their sources applied meanwhile, so that no log falls
-  // StepLog::kMaxSteps behind.
+  // StepLog::kMaxSteps behind. A job's chunks are within a step of each
+  // other (workers pull every chunk of a step before pushing the next), so
+  // a copy at the step of the chunk read last is at most one behind its
+  // source: only copies below that step replay (one ReadStepLog per piece;
+  // an idle job's copies none).
   absl::Status last_failure;
   for (const v1::ChunkSpec& c : request.chunks()) {
     const FlatRange range{c.flat_begin(), c.flat_begin() + c.num_params()};
@@ -253,8 +257,13 @@ absl::Status ShardService::DoPrepareSeed(const v1::SeedChunksRequest& request,
       continue;
     }
     response->set_bytes(response->bytes() + StateBytes(c.num_params(), precision));
+    const int64_t read_step = (*copy)->max_step();
     prepared->by_chunk[c.chunk_id()] = *std::move(copy);
     for (auto it = prepared->by_chunk.begin(); it != prepared->by_chunk.end();) {
+      if (it->second->min_step() >= read_step) {
+        ++it;
+        continue;
+      }
       absl::StatusOr<uint64_t> replayed = CatchUp(from, it->second.get(), false);
       if (replayed.ok()) {
         response->set_replayed_steps(response->replayed_steps() + *replayed);
