@@ -17,11 +17,11 @@ void AdviseHugePages(void* data, size_t num_bytes);
 // Faults in every page of [data, data + num_bytes), `data` page-aligned,
 // for writing: MADV_POPULATE_WRITE, or where the kernel predates it (Linux
 // 5.14), a zero written to each page (the contents are the caller's to
-// define). In slices of kFaultInSliceBytes: the kernel holds the process's
-// memory map lock through one populate call, and every other thread's
-// mmap, munmap and heap growth (gRPC's buffers) waits for it, and then
-// every page fault behind those; one call over a job's 480 MiB on a VM
-// that faults in at 0.3 GB/s stalled a shard server's RPCs for 1.6 s.
+// define). In slices of kFaultInSliceBytes, so that the process's other
+// threads wait at most one slice: the kernel holds the process's memory
+// map lock through a populate call, and every other thread's mmap, munmap
+// and heap growth (gRPC's buffers) waits for it, and page faults behind
+// those.
 inline constexpr size_t kFaultInSliceBytes = size_t{4} << 20;
 void FaultInPages(void* data, size_t num_bytes);
 
