@@ -44,6 +44,17 @@ std::string CheckpointFileName(uint32_t chunk_id) {
 }  // namespace
 
 void ShardService::FaultInCheckpointMemory(const std::string& job_id) {
+  {
+    absl::MutexLock lock(&seeds_mu_);
+    if (seeds_running_ > 0) {
+      fault_ins_waiting_.insert(job_id);
+      return;
+    }
+  }
+  ScheduleFaultIn(job_id);
+}
+
+void ShardService::ScheduleFaultIn(const std::string& job_id) {
   checkpoint_writers_.Schedule([this, job_id] {
     const absl::Time started = absl::Now();
     const StateArena::FaultedIn faulted_in = checkpoint_arena_->FaultInReserved();

@@ -5,6 +5,7 @@
 // fenced source's step by replaying its step log (shard/catch_up_seeder.h).
 #include <algorithm>
 #include <functional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -338,6 +339,22 @@ absl::Status ShardService::DoReadStepLog(const v1::ReadStepLogRequest& request,
   return absl::OkStatus();
 }
 
+void ShardService::ScheduleSeed(absl::AnyInvocable<void() &&> seed) {
+  {
+    absl::MutexLock lock(&seeds_mu_);
+    ++seeds_running_;
+  }
+  seeders_.Schedule([this, seed = std::move(seed)]() mutable {
+    std::move(seed)();
+    std::set<std::string> waiting;
+    {
+      absl::MutexLock lock(&seeds_mu_);
+      if (--seeds_running_ == 0) waiting.swap(fault_ins_waiting_);
+    }
+    for (const std::string& job_id : waiting) ScheduleFaultIn(job_id);
+  });
+}
+
 grpc::ServerUnaryReactor* ShardService::SeedChunks(grpc::CallbackServerContext* ctx,
                                                    const v1::SeedChunksRequest* request,
                                                    v1::SeedChunksResponse* response) {
@@ -346,7 +363,7 @@ grpc::ServerUnaryReactor* ShardService::SeedChunks(grpc::CallbackServerContext* 
       return FinishUnary(ctx, valid);
     }
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    seeders_.Schedule([this, reactor, request, response] {
+    ScheduleSeed([this, reactor, request, response] {
       reactor->Finish(ToGrpcStatus(DoPrepareSeed(*request, response)));
     });
     return reactor;
@@ -355,7 +372,7 @@ grpc::ServerUnaryReactor* ShardService::SeedChunks(grpc::CallbackServerContext* 
   absl::StatusOr<std::vector<v1::ChunkSpec>> chunks = ValidateSeed(*request, &dtype);
   if (!chunks.ok()) return FinishUnary(ctx, chunks.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  seeders_.Schedule([this, reactor, request, response, chunks = *std::move(chunks), dtype] {
+  ScheduleSeed([this, reactor, request, response, chunks = *std::move(chunks), dtype] {
     const absl::Status seeded = DoSeedChunks(*request, chunks, dtype, response);
     // Not while the copies were built: that would slow the build and the
     // training steps beside it (AllocateChunksRequest.seeded_chunk_ids).

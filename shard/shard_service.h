@@ -18,11 +18,13 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 #include "core/path_root.h"
 #include "core/thread_pool.h"
@@ -252,10 +254,17 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   // Whether a chunk of `job_id` here awaits its seed (Chunk::awaiting_seed).
   bool AwaitsSeed(const std::string& job_id);
   // After a job is allocated (and loaded or seeded, when a load follows or
-  // a seed is under way), or recovered: faults in, on a checkpoint writer, the memory its saves'
-  // second buffers and copies will take (StateArena::FaultInReserved), so
-  // that no save's training steps do.
-  void FaultInCheckpointMemory(const std::string& job_id);
+  // a seed is under way), or recovered: faults in, on a checkpoint writer,
+  // the memory its saves' second buffers and copies will take
+  // (StateArena::FaultInReserved), so that no save's training steps do.
+  // Not while a seed runs here (a move's seeds from several sources run at
+  // once, its workers paused for the fenced ones): then once the last ends.
+  void FaultInCheckpointMemory(const std::string& job_id) ABSL_LOCKS_EXCLUDED(seeds_mu_);
+  // Schedules the fault-in on a checkpoint writer, seeds or not.
+  void ScheduleFaultIn(const std::string& job_id);
+  // Schedules `seed` on a seeder, counted as running from now until it
+  // returns; the fault-ins asked for meanwhile follow the last one's end.
+  void ScheduleSeed(absl::AnyInvocable<void() &&> seed) ABSL_LOCKS_EXCLUDED(seeds_mu_);
   // Arms every chunk of the request, or none (the first chunk's error).
   absl::StatusOr<std::vector<std::shared_ptr<Chunk>>> ArmChunks(
       const v1::SaveChunksRequest& request);
@@ -354,6 +363,10 @@ class ShardService final : public ShardServerService, public WorkerTokens {
   std::function<void()> on_chunk_lost_;
   SourceDialer dial_source_;
   prometheus::Histogram* apply_seconds_ = nullptr;
+  absl::Mutex seeds_mu_;
+  int seeds_running_ ABSL_GUARDED_BY(seeds_mu_) = 0;  // scheduled and not ended
+  // Jobs whose checkpoint memory waits for the seeds to end, once each.
+  std::set<std::string> fault_ins_waiting_ ABSL_GUARDED_BY(seeds_mu_);
   // Checkpoint saves, which wait for steps and write files, and seeds, which
   // wait for another server (last: joined first). Apart, so that a seed
   // never waits behind a save that waits for a step.

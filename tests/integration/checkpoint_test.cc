@@ -2,13 +2,19 @@
 // restored onto another number of servers and workers with another chunk
 // size (continuing bitwise), atomic under a SIGKILL during the write, and
 // refused with DATA_LOSS / FAILED_PRECONDITION when damaged or mismatched.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/checkpoint_store.h"
@@ -263,6 +269,89 @@ TEST(CheckpointTest, ARestoredJobGetsMemoryForItsSavesFaultedInAfterItsLoad) {
   // A restore: what every job here reserved is faulted in after its load.
   ASSERT_NE(RestoreAs(o, "restored", CheckpointPath(scratch.path(), "saved", 1), 1), nullptr);
   EXPECT_EQ(AwaitHeld(server, 3 * per_job), 3 * per_job) << "nothing faulted in after the load";
+}
+
+// A TCP listener on loopback that accepts nothing: a client's connection
+// completes in the kernel's backlog and then hears nothing until Close()
+// resets it.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof(addr);
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), size) != 0 ||
+        listen(fd_, 16) != 0 || getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &size) != 0) {
+      ADD_FAILURE() << "loopback listener: " << std::strerror(errno);
+    }
+    address_ = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  }
+  ~SilentListener() { Close(); }
+  SilentListener(const SilentListener&) = delete;
+  SilentListener& operator=(const SilentListener&) = delete;
+
+  const std::string& address() const { return address_; }
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  std::string address_;
+};
+
+// A server faults in a job's checkpoint memory only once no seed runs on
+// it, as a move's seeds from several sources run at once and its workers
+// wait for the fenced ones: a job allocated while a copy is built aside
+// from a source that never answers gets its memory once that seed ends.
+TEST(CheckpointTest, CheckpointMemoryIsFaultedInOnceNoSeedRuns) {
+  auto cluster = LocalCluster::Start({1, uint64_t{64} << 20, 1});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const ShardServer& server = *(*cluster)->servers().front();
+  ClientOptions o = testing::SmallFp32Job((*cluster)->coordinator_address(), "built");
+  o.job.world_size = 1;
+  auto built = Client::Connect(o);
+  ASSERT_TRUE(built.ok()) << built.status();
+  const uint64_t per_job = (*built)->layout().num_chunks() * StateArena::kAlignment;
+  ASSERT_EQ(AwaitHeld(server, per_job), per_job);
+
+  SilentListener source;
+  const v1::JobInfo job = JobOf(o.coordinator_address, "built");
+  v1::SeedChunksRequest prepare;
+  prepare.set_job_id("built");
+  prepare.set_source_address(source.address());
+  prepare.set_prepare(true);
+  *prepare.mutable_spec() = job.spec();
+  *prepare.add_chunks() = job.chunks(0).chunk();
+  auto shard = v1::ShardServer::NewStub(MakeChannel(server.address()));
+  absl::Status prepared;
+  std::thread seed([&] {
+    v1::SeedChunksResponse response;
+    prepared = CallUnary(shard.get(), &v1::ShardServer::Stub::SeedChunks, prepare, &response,
+                         absl::Seconds(60));
+  });
+  // The copy has taken its memory from the arena: the seed reads its source.
+  for (int i = 0; i < 100 && server.checkpoint_arena().peak_taken_bytes() == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_GT(server.checkpoint_arena().peak_taken_bytes(), 0u) << "the seed took no memory";
+  const uint64_t held_during_seed = server.checkpoint_arena().held_bytes();
+
+  o.job_id = "allocated";
+  auto allocated = Client::Connect(o);
+  ASSERT_TRUE(allocated.ok()) << allocated.status();
+  absl::SleepFor(absl::Milliseconds(500));  // a fault-in would be done
+  EXPECT_EQ(server.checkpoint_arena().held_bytes(), held_during_seed)
+      << "memory faulted in while a seed ran";
+
+  source.Close();
+  seed.join();
+  EXPECT_TRUE(prepared.ok()) << prepared;
+  EXPECT_EQ(AwaitHeld(server, 2 * per_job), 2 * per_job)
+      << "the new job's memory not faulted in after the seed";
 }
 
 // A restore's allocation leaves the new job's host memory (states and
