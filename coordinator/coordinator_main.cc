@@ -2,6 +2,7 @@
 #include "absl/flags/flag.h"
 #include "coordinator/coordinator_server.h"
 #include "core/command_line.h"
+#include "core/mutex_checks.h"
 #include "core/signals.h"
 #include "rpc/tls_flags.h"
 
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
       "  strata-coordinator --listen=HOST:PORT --data_dir=DIR [--worker_lease_ms=MS]\n"
       "                     [--checkpoint_dir=DIR] [--server_timeout_ms=MS]\n"
       "  strata-coordinator --flagfile=FILE    (the same flags, one --flag=value per line)");
+  strata::ConfigureMutexDeadlockChecks();
   strata::BlockShutdownSignals();
   strata::CoordinatorOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);

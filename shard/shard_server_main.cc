@@ -4,6 +4,7 @@
 #include "absl/flags/flag.h"
 #include "core/command_line.h"
 #include "core/heap_retention.h"
+#include "core/mutex_checks.h"
 #include "core/signals.h"
 #include "rpc/tls_flags.h"
 #include "shard/shard_server.h"
@@ -105,6 +106,7 @@ int main(int argc, char** argv) {
       "held in host and GPU memory for its next start.\n\n"
       "  strata-server --coordinator=HOST:PORT --listen=HOST:PORT --data_dir=DIR\n"
       "  strata-server --flagfile=FILE    (the same flags, one --flag=value per line)");
+  strata::ConfigureMutexDeadlockChecks();
   strata::BlockShutdownSignals();
   strata::RetainFreedHeapMemory();
   // Past a file-size limit (RLIMIT_FSIZE) a write fails with EFBIG, as on a

@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "core/command_line.h"
 #include "core/heap_retention.h"
+#include "core/mutex_checks.h"
 #include "kernels/isa.h"
 #include "shard/shard_server.h"
 #include "tools/bench/checkpoint_bench.h"
@@ -261,6 +262,7 @@ absl::StatusOr<nlohmann::json> Run(const std::string& command) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args = strata::InitCommandLine(argc, argv, kUsage);
+  strata::ConfigureMutexDeadlockChecks();
   // As the shard servers and strata.launch's workers keep theirs.
   strata::RetainFreedHeapMemory();
   if (!args.empty() && args[0] == "elastic-worker") return strata::RunElasticWorker(args);
