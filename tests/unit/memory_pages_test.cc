@@ -98,13 +98,6 @@ long InvoluntarySwitches() {
   return usage.ru_nivcsw;
 }
 
-// Whether the page at `data` is resident.
-bool FirstPageResident(void* data) {
-  unsigned char resident = 0;
-  return mincore(data, static_cast<size_t>(sysconf(_SC_PAGESIZE)), &resident) == 0 &&
-         (resident & 1) != 0;
-}
-
 // Another thread of the process maps memory while a large range is being
 // faulted in, not only once all of it is (one populate call holds the
 // memory map lock, which mmap waits for): once the range's first page is in,
@@ -116,6 +109,7 @@ bool FirstPageResident(void* data) {
 TEST(MemoryPagesTest, OtherThreadsMapMemoryWhileARangeIsFaultedIn) {
   using Clock = std::chrono::steady_clock;
   constexpr size_t kLarge = size_t{512} << 20;
+  const size_t page_bytes = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   int judged = 0;
   for (int attempt = 0; attempt < 20 && judged < 3; ++attempt) {
     Mapping mapping(kLarge);
@@ -124,7 +118,7 @@ TEST(MemoryPagesTest, OtherThreadsMapMemoryWhileARangeIsFaultedIn) {
     Clock::time_point asked, mapped;
     bool preempted = false;
     std::thread other([&] {
-      while (!FirstPageResident(mapping.data())) {
+      while (testing::ResidentPages(mapping.data(), page_bytes) == 0) {
       }
       const long switches = InvoluntarySwitches();
       asked = Clock::now();
