@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,7 +45,7 @@ struct Steps {
 
 // What happens to a job while it trains: before step `before_step` rank 0
 // SIGKILLs `victim` (if set) and starts `during` (if set) on a thread of
-// its own, joined when the job is done.
+// its own; the job trains on until `during` has returned.
 struct Event {
   int before_step = 0;  // 0: nothing happens
   testing::ServerProcess* victim = nullptr;
@@ -52,8 +53,37 @@ struct Event {
   std::function<void()> during;
 };
 
-// Trains job `job_id` of `replicas` copies for `steps` steps with two
-// worker threads, through `event`.
+// Whether a job's workers go on past each step: the first worker to reach
+// a step decides for all (so that none steps alone) -- on while below the
+// job's steps or while its event's `during` runs. Thread-safe.
+class StepsToGo {
+ public:
+  explicit StepsToGo(int64_t steps) : steps_(steps) {}
+  bool After(int64_t step) {
+    absl::MutexLock lock(&mu_);
+    auto [it, first] = decided_.try_emplace(step, false);
+    if (first) it->second = step < steps_ || during_running_;
+    return it->second;
+  }
+  void DuringStarted() {
+    absl::MutexLock lock(&mu_);
+    during_running_ = true;
+  }
+  void DuringEnded() {
+    absl::MutexLock lock(&mu_);
+    during_running_ = false;
+  }
+
+ private:
+  const int64_t steps_;
+  absl::Mutex mu_;
+  std::map<int64_t, bool> decided_ ABSL_GUARDED_BY(mu_);
+  bool during_running_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Trains job `job_id` of `replicas` copies for `steps` steps (or more,
+// until `event`'s `during` returns) with two worker threads, through
+// `event`.
 absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& coordinator,
                             const std::string& job_id, uint32_t replicas, int steps,
                             const Event& event) {
@@ -71,6 +101,7 @@ absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& co
   absl::Mutex mu;
   std::vector<absl::Status> errors(kWorkers);
   std::thread during;
+  StepsToGo to_go(steps);
   std::vector<std::thread> threads;
   for (int w = 0; w < kWorkers; ++w) {
     threads.emplace_back([&, w] {
@@ -86,7 +117,7 @@ absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& co
         return c.AccumulateGradients(grads);
       };
       absl::Time killed_at = absl::InfiniteFuture();
-      while ((*client)->step() < steps) {
+      while (to_go.After((*client)->step())) {
         const bool now = (*client)->rank() == 0 && event.before_step > 0 &&
                          (*client)->step() + 1 == event.before_step;
         const bool kill_now = now && event.victim != nullptr;
@@ -96,7 +127,13 @@ absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& co
           event.daemons->Forget(event.victim->pid);
           killed_at = absl::Now();
         }
-        if (now && event.during) during = std::thread(event.during);
+        if (now && event.during) {
+          to_go.DuringStarted();
+          during = std::thread([&] {
+            event.during();
+            to_go.DuringEnded();
+          });
+        }
         const absl::Time started = absl::Now();
         absl::StatusOr<StepResult> result = (*client)->Step(compute);
         if (!result.ok()) {
@@ -249,7 +286,11 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
   v1::DrainServerResponse drained;
   absl::Status drain_status;
   absl::Time drain_started, drain_ended;
+  // The drain shares the cores with the job, and so does its bound's
+  // second figure: loopback TCP measured while the job trains.
+  double tcp_training_GBps = -1;
   Event drain{event_before, nullptr, nullptr, [&] {
+                tcp_training_GBps = MeasureIperf3();
                 drain_started = absl::Now();
                 drain_status = CallDrain(coordinator, servers[0].address, /*cancel=*/false,
                                          &drained, absl::Minutes(10));
@@ -326,6 +367,9 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
                               : 0},
       {"loopback_tcp_GBps", tcp_GBps},
       {"drain_fraction_of_loopback_tcp", tcp_GBps > 0 ? drain_GBps / tcp_GBps : -1},
+      {"loopback_tcp_while_training_GBps", tcp_training_GBps},
+      {"drain_fraction_of_loopback_tcp_while_training",
+       tcp_training_GBps > 0 ? drain_GBps / tcp_training_GBps : -1},
       {"max_step_during_drain_s", LongestStepWithin(one, drain_started, drain_ended)},
       {"max_step_during_drain_over_step",
        LongestStepWithin(one, drain_started, drain_ended) / step_1},

@@ -5,7 +5,9 @@
 // price of the second copy (step_s_replicas_2 over step_s_replicas_1;
 // target <= 1.25). While the first trains, server 0 is drained: drain_s,
 // the bytes it moved per second against loopback TCP (MeasureIperf3:
-// iperf3's best; target >= 0.5) and the longest step meanwhile; once done
+// iperf3's best; target >= 0.5) with the cores idle and, just before the
+// drain, while the job trains (the cores the drain shares with it), and
+// the longest step meanwhile; once done
 // (no worker left), a rebalance moves copies back onto server 0 with the
 // cores idle: the move's own rate (idle_rebalance_*). While the second
 // trains, another server is SIGKILLed and never restarted: steps_lost
