@@ -4,6 +4,7 @@
 #include "core/command_line.h"
 #include "core/mutex_checks.h"
 #include "core/signals.h"
+#include "rpc/tls_ciphers.h"
 #include "rpc/tls_flags.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7700", "host:port to serve on; port 0 picks a free port");
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   options.tls = strata::TlsFilesFromFlags();
+  strata::PreferAes128GcmWithTls(options.tls, "coordinator");
   options.auth_file = absl::GetFlag(FLAGS_auth_file);
   options.worker_lease = absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
   options.server_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_server_timeout_ms));

@@ -6,6 +6,7 @@
 #include "core/heap_retention.h"
 #include "core/mutex_checks.h"
 #include "core/signals.h"
+#include "rpc/tls_ciphers.h"
 #include "rpc/tls_flags.h"
 #include "shard/shard_server.h"
 
@@ -120,6 +121,7 @@ int main(int argc, char** argv) {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   options.tls = strata::TlsFilesFromFlags();
+  strata::PreferAes128GcmWithTls(options.tls, "server");
   options.auth = absl::GetFlag(FLAGS_auth);
   options.max_pull_wait = absl::Milliseconds(absl::GetFlag(FLAGS_max_pull_wait_ms));
   const int64_t gpu_budget_mib = absl::GetFlag(FLAGS_gpu_budget_mib);
