@@ -75,26 +75,30 @@ bool Plain(const std::string& text) {
   return true;
 }
 
+// Whether `settings` set `name` (as OpenSSL reads names: in any case).
+bool Sets(const std::vector<Setting>& settings, const char* name) {
+  for (const auto& setting : settings) {
+    if (strcasecmp(setting.first.c_str(), name) == 0) return true;
+  }
+  return false;
+}
+
 // `system` with Ciphersuites (unless it names some) and ServerPreference
 // added, as an OpenSSL configuration whose `strata_tls` names it.
 absl::StatusOr<std::string> Configuration(const std::vector<Setting>& system) {
   std::string section;
-  bool has_suites = false, has_options = false;
   for (const auto& [name, value] : system) {
     if (!Plain(name) || !Plain(value)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the system's OpenSSL setting ", name, " is not plain text that can be carried over"));
     }
-    std::string written = value;
-    if (strcasecmp(name.c_str(), "Ciphersuites") == 0) has_suites = true;
-    if (strcasecmp(name.c_str(), "Options") == 0) {
-      has_options = true;
-      absl::StrAppend(&written, ",ServerPreference");
-    }
-    absl::StrAppend(&section, name, " = ", written, "\n");
+    const bool options = strcasecmp(name.c_str(), "Options") == 0;
+    absl::StrAppend(&section, name, " = ", value, options ? ",ServerPreference" : "", "\n");
   }
-  if (!has_suites) absl::StrAppend(&section, "Ciphersuites = ", kAes128GcmFirst, "\n");
-  if (!has_options) absl::StrAppend(&section, "Options = ServerPreference\n");
+  if (!Sets(system, "Ciphersuites")) {
+    absl::StrAppend(&section, "Ciphersuites = ", kAes128GcmFirst, "\n");
+  }
+  if (!Sets(system, "Options")) absl::StrAppend(&section, "Options = ServerPreference\n");
   return absl::StrCat(
       "strata_tls = strata_tls_init\n"
       "[strata_tls_init]\nssl_conf = strata_tls_ssl\n"
@@ -145,10 +149,6 @@ absl::Status PreferAes128Gcm() {
   }
   const std::vector<Setting> system = SystemDefaultSettings();
   ASSIGN_OR_RETURN(const std::string text, Configuration(system));
-  bool system_names_suites = false;
-  for (const auto& [name, value] : system) {
-    system_names_suites |= strcasecmp(name.c_str(), "Ciphersuites") == 0;
-  }
   ConfPtr conf(NCONF_new(nullptr));
   BIO* bio = BIO_new_mem_buf(text.data(), static_cast<int>(text.size()));
   long error_line = 0;
@@ -162,7 +162,7 @@ absl::Status PreferAes128Gcm() {
   if (CONF_modules_load(conf.get(), "strata_tls", 0) <= 0) {
     return absl::InternalError(absl::StrCat("CONF_modules_load: ", OpenSslErrors()));
   }
-  return CheckNewContext(system_names_suites);
+  return CheckNewContext(Sets(system, "Ciphersuites"));
 }
 
 void PreferAes128GcmWithTls(const TlsFiles& tls, absl::string_view component) {
