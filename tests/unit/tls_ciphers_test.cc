@@ -8,7 +8,6 @@
 
 #include <openssl/ssl.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -49,24 +48,23 @@ std::string SystemConfiguration(const std::string& settings) {
          settings;
 }
 
-// Runs `check` in a child process whose OPENSSL_CONF holds
-// `configuration`; whether it returned true. Its complaints go to stderr.
-bool InChild(const std::string& configuration, const std::function<bool()>& check) {
+// Runs `check` in a child process (a death test) whose OPENSSL_CONF holds
+// `configuration`; it must return true. Its complaints go to stderr, which
+// a failure shows.
+void ExpectInChild(const std::string& configuration, const std::function<bool()>& check) {
   testing::ScratchDir dir("tls_ciphers");
   const std::string path = dir.path() + "/openssl.cnf";
   std::ofstream(path) << configuration;
-  const pid_t child = fork();
-  if (child == 0) {
-    setenv("OPENSSL_CONF", path.c_str(), 1);
-    _exit(check() ? 0 : 1);
-  }
-  int status = 0;
-  return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) &&
-         WEXITSTATUS(status) == 0;
+  EXPECT_EXIT(
+      {
+        setenv("OPENSSL_CONF", path.c_str(), 1);
+        _exit(check() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
-TEST(TlsCiphersTest, NewContextsPreferAes128GcmAndKeepTheSystemsSettings) {
-  EXPECT_TRUE(InChild(SystemConfiguration("MinProtocol = TLSv1.3\n"), [] {
+TEST(TlsCiphersDeathTest, NewContextsPreferAes128GcmAndKeepTheSystemsSettings) {
+  ExpectInChild(SystemConfiguration("MinProtocol = TLSv1.3\n"), [] {
     const NewContext before = MakeContext();
     if (before.first_suite != "TLS_AES_256_GCM_SHA384" || before.server_preference) {
       fprintf(stderr, "OpenSSL's default: %s first, server preference %d\n",
@@ -80,25 +78,25 @@ TEST(TlsCiphersTest, NewContextsPreferAes128GcmAndKeepTheSystemsSettings) {
             after.min_version);
     return preferred.ok() && after.first_suite == "TLS_AES_128_GCM_SHA256" &&
            after.server_preference && after.min_version == TLS1_3_VERSION;
-  }));
+  });
 }
 
-TEST(TlsCiphersTest, TheSystemsOwnSuitesStay) {
-  EXPECT_TRUE(InChild(
-      SystemConfiguration(
-          "Ciphersuites = TLS_CHACHA20_POLY1305_SHA256\nOptions = NoRenegotiation\n"),
-      [] {
-        const absl::Status preferred = PreferAes128Gcm();
-        const NewContext after = MakeContext();
-        fprintf(stderr, "%s; %s first, server preference %d\n", preferred.ToString().c_str(),
-                after.first_suite.c_str(), after.server_preference);
-        return preferred.ok() && after.first_suite == "TLS_CHACHA20_POLY1305_SHA256" &&
-               after.server_preference;
-      }));
+TEST(TlsCiphersDeathTest, TheSystemsOwnSuitesStay) {
+  ExpectInChild(SystemConfiguration(
+                    "Ciphersuites = TLS_CHACHA20_POLY1305_SHA256\nOptions = NoRenegotiation\n"),
+                [] {
+                  const absl::Status preferred = PreferAes128Gcm();
+                  const NewContext after = MakeContext();
+                  fprintf(stderr, "%s; %s first, server preference %d\n",
+                          preferred.ToString().c_str(), after.first_suite.c_str(),
+                          after.server_preference);
+                  return preferred.ok() && after.first_suite == "TLS_CHACHA20_POLY1305_SHA256" &&
+                         after.server_preference;
+                });
 }
 
-TEST(TlsCiphersTest, ASettingItCannotCarryOverLeavesOpenSslAsItWas) {
-  EXPECT_TRUE(InChild(SystemConfiguration("CipherString = HIGH !aNULL\n"), [] {
+TEST(TlsCiphersDeathTest, ASettingItCannotCarryOverLeavesOpenSslAsItWas) {
+  ExpectInChild(SystemConfiguration("CipherString = HIGH !aNULL\n"), [] {
     const absl::Status preferred = PreferAes128Gcm();
     const NewContext after = MakeContext();
     fprintf(stderr, "%s; %s first, server preference %d\n", preferred.ToString().c_str(),
@@ -106,16 +104,16 @@ TEST(TlsCiphersTest, ASettingItCannotCarryOverLeavesOpenSslAsItWas) {
     return absl::IsFailedPrecondition(preferred) &&
            preferred.message().find("CipherString") != std::string::npos &&
            after.first_suite == "TLS_AES_256_GCM_SHA384" && !after.server_preference;
-  }));
+  });
 }
 
-TEST(TlsCiphersTest, WithoutAnSslSectionTheDefaultsGetThePreference) {
-  EXPECT_TRUE(InChild("openssl_conf = init\n[init]\n", [] {
+TEST(TlsCiphersDeathTest, WithoutAnSslSectionTheDefaultsGetThePreference) {
+  ExpectInChild("openssl_conf = init\n[init]\n", [] {
     const absl::Status preferred = PreferAes128Gcm();
     const NewContext after = MakeContext();
     return preferred.ok() && after.first_suite == "TLS_AES_128_GCM_SHA256" &&
            after.server_preference;
-  }));
+  });
 }
 
 }  // namespace
