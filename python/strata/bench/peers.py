@@ -12,7 +12,12 @@ processes four ways, one after the other:
           --params replicated or on_demand (then also its parameter memory),
           --stream on (gradients leave during backward) or off,
           --param-sync eager (the step writes every parameter) or per_module
-          (each module's just before its forward)
+          (each module's just before its forward); with eager, each worker
+          also runs the compute step on a plain copy of the model after each
+          of strata's steps, and overhead_over_compute is the median over
+          those pairs (overhead_measured "paired"; the compute run's own
+          figure is then forward_backward_separate_run_s), since this
+          machine's speed may drift between two runs minutes apart
   ddp     torch.nn.parallel.DistributedDataParallel + torch.optim.AdamW (Gloo;
           with the FP16 compression hook when strata runs BF16 or FP16: the
           same bytes on the wire; torch 1.13's BF16 hook needs NCCL)
@@ -145,6 +150,14 @@ def run_worker(args):
                                           lr=1e-4)
     mine = slice(rank * share, (rank + 1) * share)
     server_pids = [int(pid) for pid in args.server_pids.split(",") if pid]
+    # The bound beside strata's steps: after each, the same forward+backward
+    # on a plain copy of the model, so that the two see the machine at the
+    # same moment (its speed drifts from minute to minute). Not with
+    # per-module parameter sync, whose all-gather runs on past step().
+    bound = None
+    if args.worker == "strata" and args.param_sync == "eager":
+        bound = make_model(args)
+        times["paired_forward_backward"], times["paired_cpu"] = [], []
     for i in range(args.warmup + args.steps):
         if i == args.warmup:
             servers_cpu_started = processes_cpu_seconds(server_pids)
@@ -164,10 +177,22 @@ def run_worker(args):
             if args.worker == "strata":
                 times["collective"].append(opt.last_result["collective_seconds"])
                 times["push_pull"].append(opt.last_result["push_pull_seconds"])
+        if bound is not None:
+            started = time.perf_counter()
+            cpu_started = time.process_time()
+            bound.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(bound(x[mine]), y[mine]).backward()
+            if i >= args.warmup:
+                times["paired_forward_backward"].append(time.perf_counter() - started)
+                times["paired_cpu"].append(time.process_time() - cpu_started)
     if args.worker in ("ddp", "zero"):
         torch.distributed.destroy_process_group()
     if rank == 0:
         result = {key: statistics.median(values) for key, values in times.items()}
+        if bound is not None:
+            result["paired_overhead"] = statistics.median(
+                step / compute - 1
+                for step, compute in zip(times["step"], times["paired_forward_backward"]))
         if args.worker == "strata":
             result["param_memory"] = opt.param_memory()
             result["servers_cpu"] = ((processes_cpu_seconds(server_pids) - servers_cpu_started)
@@ -248,9 +273,11 @@ def main(argv=None):
     results = {}
     for system in systems:
         results[system] = run_system(args, system)
-        print("%-6s step %.3f s  optimizer %.3f s  forward+backward %.3f s" % (
-            system, results[system]["step"], results[system]["optimizer"],
-            results[system]["forward_backward"]), flush=True)
+        r = results[system]
+        paired = ("  paired compute step %.3f s" % r["paired_forward_backward"]
+                  if "paired_forward_backward" in r else "")
+        print("%-6s step %.3f s  optimizer %.3f s  forward+backward %.3f s%s" % (
+            system, r["step"], r["optimizer"], r["forward_backward"], paired), flush=True)
         if args.jemalloc and system in ("ddp", "zero"):
             name = system + "_jemalloc"
             results[name] = run_system(args, system, jemalloc=True)
@@ -270,9 +297,18 @@ def main(argv=None):
         summary[system + "_step_s"] = r["step"]
         summary[system + "_optimizer_s"] = r["optimizer"]
         summary[system + "_cpu_s"] = r["cpu"]
-    if "compute" in results and "strata" in results:
+    if "strata" in results and "paired_overhead" in results["strata"]:
+        s = results["strata"]
+        if "compute" in results:
+            summary["forward_backward_separate_run_s"] = summary["forward_backward_s"]
+        summary["forward_backward_s"] = s["paired_forward_backward"]
+        summary["compute_cpu_s"] = s["paired_cpu"]
+        summary["overhead_over_compute"] = s["paired_overhead"]
+        summary["overhead_measured"] = "paired"
+    elif "compute" in results and "strata" in results:
         summary["overhead_over_compute"] = (results["strata"]["step"] /
                                             results["compute"]["forward_backward"] - 1)
+        summary["overhead_measured"] = "separate runs"
     for peer in ("ddp", "zero"):
         best = min((k for k in (peer, peer + "_jemalloc") if k in results),
                    key=lambda k: results[k]["step"], default=None)
