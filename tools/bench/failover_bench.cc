@@ -22,6 +22,7 @@
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "testing/placement.h"
 #include "testing/processes.h"
+#include "tools/bench/alternating_jobs.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/iperf.h"
 
@@ -81,12 +82,10 @@ class StepsToGo {
   bool during_running_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// Trains job `job_id` of `replicas` copies for `steps` steps (or more,
-// until `event`'s `during` returns) with two worker threads, through
-// `event`.
-absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& coordinator,
-                            const std::string& job_id, uint32_t replicas, int steps,
-                            const Event& event) {
+// A worker's options for job `job_id` of `replicas` copies of one BF16
+// tensor of o.num_params, with a fixed loss scale of 1 (worker_id empty).
+ClientOptions JobClientOptions(const FailoverBenchOptions& o, const std::string& coordinator,
+                               const std::string& job_id, uint32_t replicas) {
   ClientOptions options;
   options.coordinator_address = coordinator;
   options.job_id = job_id;
@@ -97,6 +96,16 @@ absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& co
   options.job.replicas = replicas;
   options.loss_scale.dynamic = false;
   options.loss_scale.initial_scale = 1.0f;
+  return options;
+}
+
+// Trains job `job_id` of `replicas` copies for `steps` steps (or more,
+// until `event`'s `during` returns) with two worker threads, through
+// `event`.
+absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& coordinator,
+                            const std::string& job_id, uint32_t replicas, int steps,
+                            const Event& event) {
+  const ClientOptions options = JobClientOptions(o, coordinator, job_id, replicas);
   Steps out;
   absl::Mutex mu;
   std::vector<absl::Status> errors(kWorkers);
@@ -259,6 +268,15 @@ absl::Status CallRebalance(const std::string& coordinator, const std::string& jo
   return CallUnary(stub.get(), &v1::Coordinator::Stub::RebalanceJob, request, response, timeout);
 }
 
+absl::Status CallDeleteJob(const std::string& coordinator, const std::string& job_id) {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+  v1::DeleteJobRequest request;
+  request.set_job_id(job_id);
+  v1::DeleteJobResponse response;
+  return CallUnary(stub.get(), &v1::Coordinator::Stub::DeleteJob, request, &response,
+                   absl::Seconds(30));
+}
+
 // Bytes per second of `moved`, in GB/s (0 for no time), over the time it
 // moved state: not the wait for the workers to reach a step boundary.
 double MovedGBps(const v1::CopiesMoved& moved) {
@@ -280,6 +298,16 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
   ASSIGN_OR_RETURN(FailoverCluster cluster, StartFailoverCluster(o, dir, &daemons));
   const std::string& coordinator = cluster.coordinator;
   std::vector<testing::ServerProcess>& servers = cluster.servers;
+  // The price of the second copy: a job of each kind trained in turns, then
+  // deleted (the jobs the events meet train one after the other).
+  const std::vector<float> grads(o.num_params, 1e-3f);
+  ASSIGN_OR_RETURN(const AlternatingSteps alternating,
+                   TrainAlternately({JobClientOptions(o, coordinator, "alternating-1", 1),
+                                     JobClientOptions(o, coordinator, "alternating-2", 2)},
+                                    grads, kWorkers, o.steps, /*steps_per_turn=*/2));
+  for (const char* job : {"alternating-1", "alternating-2"}) {
+    RETURN_IF_ERROR(CallDeleteJob(coordinator, job));
+  }
   // One copy: o.steps timed steps, then a server drained, then as many again.
   const int event_before = o.steps + 2;
   const double tcp_GBps = MeasureIperf3();
@@ -338,9 +366,11 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
       {"servers", kServers},
       {"workers", kWorkers},
       {"dtype", "bf16"},
-      {"step_s_replicas_1", step_1},
-      {"step_s_replicas_2", step_2},
-      {"replicas_2_over_1", step_2 / step_1},
+      {"step_s_replicas_1", Median(alternating.seconds[0])},
+      {"step_s_replicas_2", Median(alternating.seconds[1])},
+      {"replicas_2_over_1", Median(alternating.Ratios())},
+      {"replicas_2_over_1_each_turn", alternating.Ratios()},
+      {"replicas_2_over_1_separate_jobs", step_2 / step_1},
       {"steps_lost", two.steps_lost},
       {"every_step_once", EachOnce(one) && EachOnce(two)},
       {"pause_s", two.pause_s},

@@ -1,9 +1,13 @@
 // strata-bench failover: what replicated chunks cost and what they save. A
-// coordinator and three shard servers run as processes on loopback; two
-// worker threads train a job of one copy per chunk, then one of two copies
-// (Step(GradientFn), the same gradients), and the median steps give the
-// price of the second copy (step_s_replicas_2 over step_s_replicas_1;
-// target <= 1.25). While the first trains, server 0 is drained: drain_s,
+// coordinator and three shard servers run as processes on loopback. First
+// a job of one copy per chunk and a job of two copies train in turns
+// (alternating_jobs.h; two worker threads each, Step(GradientFn), the same
+// gradients), then are deleted: the median of each turn's step over the
+// other job's just before it is the price of the second copy
+// (replicas_2_over_1; target <= 1.25). Then two worker threads train a job
+// of one copy, then one of two copies, one after the other (their medians'
+// ratio: replicas_2_over_1_separate_jobs). While the first of these
+// trains, server 0 is drained: drain_s,
 // the bytes it moved per second against loopback TCP (MeasureIperf3:
 // iperf3's best; target >= 0.5) with the cores idle and, just before the
 // drain, while the job trains (the cores the drain shares with it), and

@@ -1,0 +1,106 @@
+#include "tools/bench/alternating_jobs.h"
+
+#include <algorithm>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "core/status_macros.h"
+
+namespace strata {
+namespace {
+
+// Whose turn it is: turn t is job t % 2's, and ends once each of that job's
+// `workers` workers has called Done(t). After Fail(), every wait returns
+// false at once. Thread-safe.
+class Turns {
+ public:
+  explicit Turns(int workers) : workers_(workers) {}
+
+  // Waits until turn `turn` begins; false if a worker failed first.
+  bool WaitFor(int turn) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this, turn]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return failed_ || turn_ == turn; };
+    mu_.Await(absl::Condition(&ready));
+    return !failed_;
+  }
+  void Done() {
+    absl::MutexLock lock(&mu_);
+    if (++done_ == workers_) {
+      done_ = 0;
+      ++turn_;
+    }
+  }
+  void Fail() {
+    absl::MutexLock lock(&mu_);
+    failed_ = true;
+  }
+
+ private:
+  const int workers_;
+  absl::Mutex mu_;
+  int turn_ ABSL_GUARDED_BY(mu_) = 0;
+  int done_ ABSL_GUARDED_BY(mu_) = 0;  // workers done with turn_
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+std::vector<double> AlternatingSteps::Ratios() const {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < std::min(seconds[0].size(), seconds[1].size()); ++i) {
+    ratios.push_back(seconds[1][i] / seconds[0][i]);
+  }
+  return ratios;
+}
+
+absl::StatusOr<AlternatingSteps> TrainAlternately(const std::array<ClientOptions, 2>& jobs,
+                                                  const std::vector<float>& grads, int workers,
+                                                  int turns, int steps_per_turn) {
+  AlternatingSteps out;
+  absl::Mutex mu;  // guards out and error
+  absl::Status error;
+  Turns turn_of(workers);
+  auto fail = [&](const absl::Status& status) {
+    turn_of.Fail();
+    absl::MutexLock lock(&mu);
+    if (error.ok()) error = status;
+  };
+  std::vector<std::thread> threads;
+  for (int job = 0; job < 2; ++job) {
+    for (int w = 0; w < workers; ++w) {
+      threads.emplace_back([&, job, w] {
+        ClientOptions options = jobs[job];
+        options.worker_id = absl::StrCat(options.job_id, "-", w);
+        absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+        if (!client.ok()) return fail(client.status());
+        auto compute = [&grads](const MicroBatch&, Client& c) {
+          return c.AccumulateGradients(grads);
+        };
+        for (int turn = job; turn < 2 * turns; turn += 2) {
+          if (!turn_of.WaitFor(turn)) return;
+          for (int s = 0; s < steps_per_turn; ++s) {
+            const absl::Time started = absl::Now();
+            absl::StatusOr<StepResult> result = (*client)->Step(compute);
+            if (!result.ok()) return fail(result.status());
+            if ((*client)->rank() == 0 && s + 1 == steps_per_turn) {
+              absl::MutexLock lock(&mu);
+              out.seconds[job].push_back(absl::ToDoubleSeconds(absl::Now() - started));
+            }
+          }
+          turn_of.Done();
+        }
+        if (absl::Status left = (*client)->Leave(); !left.ok()) fail(left);
+      });
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  absl::MutexLock lock(&mu);
+  RETURN_IF_ERROR(error);
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,39 @@
+// TrainAlternately: two jobs trained in turns on one cluster, so that each
+// job's step is timed a moment after the other's -- on a shared machine the
+// speed drifts over the minutes between two jobs trained one after the
+// other, by more than some of the differences a bench compares. Job 0 takes
+// `steps_per_turn` steps, then job 1 as many, and so on, `turns` turns each;
+// only the last step of a turn is timed (the first may meet work the other
+// job's last step left on the servers, such as a copy's apply). Each job
+// trains with `workers` worker threads, each accumulating `grads` in every
+// step (Step(GradientFn)); the workers have left when it returns (Leave()),
+// the jobs remain. Blocks the calling thread; thread-safe.
+#ifndef STRATA_TOOLS_BENCH_ALTERNATING_JOBS_H_
+#define STRATA_TOOLS_BENCH_ALTERNATING_JOBS_H_
+
+#include <array>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "strata/client.h"
+
+namespace strata {
+
+struct AlternatingSteps {
+  // Rank 0's timed step of each turn, for each job.
+  std::array<std::vector<double>, 2> seconds;
+  // seconds[1][i] / seconds[0][i]: each of job 1's turns over job 0's
+  // turn just before it.
+  std::vector<double> Ratios() const;
+};
+
+// Fails with the first worker's error (the others' turns then end too).
+// Each job's options must leave worker_id empty: workers are named
+// "<job_id>-<w>".
+absl::StatusOr<AlternatingSteps> TrainAlternately(const std::array<ClientOptions, 2>& jobs,
+                                                  const std::vector<float>& grads, int workers,
+                                                  int turns, int steps_per_turn);
+
+}  // namespace strata
+
+#endif  // STRATA_TOOLS_BENCH_ALTERNATING_JOBS_H_
