@@ -356,7 +356,8 @@ class Client {
   // from their next step -- announced (AnnounceLeave()), before they
   // start it; else the coordinator's new generation cuts that step short,
   // as for a lost worker (Step(GradientFn) computes it again). Afterwards
-  // only the destructor may be called.
+  // only the destructor may be called. An all-gather of the last step's
+  // parameters that a member leaving first cut short does not keep it.
   virtual absl::Status Leave() = 0;
   // Sums `values` over the workers (for metrics such as the loss).
   virtual absl::Status AllReduceSum(absl::Span<double> values) = 0;
