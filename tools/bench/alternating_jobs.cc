@@ -83,6 +83,7 @@ absl::StatusOr<AlternatingSteps> TrainAlternately(const std::array<ClientOptions
         for (int turn = job; turn < 2 * turns; turn += 2) {
           if (!turn_of.WaitFor(turn)) return;
           for (int s = 0; s < steps_per_turn; ++s) {
+            if (turn + 2 >= 2 * turns && s + 1 == steps_per_turn) (*client)->AnnounceLeave();
             const absl::Time started = absl::Now();
             absl::StatusOr<StepResult> result = (*client)->Step(compute);
             if (!result.ok()) return fail(result.status());

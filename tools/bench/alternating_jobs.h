@@ -6,8 +6,9 @@
 // only the last step of a turn is timed (the first may meet work the other
 // job's last step left on the servers, such as a copy's apply). Each job
 // trains with `workers` worker threads, each accumulating `grads` in every
-// step (Step(GradientFn)); the workers have left when it returns (Leave()),
-// the jobs remain. Blocks the calling thread; thread-safe.
+// step (Step(GradientFn)); the workers have left when it returns (after
+// their last step, announced), the jobs remain. Blocks the calling thread;
+// thread-safe.
 #ifndef STRATA_TOOLS_BENCH_ALTERNATING_JOBS_H_
 #define STRATA_TOOLS_BENCH_ALTERNATING_JOBS_H_
 
