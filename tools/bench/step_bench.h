@@ -2,8 +2,9 @@
 // (reduce-scatter, push, apply, pull, all-gather; no model) with W worker
 // threads and S in-process shard servers, and loopback TCP measured with
 // iperf3 (its best way, tools/bench/iperf.h) in the same run; with a TLS
-// directory, the same steps again over TLS on a fresh cluster. Returns the
-// JSON object to print.
+// directory, the same steps again over TLS on a fresh cluster, then a
+// plaintext and a TLS cluster taking turns (alternating_jobs.h) for the
+// TLS step's ratio to the plaintext one. Returns the JSON object to print.
 #ifndef STRATA_TOOLS_BENCH_STEP_BENCH_H_
 #define STRATA_TOOLS_BENCH_STEP_BENCH_H_
 
