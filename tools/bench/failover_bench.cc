@@ -277,6 +277,21 @@ absl::Status CallDeleteJob(const std::string& coordinator, const std::string& jo
                    absl::Seconds(30));
 }
 
+// A job of one copy and one of two trained in turns (alternating_jobs.h),
+// o.steps turns of two steps each, then deleted.
+absl::StatusOr<AlternatingSteps> AlternatingCopies(const FailoverBenchOptions& o,
+                                                   const std::string& coordinator) {
+  const std::vector<float> grads(o.num_params, 1e-3f);
+  ASSIGN_OR_RETURN(AlternatingSteps steps,
+                   TrainAlternately({JobClientOptions(o, coordinator, "alternating-1", 1),
+                                     JobClientOptions(o, coordinator, "alternating-2", 2)},
+                                    grads, kWorkers, o.steps, /*steps_per_turn=*/2));
+  for (const char* job : {"alternating-1", "alternating-2"}) {
+    RETURN_IF_ERROR(CallDeleteJob(coordinator, job));
+  }
+  return steps;
+}
+
 // Bytes per second of `moved`, in GB/s (0 for no time), over the time it
 // moved state: not the wait for the workers to reach a step boundary.
 double MovedGBps(const v1::CopiesMoved& moved) {
@@ -298,16 +313,9 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
   ASSIGN_OR_RETURN(FailoverCluster cluster, StartFailoverCluster(o, dir, &daemons));
   const std::string& coordinator = cluster.coordinator;
   std::vector<testing::ServerProcess>& servers = cluster.servers;
-  // The price of the second copy: a job of each kind trained in turns, then
-  // deleted (the jobs the events meet train one after the other).
-  const std::vector<float> grads(o.num_params, 1e-3f);
-  ASSIGN_OR_RETURN(const AlternatingSteps alternating,
-                   TrainAlternately({JobClientOptions(o, coordinator, "alternating-1", 1),
-                                     JobClientOptions(o, coordinator, "alternating-2", 2)},
-                                    grads, kWorkers, o.steps, /*steps_per_turn=*/2));
-  for (const char* job : {"alternating-1", "alternating-2"}) {
-    RETURN_IF_ERROR(CallDeleteJob(coordinator, job));
-  }
+  // The price of the second copy (the jobs the events meet train one after
+  // the other).
+  ASSIGN_OR_RETURN(const AlternatingSteps alternating, AlternatingCopies(o, coordinator));
   // One copy: o.steps timed steps, then a server drained, then as many again.
   const int event_before = o.steps + 2;
   const double tcp_GBps = MeasureIperf3();
