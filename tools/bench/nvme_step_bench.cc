@@ -62,7 +62,46 @@ uint64_t TierFileBytes(const KernelBenchOptions& o, StatePrecision precision) {
 // zeros without reading the disk.
 constexpr uint64_t kMaxFioFileBytes = uint64_t{2} << 30;
 
-// One rig's steps over NVMe-resident states.
+// A step rig over states of one precision in a tier file of its own in
+// `dir` (made if missing), the file removed when the rig goes.
+class NvmeRig {
+ public:
+  static absl::StatusOr<std::unique_ptr<NvmeRig>> Open(const KernelBenchOptions& o,
+                                                       const NvmeBenchOptions& nvme,
+                                                       std::string dir, StatePrecision precision,
+                                                       uint64_t file_bytes) {
+    std::unique_ptr<NvmeRig> rig(new NvmeRig(std::move(dir)));
+    const NvmeTierOptions tier{rig->dir_, file_bytes, nvme.queue_depth, nvme.io_bytes};
+    ASSIGN_OR_RETURN(rig->tier_, NvmeTier::Open(tier));
+    ASSIGN_OR_RETURN(rig->steps_, ServerStepRig::Create(o, rig->tier_.get(), precision));
+    return rig;
+  }
+  ~NvmeRig() {
+    steps_.reset();
+    tier_.reset();
+    std::error_code ignored;
+    std::filesystem::remove(dir_ + "/strata-nvme.data", ignored);
+  }
+
+  ServerStepRig& steps() { return *steps_; }
+
+  // The bytes one step reads from the tier and writes to it (its counters).
+  absl::StatusOr<std::pair<double, double>> StepBytes() {
+    const uint64_t read_before = tier_->read_bytes(), written_before = tier_->written_bytes();
+    RETURN_IF_ERROR(steps_->Step().status());
+    return std::make_pair(static_cast<double>(tier_->read_bytes() - read_before),
+                          static_cast<double>(tier_->written_bytes() - written_before));
+  }
+
+ private:
+  explicit NvmeRig(std::string dir) : dir_(std::move(dir)) {}
+
+  const std::string dir_;
+  std::unique_ptr<NvmeTier> tier_;
+  std::unique_ptr<ServerStepRig> steps_;  // after the tier: its chunks go first
+};
+
+// The rig's steps over NVMe-resident states.
 struct NvmeSteps {
   double step_seconds = 0;
   double read_bytes_per_step = 0, written_bytes_per_step = 0;
@@ -70,36 +109,41 @@ struct NvmeSteps {
   json host_figures = json::object();  // stays empty without --host_params
 };
 
-// The median step over states of `precision` in a tier of `file_bytes` on
-// nvme.dir (removed after), with the bytes one step moves from the tier's
-// counters; with nvme.host_params, the host-tier step beside it too.
+// The median step of `rig`, with the bytes one step moves; with
+// nvme.host_params, the host-tier step beside it too.
 absl::StatusOr<NvmeSteps> StepOnNvme(const KernelBenchOptions& o, const NvmeBenchOptions& nvme,
-                                     StatePrecision precision, uint64_t file_bytes) {
+                                     NvmeRig& rig) {
   NvmeSteps steps;
-  {
-    absl::StatusOr<std::unique_ptr<NvmeTier>> tier =
-        NvmeTier::Open(NvmeTierOptions{nvme.dir, file_bytes, nvme.queue_depth, nvme.io_bytes});
-    if (!tier.ok()) return tier.status();
-    absl::StatusOr<std::unique_ptr<ServerStepRig>> rig =
-        ServerStepRig::Create(o, tier->get(), precision);
-    if (!rig.ok()) return rig.status();
-    absl::StatusOr<double> step_s = (*rig)->MedianStepSeconds();
-    if (!step_s.ok()) return step_s.status();
-    steps.step_seconds = *step_s;
-    steps.host_budget_bytes = (*rig)->host_budget_bytes();
-    const uint64_t read_before = (*tier)->read_bytes(), written_before = (*tier)->written_bytes();
-    if (absl::Status s = (*rig)->Step().status(); !s.ok()) return s;
-    steps.read_bytes_per_step = static_cast<double>((*tier)->read_bytes() - read_before);
-    steps.written_bytes_per_step = static_cast<double>((*tier)->written_bytes() - written_before);
-    if (nvme.host_params > 0) {
-      absl::StatusOr<json> figures = HostStepBesideNvme(o, nvme.host_params, **rig);
-      if (!figures.ok()) return figures.status();
-      steps.host_figures = *std::move(figures);
-    }
+  ASSIGN_OR_RETURN(steps.step_seconds, rig.steps().MedianStepSeconds());
+  steps.host_budget_bytes = rig.steps().host_budget_bytes();
+  ASSIGN_OR_RETURN(const auto bytes, rig.StepBytes());
+  steps.read_bytes_per_step = bytes.first;
+  steps.written_bytes_per_step = bytes.second;
+  if (nvme.host_params > 0) {
+    ASSIGN_OR_RETURN(steps.host_figures, HostStepBesideNvme(o, nvme.host_params, rig.steps()));
   }
-  std::error_code ignored;
-  std::filesystem::remove(nvme.dir + "/strata-nvme.data", ignored);
   return steps;
+}
+
+// 8-bit states' step against FP32 states' on the same disk, in alternating
+// steps (one of each after a warm-up of each, `reps` times), so that both
+// of a pair meet the disk at the same moment.
+struct PairedSpeedup {
+  double speedup = 0;            // the median of the pairs' FP32 step over the 8-bit step
+  double fp32_step_seconds = 0;  // the median of the FP32 steps
+};
+absl::StatusOr<PairedSpeedup> AlternateWithFp32(const KernelBenchOptions& o, NvmeRig& int8_rig,
+                                                NvmeRig& fp32_rig) {
+  RETURN_IF_ERROR(int8_rig.steps().Step().status());
+  RETURN_IF_ERROR(fp32_rig.steps().Step().status());
+  std::vector<double> speedups, fp32_seconds;
+  for (int r = 0; r < o.reps; ++r) {
+    ASSIGN_OR_RETURN(const double int8_s, int8_rig.steps().Step());
+    ASSIGN_OR_RETURN(const double fp32_s, fp32_rig.steps().Step());
+    speedups.push_back(fp32_s / int8_s);
+    fp32_seconds.push_back(fp32_s);
+  }
+  return PairedSpeedup{Median(speedups), Median(fp32_seconds)};
 }
 
 // fio's rates on the tier's directory, in GB/s: writing its file, reading
@@ -154,11 +198,17 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
   const uint64_t fio_bytes = std::min(file_bytes, kMaxFioFileBytes);
   absl::StatusOr<DiskRates> disk = MeasureDisk(nvme, fio_bytes);
   if (!disk.ok()) return disk.status();
-  absl::StatusOr<NvmeSteps> steps = StepOnNvme(o, nvme, *precision, file_bytes);
+  absl::StatusOr<std::unique_ptr<NvmeRig>> rig =
+      NvmeRig::Open(o, nvme, nvme.dir, *precision, file_bytes);
+  if (!rig.ok()) return rig.status();
+  absl::StatusOr<NvmeSteps> steps = StepOnNvme(o, nvme, **rig);
   if (!steps.ok()) return steps.status();
-  // 8-bit states: the FP32 states' step too, in the same run, where the
-  // disk has room for their file.
-  absl::StatusOr<NvmeSteps> fp32_steps = absl::NotFoundError("not run");
+  // The process's memory against what the steps' own host tier may hold,
+  // before another rig joins it.
+  const uint64_t peak_rss_bytes = PeakRssBytes();
+  // 8-bit states: the FP32 states' step too, in steps alternating with
+  // theirs, where the disk has room for their file beside.
+  absl::StatusOr<PairedSpeedup> speedup = absl::NotFoundError("not run");
   std::string fp32_skipped;
   if (*precision != StatePrecision::kFp32) {
     const uint64_t fp32_file_bytes = TierFileBytes(o, StatePrecision::kFp32);
@@ -168,12 +218,17 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
       fp32_skipped = absl::StrCat("FP32 states need a ", fp32_file_bytes, "-byte file; ", nvme.dir,
                                   " has ", space.available, " bytes free");
     } else {
-      NvmeBenchOptions no_host = nvme;
-      no_host.host_params = 0;
-      fp32_steps = StepOnNvme(o, no_host, StatePrecision::kFp32, fp32_file_bytes);
-      if (!fp32_steps.ok()) return fp32_steps.status();
+      const std::string fp32_dir = nvme.dir + "/fp32-states";
+      {
+        absl::StatusOr<std::unique_ptr<NvmeRig>> fp32_rig =
+            NvmeRig::Open(o, nvme, fp32_dir, StatePrecision::kFp32, fp32_file_bytes);
+        speedup = fp32_rig.ok() ? AlternateWithFp32(o, **rig, **fp32_rig) : fp32_rig.status();
+      }
+      std::filesystem::remove(fp32_dir, error);
+      if (!speedup.ok()) return speedup.status();
     }
   }
+  rig->reset();
   const double step_seconds = steps->step_seconds;
   const double params_per_s = o.num_params / step_seconds;
   const double read_bytes_per_step = steps->read_bytes_per_step;
@@ -211,15 +266,13 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
               {"fraction_of_bound", params_per_s / bound},
               {"solo_bound_params_per_s", solo_bound},
               {"fraction_of_solo_bound", params_per_s / solo_bound}};
-  if (fp32_steps.ok()) {
-    const double fp32_params_per_s = o.num_params / fp32_steps->step_seconds;
-    result["fp32_params_per_s"] = fp32_params_per_s;
-    result["speedup_over_fp32"] = params_per_s / fp32_params_per_s;
+  if (speedup.ok()) {
+    result["fp32_params_per_s"] = o.num_params / speedup->fp32_step_seconds;
+    result["speedup_over_fp32"] = speedup->speedup;
   }
   if (!fp32_skipped.empty()) result["fp32_skipped"] = fp32_skipped;
-  // The process's memory against what the steps' own host tier may hold.
   result["host_budget_MiB"] = steps->host_budget_bytes >> 20;
-  result["peak_rss_MiB"] = PeakRssBytes() >> 20;
+  result["peak_rss_MiB"] = peak_rss_bytes >> 20;
   result.update(steps->host_figures);
   return result;
 }

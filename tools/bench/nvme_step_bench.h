@@ -9,7 +9,10 @@
 // host_params M, also a step over M parameters of host-tier chunks on a pool
 // of its own (as a server's host executor), alone and while the NVMe steps
 // run: how much an NVMe tier holding other chunks slows the host-tier step
-// down. Returns the JSON object to print.
+// down. With 8-bit states, also FP32 states' steps in a second tier file
+// beside the first, alternating step by step with the 8-bit ones
+// (speedup_over_fp32: the median pair's ratio). Returns the JSON object to
+// print.
 #ifndef STRATA_TOOLS_BENCH_NVME_STEP_BENCH_H_
 #define STRATA_TOOLS_BENCH_NVME_STEP_BENCH_H_
 
