@@ -53,7 +53,7 @@ double MeasureApplySeconds(uint64_t num_params, DType dtype, int threads) {
 }
 
 // What rank 0 saw of the timed steps of one cluster, and the RPC layer's
-// time for a step's transfers alone.
+// time for a step's transfers alone (0 where not measured).
 struct StepRun {
   std::vector<double> step_seconds;
   std::vector<StepResult> results;
@@ -168,9 +168,10 @@ ClientOptions JobOptions(const StepBenchOptions& o, const std::string& coordinat
 
 // Runs o.steps timed steps (after one warm-up) of a job of o.num_params on a
 // fresh loopback cluster of o.servers servers with `tls` (none: plaintext),
-// or on the cluster at o.coordinator.
+// or on the cluster at o.coordinator; then, with `measure_rpc`, the RPC
+// layer alone.
 absl::StatusOr<StepRun> RunSteps(const StepBenchOptions& o, const TlsFiles& tls,
-                                 const std::string& label) {
+                                 const std::string& label, bool measure_rpc) {
   const uint64_t n = o.num_params;
   std::unique_ptr<LocalCluster> cluster;
   std::string coordinator = o.coordinator;
@@ -220,8 +221,10 @@ absl::StatusOr<StepRun> RunSteps(const StepBenchOptions& o, const TlsFiles& tls,
   for (const absl::Status& e : errors) {
     if (!e.ok()) return e;
   }
-  ASSIGN_OR_RETURN(run.rpc_seconds,
-                   MeasureRpcSeconds(coordinator, options, tls, run.results.back().step));
+  if (measure_rpc) {
+    ASSIGN_OR_RETURN(run.rpc_seconds,
+                     MeasureRpcSeconds(coordinator, options, tls, run.results.back().step));
+  }
   return run;
 }
 
@@ -255,14 +258,15 @@ absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
     return o.iperf3_server.empty() ? MeasureIperf3() : MeasureIperf3To(o.iperf3_server);
   };
   double iperf3 = measure_link();
-  ASSIGN_OR_RETURN(const StepRun plaintext, RunSteps(o, TlsFiles{}, "plaintext"));
+  ASSIGN_OR_RETURN(const StepRun plaintext,
+                   RunSteps(o, TlsFiles{}, "plaintext", /*measure_rpc=*/true));
   iperf3 = std::max(iperf3, measure_link());
   std::optional<StepRun> tls;
   std::vector<double> tls_ratios;
   if (!o.tls_dir.empty()) {
     testing::TestCertificates certificates(o.tls_dir);
     RETURN_IF_ERROR(certificates.Make());
-    ASSIGN_OR_RETURN(tls, RunSteps(o, certificates.Files("server"), "tls"));
+    ASSIGN_OR_RETURN(tls, RunSteps(o, certificates.Files("server"), "tls", /*measure_rpc=*/false));
     ASSIGN_OR_RETURN(tls_ratios, AlternatingTlsRatios(o, certificates.Files("server")));
   }
   std::vector<double> collective, push_pull;
