@@ -22,6 +22,7 @@
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
 #include "strata/v1/shard.grpc.pb.h"
+#include "testing/coordinator_calls.h"
 #include "testing/job_runner.h"
 #include "testing/local_cluster.h"
 #include "testing/placement.h"
@@ -32,15 +33,6 @@ namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
-
-absl::Status Delete(const std::string& coordinator, const std::string& job_id,
-                    v1::DeleteJobResponse* response) {
-  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
-  v1::DeleteJobRequest request;
-  request.set_job_id(job_id);
-  return CallUnary(stub.get(), &v1::Coordinator::Stub::DeleteJob, request, response,
-                   absl::Seconds(30));
-}
 
 // The chunks a shard server holds, of every job; -1 when it does not answer.
 int ChunksOn(const std::string& server) { return testing::ChunksOnServer(server).value_or(-1); }
@@ -66,7 +58,7 @@ TEST(DeleteJobTest, ADeletedJobLeavesNothingOnTheServersAndItsIdIsFreeAgain) {
 
   // A member: refused, and the job trains on.
   v1::DeleteJobResponse response;
-  absl::Status refused = Delete(coordinator, "done", &response);
+  absl::Status refused = testing::DeleteJob(coordinator, "done", &response);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   EXPECT_THAT(refused.message(), HasSubstr("1 worker(s)"));
   ASSERT_TRUE(testing::TrainStep(**client).ok());
@@ -101,8 +93,9 @@ TEST(DeleteJobTest, ADeletedJobLeavesNothingOnTheServersAndItsIdIsFreeAgain) {
   EXPECT_EQ(
       CallUnary(stub.get(), &v1::Coordinator::Stub::GetJob, get, &unused, absl::Seconds(10)).code(),
       absl::StatusCode::kNotFound);
-  EXPECT_EQ(Delete(coordinator, "done", &response).code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(Delete(coordinator, "", &response).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(testing::DeleteJob(coordinator, "done", &response).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(testing::DeleteJob(coordinator, "", &response).code(),
+            absl::StatusCode::kInvalidArgument);
 
   // The id is free: a job of another chunk size takes it, from step 0.
   o.job.chunk_num_params = 512;
@@ -148,18 +141,8 @@ TEST(DeleteJobTest, AGroupThatLeavesTogetherLeavesCleanly) {
     for (std::thread& t : workers) t.join();
     for (int w = 0; w < 2; ++w) EXPECT_TRUE(left[w].ok()) << "round " << round << ": " << left[w];
     v1::DeleteJobResponse response;
-    EXPECT_TRUE(Delete(coordinator, job, &response).ok()) << "round " << round;
+    EXPECT_TRUE(testing::DeleteJob(coordinator, job, &response).ok()) << "round " << round;
   }
-}
-
-absl::Status Drain(const std::string& coordinator, const std::string& address, bool cancel) {
-  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
-  v1::DrainServerRequest request;
-  request.set_address(address);
-  request.set_cancel(cancel);
-  v1::DrainServerResponse response;
-  return CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request, &response,
-                   absl::Seconds(120));
 }
 
 // A delete racing a move of the job's copies (a drain of one of its
@@ -188,14 +171,18 @@ TEST(DeleteJobTest, ADeleteRacingADrainLeavesNothingOnTheServers) {
 
     const std::string drained = (*cluster)->servers()[round % 3]->address();
     absl::Status drain_status;
-    std::thread drain([&] { drain_status = Drain(coordinator, drained, /*cancel=*/false); });
+    v1::DrainServerResponse drain_response;
+    std::thread drain([&] {
+      drain_status = testing::DrainServer(coordinator, drained, /*cancel=*/false, &drain_response,
+                                          absl::Seconds(120));
+    });
     // The delete is tried from the start of the drain on, and again while
     // refused for the move.
     v1::DeleteJobResponse response;
     absl::Status deleted;
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
     while (true) {
-      deleted = Delete(coordinator, "raced", &response);
+      deleted = testing::DeleteJob(coordinator, "raced", &response);
       if (!absl::IsFailedPrecondition(deleted) || absl::Now() > deadline) break;
       EXPECT_THAT(deleted.message(), HasSubstr("moving its chunks")) << deleted;
       ++refused_while_moving;
@@ -209,7 +196,9 @@ TEST(DeleteJobTest, ADeleteRacingADrainLeavesNothingOnTheServers) {
       EXPECT_EQ(server->checkpoint_arena().reserved_bytes(), 0u)
           << "round " << round << ": " << server->address();
     }
-    ASSERT_TRUE(Drain(coordinator, drained, /*cancel=*/true).ok());
+    ASSERT_TRUE(testing::DrainServer(coordinator, drained, /*cancel=*/true, &drain_response,
+                                     absl::Seconds(30))
+                    .ok());
   }
   std::printf("deletes refused while the job moved: %d in %d rounds\n", refused_while_moving,
               kRounds);
@@ -249,7 +238,7 @@ TEST(DeleteJobTest, ADeleteEndsTheCheckpointWaitsOfTheJob) {
   absl::SleepFor(absl::Milliseconds(500));
   const absl::Time deleting = absl::Now();
   v1::DeleteJobResponse response;
-  ASSERT_TRUE(Delete(coordinator, "waited", &response).ok());
+  ASSERT_TRUE(testing::DeleteJob(coordinator, "waited", &response).ok());
   save.join();
   EXPECT_EQ(saved.code(), absl::StatusCode::kCancelled) << saved;
   EXPECT_GT(save_ended, deleting) << "the save did not wait";
@@ -291,7 +280,7 @@ TEST(DeleteJobTest, AServerAwayDuringTheDeleteDropsTheJobWhenItComesBack) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 
   v1::DeleteJobResponse response;
-  ASSERT_TRUE(Delete(coordinator, "gone", &response).ok());
+  ASSERT_TRUE(testing::DeleteJob(coordinator, "gone", &response).ok());
   ASSERT_EQ(response.unreachable_servers_size(), 1);
   EXPECT_EQ(response.unreachable_servers(0), away.address);
   EXPECT_EQ(ChunksOn(servers[0].address), 0);

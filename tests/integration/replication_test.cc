@@ -30,6 +30,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "strata/client.h"
+#include "testing/coordinator_calls.h"
 #include "testing/job_runner.h"
 #include "testing/placement.h"
 #include "testing/processes.h"
@@ -253,11 +254,8 @@ class ReplicationTest : public ::testing::Test {
     WhileTraining drain(
         10, 20,
         [&] {
-          auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
-          v1::DrainServerRequest request;
-          request.set_address(drained);
-          absl::Status s = CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request,
-                                     &response, absl::Seconds(120));
+          absl::Status s = testing::DrainServer(coordinator_, drained, /*cancel=*/false, &response,
+                                                absl::Seconds(120));
           EXPECT_TRUE(s.ok()) << s;
         },
         std::move(gradient));
@@ -404,14 +402,11 @@ TEST_F(ReplicationTest, ADrainAsAServerComesBackEmptyUsesNoneOfItsCopies) {
         victim = StartServer(1, {"--listen=" + address});
         EXPECT_EQ(victim.address, address);
         drain = std::thread([&] {
-          auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
-          v1::DrainServerRequest request;
-          request.set_address(drained);
           const absl::Time deadline = absl::Now() + absl::Seconds(60);
           do {
             v1::DrainServerResponse response;
-            drain_status = CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request,
-                                     &response, absl::Seconds(120));
+            drain_status = testing::DrainServer(coordinator_, drained, /*cancel=*/false, &response,
+                                                absl::Seconds(120));
             if (drain_status.ok()) break;
             EXPECT_THAT(drain_status.message(),
                         ::testing::AnyOf(HasSubstr("came back without its chunks"),
@@ -460,12 +455,9 @@ TEST_F(ReplicationTest, ADrainedServersChunksMoveWhileTheJobTrains) {
     EXPECT_GT(faulted_in.back(), seeded[0]) << ServerLog(i);
   }
   // A server that is not registered cannot be drained.
-  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
-  v1::DrainServerRequest request;
-  request.set_address("127.0.0.1:1");
   v1::DrainServerResponse ignored;
-  absl::Status unknown = CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request,
-                                   &ignored, absl::Seconds(30));
+  absl::Status unknown = testing::DrainServer(coordinator_, "127.0.0.1:1", /*cancel=*/false,
+                                              &ignored, absl::Seconds(30));
   EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound) << unknown;
   EXPECT_THAT(unknown.message(), HasSubstr("address"));
 }
@@ -502,11 +494,8 @@ TEST_F(ReplicationTest, ARebalanceSpreadsCopiesOntoANewServerWhileTheJobTrains) 
   WhileTraining rebalance(10, 20, [&] {
     testing::ServerProcess server = StartServer(3, {});
     added = server.address;
-    auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
-    v1::RebalanceJobRequest request;
-    request.set_job_id("rebalanced");
-    absl::Status s = CallUnary(stub.get(), &v1::Coordinator::Stub::RebalanceJob, request, &response,
-                               absl::Seconds(120));
+    absl::Status s =
+        testing::RebalanceJob(coordinator_, "rebalanced", &response, absl::Seconds(120));
     EXPECT_TRUE(s.ok()) << s;
   });
   const testing::KilledRun run = Train(
@@ -799,15 +788,10 @@ TEST_F(ReplicationTest, ACopyCorruptedOnDiskIsFoundAndSeededAgain) {
   EXPECT_THAT(std::string((std::istreambuf_iterator<char>(log)), {}), HasSubstr("lost its state"));
   ExpectCopiesOf("corrupted", run, 2, "");
   // Room for the uninterrupted run of one copy, once the workers' leases end.
-  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
-  v1::DeleteJobRequest request;
-  request.set_job_id("corrupted");
   v1::DeleteJobResponse deleted;
   absl::Status s;
   for (const absl::Time deadline = absl::Now() + absl::Seconds(60);
-       !(s = CallUnary(stub.get(), &v1::Coordinator::Stub::DeleteJob, request, &deleted,
-                       absl::Seconds(30)))
-            .ok() &&
+       !(s = testing::DeleteJob(coordinator_, "corrupted", &deleted)).ok() &&
        absl::IsFailedPrecondition(s) && absl::Now() < deadline;) {
     absl::SleepFor(absl::Milliseconds(200));
   }

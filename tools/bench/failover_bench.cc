@@ -17,9 +17,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
-#include "rpc/grpc_util.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
+#include "testing/coordinator_calls.h"
 #include "testing/placement.h"
 #include "testing/processes.h"
 #include "tools/bench/alternating_jobs.h"
@@ -249,34 +249,6 @@ absl::StatusOr<FailoverCluster> StartFailoverCluster(const FailoverBenchOptions&
   return cluster;
 }
 
-// Drains the server at `address` (or, with `cancel`, has it take chunks again).
-absl::Status CallDrain(const std::string& coordinator, const std::string& address, bool cancel,
-                       v1::DrainServerResponse* response, absl::Duration timeout) {
-  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
-  v1::DrainServerRequest request;
-  request.set_address(address);
-  request.set_cancel(cancel);
-  return CallUnary(stub.get(), &v1::Coordinator::Stub::DrainServer, request, response, timeout);
-}
-
-// Spreads `job_id`'s copies over the live servers (RebalanceJob).
-absl::Status CallRebalance(const std::string& coordinator, const std::string& job_id,
-                           v1::RebalanceJobResponse* response, absl::Duration timeout) {
-  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
-  v1::RebalanceJobRequest request;
-  request.set_job_id(job_id);
-  return CallUnary(stub.get(), &v1::Coordinator::Stub::RebalanceJob, request, response, timeout);
-}
-
-absl::Status CallDeleteJob(const std::string& coordinator, const std::string& job_id) {
-  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
-  v1::DeleteJobRequest request;
-  request.set_job_id(job_id);
-  v1::DeleteJobResponse response;
-  return CallUnary(stub.get(), &v1::Coordinator::Stub::DeleteJob, request, &response,
-                   absl::Seconds(30));
-}
-
 // A job of one copy and one of two trained in turns (alternating_jobs.h),
 // o.steps turns of two steps each, then deleted.
 absl::StatusOr<AlternatingSteps> AlternatingCopies(const FailoverBenchOptions& o,
@@ -287,7 +259,8 @@ absl::StatusOr<AlternatingSteps> AlternatingCopies(const FailoverBenchOptions& o
                                      JobClientOptions(o, coordinator, "alternating-2", 2)},
                                     grads, kWorkers, o.steps, /*steps_per_turn=*/2));
   for (const char* job : {"alternating-1", "alternating-2"}) {
-    RETURN_IF_ERROR(CallDeleteJob(coordinator, job));
+    v1::DeleteJobResponse deleted;
+    RETURN_IF_ERROR(testing::DeleteJob(coordinator, job, &deleted));
   }
   return steps;
 }
@@ -328,19 +301,19 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
   Event drain{event_before, nullptr, nullptr, [&] {
                 tcp_training_GBps = MeasureIperf3();
                 drain_started = absl::Now();
-                drain_status = CallDrain(coordinator, servers[0].address, /*cancel=*/false,
-                                         &drained, absl::Minutes(10));
+                drain_status = testing::DrainServer(coordinator, servers[0].address,
+                                                    /*cancel=*/false, &drained, absl::Minutes(10));
                 drain_ended = absl::Now();
               }};
   ASSIGN_OR_RETURN(Steps one, Train(o, coordinator, "replicas-1", 1, 2 * o.steps + 2, drain));
   RETURN_IF_ERROR(drain_status);
   v1::DrainServerResponse ignored;  // server 0 takes chunks again
-  RETURN_IF_ERROR(
-      CallDrain(coordinator, servers[0].address, /*cancel=*/true, &ignored, absl::Seconds(30)));
+  RETURN_IF_ERROR(testing::DrainServer(coordinator, servers[0].address, /*cancel=*/true, &ignored,
+                                       absl::Seconds(30)));
   // The same move with no job training (its workers are gone): the copies
   // spread back onto server 0 with the cores to themselves.
   v1::RebalanceJobResponse idle;
-  RETURN_IF_ERROR(CallRebalance(coordinator, "replicas-1", &idle, absl::Minutes(10)));
+  RETURN_IF_ERROR(testing::RebalanceJob(coordinator, "replicas-1", &idle, absl::Minutes(10)));
   // Two copies: o.steps timed steps, then a server killed, then as many
   // again, while the copies it held are seeded on the others.
   // The loss is detected when the victim's copies leave the placement.
