@@ -227,13 +227,13 @@ class ClientImpl : public Client {
   // Waits (until `deadline`) for the coordinator's JobInfo with placement
   // `version` or newer and takes it.
   absl::Status FollowPlacement(uint64_t version, absl::Time deadline);
-  // With the group's collective: where every worker heard of the same newer
-  // generation, it has this group's members and a newer placement (it only
-  // moved chunks), and rank 0 finds every chunk at the group's step (or,
-  // `in_step`, the next), takes its placement and runs on in it without
-  // re-forming -- no new group, no parameters pulled, the step not
-  // recomputed. False (all workers alike) where not: re-form. Errors are
-  // the collective's.
+  // With the group's collective: where the newest generation the workers
+  // agree on (generation_agreement.h) has this group's members and a newer
+  // placement (it only moved chunks), and rank 0 finds every chunk at the
+  // group's step (or, `in_step`, the next), takes its placement and runs on
+  // in it without re-forming -- no new group, no parameters pulled, the
+  // step not recomputed. False (all workers alike) where not: re-form.
+  // Errors are the collective's.
   absl::StatusOr<bool> FollowInPlace(bool in_step);
   // At a step boundary, with no collective of its own: re-forms if the last
   // step failed, or if its closing all-reduce found a newer generation (all

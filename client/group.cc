@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client_impl.h"
+#include "client/generation_agreement.h"
 #include "core/log.h"
 #include "core/status_macros.h"
 #include "rpc/grpc_util.h"
@@ -47,7 +49,8 @@ namespace {
 // The longest a worker waits between asks for a moved job's placement.
 constexpr absl::Duration kMaxPlacementPoll = absl::Milliseconds(100);
 // How long a worker told of a newer generation (by a peer, or by a server
-// whose fence cut its step) waits to hear of it itself.
+// whose fence cut its step) waits to hear of it itself, in each round of
+// the group's agreement on it (generation_agreement.h).
 constexpr absl::Duration kHearNewer = absl::Seconds(2);
 
 // Sleeps `*backoff` and doubles it (up to 1 s); false, without sleeping,
@@ -246,13 +249,21 @@ absl::Status ClientImpl::FollowPlacement(uint64_t version, absl::Time deadline) 
 
 absl::StatusOr<bool> ClientImpl::FollowInPlace(bool in_step) {
   const absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
-  // Each worker's watch stream brings the generation at its own pace: the
-  // group agrees on it only once every worker has heard of it.
-  if (membership_->Latest().number() <= generation_.number()) {
-    membership_->WaitNewer(generation_.number(), std::min(deadline, absl::Now() + kHearNewer))
-        .IgnoreError();
+  ASSIGN_OR_RETURN(
+      const std::optional<v1::Generation> agreed,
+      AgreeOnNewestGeneration(
+          generation_.number(), world_size_, kHearNewer, deadline,
+          [this] { return membership_->Latest(); },
+          [this](uint64_t number, absl::Time until) {
+            membership_->WaitNewer(number - 1, until).IgnoreError();
+          },
+          [this](absl::Span<double> values) { return collective_->AllReduceSum(values); }));
+  if (!agreed.has_value()) {
+    LogEventCat("client", "job ", options_.job_id, ": the workers heard of different generations",
+                " after generation ", generation_.number(), "; the group re-forms");
+    return false;
   }
-  const v1::Generation latest = membership_->Latest();
+  const v1::Generation& latest = *agreed;
   const auto& ids = latest.worker_ids();
   // A newer generation of the same members that moved chunks; one that did
   // not was opened for a group that could not form (RenewGeneration).
@@ -275,14 +286,10 @@ absl::StatusOr<bool> ClientImpl::FollowInPlace(bool in_step) {
                              : steps.status().ToString());
     }
   }
-  // All or none: every worker heard of the same generation (the sum of the
-  // numbers' squares is the square of their sum over the count only when
-  // they are equal) and rank 0 found its chunks where the group is.
-  const double number = static_cast<double>(latest.number());
-  double agreed[3] = {number, number * number, follows ? 1.0 : 0.0};
-  RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(agreed)));
-  const double workers = static_cast<double>(world_size_);
-  if (agreed[2] != workers || agreed[0] * agreed[0] != workers * agreed[1]) return false;
+  // All or none: rank 0 found its chunks where the group is.
+  double following = follows ? 1.0 : 0.0;
+  RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(&following, 1)));
+  if (following != static_cast<double>(world_size_)) return false;
   if (rank_ != 0) RETURN_IF_ERROR(FollowPlacement(latest.placement_version(), deadline));
   CutSlicePieces();
   {
