@@ -286,7 +286,8 @@ absl::StatusOr<bool> ClientImpl::FollowInPlace(bool in_step) {
                              : steps.status().ToString());
     }
   }
-  // All or none: rank 0 found its chunks where the group is.
+  // All or none: every worker found it followable, and rank 0 its chunks
+  // where the group is.
   double following = follows ? 1.0 : 0.0;
   RETURN_IF_ERROR(collective_->AllReduceSum(absl::MakeSpan(&following, 1)));
   if (following != static_cast<double>(world_size_)) return false;
