@@ -520,6 +520,41 @@ TEST_F(ReplicationTest, ARebalanceSpreadsCopiesOntoANewServerWhileTheJobTrains) 
   ExpectNothingLost(run);
 }
 
+// Two moves back to back while the job trains: server 0 drained, then (its
+// drain cancelled) the job rebalanced onto it at once, the second move's
+// generation opened tens of milliseconds after the first was followed. Both
+// are followed in place -- formed once, no step lost, every copy the same
+// bits. (Workers that heard of different ones of two generations are
+// generation_agreement_test's.)
+TEST_F(ReplicationTest, TwoMovesBackToBackAreFollowedInPlace) {
+  StartCluster(kServerTimeoutMs);
+  const std::string drained = servers_[0].address;
+  v1::DrainServerResponse drain;
+  v1::RebalanceJobResponse rebalance;
+  WhileTraining moves(10, 20, [&] {
+    absl::Status s =
+        testing::DrainServer(coordinator_, drained, /*cancel=*/false, &drain, absl::Seconds(120));
+    EXPECT_TRUE(s.ok()) << s;
+    v1::DrainServerResponse cancelled;
+    s = testing::DrainServer(coordinator_, drained, /*cancel=*/true, &cancelled, absl::Seconds(30));
+    EXPECT_TRUE(s.ok()) << s;
+    s = testing::RebalanceJob(coordinator_, "back-to-back", &rebalance, absl::Seconds(120));
+    EXPECT_TRUE(s.ok()) << s;
+  });
+  const testing::KilledRun run = Train(
+      Job(coordinator_, "back-to-back", /*replicas=*/1), nullptr, nullptr, nullptr, [] {},
+      moves.compute());
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  EXPECT_GT(drain.moved().copies(), 0u);
+  EXPECT_GT(rebalance.moved().copies(), 0u);
+  auto held = testing::ChunksOnServer(drained, "back-to-back");
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(*held, static_cast<int>(rebalance.moved().copies()));
+  ExpectCopiesOf("back-to-back", run, 1, "");
+  ExpectFollowedInPlace(run, 3);
+  ExpectNothingLost(run);
+}
+
 // A worker lost between its pushes to a chunk's two copies: the copy it
 // reached applied a step the other never saw. Played by hand -- a worker
 // joins, pushes chunk 0's next step to its primary alone and falls silent
