@@ -105,8 +105,9 @@ TEST(GenerationAgreementTest, WorkersThatHeardTheSameGenerationAgreeInOneRound) 
   EXPECT_EQ(all_reduce.rounds(), 1);
 }
 
-// The case the group re-formed for: one worker has heard of N+1, the other
-// of N+2 already. The first waits to hear of N+2 and both follow it.
+// One worker has heard of N+1, the other of N+2 already (a generation
+// opened just after another): the first waits to hear of N+2 and both
+// follow it.
 TEST(GenerationAgreementTest, AWorkerBehindWaitsToHearTheNewestOne) {
   Heard a(6), b(7);
   ThreadAllReduce all_reduce(2);
