@@ -121,24 +121,14 @@ TEST(DeleteJobTest, AGroupThatLeavesTogetherLeavesCleanly) {
     o.job.chunk_num_params = uint64_t{1} << 18;
     o.job.dtype = DType::kBf16;
     absl::Status left[2];
-    std::thread workers[2];
-    for (int w = 0; w < 2; ++w) {
-      workers[w] = std::thread([&, w] {
-        ClientOptions mine = o;
-        mine.worker_id = absl::StrCat("w", w);
-        auto client = Client::Connect(mine);
-        if (!client.ok()) {
-          left[w] = client.status();
-          return;
-        }
-        for (int step = 1; step <= 2 && left[w].ok(); ++step) {
-          if (step == 2) (*client)->AnnounceLeave();
-          left[w] = testing::TrainStep(**client);
-        }
-        if (left[w].ok()) left[w] = (*client)->Leave();
-      });
-    }
-    for (std::thread& t : workers) t.join();
+    testing::RunClients(o, [&](Client& client) {
+      absl::Status& mine = left[client.rank()];
+      for (int step = 1; step <= 2 && mine.ok(); ++step) {
+        if (step == 2) client.AnnounceLeave();
+        mine = testing::TrainStep(client);
+      }
+      if (mine.ok()) mine = client.Leave();
+    });
     for (int w = 0; w < 2; ++w) EXPECT_TRUE(left[w].ok()) << "round " << round << ": " << left[w];
     v1::DeleteJobResponse response;
     EXPECT_TRUE(testing::DeleteJob(coordinator, job, &response).ok()) << "round " << round;
