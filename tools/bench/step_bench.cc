@@ -1,7 +1,5 @@
 #include "tools/bench/step_bench.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -18,39 +16,20 @@
 #include "absl/time/clock.h"
 #include "client/shard_transport.h"
 #include "core/status_macros.h"
-#include "kernels/adam.h"
 #include "strata/client.h"
 #include "testing/local_cluster.h"
 #include "testing/test_certificates.h"
 #include "tools/bench/alternating_jobs.h"
+#include "tools/bench/apply_probe.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/crypto_probe.h"
 #include "tools/bench/iperf.h"
+#include "tools/bench/process_cpu.h"
 
 namespace strata {
 namespace {
 
 using nlohmann::json;
-
-// Time of the AdamW kernel over `num_params` (the servers' apply work),
-// spread over `threads` threads as the servers' executors would.
-double MeasureApplySeconds(uint64_t num_params, DType dtype, int threads) {
-  std::vector<float> p(num_params, 0.5f), m(num_params, 0.0f), v(num_params, 0.0f);
-  std::vector<uint16_t> g(num_params, 0x3c00), copy(num_params);
-  AdamConstants c = MakeAdamConstants(AdamConfig{}, 1, 1.0f);
-  absl::Time started = absl::Now();
-  std::vector<std::thread> pool;
-  uint64_t per = (num_params + threads - 1) / threads;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      uint64_t begin = std::min(num_params, t * per), end = std::min(num_params, begin + per);
-      AdamUpdate(c, dtype, g.data() + begin, p.data() + begin, m.data() + begin, v.data() + begin,
-                 dtype, copy.data() + begin, end - begin);
-    });
-  }
-  for (auto& t : pool) t.join();
-  return absl::ToDoubleSeconds(absl::Now() - started);
-}
 
 // What rank 0 saw of the timed steps of one cluster, and the RPC layer's
 // time for a step's transfers alone (0 where not measured).
@@ -62,14 +41,6 @@ struct StepRun {
   // timed step.
   double cpu_seconds_per_step = 0;
 };
-
-// User and system CPU time of this process so far.
-double ProcessCpuSeconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
 
 // The RPC layer alone, on the cluster at `coordinator` after `options`'s job
 // applied `step`: as many threads as workers each push and pull their slice
@@ -196,7 +167,7 @@ absl::StatusOr<StepRun> RunSteps(const StepBenchOptions& o, const TlsFiles& tls,
       std::vector<float> grads(n, 1e-3f);
       double cpu_started = 0;
       for (int s = 0; s <= o.steps; ++s) {
-        if (s == 1 && w == 0) cpu_started = ProcessCpuSeconds();
+        if (s == 1 && w == 0) cpu_started = SelfCpuSeconds();
         errors[w] = (*client)->AccumulateGradients(grads);
         if (!errors[w].ok()) return;
         absl::Time started = absl::Now();
@@ -207,7 +178,7 @@ absl::StatusOr<StepRun> RunSteps(const StepBenchOptions& o, const TlsFiles& tls,
         }
         if (s == 0 || w != 0) continue;  // warm-up; rank 0 reports
         run.step_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - started));
-        if (s == o.steps) run.cpu_seconds_per_step = (ProcessCpuSeconds() - cpu_started) / s;
+        if (s == o.steps) run.cpu_seconds_per_step = (SelfCpuSeconds() - cpu_started) / s;
         run.results.push_back(*result);
         if (!o.quiet) {
           std::fprintf(stderr, "%s step %d: %.3f s (collective %.3f s, push+pull %.3f s)\n",
