@@ -1,6 +1,7 @@
 #include "tools/bench/alternating_jobs.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -59,7 +60,8 @@ std::vector<double> AlternatingSteps::Ratios() const {
 
 absl::StatusOr<AlternatingSteps> TrainAlternately(const std::array<ClientOptions, 2>& jobs,
                                                   const std::vector<float>& grads, int workers,
-                                                  int turns, int steps_per_turn) {
+                                                  int turns, int steps_per_turn,
+                                                  const std::function<double()>& cpu_seconds) {
   AlternatingSteps out;
   absl::Mutex mu;  // guards out and error
   absl::Status error;
@@ -83,13 +85,18 @@ absl::StatusOr<AlternatingSteps> TrainAlternately(const std::array<ClientOptions
         for (int turn = job; turn < 2 * turns; turn += 2) {
           if (!turn_of.WaitFor(turn)) return;
           for (int s = 0; s < steps_per_turn; ++s) {
-            if (turn + 2 >= 2 * turns && s + 1 == steps_per_turn) (*client)->AnnounceLeave();
+            const bool last = s + 1 == steps_per_turn;
+            if (turn + 2 >= 2 * turns && last) (*client)->AnnounceLeave();
+            const double cpu_started = last && cpu_seconds ? cpu_seconds() : 0;
             const absl::Time started = absl::Now();
             absl::StatusOr<StepResult> result = (*client)->Step(compute);
             if (!result.ok()) return fail(result.status());
-            if ((*client)->rank() == 0 && s + 1 == steps_per_turn) {
+            if (last && (*client)->rank() == 0) {
+              const double step_s = absl::ToDoubleSeconds(absl::Now() - started);
+              const double cpu_s = cpu_seconds ? cpu_seconds() - cpu_started : 0;
               absl::MutexLock lock(&mu);
-              out.seconds[job].push_back(absl::ToDoubleSeconds(absl::Now() - started));
+              out.seconds[job].push_back(step_s);
+              if (cpu_seconds) out.cpu_seconds[job].push_back(cpu_s);
             }
           }
           turn_of.Done();

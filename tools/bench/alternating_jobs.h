@@ -7,12 +7,16 @@
 // job's last step left on the servers, such as a copy's apply). Each job
 // trains with `workers` worker threads, each accumulating `grads` in every
 // step (Step(GradientFn)); the workers have left when it returns (after
-// their last step, announced), the jobs remain. Blocks the calling thread;
-// thread-safe.
+// their last step, announced), the jobs remain. Given `cpu_seconds` (a
+// clock of the CPU time the jobs spend, in seconds), the CPU time of
+// each timed step too, read as the step is timed. Blocks the calling
+// thread; thread-safe, and so must `cpu_seconds` be (the workers call it
+// at once).
 #ifndef STRATA_TOOLS_BENCH_ALTERNATING_JOBS_H_
 #define STRATA_TOOLS_BENCH_ALTERNATING_JOBS_H_
 
 #include <array>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,6 +27,9 @@ namespace strata {
 struct AlternatingSteps {
   // Rank 0's timed step of each turn, for each job.
   std::array<std::vector<double>, 2> seconds;
+  // The CPU seconds spent during each of those steps (empty without a
+  // clock).
+  std::array<std::vector<double>, 2> cpu_seconds;
   // seconds[1][i] / seconds[0][i]: each of job 1's turns over job 0's
   // turn just before it.
   std::vector<double> Ratios() const;
@@ -31,9 +38,9 @@ struct AlternatingSteps {
 // Fails with the first worker's error (the others' turns then end too).
 // Each job's options must leave worker_id empty: workers are named
 // "<job_id>-<w>".
-absl::StatusOr<AlternatingSteps> TrainAlternately(const std::array<ClientOptions, 2>& jobs,
-                                                  const std::vector<float>& grads, int workers,
-                                                  int turns, int steps_per_turn);
+absl::StatusOr<AlternatingSteps> TrainAlternately(
+    const std::array<ClientOptions, 2>& jobs, const std::vector<float>& grads, int workers,
+    int turns, int steps_per_turn, const std::function<double()>& cpu_seconds = nullptr);
 
 }  // namespace strata
 

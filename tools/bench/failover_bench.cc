@@ -23,8 +23,10 @@
 #include "testing/placement.h"
 #include "testing/processes.h"
 #include "tools/bench/alternating_jobs.h"
+#include "tools/bench/apply_probe.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/iperf.h"
+#include "tools/bench/process_cpu.h"
 
 namespace strata {
 namespace {
@@ -250,19 +252,45 @@ absl::StatusOr<FailoverCluster> StartFailoverCluster(const FailoverBenchOptions&
 }
 
 // A job of one copy and one of two trained in turns (alternating_jobs.h),
-// o.steps turns of two steps each, then deleted.
+// o.steps turns of two steps each, then deleted; each timed step's CPU
+// time is the machine's busy time (the workers', the daemons' and the
+// kernel's work for them).
 absl::StatusOr<AlternatingSteps> AlternatingCopies(const FailoverBenchOptions& o,
                                                    const std::string& coordinator) {
   const std::vector<float> grads(o.num_params, 1e-3f);
-  ASSIGN_OR_RETURN(AlternatingSteps steps,
-                   TrainAlternately({JobClientOptions(o, coordinator, "alternating-1", 1),
-                                     JobClientOptions(o, coordinator, "alternating-2", 2)},
-                                    grads, kWorkers, o.steps, /*steps_per_turn=*/2));
+  ASSIGN_OR_RETURN(
+      AlternatingSteps steps,
+      TrainAlternately({JobClientOptions(o, coordinator, "alternating-1", 1),
+                        JobClientOptions(o, coordinator, "alternating-2", 2)},
+                       grads, kWorkers, o.steps, /*steps_per_turn=*/2, MachineBusySeconds));
   for (const char* job : {"alternating-1", "alternating-2"}) {
     v1::DeleteJobResponse deleted;
     RETURN_IF_ERROR(testing::DeleteJob(coordinator, job, &deleted));
   }
   return steps;
+}
+
+// The price of the second copy, turn by turn, against the least it can be
+// on this machine: a step of two copies does the one-copy step's work and
+// at least one more AdamW pass over every parameter (`apply_cpu_s`, the
+// kernel alone on one thread), so it takes no less than that CPU time
+// spread over every core, nor than the one-copy step.
+struct CopyPrice {
+  std::vector<double> ratios;        // each turn's step of two copies over one's
+  std::vector<double> cpu_ratios;    // their CPU times' ratio
+  std::vector<double> floor_ratios;  // the two-copy step's floor over the one-copy step
+};
+CopyPrice PriceOfSecondCopy(const AlternatingSteps& steps, double apply_cpu_s) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  CopyPrice price;
+  price.ratios = steps.Ratios();
+  for (size_t i = 0; i < price.ratios.size(); ++i) {
+    const double step_1 = steps.seconds[0][i], cpu_1 = steps.cpu_seconds[0][i];
+    const double cpu_2 = steps.cpu_seconds[1][i];
+    price.cpu_ratios.push_back(cpu_1 > 0 ? cpu_2 / cpu_1 : 0);
+    price.floor_ratios.push_back(std::max(step_1, (cpu_1 + apply_cpu_s) / cores) / step_1);
+  }
+  return price;
 }
 
 // Bytes per second of `moved`, in GB/s (0 for no time), over the time it
@@ -289,6 +317,7 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
   // The price of the second copy (the jobs the events meet train one after
   // the other).
   ASSIGN_OR_RETURN(const AlternatingSteps alternating, AlternatingCopies(o, coordinator));
+  const double apply_cpu_s = MeasureApplySeconds(o.num_params, DType::kBf16, /*threads=*/1);
   // One copy: o.steps timed steps, then a server drained, then as many again.
   const int event_before = o.steps + 2;
   const double tcp_GBps = MeasureIperf3();
@@ -339,6 +368,7 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
   };
   const double timeout_s = absl::ToDoubleSeconds(o.server_timeout);
   const double step_1 = Median(timed(one)), step_2 = Median(timed(two));
+  const CopyPrice price = PriceOfSecondCopy(alternating, apply_cpu_s);
   const double drain_s = drained.moved().seconds();
   const double drain_GBps = MovedGBps(drained.moved());
   return json{
@@ -349,9 +379,15 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
       {"dtype", "bf16"},
       {"step_s_replicas_1", Median(alternating.seconds[0])},
       {"step_s_replicas_2", Median(alternating.seconds[1])},
-      {"replicas_2_over_1", Median(alternating.Ratios())},
-      {"replicas_2_over_1_each_turn", alternating.Ratios()},
+      {"replicas_2_over_1", Median(price.ratios)},
+      {"replicas_2_over_1_each_turn", price.ratios},
       {"replicas_2_over_1_separate_jobs", step_2 / step_1},
+      {"cpu_s_replicas_1", Median(alternating.cpu_seconds[0])},
+      {"cpu_s_replicas_2", Median(alternating.cpu_seconds[1])},
+      {"replicas_2_over_1_cpu", Median(price.cpu_ratios)},
+      {"apply_cpu_s", apply_cpu_s},
+      {"replicas_2_floor_over_1", Median(price.floor_ratios)},
+      {"replicas_2_fraction_of_floor", Median(price.floor_ratios) / Median(price.ratios)},
       {"steps_lost", two.steps_lost},
       {"every_step_once", EachOnce(one) && EachOnce(two)},
       {"pause_s", two.pause_s},

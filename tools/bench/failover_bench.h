@@ -4,7 +4,11 @@
 // (alternating_jobs.h; two worker threads each, Step(GradientFn), the same
 // gradients), then are deleted: the median of each turn's step over the
 // other job's just before it is the price of the second copy
-// (replicas_2_over_1; target <= 1.25). Then two worker threads train a job
+// (replicas_2_over_1; target <= 1.25), beside the CPU time of each job's
+// step (the machine's busy time: workers, daemons, kernel) and the least
+// the ratio can be on this machine (replicas_2_floor_over_1: the one-copy
+// step's CPU time and one more AdamW pass over every parameter, spread over
+// every core, or the one-copy step if longer). Then two worker threads train a job
 // of one copy, then one of two copies, one after the other (their medians'
 // ratio: replicas_2_over_1_separate_jobs). While the first of these
 // trains, server 0 is drained: drain_s,
