@@ -199,20 +199,18 @@ absl::StatusOr<StepRun> RunSteps(const StepBenchOptions& o, const TlsFiles& tls,
   return run;
 }
 
-// The TLS step over the plaintext one, each TLS turn's over the plaintext
-// turn just before it (alternating_jobs.h): a plaintext and a TLS cluster up
-// at once, o.steps turns of two steps each.
-absl::StatusOr<std::vector<double>> AlternatingTlsRatios(const StepBenchOptions& o,
-                                                         const TlsFiles& tls) {
+// A plaintext and a TLS cluster up at once, trained in turns
+// (alternating_jobs.h: o.steps turns of two steps each, the plaintext job's
+// first), with the machine's busy CPU time of each timed step.
+absl::StatusOr<AlternatingSteps> AlternateWithTls(const StepBenchOptions& o, const TlsFiles& tls) {
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> plaintext, StartCluster(o, TlsFiles{}));
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> secure, StartCluster(o, tls));
   std::array<ClientOptions, 2> jobs = {JobOptions(o, plaintext->coordinator_address(), TlsFiles{}),
                                        JobOptions(o, secure->coordinator_address(), tls)};
   for (ClientOptions& job : jobs) job.job.samples_per_step = o.workers;
   const std::vector<float> grads(o.num_params, 1e-3f);
-  ASSIGN_OR_RETURN(const AlternatingSteps steps,
-                   TrainAlternately(jobs, grads, o.workers, o.steps, /*steps_per_turn=*/2));
-  return steps.Ratios();
+  return TrainAlternately(jobs, grads, o.workers, o.steps, /*steps_per_turn=*/2,
+                          MachineBusySeconds);
 }
 
 }  // namespace
@@ -233,12 +231,12 @@ absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
                    RunSteps(o, TlsFiles{}, "plaintext", /*measure_rpc=*/true));
   iperf3 = std::max(iperf3, measure_link());
   std::optional<StepRun> tls;
-  std::vector<double> tls_ratios;
+  AlternatingSteps tls_turns;
   if (!o.tls_dir.empty()) {
     testing::TestCertificates certificates(o.tls_dir);
     RETURN_IF_ERROR(certificates.Make());
     ASSIGN_OR_RETURN(tls, RunSteps(o, certificates.Files("server"), "tls", /*measure_rpc=*/false));
-    ASSIGN_OR_RETURN(tls_ratios, AlternatingTlsRatios(o, certificates.Files("server")));
+    ASSIGN_OR_RETURN(tls_turns, AlternateWithTls(o, certificates.Files("server")));
   }
   std::vector<double> collective, push_pull;
   for (const StepResult& r : plaintext.results) {
@@ -272,29 +270,35 @@ absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
        iperf3 <= 0 ? json(nullptr) : json(wire_bytes / push_pull_s / 1e9 / iperf3)}};
   out["cpu_s_per_step"] = plaintext.cpu_seconds_per_step;
   if (tls.has_value()) {
-    // The same steps over TLS (every channel, in the same run). Its floor:
-    // the plaintext step's CPU work plus the cryptography of every byte
-    // pushed and pulled (sealed once, opened once), spread over every core
-    // -- or the plaintext step, if longer.
-    const double tls_step_s = Median(tls->step_seconds);
+    // The same steps over TLS (every channel, in the same run), and the
+    // ratio from the alternating turns (the separate runs' medians compare
+    // two moments of a machine whose speed drifts). A TLS step's floor: the
+    // plaintext turn's CPU work (the machine's busy time: workers, servers,
+    // the kernel's loopback work) plus the cryptography of every byte pushed
+    // and pulled (sealed once, opened once), spread over every core -- or
+    // the plaintext step, if longer.
     const double aes_GBps = MeasureAesGcmGBps(1.0);
     const double crypto_cpu_s = 2 * wire_bytes / (aes_GBps * 1e9);
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    const double floor_s =
-        std::max(step_s, (plaintext.cpu_seconds_per_step + crypto_cpu_s) / cores);
-    // The ratio from the alternating turns; the separate runs' medians
-    // compare two moments of a machine whose speed drifts.
-    const double tls_over_plaintext = Median(tls_ratios);
-    out["tls_step_s"] = tls_step_s;
+    const std::vector<double> ratios = tls_turns.Ratios();
+    std::vector<double> floors, added_cpu_s;
+    for (size_t i = 0; i < ratios.size(); ++i) {
+      const double plaintext_s = tls_turns.seconds[0][i];
+      const double plaintext_cpu_s = tls_turns.cpu_seconds[0][i];
+      floors.push_back(std::max(plaintext_s, (plaintext_cpu_s + crypto_cpu_s) / cores) /
+                       plaintext_s);
+      added_cpu_s.push_back(tls_turns.cpu_seconds[1][i] - plaintext_cpu_s);
+    }
+    const double tls_over_plaintext = Median(ratios);
+    out["tls_step_s"] = Median(tls->step_seconds);
     out["tls_step_over_plaintext"] = tls_over_plaintext;
-    out["tls_step_over_plaintext_each_turn"] = tls_ratios;
-    out["tls_step_over_plaintext_separate_runs"] = tls_step_s / step_s;
+    out["tls_step_over_plaintext_each_turn"] = ratios;
+    out["tls_step_over_plaintext_separate_runs"] = Median(tls->step_seconds) / step_s;
     out["aes_gcm_GBps_per_core"] = aes_GBps;
     out["tls_crypto_cpu_s"] = crypto_cpu_s;
-    out["tls_added_cpu_s"] = tls->cpu_seconds_per_step - plaintext.cpu_seconds_per_step;
-    out["tls_step_floor_s"] = floor_s;
-    out["tls_step_floor_over_plaintext"] = floor_s / step_s;
-    out["tls_step_fraction_of_floor"] = floor_s / step_s / tls_over_plaintext;
+    out["tls_added_cpu_s"] = Median(added_cpu_s);
+    out["tls_step_floor_over_plaintext"] = Median(floors);
+    out["tls_step_fraction_of_floor"] = Median(floors) / tls_over_plaintext;
   }
   return out;
 }
