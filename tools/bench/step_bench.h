@@ -4,7 +4,9 @@
 // iperf3 (its best way, tools/bench/iperf.h) in the same run; with a TLS
 // directory, the same steps again over TLS on a fresh cluster, then a
 // plaintext and a TLS cluster taking turns (alternating_jobs.h) for the
-// TLS step's ratio to the plaintext one. Returns the JSON object to print.
+// TLS step's ratio to the plaintext one and its floor (each plaintext
+// turn's busy CPU plus the cipher of every byte). Returns the JSON object
+// to print.
 #ifndef STRATA_TOOLS_BENCH_STEP_BENCH_H_
 #define STRATA_TOOLS_BENCH_STEP_BENCH_H_
 
