@@ -58,6 +58,16 @@ std::vector<double> AlternatingSteps::Ratios() const {
   return ratios;
 }
 
+std::vector<double> AlternatingSteps::FloorRatios(double added_cpu_s) const {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<double> floors;
+  for (size_t i = 0; i < std::min(seconds[1].size(), cpu_seconds[0].size()); ++i) {
+    const double step_s = seconds[0][i];
+    floors.push_back(std::max(step_s, (cpu_seconds[0][i] + added_cpu_s) / cores) / step_s);
+  }
+  return floors;
+}
+
 absl::StatusOr<AlternatingSteps> TrainAlternately(const std::array<ClientOptions, 2>& jobs,
                                                   const std::vector<float>& grads, int workers,
                                                   int turns, int steps_per_turn,

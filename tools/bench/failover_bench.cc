@@ -270,27 +270,14 @@ absl::StatusOr<AlternatingSteps> AlternatingCopies(const FailoverBenchOptions& o
   return steps;
 }
 
-// The price of the second copy, turn by turn, against the least it can be
-// on this machine: a step of two copies does the one-copy step's work and
-// at least one more AdamW pass over every parameter (`apply_cpu_s`, the
-// kernel alone on one thread), so it takes no less than that CPU time
-// spread over every core, nor than the one-copy step.
-struct CopyPrice {
-  std::vector<double> ratios;        // each turn's step of two copies over one's
-  std::vector<double> cpu_ratios;    // their CPU times' ratio
-  std::vector<double> floor_ratios;  // the two-copy step's floor over the one-copy step
-};
-CopyPrice PriceOfSecondCopy(const AlternatingSteps& steps, double apply_cpu_s) {
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  CopyPrice price;
-  price.ratios = steps.Ratios();
-  for (size_t i = 0; i < price.ratios.size(); ++i) {
-    const double step_1 = steps.seconds[0][i], cpu_1 = steps.cpu_seconds[0][i];
-    const double cpu_2 = steps.cpu_seconds[1][i];
-    price.cpu_ratios.push_back(cpu_1 > 0 ? cpu_2 / cpu_1 : 0);
-    price.floor_ratios.push_back(std::max(step_1, (cpu_1 + apply_cpu_s) / cores) / step_1);
+// Each turn's CPU time of the two-copy step over the one-copy step's.
+std::vector<double> CpuRatios(const AlternatingSteps& steps) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < std::min(steps.cpu_seconds[0].size(), steps.cpu_seconds[1].size()); ++i) {
+    const double cpu_1 = steps.cpu_seconds[0][i];
+    ratios.push_back(cpu_1 > 0 ? steps.cpu_seconds[1][i] / cpu_1 : 0);
   }
-  return price;
+  return ratios;
 }
 
 // Bytes per second of `moved`, in GB/s (0 for no time), over the time it
@@ -368,7 +355,11 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
   };
   const double timeout_s = absl::ToDoubleSeconds(o.server_timeout);
   const double step_1 = Median(timed(one)), step_2 = Median(timed(two));
-  const CopyPrice price = PriceOfSecondCopy(alternating, apply_cpu_s);
+  // The price of the second copy against the least it can be here: the
+  // one-copy step's work and one more AdamW pass over every parameter
+  // (apply_cpu_s, the kernel alone on one thread).
+  const std::vector<double> ratios = alternating.Ratios();
+  const std::vector<double> floors = alternating.FloorRatios(apply_cpu_s);
   const double drain_s = drained.moved().seconds();
   const double drain_GBps = MovedGBps(drained.moved());
   return json{
@@ -379,15 +370,15 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
       {"dtype", "bf16"},
       {"step_s_replicas_1", Median(alternating.seconds[0])},
       {"step_s_replicas_2", Median(alternating.seconds[1])},
-      {"replicas_2_over_1", Median(price.ratios)},
-      {"replicas_2_over_1_each_turn", price.ratios},
+      {"replicas_2_over_1", Median(ratios)},
+      {"replicas_2_over_1_each_turn", ratios},
       {"replicas_2_over_1_separate_jobs", step_2 / step_1},
       {"cpu_s_replicas_1", Median(alternating.cpu_seconds[0])},
       {"cpu_s_replicas_2", Median(alternating.cpu_seconds[1])},
-      {"replicas_2_over_1_cpu", Median(price.cpu_ratios)},
+      {"replicas_2_over_1_cpu", Median(CpuRatios(alternating))},
       {"apply_cpu_s", apply_cpu_s},
-      {"replicas_2_floor_over_1", Median(price.floor_ratios)},
-      {"replicas_2_fraction_of_floor", Median(price.floor_ratios) / Median(price.ratios)},
+      {"replicas_2_floor_over_1", Median(floors)},
+      {"replicas_2_fraction_of_floor", Median(floors) / Median(ratios)},
       {"steps_lost", two.steps_lost},
       {"every_step_once", EachOnce(one) && EachOnce(two)},
       {"pause_s", two.pause_s},

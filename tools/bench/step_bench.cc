@@ -279,15 +279,11 @@ absl::StatusOr<json> BenchStep(const StepBenchOptions& o) {
     // the plaintext step, if longer.
     const double aes_GBps = MeasureAesGcmGBps(1.0);
     const double crypto_cpu_s = 2 * wire_bytes / (aes_GBps * 1e9);
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     const std::vector<double> ratios = tls_turns.Ratios();
-    std::vector<double> floors, added_cpu_s;
+    const std::vector<double> floors = tls_turns.FloorRatios(crypto_cpu_s);
+    std::vector<double> added_cpu_s;
     for (size_t i = 0; i < ratios.size(); ++i) {
-      const double plaintext_s = tls_turns.seconds[0][i];
-      const double plaintext_cpu_s = tls_turns.cpu_seconds[0][i];
-      floors.push_back(std::max(plaintext_s, (plaintext_cpu_s + crypto_cpu_s) / cores) /
-                       plaintext_s);
-      added_cpu_s.push_back(tls_turns.cpu_seconds[1][i] - plaintext_cpu_s);
+      added_cpu_s.push_back(tls_turns.cpu_seconds[1][i] - tls_turns.cpu_seconds[0][i]);
     }
     const double tls_over_plaintext = Median(ratios);
     out["tls_step_s"] = Median(tls->step_seconds);
