@@ -186,7 +186,8 @@ def run_worker(args):
                 times["paired_forward_backward"].append(time.perf_counter() - started)
                 times["paired_cpu"].append(time.process_time() - cpu_started)
     if args.worker in ("ddp", "zero"):
-        torch.distributed.destroy_process_group()
+        # Every rank's collectives are done before any rank leaves.
+        torch.distributed.barrier()
     if rank == 0:
         result = {key: statistics.median(values) for key, values in times.items()}
         if bound is not None:
@@ -264,6 +265,14 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.worker:
         run_worker(args)
+        if args.worker in ("ddp", "zero"):
+            # Leaves without tearing the process group down: torch 1.13's
+            # ProcessGroupGloo destructor joins its threads with the GIL
+            # held, and one may still need the GIL to drop a DDP comm hook's
+            # Python callback, so the teardown can hang for good.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         return 0
     if args.batch % args.workers != 0:
         raise SystemExit("--batch must be a multiple of --workers")
