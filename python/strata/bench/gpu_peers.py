@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-from strata.bench.peers import free_port
+from strata.bench.peers import file_rendezvous
 
 SYSTEMS = ("compute", "strata", "fsdp2", "plain")
 
@@ -114,8 +114,9 @@ def make_optimizer(args, model):
         return model, opt, cluster
     import torch.distributed as dist
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % free_port(), rank=0,
-                            world_size=1)
+    # args.out's directory is the run's own, fresh.
+    dist.init_process_group("nccl", init_method=file_rendezvous(os.path.dirname(args.out)),
+                            rank=0, world_size=1)
     policy = dict(offload_policy=CPUOffloadPolicy(),
                   mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                  reduce_dtype=torch.float32))

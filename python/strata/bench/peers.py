@@ -43,9 +43,9 @@ copy-back). A step is the median over --steps steps after --warmup.
 """
 
 import argparse
+import datetime
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +56,9 @@ from strata.cluster import LocalCluster
 from strata.launch import MALLOC_TUNABLES
 
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+# How long a peer's collective (Gloo) may wait for the other workers before
+# it fails instead of hanging.
+PEER_COLLECTIVE_TIMEOUT_S = 300
 
 
 def parse_args(argv):
@@ -87,6 +90,7 @@ def parse_args(argv):
                         help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--server-pids", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--rendezvous", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -133,8 +137,10 @@ def run_worker(args):
             times[key] = []
     else:
         import torch.distributed as dist
-        dist.init_process_group("gloo", rank=int(os.environ["RANK"]),
-                                world_size=args.workers)
+        dist.init_process_group(
+            "gloo", init_method=args.rendezvous, rank=int(os.environ["RANK"]),
+            world_size=args.workers,
+            timeout=datetime.timedelta(seconds=PEER_COLLECTIVE_TIMEOUT_S))
         rank = dist.get_rank()
         train = torch.nn.parallel.DistributedDataParallel(model)
         if args.worker == "ddp" and args.dtype != "fp32":
@@ -212,10 +218,31 @@ def processes_cpu_seconds(pids):
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def file_rendezvous(directory):
+    """A torch.distributed init_method in `directory`, which must be empty:
+    a file, not a TCP port, which another process could take between being
+    picked free and rank 0 listening on it."""
+    return "file://" + os.path.join(directory, "rendezvous")
+
+
+def wait_workers(system, workers, timeout_s):
+    """Waits for every worker; on the first failure or at the deadline,
+    kills the rest and raises naming the worker."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        for rank, w in enumerate(workers):
+            try:
+                code = w.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise RuntimeError("%s worker %d still running after %d s" %
+                                   (system, rank, timeout_s)) from None
+            if code != 0:
+                raise RuntimeError("%s worker %d exited with %d" % (system, rank, code))
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
 
 
 def worker_argv(args, system, out):
@@ -249,14 +276,11 @@ def run_system(args, system, jemalloc=False):
                                 __file__] + worker_argv(args, system, out) +
                                ["--server-pids", pids], env=env, check=True, timeout=1800)
         else:
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-            workers = [subprocess.Popen([sys.executable, __file__] +
-                                        worker_argv(args, system, out),
-                                        env=dict(env, RANK=str(r)))
+            argv = ([sys.executable, __file__] + worker_argv(args, system, out) +
+                    ["--rendezvous", file_rendezvous(tmp)])
+            workers = [subprocess.Popen(argv, env=dict(env, RANK=str(r)))
                        for r in range(args.workers)]
-            for w in workers:
-                if w.wait(timeout=1800) != 0:
-                    raise RuntimeError("%s worker exited with %d" % (system, w.returncode))
+            wait_workers(system, workers, timeout_s=1800)
         with open(out) as f:
             return json.load(f)
 
