@@ -40,7 +40,7 @@ reap() {
     tail -60 "build-asan/$name.log"
     echo "fuzz: $name FAILED; the input is in build-asan/crashes/ (log: build-asan/$name.log)"
   else
-    echo "fuzz: $name passed: $(grep -E "stat::number_of_executed_units|stat::peak_rss_mb" \
+    echo "fuzz: $name passed: $(grep -a -E "stat::number_of_executed_units|stat::peak_rss_mb" \
       "build-asan/$name.log" | tr '\n' ' ')"
   fi
 }
