@@ -487,7 +487,7 @@ absl::Status CoordinatorService::DoRebalance(const std::string& job_id, v1::Copi
       },
       "rebalance", moved);
   if (!rebalanced.ok()) {
-    LogEventCat("coordinator", "job ", job_id,
+    LogEventCat("coordinator", "job ", Quoted(job_id),
                 " (rebalance): its copies stay where they were: ", rebalanced.ToString());
     return rebalanced;
   }

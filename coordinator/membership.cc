@@ -155,7 +155,7 @@ absl::StatusOr<v1::JoinJobResponse> Membership::Join(const v1::JobSpec& spec,
     job.members.push_back(std::move(member));
     it = std::prev(job.members.end());
     LogEventCat("coordinator", "job ", job_id, ": worker ", request.worker_id(), " (",
-                request.address(), ") joined");
+                Quoted(request.address()), ") joined");
   }
   // A join counts as a heartbeat.
   reachability_->Heard();

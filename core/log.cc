@@ -9,11 +9,29 @@
 #include "absl/time/time.h"
 
 namespace strata {
+namespace {
+
+// `text` with every byte outside printable ASCII as \xNN.
+std::string PrintableAscii(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f) {
+      out.push_back(c);
+    } else {
+      absl::StrAppendFormat(&out, "\\x%02x", byte);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 void LogEvent(absl::string_view component, absl::string_view message) {
   std::string line =
       absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()), " ",
-                   component, ": ", message, "\n");
+                   PrintableAscii(component), ": ", PrintableAscii(message), "\n");
   // One write() per line keeps lines from different threads whole.
   ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;

@@ -1,4 +1,6 @@
 // One-line event log to stderr: "2026-11-22T08:00:00.123Z component: message".
+// Bytes of the message outside printable ASCII are written as \xNN, so that
+// an event stays one line whatever a request put into it.
 // Thread-safe: each line is written with a single write().
 #ifndef STRATA_CORE_LOG_H_
 #define STRATA_CORE_LOG_H_
