@@ -48,14 +48,29 @@ class Turns {
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// fn(job 0's, job 1's) of each turn both jobs of `series` have.
+template <typename Fn>
+std::vector<double> PerTurn(const std::array<std::vector<double>, 2>& series, Fn fn) {
+  std::vector<double> out;
+  for (size_t i = 0; i < std::min(series[0].size(), series[1].size()); ++i) {
+    out.push_back(fn(series[0][i], series[1][i]));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<double> AlternatingSteps::Ratios() const {
-  std::vector<double> ratios;
-  for (size_t i = 0; i < std::min(seconds[0].size(), seconds[1].size()); ++i) {
-    ratios.push_back(seconds[1][i] / seconds[0][i]);
-  }
-  return ratios;
+  return PerTurn(seconds, [](double job_0, double job_1) { return job_1 / job_0; });
+}
+
+std::vector<double> AlternatingSteps::CpuRatios() const {
+  return PerTurn(cpu_seconds,
+                 [](double job_0, double job_1) { return job_0 > 0 ? job_1 / job_0 : 0; });
+}
+
+std::vector<double> AlternatingSteps::AddedCpuSeconds() const {
+  return PerTurn(cpu_seconds, [](double job_0, double job_1) { return job_1 - job_0; });
 }
 
 std::vector<double> AlternatingSteps::FloorRatios(double added_cpu_s) const {

@@ -33,6 +33,10 @@ struct AlternatingSteps {
   // seconds[1][i] / seconds[0][i]: each of job 1's turns over job 0's
   // turn just before it.
   std::vector<double> Ratios() const;
+  // With the CPU clock, per turn: job 1's step's CPU seconds over job 0's
+  // (0 where job 0's read 0), and job 1's less job 0's.
+  std::vector<double> CpuRatios() const;
+  std::vector<double> AddedCpuSeconds() const;
   // With the CPU clock, per turn, the least job 1's step can be over job
   // 0's on this machine when it does job 0's work and `added_cpu_s` more:
   // that CPU time spread over every core, or job 0's step if longer.

@@ -270,16 +270,6 @@ absl::StatusOr<AlternatingSteps> AlternatingCopies(const FailoverBenchOptions& o
   return steps;
 }
 
-// Each turn's CPU time of the two-copy step over the one-copy step's.
-std::vector<double> CpuRatios(const AlternatingSteps& steps) {
-  std::vector<double> ratios;
-  for (size_t i = 0; i < std::min(steps.cpu_seconds[0].size(), steps.cpu_seconds[1].size()); ++i) {
-    const double cpu_1 = steps.cpu_seconds[0][i];
-    ratios.push_back(cpu_1 > 0 ? steps.cpu_seconds[1][i] / cpu_1 : 0);
-  }
-  return ratios;
-}
-
 // Bytes per second of `moved`, in GB/s (0 for no time), over the time it
 // moved state: not the wait for the workers to reach a step boundary.
 double MovedGBps(const v1::CopiesMoved& moved) {
@@ -375,7 +365,7 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
       {"replicas_2_over_1_separate_jobs", step_2 / step_1},
       {"cpu_s_replicas_1", Median(alternating.cpu_seconds[0])},
       {"cpu_s_replicas_2", Median(alternating.cpu_seconds[1])},
-      {"replicas_2_over_1_cpu", Median(CpuRatios(alternating))},
+      {"replicas_2_over_1_cpu", Median(alternating.CpuRatios())},
       {"apply_cpu_s", apply_cpu_s},
       {"replicas_2_floor_over_1", Median(floors)},
       {"replicas_2_fraction_of_floor", Median(floors) / Median(ratios)},
