@@ -98,10 +98,24 @@ def run_workers(args, coordinator):
             env["STRATA_COLLECTIVE_HOST"] = args.collective_host
         workers.append(subprocess.Popen([sys.executable, args.script] + args.script_args,
                                         env=env))
+    return wait_for_workers(workers)
+
+
+def wait_for_workers(workers, name="strata.launch", timeout_s=None):
+    """Waits for every process of `workers` (rank order); at the first that
+    fails, stops the others, and at `timeout_s` (None: no deadline) kills
+    those left, saying so on stderr as `name`. Returns 0, or the first
+    failure's exit status (128 + N for signal N; 124 at the deadline)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     status = 0
     try:
         running = list(workers)
         while running:
+            if deadline is not None and time.monotonic() >= deadline:
+                print("%s: worker(s) %s still running after %d s; stopping them"
+                      % (name, ", ".join(str(workers.index(w)) for w in running), timeout_s),
+                      file=sys.stderr)
+                return status or 124
             for worker in list(running):
                 code = worker.poll()
                 if code is None:
@@ -109,8 +123,8 @@ def run_workers(args, coordinator):
                 running.remove(worker)
                 if code != 0 and status == 0:
                     status = code if code > 0 else 128 - code
-                    print("strata.launch: worker %d exited with %d; stopping the others"
-                          % (workers.index(worker), code), file=sys.stderr)
+                    print("%s: worker %d exited with %d; stopping the others"
+                          % (name, workers.index(worker), code), file=sys.stderr)
                     for other in running:
                         other.terminate()
             time.sleep(0.05)

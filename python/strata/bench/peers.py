@@ -53,7 +53,7 @@ import tempfile
 import time
 
 from strata.cluster import LocalCluster
-from strata.launch import MALLOC_TUNABLES
+from strata.launch import MALLOC_TUNABLES, wait_for_workers
 
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 # How long a peer's collective (Gloo) may wait for the other workers before
@@ -225,26 +225,6 @@ def file_rendezvous(directory):
     return "file://" + os.path.join(directory, "rendezvous")
 
 
-def wait_workers(system, workers, timeout_s):
-    """Waits for every worker; on the first failure or at the deadline,
-    kills the rest and raises naming the worker."""
-    deadline = time.monotonic() + timeout_s
-    try:
-        for rank, w in enumerate(workers):
-            try:
-                code = w.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise RuntimeError("%s worker %d still running after %d s" %
-                                   (system, rank, timeout_s)) from None
-            if code != 0:
-                raise RuntimeError("%s worker %d exited with %d" % (system, rank, code))
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-                w.wait()
-
-
 def worker_argv(args, system, out):
     return ["--worker", system, "--out", out, "--width", str(args.width),
             "--layers", str(args.layers), "--batch", str(args.batch),
@@ -280,7 +260,10 @@ def run_system(args, system, jemalloc=False):
                     ["--rendezvous", file_rendezvous(tmp)])
             workers = [subprocess.Popen(argv, env=dict(env, RANK=str(r)))
                        for r in range(args.workers)]
-            wait_workers(system, workers, timeout_s=1800)
+            status = wait_for_workers(workers, name="strata.bench.peers " + system,
+                                      timeout_s=1800)
+            if status != 0:
+                raise RuntimeError("%s workers ended with status %d" % (system, status))
         with open(out) as f:
             return json.load(f)
 
