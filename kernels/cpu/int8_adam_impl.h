@@ -50,30 +50,53 @@ inline void AdamInt8At(const AdamVectors<Ops>& k, const void* grads, float* p, c
   largest.v = Ops::MaxMagnitude(largest.v, v);
 }
 
-// Codes m[at], v[at] (vector lanes) into element i of the state; v rounded
-// stochastically with `rounding`, or to nearest without.
-template <typename Ops>
-inline void EncodeAt(const float* m, const float* v, const BlockScale& m_scale,
-                     const BlockScale& v_scale, const Int8Rounding* rounding, const Int8Moments& s,
-                     size_t at, size_t i) {
+// Codes m[at], v[at] (vector lanes) into element `at` of `out`; v rounded
+// stochastically with the random bits of `index` (element indices, lane by
+// lane) when kStochastic, else to nearest.
+template <typename Ops, bool kStochastic>
+inline void EncodeAt(const float* m, const float* v, typename Ops::F m_inverse,
+                     typename Ops::F v_inverse, uint32_t seed, typename Ops::I index,
+                     uint8_t* m_out, uint8_t* v_out, size_t at) {
   typename Ops::I m_code =
-      Encode<Ops, MomentCode::kSignedM>(Ops::Mul(Ops::LoadF32(m + at), Ops::Set(m_scale.inverse)));
-  const typename Ops::F v_scaled = Ops::Mul(Ops::LoadF32(v + at), Ops::Set(v_scale.inverse));
+      Encode<Ops, MomentCode::kSignedM>(Ops::Mul(Ops::LoadF32(m + at), m_inverse));
+  const typename Ops::F v_scaled = Ops::Mul(Ops::LoadF32(v + at), v_inverse);
   typename Ops::I v_code;
-  if (rounding != nullptr) {
-    const typename Ops::I index =
-        Ops::AddI(Ops::SetI(rounding->first_index + static_cast<uint32_t>(i)), Ops::IotaI());
-    v_code = EncodeStochasticV<Ops>(v_scaled, RandomBits<Ops>(rounding->seed, index));
+  if constexpr (kStochastic) {
+    v_code = EncodeStochasticV<Ops>(v_scaled, RandomBits<Ops>(seed, index));
   } else {
     v_code = Encode<Ops, MomentCode::kUnsignedV>(v_scaled);
   }
   m_code = Ops::SelectLessI(v_code, Ops::SetI(1), Ops::SetI(0), m_code);
-  Ops::StoreU8(s.m + i, m_code);
-  Ops::StoreU8(s.v + i, v_code);
+  Ops::StoreU8(m_out + at, m_code);
+  Ops::StoreU8(v_out + at, v_code);
+}
+
+// EncodeBlock's loops: codes m[0, len) and v[0, len) into m_out, v_out with
+// the given scales; element j draws on index rounding.first_index + j.
+template <typename Ops, bool kStochastic>
+void EncodeBlockAs(const float* m, const float* v, const BlockScale& m_scale,
+                   const BlockScale& v_scale, Int8Rounding rounding, uint8_t* m_out, uint8_t* v_out,
+                   size_t len) {
+  const size_t vector_end = len / Ops::kWidth * Ops::kWidth;
+  const typename Ops::F m_inverse = Ops::Set(m_scale.inverse);
+  const typename Ops::F v_inverse = Ops::Set(v_scale.inverse);
+  typename Ops::I index = Ops::AddI(Ops::SetI(rounding.first_index), Ops::IotaI());
+  size_t j = 0;
+  for (; j < vector_end; j += Ops::kWidth) {
+    EncodeAt<Ops, kStochastic>(m, v, m_inverse, v_inverse, rounding.seed, index, m_out, v_out, j);
+    index = Ops::AddI(index, Ops::SetI(Ops::kWidth));
+  }
+  for (; j < len; ++j) {
+    EncodeAt<ScalarOps, kStochastic>(m, v, m_scale.inverse, v_scale.inverse, rounding.seed,
+                                     rounding.first_index + static_cast<uint32_t>(j), m_out, v_out,
+                                     j);
+  }
 }
 
 // Codes the moments of block `b`, m[0, len) and v[0, len), from element
-// `begin` of the state on, with scales from their largest magnitudes.
+// `begin` of the state on, with scales from their largest magnitudes; v
+// rounded stochastically with `rounding`, or to nearest without. The codes'
+// byte stores may alias anything, so the loops read only locals.
 template <typename Ops>
 void EncodeBlock(const float* m, const float* v, float m_largest, float v_largest,
                  const Int8Rounding* rounding, const Int8Moments& s, size_t b, size_t begin,
@@ -81,12 +104,13 @@ void EncodeBlock(const float* m, const float* v, float m_largest, float v_larges
   const BlockScale m_scale = ScaleFor(m_largest), v_scale = ScaleFor(v_largest);
   s.m_scale[b] = m_scale.scale;
   s.v_scale[b] = v_scale.scale;
-  const size_t vector_end = len / Ops::kWidth * Ops::kWidth;
-  size_t j = 0;
-  for (; j < vector_end; j += Ops::kWidth) {
-    EncodeAt<Ops>(m, v, m_scale, v_scale, rounding, s, j, begin + j);
+  if (rounding != nullptr) {
+    const Int8Rounding at{rounding->seed, rounding->first_index + static_cast<uint32_t>(begin)};
+    EncodeBlockAs<Ops, true>(m, v, m_scale, v_scale, at, s.m + begin, s.v + begin, len);
+  } else {
+    EncodeBlockAs<Ops, false>(m, v, m_scale, v_scale, Int8Rounding{}, s.m + begin, s.v + begin,
+                              len);
   }
-  for (; j < len; ++j) EncodeAt<ScalarOps>(m, v, m_scale, v_scale, rounding, s, j, begin + j);
 }
 
 template <typename Ops, DType G, DType C, bool kStream>
