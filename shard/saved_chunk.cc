@@ -23,7 +23,6 @@ namespace strata {
 namespace {
 
 constexpr size_t kDirectBlockBytes = 4096;
-constexpr size_t kPieceBytes = size_t{8} << 20;
 constexpr unsigned kPiecesInFlight = 4;
 
 // One piece of a transfer: `n` bytes at `data`, at `offset` of the file.
@@ -37,7 +36,7 @@ struct Transfer {
 std::vector<Transfer> CutIntoPieces(std::byte* data, size_t from, size_t to) {
   std::vector<Transfer> transfers;
   for (size_t at = from; at < to;) {
-    const size_t n = std::min(to, (at / kPieceBytes + 1) * kPieceBytes) - at;
+    const size_t n = std::min(to, (at / kSavedChunkPieceBytes + 1) * kSavedChunkPieceBytes) - at;
     transfers.push_back({at, data + at, n});
     at += n;
   }
@@ -60,7 +59,7 @@ absl::Status FinishShortTransfer(bool read, int fd, const Transfer& t, size_t mo
 }
 
 // Writes bytes [from, to) of the state at `data` at the same offsets of
-// `fd` (or reads them into it: `read`), in pieces of kPieceBytes with
+// `fd` (or reads them into it: `read`), in pieces of kSavedChunkPieceBytes with
 // kPiecesInFlight in flight (io_uring), and adds them to `hash` in order
 // while the others are in flight. A read that ends early is DATA_LOSS naming
 // the file.

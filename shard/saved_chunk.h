@@ -23,6 +23,9 @@
 
 namespace strata {
 
+// The size of the direct I/O pieces a state file is written and read in.
+inline constexpr uint64_t kSavedChunkPieceBytes = uint64_t{8} << 20;
+
 struct FreeBytes {
   void operator()(std::byte* p) const { std::free(p); }
 };

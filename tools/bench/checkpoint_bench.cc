@@ -15,6 +15,7 @@
 #include "rpc/grpc_status.h"
 #include "rpc/grpc_util.h"
 #include "shard/chunk.h"
+#include "shard/saved_chunk.h"
 #include "shard/state_arena.h"
 #include "strata/client.h"
 #include "strata/v1/coordinator.grpc.pb.h"
@@ -222,16 +223,16 @@ ArenaPeaks ArenaPeaksOf(const LocalCluster& cluster) {
 // fio's sequential write, then read of the file it wrote, in `dir`, of
 // `bytes` once (what a save writes and a restore reads; 1 MiB I/Os, 32 in
 // flight), twice: the better of each are the limits of a save's writes and
-// a restore's reads, in GB/s. The bench runs it before the job and after it
-// and takes the better of each again: a cloud disk's rate varies from second
-// to second (here 1.5-2.6 GB/s for the same fio write and 1.19-1.39 GB/s for
-// reads back to back, with 1 to 8 jobs, of 1 or 8 MiB I/Os, alike), and a
-// save or a restore that met a faster second than the fio runs came out
-// above its bound.
+// a restore's reads, in GB/s, in the pieces saves and restores use, 32 in
+// flight. The bench runs it before the job and after it and takes the
+// better of each again: a cloud disk's rate varies from second to second
+// (here 1.5-2.6 GB/s for the same fio write; registered reads of 1 MiB
+// 1.35-2.5 GB/s and of 8 MiB 2.1-3.1 GB/s within minutes), and a save or a
+// restore that met a faster second than the fio runs came out above its
+// bound.
 absl::StatusOr<std::pair<double, double>> FioWriteThenRead(const std::string& dir, uint64_t bytes) {
   auto fio = [&](const std::string& rw) {
-    constexpr uint64_t kIoBytes = uint64_t{1} << 20;
-    return FioOnce(dir, rw, RoundUp(bytes, kIoBytes), kIoBytes, 32);
+    return FioOnce(dir, rw, RoundUp(bytes, kSavedChunkPieceBytes), kSavedChunkPieceBytes, 32);
   };
   double write = 0, read = 0;
   absl::Status status;
