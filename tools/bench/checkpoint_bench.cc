@@ -221,15 +221,14 @@ ArenaPeaks ArenaPeaksOf(const LocalCluster& cluster) {
 }
 
 // fio's sequential write, then read of the file it wrote, in `dir`, of
-// `bytes` once (what a save writes and a restore reads; 1 MiB I/Os, 32 in
-// flight), twice: the better of each are the limits of a save's writes and
-// a restore's reads, in GB/s, in the pieces saves and restores use, 32 in
-// flight. The bench runs it before the job and after it and takes the
-// better of each again: a cloud disk's rate varies from second to second
-// (here 1.5-2.6 GB/s for the same fio write; registered reads of 1 MiB
-// 1.35-2.5 GB/s and of 8 MiB 2.1-3.1 GB/s within minutes), and a save or a
-// restore that met a faster second than the fio runs came out above its
-// bound.
+// `bytes` once (what a save writes and a restore reads; in the pieces saves
+// and restores use, 32 in flight), twice: the better of each are the limits
+// of a save's writes and a restore's reads, in GB/s. The bench runs it
+// before the job and after it and takes the better of each again: a cloud
+// disk's rate varies from second to second (here 1.5-2.6 GB/s for the same
+// fio write; registered reads of 1 MiB 1.35-2.7 GB/s and of 8 MiB
+// 2.2-3.5 GB/s within minutes), and a save or a restore that met a faster
+// second than the fio runs came out above its bound.
 absl::StatusOr<std::pair<double, double>> FioWriteThenRead(const std::string& dir, uint64_t bytes) {
   auto fio = [&](const std::string& rw) {
     return FioOnce(dir, rw, RoundUp(bytes, kSavedChunkPieceBytes), kSavedChunkPieceBytes, 32);
