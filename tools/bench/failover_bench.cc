@@ -282,21 +282,13 @@ double MovedGBps(const v1::CopiesMoved& moved) {
 }
 
 // Calls off the drain of `server` and rebalances job "replicas-1" back
-// onto it.
-absl::Status UndrainServer(const std::string& coordinator, const std::string& server) {
+// onto it; the rebalance's answer in `rebalanced`.
+absl::Status UndrainServer(const std::string& coordinator, const std::string& server,
+                           v1::RebalanceJobResponse* rebalanced) {
   v1::DrainServerResponse undrained;
   RETURN_IF_ERROR(
       testing::DrainServer(coordinator, server, /*cancel=*/true, &undrained, absl::Seconds(30)));
-  v1::RebalanceJobResponse rebalanced;
-  return testing::RebalanceJob(coordinator, "replicas-1", &rebalanced, absl::Minutes(10));
-}
-
-// The index of Median(values)'s value in `values` (not empty).
-size_t MedianIndex(const std::vector<double>& values) {
-  std::vector<size_t> order(values.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return values[a] < values[b]; });
-  return order[order.size() / 2];
+  return testing::RebalanceJob(coordinator, "replicas-1", rebalanced, absl::Minutes(10));
 }
 
 }  // namespace
@@ -333,7 +325,10 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
                 tcp_training_GBps = MeasureIperf3();
                 drain_started = absl::Now();
                 for (int d = 0; d < kDrains && drain_status.ok(); ++d) {
-                  if (d > 0) drain_status = UndrainServer(coordinator, servers[0].address);
+                  v1::RebalanceJobResponse rebalanced;
+                  if (d > 0) {
+                    drain_status = UndrainServer(coordinator, servers[0].address, &rebalanced);
+                  }
                   if (drain_status.ok()) {
                     drain_status =
                         testing::DrainServer(coordinator, servers[0].address,
@@ -347,14 +342,13 @@ absl::StatusOr<json> BenchFailover(const FailoverBenchOptions& o) {
   // The drain of median rate stands for them all.
   std::vector<double> drain_rates;
   for (const v1::DrainServerResponse& d : drains) drain_rates.push_back(MovedGBps(d.moved()));
-  const v1::DrainServerResponse& drained = drains[MedianIndex(drain_rates)];
-  v1::DrainServerResponse ignored;  // server 0 takes chunks again
-  RETURN_IF_ERROR(testing::DrainServer(coordinator, servers[0].address, /*cancel=*/true, &ignored,
-                                       absl::Seconds(30)));
+  const v1::DrainServerResponse& drained =
+      drains[std::find(drain_rates.begin(), drain_rates.end(), Median(drain_rates)) -
+             drain_rates.begin()];
   // The same move with no job training (its workers are gone): the copies
   // spread back onto server 0 with the cores to themselves.
   v1::RebalanceJobResponse idle;
-  RETURN_IF_ERROR(testing::RebalanceJob(coordinator, "replicas-1", &idle, absl::Minutes(10)));
+  RETURN_IF_ERROR(UndrainServer(coordinator, servers[0].address, &idle));
   // Two copies: o.steps timed steps, then a server killed, then as many
   // again, while the copies it held are seeded on the others.
   // The loss is detected when the victim's copies leave the placement.
