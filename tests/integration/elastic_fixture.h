@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -103,10 +104,17 @@ class ElasticTest : public ::testing::Test {
     return status;
   }
 
+  // The complete lines worker `id` has logged so far: a line it is still
+  // writing (no newline yet; a read may see part of a write that crosses a
+  // page) is left for the next call.
   std::vector<nlohmann::json> Lines(const std::string& id) {
-    std::vector<nlohmann::json> lines;
     std::ifstream in(dir_ + "/" + id + ".jsonl");
-    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    const std::string text(std::istreambuf_iterator<char>(in), {});
+    std::vector<nlohmann::json> lines;
+    for (size_t begin = 0, end; (end = text.find('\n', begin)) != std::string::npos;
+         begin = end + 1) {
+      lines.push_back(nlohmann::json::parse(text.substr(begin, end - begin)));
+    }
     return lines;
   }
 
