@@ -107,7 +107,7 @@ ClientOptions JobClientOptions(const FailoverBenchOptions& o, const std::string&
 
 // Trains job `job_id` of `replicas` copies for `steps` steps (or more,
 // until `event`'s `during` returns) with two worker threads, through
-// `event`.
+// `event`; then both leave the job.
 absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& coordinator,
                             const std::string& job_id, uint32_t replicas, int steps,
                             const Event& event) {
@@ -171,6 +171,9 @@ absl::StatusOr<Steps> Train(const FailoverBenchOptions& o, const std::string& co
         absl::MutexLock lock(&mu);
         out.steps_lost = (*client)->last_reform().steps_lost;
       }
+      // Gone from the job at once, not a lease later: the move that follows
+      // the training finds no member to wait for.
+      errors[w] = (*client)->Leave();
     });
   }
   for (auto& t : threads) t.join();
