@@ -107,16 +107,19 @@ absl::StatusOr<AlternatingSteps> TrainAlternately(const std::array<ClientOptions
         auto compute = [&grads](const MicroBatch&, Client& c) {
           return c.AccumulateGradients(grads);
         };
-        for (int turn = job; turn < 2 * turns; turn += 2) {
+        // Each job's first turn is untimed: the other job's workers
+        // connect while job 0's runs.
+        for (int turn = job; turn < 2 * (turns + 1); turn += 2) {
           if (!turn_of.WaitFor(turn)) return;
           for (int s = 0; s < steps_per_turn; ++s) {
             const bool last = s + 1 == steps_per_turn;
-            if (turn + 2 >= 2 * turns && last) (*client)->AnnounceLeave();
-            const double cpu_started = last && cpu_seconds ? cpu_seconds() : 0;
+            if (turn + 2 >= 2 * (turns + 1) && last) (*client)->AnnounceLeave();
+            const bool timed = last && turn >= 2;
+            const double cpu_started = timed && cpu_seconds ? cpu_seconds() : 0;
             const absl::Time started = absl::Now();
             absl::StatusOr<StepResult> result = (*client)->Step(compute);
             if (!result.ok()) return fail(result.status());
-            if (last && (*client)->rank() == 0) {
+            if (timed && (*client)->rank() == 0) {
               const double step_s = absl::ToDoubleSeconds(absl::Now() - started);
               const double cpu_s = cpu_seconds ? cpu_seconds() - cpu_started : 0;
               absl::MutexLock lock(&mu);

@@ -2,16 +2,17 @@
 // job's step is timed a moment after the other's -- on a shared machine the
 // speed drifts over the minutes between two jobs trained one after the
 // other, by more than some of the differences a bench compares. Job 0 takes
-// `steps_per_turn` steps, then job 1 as many, and so on, `turns` turns each;
-// only the last step of a turn is timed (the first may meet work the other
-// job's last step left on the servers, such as a copy's apply). Each job
-// trains with `workers` worker threads, each accumulating `grads` in every
-// step (Step(GradientFn)); the workers have left when it returns (after
-// their last step, announced), the jobs remain. Given `cpu_seconds` (a
-// clock of the CPU time the jobs spend, in seconds), the CPU time of
-// each timed step too, read as the step is timed. Blocks the calling
-// thread; thread-safe, and so must `cpu_seconds` be (the workers call it
-// at once).
+// `steps_per_turn` steps, then job 1 as many, and so on: one untimed turn
+// each (job 1's workers connect while job 0's first turn runs), then
+// `turns` timed turns each. Only the last step of a turn is timed (the first
+// may meet work the other job's last step left on the servers, such as a
+// copy's apply). Each job trains with `workers` worker threads, each
+// accumulating `grads` in every step (Step(GradientFn)); the workers have
+// left when it returns (after their last step, announced), the jobs remain.
+// Given `cpu_seconds` (a clock of the CPU time the jobs spend, in seconds),
+// the CPU time of each timed step too, read as the step is timed. Blocks
+// the calling thread; thread-safe, and so must `cpu_seconds` be (the
+// workers call it at once).
 #ifndef STRATA_TOOLS_BENCH_ALTERNATING_JOBS_H_
 #define STRATA_TOOLS_BENCH_ALTERNATING_JOBS_H_
 
