@@ -96,6 +96,8 @@ absl::StatusOr<AlternatingSteps> TrainAlternately(const std::array<ClientOptions
     absl::MutexLock lock(&mu);
     if (error.ok()) error = status;
   };
+  // Each job's first turn is untimed; turn t is job t % 2's.
+  const int all_turns = 2 * (turns + 1);
   std::vector<std::thread> threads;
   for (int job = 0; job < 2; ++job) {
     for (int w = 0; w < workers; ++w) {
@@ -107,13 +109,11 @@ absl::StatusOr<AlternatingSteps> TrainAlternately(const std::array<ClientOptions
         auto compute = [&grads](const MicroBatch&, Client& c) {
           return c.AccumulateGradients(grads);
         };
-        // Each job's first turn is untimed: the other job's workers
-        // connect while job 0's runs.
-        for (int turn = job; turn < 2 * (turns + 1); turn += 2) {
+        for (int turn = job; turn < all_turns; turn += 2) {
           if (!turn_of.WaitFor(turn)) return;
           for (int s = 0; s < steps_per_turn; ++s) {
             const bool last = s + 1 == steps_per_turn;
-            if (turn + 2 >= 2 * (turns + 1) && last) (*client)->AnnounceLeave();
+            if (turn + 2 >= all_turns && last) (*client)->AnnounceLeave();
             const bool timed = last && turn >= 2;
             const double cpu_started = timed && cpu_seconds ? cpu_seconds() : 0;
             const absl::Time started = absl::Now();
