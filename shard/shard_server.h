@@ -70,8 +70,12 @@ struct ShardServerOptions {
   uint64_t nvme_budget_bytes = 0;
   unsigned nvme_queue_depth = 32;
   int executor_threads = 2;
-  // Threads that apply the chunks whose state is on NVMe (with an NVMe tier).
-  int nvme_executor_threads = 2;
+  // Threads that apply the chunks whose state is on NVMe (with an NVMe
+  // tier). Each holds one chunk's read, update or write at a time, so more
+  // threads than cores keep the disk's queue full while some of them
+  // compute and checksum; each takes a staging buffer of a chunk's state.
+  static constexpr int kDefaultNvmeExecutorThreads = 4;
+  int nvme_executor_threads = kDefaultNvmeExecutorThreads;
   // Host memory kept, faulted in from the start, for the chunk states that
   // checkpoints keep aside while training goes on (server/state_arena.h).
   // Beyond it, what each job's saves take is faulted in when the job's chunks

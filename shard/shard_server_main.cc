@@ -54,10 +54,11 @@ ABSL_FLAG(bool, save_host_chunks, true,
           "at a clean shutdown (SIGTERM), save the chunk states held in host and GPU memory under "
           "--data_dir, so that a restart continues them (a crash loses them)");
 ABSL_FLAG(int, executor_threads, 2, "threads that apply the optimizer to chunks");
-ABSL_FLAG(int, nvme_executor_threads, 2,
+ABSL_FLAG(int, nvme_executor_threads, strata::ShardServerOptions::kDefaultNvmeExecutorThreads,
           "threads that apply the optimizer to chunks whose state is on NVMe (each reads, "
-          "applies and writes back; apart from --executor_threads, so that host-tier chunks "
-          "never wait for the disk)");
+          "applies and writes back one chunk at a time, so more threads than cores keep the "
+          "disk busy; each takes a staging buffer of a chunk's state from the host budget; "
+          "apart from --executor_threads, so that host-tier chunks never wait for the disk)");
 ABSL_FLAG(uint64_t, checkpoint_buffer_mib, 384,
           "host memory in MiB kept (faulted in at start-up) for the chunk states that "
           "checkpoints keep aside while training goes on: the new state of each host-tier chunk "

@@ -22,7 +22,8 @@
 ABSL_FLAG(uint64_t, params, 0,
           "parameters (a multiple of 64); 0: the command's default, 64 Mi (4 Mi for elastic)");
 ABSL_FLAG(int, threads, 2,
-          "adam, grad-stats, cast, server-step, gpu-step, nvme-step: kernel threads");
+          "adam, grad-stats, cast, server-step, gpu-step: kernel threads; nvme-step: the "
+          "host-tier step's (--host_params)");
 ABSL_FLAG(std::string, isa, "", "adam, grad-stats, cast: scalar, avx2 or avx512 (default: best)");
 ABSL_FLAG(std::string, grad, "fp16",
           "adam, grad-stats, cast, server-step, gpu-step, nvme-step: fp16, bf16 or fp32 (cast and "
@@ -71,6 +72,9 @@ ABSL_FLAG(std::string, dir, "",
           "checkpoint and fio's file");
 ABSL_FLAG(uint32_t, queue_depth, 32, "nvme-step: io_uring (and fio) queue depth");
 ABSL_FLAG(uint64_t, io_bytes, uint64_t{1} << 20, "nvme-step: bytes per I/O (and fio's block size)");
+ABSL_FLAG(int, nvme_executor_threads, strata::ShardServerOptions::kDefaultNvmeExecutorThreads,
+          "nvme-step: threads that step the NVMe-resident chunks, as a shard server's flag of "
+          "the name (its default)");
 ABSL_FLAG(uint64_t, host_params, 0,
           "nvme-step: also time a step over this many host-tier parameters, alone and beside "
           "the NVMe steps");
@@ -104,7 +108,7 @@ constexpr char kUsage[] =
     "      GPU 0 (NCCL in place) and with them in host memory (Gloo), servers in host\n"
     "      memory on loopback, against one fused AdamW with its states on the GPU\n"
     "  strata-bench nvme-step --params N --dir DIR [--queue_depth Q] [--io_bytes B]\n"
-    "                    [--host_params M] [--state fp32|int8]\n"
+    "                    [--nvme_executor_threads E] [--host_params M] [--state fp32|int8]\n"
     "      the same over NVMe-resident chunks (read p m v, apply, write back),\n"
     "      against fio (io_uring, O_DIRECT) on DIR with the same I/O size and depth,\n"
     "      reading and writing at once (the bytes a step moves from the tier's counters),\n"
@@ -188,9 +192,10 @@ absl::StatusOr<nlohmann::json> RunKernelBench(const std::string& command) {
   if (command == "gpu-step") return strata::BenchGpuStep(o);
   if (command == "nvme-step") {
     return strata::BenchNvmeStep(
-        o,
-        strata::NvmeBenchOptions{absl::GetFlag(FLAGS_dir), absl::GetFlag(FLAGS_queue_depth),
-                                 absl::GetFlag(FLAGS_io_bytes), absl::GetFlag(FLAGS_host_params)});
+        o, strata::NvmeBenchOptions{absl::GetFlag(FLAGS_dir), absl::GetFlag(FLAGS_queue_depth),
+                                    absl::GetFlag(FLAGS_io_bytes),
+                                    absl::GetFlag(FLAGS_nvme_executor_threads),
+                                    absl::GetFlag(FLAGS_host_params)});
   }
   return absl::InvalidArgumentError("unknown command '" + command + "'");
 }

@@ -111,8 +111,8 @@ struct NvmeSteps {
 
 // The median step of `rig`, with the bytes one step moves; with
 // nvme.host_params, the host-tier step beside it too.
-absl::StatusOr<NvmeSteps> StepOnNvme(const KernelBenchOptions& o, const NvmeBenchOptions& nvme,
-                                     NvmeRig& rig) {
+absl::StatusOr<NvmeSteps> StepOnNvme(const KernelBenchOptions& host_options,
+                                     const NvmeBenchOptions& nvme, NvmeRig& rig) {
   NvmeSteps steps;
   ASSIGN_OR_RETURN(steps.step_seconds, rig.steps().MedianStepSeconds());
   steps.host_budget_bytes = rig.steps().host_budget_bytes();
@@ -120,7 +120,8 @@ absl::StatusOr<NvmeSteps> StepOnNvme(const KernelBenchOptions& o, const NvmeBenc
   steps.read_bytes_per_step = bytes.first;
   steps.written_bytes_per_step = bytes.second;
   if (nvme.host_params > 0) {
-    ASSIGN_OR_RETURN(steps.host_figures, HostStepBesideNvme(o, nvme.host_params, rig.steps()));
+    ASSIGN_OR_RETURN(steps.host_figures,
+                     HostStepBesideNvme(host_options, nvme.host_params, rig.steps()));
   }
   return steps;
 }
@@ -184,11 +185,19 @@ DiskRates Better(const DiskRates& a, const DiskRates& b) {
 
 }  // namespace
 
-absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchOptions& nvme) {
-  if (absl::Status s = CheckDtype(o); !s.ok()) return s;
+absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& options,
+                                   const NvmeBenchOptions& nvme) {
+  if (absl::Status s = CheckDtype(options); !s.ok()) return s;
   if (nvme.dir.empty()) return absl::InvalidArgumentError("nvme-step needs --dir");
-  absl::StatusOr<StatePrecision> precision = StatePrecisionOf(o);
+  if (nvme.executor_threads < 1) {
+    return absl::InvalidArgumentError("nvme-step needs --nvme_executor_threads of at least 1");
+  }
+  absl::StatusOr<StatePrecision> precision = StatePrecisionOf(options);
   if (!precision.ok()) return precision.status();
+  // The NVMe rigs' steps run on the NVMe executor's threads; the host-tier
+  // step beside them on `options.threads`.
+  KernelBenchOptions o = options;
+  o.threads = nvme.executor_threads;
   const uint64_t file_bytes = TierFileBytes(o, *precision);
   // fio writes its file first, reads it, then reads and writes it at once,
   // before the steps and after them: the better run is the disk's (a cloud
@@ -201,7 +210,7 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
   absl::StatusOr<std::unique_ptr<NvmeRig>> rig =
       NvmeRig::Open(o, nvme, nvme.dir, *precision, file_bytes);
   if (!rig.ok()) return rig.status();
-  absl::StatusOr<NvmeSteps> steps = StepOnNvme(o, nvme, **rig);
+  absl::StatusOr<NvmeSteps> steps = StepOnNvme(options, nvme, **rig);
   if (!steps.ok()) return steps.status();
   // The process's memory against what the steps' own host tier may hold,
   // before another rig joins it.
@@ -251,7 +260,8 @@ absl::StatusOr<json> BenchNvmeStep(const KernelBenchOptions& o, const NvmeBenchO
   json result{{"bench", "nvme-step"},
               {"params", o.num_params},
               {"state", o.state},
-              {"threads", o.threads},
+              {"nvme_executor_threads", nvme.executor_threads},
+              {"threads", options.threads},
               {"queue_depth", nvme.queue_depth},
               {"io_bytes", nvme.io_bytes},
               {"params_per_s", params_per_s},

@@ -1,6 +1,7 @@
 // strata-bench nvme-step: a shard server's whole step over chunks on the
 // NVMe tier in DIR (read p, m, v; apply; write back;
-// tools/bench/server_step_rig.h), against fio on the same directory with the
+// tools/bench/server_step_rig.h, on as many threads as a server's NVMe
+// executor), against fio on the same directory with the
 // same I/O size and queue depth, in the same run, reading and writing at
 // once (half each, durable writes, on a file written first; the better of
 // a run before the steps and one after): the bound is
@@ -20,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "shard/shard_server.h"
 #include "tools/bench/kernel_bench.h"
 
 namespace strata {
@@ -28,6 +30,7 @@ struct NvmeBenchOptions {
   std::string dir;
   unsigned queue_depth = 32;
   uint64_t io_bytes = uint64_t{1} << 20;
+  int executor_threads = ShardServerOptions::kDefaultNvmeExecutorThreads;
   uint64_t host_params = 0;  // 0: no host-tier step beside the NVMe steps
 };
 
