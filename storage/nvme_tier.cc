@@ -57,7 +57,8 @@ struct NvmeTier::Op {
   uint64_t file_offset = 0;
   std::byte* data = nullptr;
   uint64_t num_bytes = 0;
-  std::vector<uint64_t> checksums;  // writes: of the data, per block
+  // Per block: writes, of the data; reads, the extent's when submitted.
+  std::vector<uint64_t> checksums;
   IoDone done;
   std::vector<Part> parts;
   std::atomic<size_t> parts_left{0};
@@ -304,6 +305,7 @@ void NvmeTier::Read(const Extent& from, uint64_t offset, absl::Span<std::byte> t
     std::move(done)(file_offset.status());
     return;
   }
+  auto op = std::make_unique<Op>();
   {
     absl::MutexLock lock(&mu_);
     const ExtentState& state = extents_.at(from.id);
@@ -313,9 +315,9 @@ void NvmeTier::Read(const Extent& from, uint64_t offset, absl::Span<std::byte> t
             absl::StrCat("NVMe tier: block ", b, " of extent ", from.id, " was never written")));
         return;
       }
+      op->checksums.push_back(state.checksums[b]);
     }
   }
-  auto op = std::make_unique<Op>();
   op->extent_id = from.id;
   op->extent_offset = offset;
   op->file_offset = *file_offset;
@@ -459,8 +461,21 @@ void NvmeTier::CompletionLoop() {
       absl::MutexLock lock(&sq_mu_);
       --in_flight_;
     }
+    if (status.ok() && !op->write) status = VerifyPart(*part);
     FinishPart(part, status);
   }
+}
+
+absl::Status NvmeTier::VerifyPart(const Part& part) const {
+  const Op& op = *part.op;
+  for (uint64_t at = part.offset; at < part.offset + part.num_bytes; at += kBlockBytes) {
+    if (XXH3_64bits(op.data + at, kBlockBytes) != op.checksums[at / kBlockBytes]) {
+      return absl::DataLossError(absl::StrCat(
+          "NVMe tier: checksum mismatch in ", path_, " at byte ", op.file_offset + at, " (extent ",
+          op.extent_id, ", block ", (op.extent_offset + at) / kBlockBytes, ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void NvmeTier::Complete(std::unique_ptr<Op> op, absl::Status status) {
@@ -475,17 +490,6 @@ void NvmeTier::Complete(std::unique_ptr<Op> op, absl::Status status) {
       for (size_t i = 0; i < op->checksums.size(); ++i) {
         it->second.checksums[first_block + i] = op->checksums[i];
         it->second.written[first_block + i] = true;
-      }
-    } else {
-      for (uint64_t b = 0; b < op->num_bytes / kBlockBytes; ++b) {
-        uint64_t sum = XXH3_64bits(op->data + b * kBlockBytes, kBlockBytes);
-        if (sum != it->second.checksums[first_block + b]) {
-          status = absl::DataLossError(
-              absl::StrCat("NVMe tier: checksum mismatch in ", path_, " at byte ",
-                           it->second.offset + (first_block + b) * kBlockBytes, " (extent ",
-                           op->extent_id, ", block ", first_block + b, ")"));
-          break;
-        }
       }
     }
   }

@@ -105,6 +105,10 @@ class NvmeTier : public Tier {
   void SubmitQueuedParts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sq_mu_);
   // Records a part's outcome; the op's last part completes the op.
   void FinishPart(Part* part, absl::Status status);
+  // A read part's blocks against the checksums its op took at submission:
+  // DATA_LOSS naming the first block that differs. Lock-free: the
+  // completion thread hashes while others submit and allocate.
+  absl::Status VerifyPart(const Part& part) const;
   void CompletionLoop();
   void Complete(std::unique_ptr<Op> op, absl::Status status);
   int FixedBufferIndex(const void* data, uint64_t num_bytes) const;

@@ -407,6 +407,37 @@ TEST_F(NvmeTierTest, DetectsCorruptionOnDiskAsDataLoss) {
   EXPECT_TRUE(ReadAndWait(*tier_, *e, 0, first.span()).ok());
 }
 
+// Read in pieces of one block each, from the extent's second block on: the
+// mismatch still names its block and byte within the extent and the file.
+TEST(NvmeTierPiecesTest, AMismatchNamesItsBlockWhateverTheReadsOffsetAndPieces) {
+  const ScratchDir scratch("tier_test_nvme_pieces");
+  absl::StatusOr<std::unique_ptr<NvmeTier>> tier =
+      NvmeTier::Open(NvmeTierOptions{scratch.path(), 64 * kBlock, 8, kBlock});
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  ASSERT_TRUE((*tier)->Allocate(3 * kBlock).ok());  // the extent under test starts past block 0
+  auto e = (*tier)->Allocate(5 * kBlock);
+  ASSERT_TRUE(e.ok());
+  AlignedBuffer in(5 * kBlock), out(4 * kBlock);
+  in.Fill(9);
+  ASSERT_TRUE(WriteAndWait(**tier, *e, 0, in.span()).ok());
+  const uint64_t corrupt = e->offset + 3 * kBlock;
+  int fd = open((*tier)->path().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  char byte;
+  ASSERT_EQ(pread(fd, &byte, 1, static_cast<off_t>(corrupt + 7)), 1);
+  byte ^= 0x10;
+  ASSERT_EQ(pwrite(fd, &byte, 1, static_cast<off_t>(corrupt + 7)), 1);
+  fsync(fd);
+  close(fd);
+  absl::Status s = ReadAndWait(**tier, *e, kBlock, out.span());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr(absl::StrCat("at byte ", corrupt, " ")));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("block 3)"));
+  // The blocks around it read.
+  EXPECT_TRUE(ReadAndWait(**tier, *e, kBlock, out.span().subspan(0, 2 * kBlock)).ok());
+  EXPECT_TRUE(ReadAndWait(**tier, *e, 4 * kBlock, out.span().subspan(0, kBlock)).ok());
+}
+
 TEST_F(NvmeTierTest, RefusesMisalignedAndUnwritten) {
   auto e = tier_->Allocate(2 * kBlock);
   ASSERT_TRUE(e.ok());
