@@ -47,6 +47,22 @@ v1::AllocateChunksRequest Allocation(const std::string& job_id, uint32_t chunks)
   return request;
 }
 
+// Waits until the server at `metrics_address` has answered the ListChunks
+// with which the coordinator checks a server that registers: it drops the
+// jobs it does not know that the listing shows (CheckJobsOn), so the jobs
+// these tests allocate on the server directly must come after it.
+void AwaitRegistrationCheck(const std::string& metrics_address) {
+  const std::string listed =
+      "strata_rpcs_total{code=\"OK\",method=\"/strata.v1.ShardServer/ListChunks\"}";
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (testing::MetricValue(testing::Scrape(metrics_address), listed) < 1 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_GE(testing::MetricValue(testing::Scrape(metrics_address), listed), 1)
+      << "the coordinator never listed the new server's chunks";
+}
+
 class AllocationTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -59,6 +75,7 @@ class AllocationTest : public ::testing::Test {
     cluster_ = *std::move(cluster);
     server_ = cluster_->servers()[0]->address();
     stub_ = v1::ShardServer::NewStub(MakeChannel(server_));
+    ASSERT_NO_FATAL_FAILURE(AwaitRegistrationCheck(cluster_->servers()[0]->metrics_address()));
     ASSERT_TRUE(Allocate(Allocation("small", 1)).ok());
   }
 
@@ -153,6 +170,7 @@ TEST(PrefaultTest, ChunksAreMadeOfMemoryFaultedInAtStartUp) {
   auto cluster = LocalCluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string metrics = (*cluster)->servers()[0]->metrics_address();
+  ASSERT_NO_FATAL_FAILURE(AwaitRegistrationCheck(metrics));
   auto host_bytes = [&](const std::string& gauge) {
     return testing::MetricValue(testing::Scrape(metrics),
                                 absl::StrCat("strata_tier_", gauge, "_bytes{tier=\"host\"}"));
