@@ -26,10 +26,12 @@ export STRATA_COORDINATOR_PORT=17700 STRATA_SERVER0_PORT=17701 STRATA_SERVER1_PO
 export STRATA_COORDINATOR_METRICS_PORT=19100 STRATA_SERVER0_METRICS_PORT=19101
 export STRATA_SERVER1_METRICS_PORT=19102 STRATA_PROMETHEUS_PORT=19090
 # 1 MiB of host memory per server holds the parameter copies (4 bytes per
-# parameter) and staging buffers of the trainer's job below (440 K parameters
-# in chunks of 4 Ki), not its state: every chunk is on NVMe and survives a
-# restart (state in host memory does not).
-export STRATA_HOST_BUDGET_MIB=1 STRATA_NVME_BUDGET_MIB=64 STRATA_WORKER_LEASE_MS=3000
+# parameter) and the staging buffers of two NVMe executor threads (three of
+# 48 KiB) of the trainer's job below (440 K parameters in chunks of 4 Ki),
+# not its state: every chunk is on NVMe and survives a restart (state in
+# host memory does not).
+export STRATA_HOST_BUDGET_MIB=1 STRATA_NVME_BUDGET_MIB=64 STRATA_NVME_EXECUTOR_THREADS=2
+export STRATA_WORKER_LEASE_MS=3000
 # Containers cannot raise the memlock limit above this machine's own.
 memlock_kib=$(ulimit -l)
 if [ "$memlock_kib" != unlimited ]; then
