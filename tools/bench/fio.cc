@@ -1,8 +1,13 @@
 #include "tools/bench/fio.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <system_error>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/round_up.h"
 #include "nlohmann/json.hpp"
 
 namespace strata {
@@ -27,15 +32,24 @@ constexpr char kRegistered[] = "--fixedbufs --registerfiles";
 // memory, not on the disk.
 constexpr char kHugePageBuffers[] = "GLIBC_TUNABLES=glibc.malloc.hugetlb=1";
 
-// fio's JSON report of one job on dir/strata-fio.data with `args` added.
-absl::StatusOr<nlohmann::json> RunFio(const std::string& dir, uint64_t file_bytes,
-                                      uint64_t io_bytes, unsigned queue_depth,
-                                      const std::string& args) {
-  std::string command =
-      absl::StrCat(kHugePageBuffers, " fio --name=strata --directory=", dir,
-                   " --filename=strata-fio.data --size=", file_bytes, " --bs=", io_bytes,
-                   " --iodepth=", queue_depth, " --ioengine=io_uring --direct=1 ", kRegistered, " ",
-                   args, " --output-format=json 2>/dev/null");
+// The name of fio's file in a bench's directory; a run over several files
+// adds ".<job>" to it.
+constexpr char kFileName[] = "strata-fio.data";
+
+// fio's JSON reports of `files` jobs at once, each on a file of
+// `file_bytes` in `dir` (dir/strata-fio.data for one, else
+// dir/strata-fio.data.<job>), with `args` added.
+absl::StatusOr<nlohmann::json> RunFioJobs(const std::string& dir, uint64_t file_bytes,
+                                          uint64_t io_bytes, unsigned queue_depth, unsigned files,
+                                          const std::string& args) {
+  const std::string names =
+      files == 1
+          ? absl::StrCat("--filename=", kFileName)
+          : absl::StrCat("--numjobs=", files, " --filename_format=", kFileName, ".\\$jobnum");
+  std::string command = absl::StrCat(kHugePageBuffers, " fio --name=strata --directory=", dir, " ",
+                                     names, " --size=", file_bytes, " --bs=", io_bytes,
+                                     " --iodepth=", queue_depth, " --ioengine=io_uring --direct=1 ",
+                                     kRegistered, " ", args, " --output-format=json 2>/dev/null");
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return absl::FailedPreconditionError("cannot run fio");
   std::string output;
@@ -50,7 +64,20 @@ absl::StatusOr<nlohmann::json> RunFio(const std::string& dir, uint64_t file_byte
   if (result.is_discarded() || !result.contains("jobs")) {
     return absl::InternalError("fio printed no JSON");
   }
-  return result["jobs"][0];
+  if (result["jobs"].size() != files) {
+    return absl::InternalError(
+        absl::StrCat("fio reported ", result["jobs"].size(), " jobs, not ", files));
+  }
+  return result["jobs"];
+}
+
+// fio's JSON report of one job on dir/strata-fio.data with `args` added.
+absl::StatusOr<nlohmann::json> RunFio(const std::string& dir, uint64_t file_bytes,
+                                      uint64_t io_bytes, unsigned queue_depth,
+                                      const std::string& args) {
+  absl::StatusOr<nlohmann::json> jobs = RunFioJobs(dir, file_bytes, io_bytes, queue_depth, 1, args);
+  if (!jobs.ok()) return jobs.status();
+  return (*jobs)[0];
 }
 
 }  // namespace
@@ -64,17 +91,32 @@ absl::StatusOr<double> Fio(const std::string& dir, const std::string& rw, uint64
 }
 
 absl::StatusOr<double> FioOnce(const std::string& dir, const std::string& rw, uint64_t bytes,
-                               uint64_t io_bytes, unsigned queue_depth) {
+                               uint64_t io_bytes, unsigned queue_depth, unsigned files) {
+  const uint64_t file_bytes = RoundUp((bytes + files - 1) / files, io_bytes);
   // A write counts until its data is on the disk (fsync at the end).
-  absl::StatusOr<nlohmann::json> job =
-      RunFio(dir, bytes, io_bytes, queue_depth,
-             absl::StrCat("--rw=", rw, rw == "write" ? " --end_fsync=1" : ""));
-  if (!job.ok()) return job.status();
-  const nlohmann::json& side = (*job)[rw];
-  // bw_bytes leaves out the final fsync: the bytes over the job's whole run.
-  const double seconds = (*job)["job_runtime"].get<double>() / 1e3;
-  if (seconds <= 0) return side["bw_bytes"].get<double>() / 1e9;
-  return side["io_bytes"].get<double>() / seconds / 1e9;
+  absl::StatusOr<nlohmann::json> jobs =
+      RunFioJobs(dir, file_bytes, io_bytes, std::max(1u, queue_depth / files), files,
+                 absl::StrCat("--rw=", rw, rw == "write" ? " --end_fsync=1 --fallocate=none" : ""));
+  if (!jobs.ok()) return jobs.status();
+  // The bytes of every job over the longest job's whole run (bw_bytes
+  // leaves out the final fsync).
+  double moved_bytes = 0, seconds = 0;
+  for (const nlohmann::json& job : *jobs) {
+    moved_bytes += job[rw]["io_bytes"].get<double>();
+    seconds = std::max(seconds, job["job_runtime"].get<double>() / 1e3);
+  }
+  if (seconds <= 0) return absl::InternalError("fio reported no run time");
+  return moved_bytes / seconds / 1e9;
+}
+
+void RemoveFioFiles(const std::string& dir) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name == kFileName || absl::StartsWith(name, absl::StrCat(kFileName, "."))) {
+      std::filesystem::remove(entry.path(), error);
+    }
+  }
 }
 
 absl::StatusOr<FioMixed> FioReadWrite(const std::string& dir, uint64_t file_bytes,

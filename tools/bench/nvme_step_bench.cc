@@ -158,10 +158,7 @@ struct DiskRates {
 // One fio run of each kind on a file of `file_bytes`, removed afterwards;
 // the first error.
 absl::StatusOr<DiskRates> MeasureDisk(const NvmeBenchOptions& nvme, uint64_t file_bytes) {
-  absl::Cleanup remove_file = [&nvme] {
-    std::error_code ignored;
-    std::filesystem::remove(nvme.dir + "/strata-fio.data", ignored);
-  };
+  absl::Cleanup remove_file = [&nvme] { RemoveFioFiles(nvme.dir); };
   DiskRates rates;
   ASSIGN_OR_RETURN(rates.write_GBps,
                    Fio(nvme.dir, "write", file_bytes, nvme.io_bytes, nvme.queue_depth));
