@@ -5,8 +5,12 @@
 namespace strata {
 namespace {
 
-// Chunks written at a time.
-constexpr size_t kParallelWrites = 2;
+// Chunks written at a time. A file system that allocates a new file's
+// blocks as its direct writes reach them (ext4: those writes wait for each
+// other) keeps the disk busier with more files at once: four made saves
+// 0-24% faster than two on the 2-vCPU VM (`strata-bench checkpoint
+// --params 268435456`, 4 pairs alternated, each save faster or as fast).
+constexpr size_t kParallelWrites = 4;
 
 }  // namespace
 
