@@ -94,9 +94,14 @@ absl::StatusOr<const std::byte*> ChunkCheckpoint::BeginSave(const StateView& loa
   }
   if (!copy_.empty()) {
     *copy = std::move(copy_);
-  } else {
-    ASSIGN_OR_RETURN(*copy, CopyToArena(loaded));
+    return copy->data();
   }
+  absl::StatusOr<ArenaState> made = CopyToArena(loaded);
+  if (!made.ok()) {
+    RETURN_IF_ERROR(WriteNow(loaded));
+    return nullptr;
+  }
+  *copy = *std::move(made);
   return copy->data();
 }
 

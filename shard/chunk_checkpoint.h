@@ -76,8 +76,9 @@ class ChunkCheckpoint {
   // The armed step's state for the save to write, the chunk at that step
   // or past it, its tier view `loaded`: a host-tier chunk's held buffer
   // (or live one, held now), marked as being written until EndSave(); an
-  // NVMe- or GPU-tier chunk's copy, moved to `copy`, or one made now
-  // (RESOURCE_EXHAUSTED when the arena refuses it).
+  // NVMe- or GPU-tier chunk's copy, moved to `copy`, or one made now.
+  // nullptr when the arena refuses that copy: `loaded` is written at once
+  // (TakeWritten() has its checksum; no EndSave()); that write's error.
   absl::StatusOr<const std::byte*> BeginSave(const StateView& loaded, ArenaState* copy);
   // After BeginSave()'s state was written.
   void EndSave();

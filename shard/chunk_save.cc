@@ -87,7 +87,9 @@ absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(std::optional<LossScaleState>* lo
   // The state of the armed step: the buffer held (by an Apply() that went
   // past it, or now: the chunk is at the step and no Apply() runs while
   // state_mu_ is held), or the copy an Apply() made (NVMe tier), or one made
-  // now; or the file an Apply() wrote. Apply()s go on while it is written.
+  // now; or the file an Apply() wrote, or that BeginSave() writes now when
+  // the arena has no memory for a copy (Apply()s wait for that write).
+  // Apply()s go on while a buffer or a copy is written.
   const std::byte* state = nullptr;
   ArenaState copy;
   RootedPath path;
@@ -109,6 +111,7 @@ absl::StatusOr<uint64_t> Chunk::SaveCheckpoint(std::optional<LossScaleState>* lo
     absl::StatusOr<const std::byte*> source = checkpoint_.BeginSave(*loaded, &copy);
     state_->Release(*loaded);
     RETURN_IF_ERROR(source.status());
+    if (*source == nullptr) return *checkpoint_.TakeWritten();
     state = *source;
   }
   absl::StatusOr<uint64_t> checksum =

@@ -1,8 +1,8 @@
 // ChunkCheckpoint: a host-tier chunk's updates go out of place while the
 // armed step's buffer is held, and back in place once the save wrote it;
 // an NVMe-tier chunk's state is copied aside; without arena memory the
-// state is written (here: checksummed) at once, and the checksum is that of
-// the state as it was.
+// state is written (here: checksummed) at once, by the step or by the save,
+// and the checksum is that of the state as it was.
 #include "shard/chunk_checkpoint.h"
 
 #include <cstring>
@@ -107,6 +107,24 @@ TEST(ChunkCheckpointTest, WithoutArenaMemoryTheStateIsWrittenAtOnce) {
     EXPECT_EQ(checkpoint.TakeWritten().value_or(0), before) << TierKindName(tier);
     EXPECT_FALSE(checkpoint.TakeWritten().has_value());
   }
+}
+
+TEST(ChunkCheckpointTest, ASaveWithoutArenaMemoryForACopyWritesTheStateAtOnce) {
+  StateArena arena(/*retained_bytes=*/0, /*limit_bytes=*/0);
+  Extent state;
+  state.Fill(5.0f);
+  ChunkCheckpoint checkpoint(TierKind::kNvme, kShape);
+  checkpoint.Arm(&arena, RootedPath());
+  // The chunk was at the armed step already: no step kept a copy.
+  EXPECT_FALSE(checkpoint.kept());
+  ArenaState copy;
+  absl::StatusOr<const std::byte*> saved = checkpoint.BeginSave(state.view(), &copy);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(*saved, nullptr);
+  EXPECT_TRUE(copy.empty());
+  EXPECT_EQ(checkpoint.TakeWritten().value_or(0),
+            ChecksumChunkState(state.bytes.get(), kShape.bytes()));
+  EXPECT_FALSE(checkpoint.TakeWritten().has_value());
 }
 
 }  // namespace
