@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -92,6 +93,7 @@ absl::StatusOr<double> Fio(const std::string& dir, const std::string& rw, uint64
 
 absl::StatusOr<double> FioOnce(const std::string& dir, const std::string& rw, uint64_t bytes,
                                uint64_t io_bytes, unsigned queue_depth, unsigned files) {
+  if (files == 0) return absl::InvalidArgumentError("fio needs at least one file");
   const uint64_t file_bytes = RoundUp((bytes + files - 1) / files, io_bytes);
   // A write counts until its data is on the disk (fsync at the end).
   absl::StatusOr<nlohmann::json> jobs =
@@ -111,12 +113,14 @@ absl::StatusOr<double> FioOnce(const std::string& dir, const std::string& rw, ui
 
 void RemoveFioFiles(const std::string& dir) {
   std::error_code error;
+  std::vector<std::filesystem::path> files;
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
     if (name == kFileName || absl::StartsWith(name, absl::StrCat(kFileName, "."))) {
-      std::filesystem::remove(entry.path(), error);
+      files.push_back(entry.path());
     }
   }
+  for (const std::filesystem::path& file : files) std::filesystem::remove(file, error);
 }
 
 absl::StatusOr<FioMixed> FioReadWrite(const std::string& dir, uint64_t file_bytes,

@@ -26,7 +26,8 @@ absl::StatusOr<double> Fio(const std::string& dir, const std::string& rw, uint64
 // throttles sustained I/O would beat if measured over a longer run. A write
 // into missing files makes them as a save makes its files, with no space
 // allocated ahead; one into existing files overwrites their blocks. A read
-// needs the files a write of as many files left.
+// needs the files a write of as many files left. INVALID_ARGUMENT for no
+// files.
 absl::StatusOr<double> FioOnce(const std::string& dir, const std::string& rw, uint64_t bytes,
                                uint64_t io_bytes, unsigned queue_depth, unsigned files);
 
