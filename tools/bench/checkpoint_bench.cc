@@ -183,6 +183,16 @@ absl::StatusOr<SavesWhileTraining> SaveWhileTraining(const LocalCluster& cluster
   return out;
 }
 
+// Saves a checkpoint (`save`); returns the seconds that took.
+absl::StatusOr<double> TimeSave(v1::Coordinator::Stub* coordinator,
+                                const v1::SaveCheckpointRequest& save) {
+  v1::CheckpointInfo info;
+  const absl::Time started = absl::Now();
+  RETURN_IF_ERROR(
+      CallUnary(coordinator, &v1::Coordinator::Stub::SaveCheckpoint, save, &info, absl::Hours(1)));
+  return absl::ToDoubleSeconds(absl::Now() - started);
+}
+
 // Creates a copy of job `job_id` restored from the checkpoint at `path`;
 // returns the seconds that took.
 absl::StatusOr<double> TimeRestore(v1::Coordinator::Stub* coordinator, const std::string& job_id,
@@ -322,6 +332,9 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
       SaveWhileTraining(*cluster, client.get(), o.num_params, coordinator.get(), save));
   const Save& first = trained.saves[0];
   const Save& next = trained.saves[1];
+  // A third save with the job idle: the disk's rate for a save with the
+  // cores to itself, beside the saves that share them with training.
+  ASSIGN_OR_RETURN(const double idle_save_s, TimeSave(coordinator.get(), save));
   ASSIGN_OR_RETURN(const double restore_s,
                    TimeRestore(coordinator.get(), options.job_id, next.info.path()));
   const ArenaPeaks peaks = ArenaPeaksOf(*cluster);
@@ -359,6 +372,8 @@ absl::StatusOr<json> BenchCheckpoint(const CheckpointBenchOptions& o) {
               {"steps_during_save", first.steps_during_save},
               {"pause_s", pause_s},
               {"pause_fraction_of_save", pause_s / save_s},
+              {"idle_save_s", idle_save_s},
+              {"idle_save_fraction_of_fio", bytes / idle_save_s / 1e9 / fio_write},
               {"next_save_s", next.save_s()},
               {"next_save_fraction_of_fio", bytes / next.save_s() / 1e9 / fio_write},
               {"next_steps_during_save", next.steps_during_save},
